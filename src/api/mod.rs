@@ -1,0 +1,220 @@
+//! The Unix-socket HTTP API: HTTP/1.1 + JSON under `/v1`, served by axum.
+//!
+//! Handlers are thin: they parse the request, run the core operation on the blocking pool, and
+//! turn the result or the [`FsError`](crate::core::FsError) into JSON. The OpenAPI document in
+//! `openapi.json` beside this file is served verbatim at `/v1/openapi.json`; a test keeps it and
+//! the router in step.
+
+mod body;
+mod error;
+mod fs;
+mod metrics;
+mod peer;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{Query, State};
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+
+pub use error::{status_of, ApiError, ErrorBody};
+pub use metrics::Metrics;
+pub use peer::{BindError, Peer, PeerListener};
+
+use crate::config::{Backing, Settings};
+use crate::core::{FsError, Zone, Zones};
+use crate::state::JournalFilter;
+
+/// The OpenAPI document, as kept in the repository.
+pub const OPENAPI: &str = include_str!("openapi.json");
+
+/// What every handler can reach.
+pub struct AppState {
+    pub zones: Arc<Zones>,
+    pub metrics: Metrics,
+    pub settings: Settings,
+    pub started: Instant,
+}
+
+impl AppState {
+    pub fn new(zones: Arc<Zones>, settings: Settings) -> Arc<AppState> {
+        Arc::new(AppState {
+            zones,
+            metrics: Metrics::new(),
+            settings,
+            started: Instant::now(),
+        })
+    }
+}
+
+/// Builds the router with every route.
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/v1/health", get(health))
+        .route("/v1/openapi.json", get(openapi))
+        .route("/v1/status", get(status))
+        .route("/v1/log", get(log))
+        .route("/metrics", get(metrics_text))
+        .merge(fs::routes())
+        .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), metrics::track))
+        .with_state(state)
+}
+
+/// Serves the router on `listener` until `shutdown` completes.
+pub async fn serve(
+    listener: PeerListener,
+    state: Arc<AppState>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let app = router(state).into_make_service_with_connect_info::<Peer>();
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+async fn health() -> Json<serde_json::Value> {
+    Json(serde_json::json!({ "ok": true, "version": env!("CARGO_PKG_VERSION") }))
+}
+
+async fn openapi() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI)
+}
+
+async fn metrics_text(State(app): State<Arc<AppState>>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        app.metrics.render(),
+    )
+}
+
+async fn not_found(uri: axum::http::Uri) -> ApiError {
+    ApiError(FsError::invalid(
+        "route",
+        format!("{} is not an API route; see GET /v1/openapi.json", uri.path()),
+    ))
+}
+
+/// One zone in `/v1/status`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ZoneStatus {
+    pub name: String,
+    pub available: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub root: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub read_only: bool,
+}
+
+/// The body of `/v1/status`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Status {
+    pub version: String,
+    pub pid: u32,
+    pub uptime_s: u64,
+    pub config: String,
+    pub socket: String,
+    pub mount: String,
+    pub mounted: bool,
+    pub state_db: String,
+    pub journal_rows: u64,
+    pub zones: Vec<ZoneStatus>,
+}
+
+async fn status(State(app): State<Arc<AppState>>) -> Result<Json<Status>, ApiError> {
+    let s = &app.settings;
+    let journal_rows = app
+        .zones
+        .db()
+        .journal_len()
+        .map_err(|e| FsError::Internal(e.to_string()))?;
+    let zones = s
+        .zones
+        .iter()
+        .map(|zs| {
+            let zone = app.zones.zone(zs.id);
+            ZoneStatus {
+                name: zs.id.name().into(),
+                available: matches!(zone, Zone::Local(_)),
+                root: match zone {
+                    Zone::Local(z) => Some(z.root().display().to_string()),
+                    Zone::Disabled(_) => None,
+                },
+                reason: match &zs.backing {
+                    Backing::Disabled(r) => Some(r.clone()),
+                    Backing::Dir { .. } => None,
+                },
+                read_only: zs.read_only,
+            }
+        })
+        .collect();
+    Ok(Json(Status {
+        version: env!("CARGO_PKG_VERSION").into(),
+        pid: std::process::id(),
+        uptime_s: app.started.elapsed().as_secs(),
+        config: s
+            .source
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "(embedded default)".into()),
+        socket: s.socket.display().to_string(),
+        mount: s.mount.display().to_string(),
+        mounted: false,
+        state_db: app.zones.db().path().to_string(),
+        journal_rows,
+        zones,
+    }))
+}
+
+/// Query of `/v1/log`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LogQuery {
+    limit: Option<usize>,
+    zone: Option<String>,
+    path: Option<String>,
+    since_ms: Option<i64>,
+}
+
+async fn log(
+    State(app): State<Arc<AppState>>,
+    q: Result<Query<LogQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let Query(q) = q.map_err(|e| FsError::invalid("query", e.body_text()))?;
+    let (zone, path_prefix) = match q.path.as_deref() {
+        Some(p) => match crate::core::path::parse(p)? {
+            crate::core::Target::Top => (q.zone.clone(), None),
+            crate::core::Target::Zone(vp) => (
+                Some(vp.zone().name().to_string()),
+                (!vp.is_root()).then(|| vp.rel().to_string()),
+            ),
+        },
+        None => (q.zone.clone(), None),
+    };
+    if let Some(z) = &zone {
+        if crate::core::ZoneId::from_name(z).is_none() {
+            return Err(FsError::invalid("zone", format!("{z:?} is not cache or workspace")).into());
+        }
+    }
+    let limit = q.limit.unwrap_or(100);
+    if limit == 0 || limit > 100_000 {
+        return Err(FsError::invalid("limit", "must be between 1 and 100000").into());
+    }
+    let rows = tokio::task::spawn_blocking(move || {
+        app.zones.db().journal_query(&JournalFilter {
+            zone,
+            path_prefix,
+            since_ms: q.since_ms,
+            limit,
+        })
+    })
+    .await
+    .map_err(|e| FsError::Internal(e.to_string()))?
+    .map_err(|e| FsError::Internal(e.to_string()))?;
+    Ok(Json(serde_json::json!({ "entries": rows })))
+}

@@ -1,0 +1,119 @@
+//! The socket's listener: accepts only peers whose uid is allowed (checked with SO_PEERCRED).
+//!
+//! A refused peer is logged and its connection closed before a byte of HTTP is read.
+
+use std::io;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use axum::extract::connect_info::Connected;
+use axum::serve::{IncomingStream, Listener};
+use tokio::net::{UnixListener, UnixStream};
+
+/// The credentials of a connected client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer {
+    pub uid: u32,
+    pub pid: Option<u32>,
+}
+
+/// A Unix listener that admits only allowed uids.
+pub struct PeerListener {
+    inner: UnixListener,
+    own_uid: u32,
+    allowed: Vec<u32>,
+}
+
+/// A socket that could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    #[error("another sandfs daemon is already serving {0} (stop it, or set `socket` in the config)")]
+    InUse(String),
+    #[error("socket {path}: {source}")]
+    Io { path: String, source: io::Error },
+}
+
+impl PeerListener {
+    /// Binds `path` (mode 0600, in a 0700 directory), replacing a stale socket left by a crash.
+    pub async fn bind(path: &Path, allowed: Vec<u32>) -> Result<PeerListener, BindError> {
+        let io_err = |e| BindError::Io {
+            path: path.display().to_string(),
+            source: e,
+        };
+        if let Some(dir) = path.parent() {
+            if !dir.exists() {
+                std::fs::create_dir_all(dir).map_err(io_err)?;
+                std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(io_err)?;
+            }
+        }
+        if path.exists() {
+            if UnixStream::connect(path).await.is_ok() {
+                return Err(BindError::InUse(path.display().to_string()));
+            }
+            std::fs::remove_file(path).map_err(io_err)?;
+        }
+        // Bind under a private umask so the socket is never reachable by others, even briefly.
+        let old = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o177));
+        let bound = UnixListener::bind(path);
+        rustix::process::umask(old);
+        let inner = bound.map_err(io_err)?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(io_err)?;
+        Ok(PeerListener {
+            inner,
+            own_uid: rustix::process::getuid().as_raw(),
+            allowed,
+        })
+    }
+
+    fn admits(&self, uid: u32) -> bool {
+        uid == self.own_uid || self.allowed.contains(&uid)
+    }
+}
+
+impl Listener for PeerListener {
+    type Io = UnixStream;
+    type Addr = Peer;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            let stream = match self.inner.accept().await {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            match stream.peer_cred() {
+                Ok(c) if self.admits(c.uid()) => {
+                    return (
+                        stream,
+                        Peer {
+                            uid: c.uid(),
+                            pid: c.pid().and_then(|p| u32::try_from(p).ok()),
+                        },
+                    )
+                }
+                Ok(c) => tracing::warn!(
+                    uid = c.uid(),
+                    pid = c.pid(),
+                    "refused a connection from a uid that is neither the daemon's nor in api.allowed_uids"
+                ),
+                Err(e) => tracing::warn!(error = %e, "refused a connection whose credentials could not be read"),
+            }
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<Self::Addr> {
+        Ok(Peer {
+            uid: self.own_uid,
+            pid: Some(std::process::id()),
+        })
+    }
+}
+
+impl Connected<IncomingStream<'_, PeerListener>> for Peer {
+    fn connect_info(stream: IncomingStream<'_, PeerListener>) -> Self {
+        *stream.remote_addr()
+    }
+}

@@ -1,0 +1,48 @@
+//! `sandfs log`: the change journal, newest first.
+
+use crate::cli::client::encode;
+use crate::cli::output::{print_json, time};
+use crate::cli::{ClientError, Ctx, Outcome};
+use crate::state::JournalRow;
+
+/// Show the change journal, newest first
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Only changes to this path or beneath it (e.g. /workspace/src)
+    pub path: Option<String>,
+    /// Most entries to show
+    #[arg(short = 'n', long, default_value_t = 50)]
+    pub limit: usize,
+}
+
+#[derive(serde::Deserialize)]
+struct LogBody {
+    entries: Vec<JournalRow>,
+}
+
+pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
+    let mut route = format!("/v1/log?limit={}", a.limit);
+    if let Some(p) = &a.path {
+        route.push_str(&format!("&path={}", encode(p)));
+    }
+    let raw = ctx.client.get_raw(&route).await?;
+    if ctx.json {
+        print_json(&raw);
+        return Ok(Outcome::Ok);
+    }
+    let body: LogBody = serde_json::from_slice(&raw).map_err(|e| ClientError::Transport(e.to_string()))?;
+    for r in &body.entries {
+        let to = r
+            .to_path
+            .as_ref()
+            .map(|t| format!(" -> /{}/{t}", r.zone))
+            .unwrap_or_default();
+        let bytes = r.bytes.map(|b| format!(" ({b} bytes)")).unwrap_or_default();
+        let who = match (r.pid, r.uid) {
+            (Some(p), Some(u)) => format!(" [{} pid {p} uid {u}]", r.via),
+            _ => format!(" [{}]", r.via),
+        };
+        println!("{}  {:<6} /{}/{}{to}{bytes}{who}", time(r.time_ms), r.op, r.zone, r.path);
+    }
+    Ok(Outcome::Ok)
+}

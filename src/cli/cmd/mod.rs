@@ -1,0 +1,18 @@
+//! One module per subcommand.
+
+pub mod cat;
+pub mod edit;
+pub mod exists;
+pub mod glob;
+pub mod grep;
+pub mod log;
+pub mod ls;
+pub mod mkdir;
+pub mod mv;
+pub mod read;
+pub mod resolve;
+pub mod rm;
+pub mod serve;
+pub mod stat;
+pub mod status;
+pub mod write;

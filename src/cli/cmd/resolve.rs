@@ -1,0 +1,25 @@
+//! `sandfs resolve`: print the real path behind a virtual path.
+
+use serde_json::json;
+
+use crate::cli::output::print_json;
+use crate::cli::{ClientError, Ctx, Outcome};
+use crate::core::ResolveResult;
+
+/// Print the real path behind a virtual path (for tools working outside sandfs)
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Virtual path
+    pub path: String,
+}
+
+pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
+    let raw = ctx.client.post_raw("/v1/fs/resolve", &json!({ "path": a.path })).await?;
+    if ctx.json {
+        print_json(&raw);
+    } else {
+        let r: ResolveResult = serde_json::from_slice(&raw).map_err(|e| ClientError::Transport(e.to_string()))?;
+        println!("{}", r.real_path);
+    }
+    Ok(Outcome::Ok)
+}

@@ -1,0 +1,35 @@
+//! `sandfs status`: what the daemon serves and how it is doing.
+
+use crate::api::Status;
+use crate::cli::output::print_json;
+use crate::cli::{ClientError, Ctx, Outcome};
+
+/// Show the daemon's zones, socket, mount and journal
+#[derive(Debug, clap::Args)]
+pub struct Args {}
+
+pub async fn run(ctx: &Ctx, _: &Args) -> Result<Outcome, ClientError> {
+    let raw = ctx.client.get_raw("/v1/status").await?;
+    if ctx.json {
+        print_json(&raw);
+        return Ok(Outcome::Ok);
+    }
+    let s: Status = serde_json::from_slice(&raw).map_err(|e| ClientError::Transport(e.to_string()))?;
+    println!("sandfs {} (pid {}, up {}s)", s.version, s.pid, s.uptime_s);
+    println!("config:  {}", s.config);
+    println!("socket:  {}", s.socket);
+    println!("mount:   {} ({})", s.mount, if s.mounted { "mounted" } else { "not mounted" });
+    println!("state:   {} ({} journal rows)", s.state_db, s.journal_rows);
+    for z in &s.zones {
+        match (&z.root, &z.reason) {
+            (Some(root), _) => println!(
+                "zone /{:<10} {}{}",
+                z.name,
+                root,
+                if z.read_only { " (read-only)" } else { "" }
+            ),
+            (None, reason) => println!("zone /{:<10} unavailable: {}", z.name, reason.as_deref().unwrap_or("")),
+        }
+    }
+    Ok(Outcome::Ok)
+}

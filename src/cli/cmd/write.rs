@@ -1,0 +1,42 @@
+//! `sandfs write`: replace a file atomically with the given text or stdin.
+
+use serde_json::json;
+
+use crate::cli::output::print_json;
+use crate::cli::{ClientError, Ctx, Outcome};
+use crate::core::WriteResult;
+
+/// Write a file atomically (parents created); reads stdin when CONTENT is not given
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Virtual path, e.g. /workspace/notes.md
+    pub path: String,
+    /// The new contents (text); omit to stream stdin (any bytes)
+    pub content: Option<String>,
+}
+
+pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
+    let r: WriteResult = match &a.content {
+        Some(c) => {
+            let body = json!({ "path": a.path, "content": c });
+            let raw = ctx.client.post_raw("/v1/fs/write", &body).await?;
+            if ctx.json {
+                print_json(&raw);
+                return Ok(Outcome::Ok);
+            }
+            serde_json::from_slice(&raw).map_err(|e| ClientError::Transport(e.to_string()))?
+        }
+        None => ctx.client.upload(&a.path, tokio::io::stdin()).await?,
+    };
+    if ctx.json {
+        println!("{}", serde_json::to_string(&r).unwrap_or_default());
+    } else {
+        println!(
+            "{} {} ({} bytes)",
+            if r.created { "created" } else { "wrote" },
+            r.path,
+            r.bytes
+        );
+    }
+    Ok(Outcome::Ok)
+}

@@ -1,0 +1,175 @@
+//! The `sandfs` command line: `serve` runs the daemon, every other subcommand talks to it.
+//!
+//! One file per subcommand under `cmd/`, each a `clap::Args` struct whose doc comments are its
+//! help. Output is for people by default and JSON with `--json`. Exit codes depend on the class of
+//! the error (see [`exit_code`]), never on message text.
+
+pub mod client;
+mod cmd;
+mod output;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+pub use client::{Client, ClientError};
+
+use crate::config::Settings;
+use crate::core::ErrorCode;
+
+const AFTER_HELP: &str = "\
+Paths are virtual: /workspace/... and /cache/... (the zones the daemon serves).
+
+Exit codes:
+  0  success
+  1  grep or glob found nothing
+  2  bad usage, invalid path or argument
+  3  not found
+  4  exists / is a directory / not a directory / not empty
+  5  edit failed: no match, not unique, conflict
+  6  refused: outside the zone, read-only, permission denied
+  7  too large, binary, no space
+  8  daemon not running, zone or sandbox unavailable
+  9  internal error
+
+Start the daemon with `sandfs serve`; the other commands find its socket from --socket,
+$SANDFS_SOCKET, or the config (--config, $SANDFS_CONFIG, else the embedded default).";
+
+/// sandfs: a virtual filesystem daemon for AI agents and the people who supervise them
+#[derive(Debug, Parser)]
+#[command(name = "sandfs", version, after_help = AFTER_HELP, max_term_width = 100)]
+pub struct Cli {
+    /// Config file (default: $SANDFS_CONFIG, else the embedded default)
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The daemon's socket (default: from the config)
+    #[arg(long, global = true, env = "SANDFS_SOCKET", value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// Print machine-readable JSON instead of human output
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    Serve(cmd::serve::Args),
+    Read(cmd::read::Args),
+    Cat(cmd::cat::Args),
+    Write(cmd::write::Args),
+    Edit(cmd::edit::Args),
+    Rm(cmd::rm::Args),
+    Ls(cmd::ls::Args),
+    Stat(cmd::stat::Args),
+    Exists(cmd::exists::Args),
+    Mkdir(cmd::mkdir::Args),
+    Mv(cmd::mv::Args),
+    Glob(cmd::glob::Args),
+    Grep(cmd::grep::Args),
+    Resolve(cmd::resolve::Args),
+    Status(cmd::status::Args),
+    Log(cmd::log::Args),
+}
+
+/// How a subcommand ended.
+pub enum Outcome {
+    Ok,
+    /// Ran fine but found nothing (grep, glob, exists).
+    NothingFound,
+}
+
+/// Everything a client subcommand needs.
+pub struct Ctx {
+    pub client: Client,
+    pub json: bool,
+}
+
+/// Parses the command line and runs it.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Command::Serve(args) = &cli.command {
+        return cmd::serve::run(cli.config.as_deref(), cli.socket.clone(), args);
+    }
+    let socket = match cli.socket.clone() {
+        Some(s) => s,
+        None => match Settings::load(cli.config.as_deref()) {
+            Ok(s) => s.socket,
+            Err(e) => {
+                eprintln!("sandfs: {e}");
+                return ExitCode::from(2);
+            }
+        },
+    };
+    let ctx = Ctx {
+        client: Client::new(socket),
+        json: cli.json,
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("sandfs: cannot start the runtime: {e}");
+            return ExitCode::from(9);
+        }
+    };
+    let result = rt.block_on(async {
+        use Command::*;
+        match &cli.command {
+            Serve(_) => unreachable!("handled above"),
+            Read(a) => cmd::read::run(&ctx, a).await,
+            Cat(a) => cmd::cat::run(&ctx, a).await,
+            Write(a) => cmd::write::run(&ctx, a).await,
+            Edit(a) => cmd::edit::run(&ctx, a).await,
+            Rm(a) => cmd::rm::run(&ctx, a).await,
+            Ls(a) => cmd::ls::run(&ctx, a).await,
+            Stat(a) => cmd::stat::run(&ctx, a).await,
+            Exists(a) => cmd::exists::run(&ctx, a).await,
+            Mkdir(a) => cmd::mkdir::run(&ctx, a).await,
+            Mv(a) => cmd::mv::run(&ctx, a).await,
+            Glob(a) => cmd::glob::run(&ctx, a).await,
+            Grep(a) => cmd::grep::run(&ctx, a).await,
+            Resolve(a) => cmd::resolve::run(&ctx, a).await,
+            Status(a) => cmd::status::run(&ctx, a).await,
+            Log(a) => cmd::log::run(&ctx, a).await,
+        }
+    });
+    match result {
+        Ok(Outcome::Ok) => ExitCode::SUCCESS,
+        Ok(Outcome::NothingFound) => ExitCode::from(1),
+        Err(e) => {
+            if ctx.json {
+                if let ClientError::Api { code, message, path } = &e {
+                    println!(
+                        "{}",
+                        serde_json::json!({ "code": code, "message": message, "path": path })
+                    );
+                } else {
+                    println!("{}", serde_json::json!({ "code": null, "message": e.to_string() }));
+                }
+            }
+            eprintln!("sandfs: {e}");
+            ExitCode::from(exit_code(&e))
+        }
+    }
+}
+
+/// Returns the exit code for an error, by its class.
+pub fn exit_code(e: &ClientError) -> u8 {
+    use ErrorCode::*;
+    match e {
+        ClientError::NotRunning { .. } => 8,
+        ClientError::Transport(_) => 9,
+        ClientError::Local(_) => 2,
+        ClientError::Api { code, .. } => match code {
+            InvalidPath | InvalidArgument => 2,
+            NotFound => 3,
+            Exists | IsDir | NotDir | NotEmpty => 4,
+            NoMatch | NotUnique | Conflict | RemoteMoved => 5,
+            OutsideZone | ReadOnly | PermissionDenied | AuthFailed | Rejected => 6,
+            TooLarge | Binary | NoSpace => 7,
+            ZoneUnavailable | SandboxUnavailable => 8,
+            Internal => 9,
+        },
+    }
+}

@@ -1,0 +1,427 @@
+//! Configuration: the `config.toml` format, its embedded default and its validation.
+//!
+//! A [`ConfigFile`] is what serde reads (unknown keys rejected); [`Settings`] is the validated,
+//! fully resolved result the daemon and the CLI use. Every rejected value names its key and the
+//! rule it broke. The repository's `config.toml` is the embedded default, byte for byte.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::core::ZoneId;
+
+/// The documented default configuration, embedded in the binary.
+pub const DEFAULT_CONFIG: &str = include_str!("../config.toml");
+
+/// Environment variable naming a config file when `--config` is not given.
+pub const CONFIG_ENV: &str = "SANDFS_CONFIG";
+
+/// A config that could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config {origin}: {source}")]
+    Parse {
+        origin: String,
+        source: Box<toml::de::Error>,
+    },
+    #[error("config {origin}: `{key}`: {rule}")]
+    Invalid {
+        origin: String,
+        key: String,
+        rule: String,
+    },
+}
+
+/// The file format of `config.toml`.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    pub state_dir: Option<PathBuf>,
+    pub socket: Option<PathBuf>,
+    pub mount: Option<PathBuf>,
+    #[serde(default)]
+    pub zones: ZonesSection,
+    #[serde(default)]
+    pub limits: Limits,
+    #[serde(default)]
+    pub api: ApiSection,
+}
+
+/// How the zones are backed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ZoneMode {
+    #[default]
+    Sandboxed,
+    Direct,
+    Single,
+}
+
+/// `[zones]`.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ZonesSection {
+    #[serde(default)]
+    pub mode: ZoneMode,
+    pub root: Option<PathBuf>,
+    pub dir: Option<PathBuf>,
+    pub cache_subdir: Option<String>,
+    #[serde(default)]
+    pub cache: ZoneSection,
+    #[serde(default)]
+    pub workspace: ZoneSection,
+}
+
+/// `[zones.cache]` and `[zones.workspace]`.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ZoneSection {
+    pub dir: Option<PathBuf>,
+    #[serde(default)]
+    pub read_only: bool,
+    #[serde(default)]
+    pub allow_hardlinks: bool,
+}
+
+/// `[limits]`.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    pub max_read_bytes: u64,
+    pub max_write_bytes: u64,
+    pub grep_max_results: usize,
+    pub glob_max_results: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_read_bytes: 10 << 20,
+            max_write_bytes: 100 << 20,
+            grep_max_results: 1000,
+            glob_max_results: 1000,
+        }
+    }
+}
+
+/// `[api]`.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ApiSection {
+    #[serde(default)]
+    pub allowed_uids: Vec<u32>,
+}
+
+/// Where a zone's files are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Backing {
+    /// A local directory (created at start when `create` is set).
+    Dir { path: PathBuf, create: bool },
+    /// The zone is switched off; the string says why.
+    Disabled(String),
+}
+
+/// One zone, resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZoneSettings {
+    pub id: ZoneId,
+    pub backing: Backing,
+    pub read_only: bool,
+    pub allow_hardlinks: bool,
+}
+
+/// A validated, resolved configuration.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The file it came from, or `None` for the embedded default.
+    pub source: Option<PathBuf>,
+    pub state_dir: PathBuf,
+    pub socket: PathBuf,
+    pub mount: PathBuf,
+    pub zones: Vec<ZoneSettings>,
+    pub limits: Limits,
+    pub allowed_uids: Vec<u32>,
+}
+
+impl Settings {
+    /// Loads `path`, or `$SANDFS_CONFIG`, or the embedded default (relative to the current dir).
+    pub fn load(path: Option<&Path>) -> Result<Settings, ConfigError> {
+        let env_path = std::env::var_os(CONFIG_ENV).filter(|v| !v.is_empty()).map(PathBuf::from);
+        match path.map(Path::to_path_buf).or(env_path) {
+            Some(p) => Settings::from_file(&p),
+            None => {
+                let cwd = std::env::current_dir().map_err(|e| ConfigError::Read {
+                    path: ".".into(),
+                    source: e,
+                })?;
+                Settings::from_str(DEFAULT_CONFIG, "(embedded default)", &cwd, None)
+            }
+        }
+    }
+
+    /// Loads and validates a config file; relative paths resolve against its directory.
+    pub fn from_file(path: &Path) -> Result<Settings, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+            path: path.to_path_buf(),
+            source: e,
+        })?;
+        let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+        let base = abs.parent().map(Path::to_path_buf).unwrap_or_default();
+        Settings::from_str(&text, &path.display().to_string(), &base, Some(abs))
+    }
+
+    /// Parses and validates config text; `base` resolves relative paths.
+    pub fn from_str(
+        text: &str,
+        origin: &str,
+        base: &Path,
+        source: Option<PathBuf>,
+    ) -> Result<Settings, ConfigError> {
+        let file: ConfigFile = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            origin: origin.to_string(),
+            source: Box::new(e),
+        })?;
+        resolve(file, origin, base, source)
+    }
+}
+
+fn resolve(
+    file: ConfigFile,
+    origin: &str,
+    base: &Path,
+    source: Option<PathBuf>,
+) -> Result<Settings, ConfigError> {
+    let bad = |key: &str, rule: String| ConfigError::Invalid {
+        origin: origin.to_string(),
+        key: key.to_string(),
+        rule,
+    };
+    let abs = |key: &str, p: &Path| -> Result<PathBuf, ConfigError> {
+        if p.as_os_str().is_empty() {
+            return Err(bad(key, "must not be empty".into()));
+        }
+        Ok(base.join(expand_home(p)))
+    };
+
+    let z = &file.zones;
+    let forbid = |key: &str, present: bool, mode: &str| -> Result<(), ConfigError> {
+        if present {
+            Err(bad(key, format!("is not used in {mode} mode; remove it or change zones.mode")))
+        } else {
+            Ok(())
+        }
+    };
+    let (cache, workspace, default_mount_root) = match z.mode {
+        ZoneMode::Sandboxed => {
+            forbid("zones.dir", z.dir.is_some(), "sandboxed")?;
+            forbid("zones.cache_subdir", z.cache_subdir.is_some(), "sandboxed")?;
+            forbid("zones.cache.dir", z.cache.dir.is_some(), "sandboxed")?;
+            forbid("zones.workspace.dir", z.workspace.dir.is_some(), "sandboxed")?;
+            let root = abs("zones.root", z.root.as_deref().unwrap_or(Path::new(".sandfs")))?;
+            (
+                Backing::Dir {
+                    path: root.join("cache"),
+                    create: true,
+                },
+                Backing::Dir {
+                    path: root.join("workspace"),
+                    create: true,
+                },
+                Some(root),
+            )
+        }
+        ZoneMode::Direct => {
+            forbid("zones.root", z.root.is_some(), "direct")?;
+            forbid("zones.dir", z.dir.is_some(), "direct")?;
+            forbid("zones.cache_subdir", z.cache_subdir.is_some(), "direct")?;
+            let dir = |key: &str, d: &Option<PathBuf>| -> Result<Backing, ConfigError> {
+                let d = d
+                    .as_deref()
+                    .ok_or_else(|| bad(key, "is required in direct mode".into()))?;
+                Ok(Backing::Dir {
+                    path: abs(key, d)?,
+                    create: false,
+                })
+            };
+            (
+                dir("zones.cache.dir", &z.cache.dir)?,
+                dir("zones.workspace.dir", &z.workspace.dir)?,
+                None,
+            )
+        }
+        ZoneMode::Single => {
+            forbid("zones.root", z.root.is_some(), "single")?;
+            forbid("zones.cache.dir", z.cache.dir.is_some(), "single")?;
+            forbid("zones.workspace.dir", z.workspace.dir.is_some(), "single")?;
+            let dir = z
+                .dir
+                .as_deref()
+                .ok_or_else(|| bad("zones.dir", "is required in single mode".into()))?;
+            let dir = abs("zones.dir", dir)?;
+            let cache = match &z.cache_subdir {
+                None => Backing::Disabled(
+                    "single mode without zones.cache_subdir serves no /cache".into(),
+                ),
+                Some(sub) => {
+                    let p = Path::new(sub);
+                    let plain = !sub.is_empty()
+                        && p.components()
+                            .all(|c| matches!(c, std::path::Component::Normal(_)));
+                    if !plain {
+                        return Err(bad(
+                            "zones.cache_subdir",
+                            format!("{sub:?} must be a relative path inside zones.dir without `..`"),
+                        ));
+                    }
+                    Backing::Dir {
+                        path: dir.join(p),
+                        create: true,
+                    }
+                }
+            };
+            (
+                cache,
+                Backing::Dir {
+                    path: dir,
+                    create: false,
+                },
+                None,
+            )
+        }
+    };
+
+    let l = file.limits;
+    if l.max_read_bytes == 0 || l.max_read_bytes > 1 << 30 {
+        return Err(bad(
+            "limits.max_read_bytes",
+            format!("{} must be between 1 and 1073741824", l.max_read_bytes),
+        ));
+    }
+    if l.max_write_bytes == 0 || l.max_write_bytes > 16 << 30 {
+        return Err(bad(
+            "limits.max_write_bytes",
+            format!("{} must be between 1 and 17179869184", l.max_write_bytes),
+        ));
+    }
+    for (key, v) in [
+        ("limits.grep_max_results", l.grep_max_results),
+        ("limits.glob_max_results", l.glob_max_results),
+    ] {
+        if v == 0 || v > 10_000_000 {
+            return Err(bad(key, format!("{v} must be between 1 and 10000000")));
+        }
+    }
+
+    let runtime = runtime_dir();
+    let state_dir = match &file.state_dir {
+        Some(p) => abs("state_dir", p)?,
+        None => default_state_dir(),
+    };
+    let socket = match &file.socket {
+        Some(p) => abs("socket", p)?,
+        None => runtime.join("sandfs").join("sandfs.sock"),
+    };
+    let mount = match (&file.mount, default_mount_root) {
+        (Some(p), _) => abs("mount", p)?,
+        (None, Some(root)) => root.join("mnt"),
+        (None, None) => runtime.join("sandfs").join("mnt"),
+    };
+    let zones = vec![
+        ZoneSettings {
+            id: ZoneId::Cache,
+            backing: cache,
+            read_only: z.cache.read_only,
+            allow_hardlinks: z.cache.allow_hardlinks,
+        },
+        ZoneSettings {
+            id: ZoneId::Workspace,
+            backing: workspace,
+            read_only: z.workspace.read_only,
+            allow_hardlinks: z.workspace.allow_hardlinks,
+        },
+    ];
+    Ok(Settings {
+        source,
+        state_dir,
+        socket,
+        mount,
+        zones,
+        limits: l,
+        allowed_uids: file.api.allowed_uids,
+    })
+}
+
+fn expand_home(p: &Path) -> PathBuf {
+    match (p.strip_prefix("~"), dirs::home_dir()) {
+        (Ok(rest), Some(home)) => home.join(rest),
+        _ => p.to_path_buf(),
+    }
+}
+
+/// Returns `$XDG_STATE_HOME/sandfs` (or `~/.local/state/sandfs`).
+pub fn default_state_dir() -> PathBuf {
+    dirs::state_dir()
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("sandfs-{}", rustix::process::getuid().as_raw())))
+        .join("sandfs")
+}
+
+/// Returns `$XDG_RUNTIME_DIR`, or a per-user directory in the temp dir when it is unset.
+pub fn runtime_dir() -> PathBuf {
+    dirs::runtime_dir().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("sandfs-{}", rustix::process::getuid().as_raw()))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<Settings, ConfigError> {
+        Settings::from_str(text, "test", Path::new("/base"), None)
+    }
+
+    #[test]
+    fn embedded_default_is_sandboxed_under_dot_sandfs() {
+        let s = load(DEFAULT_CONFIG).unwrap();
+        assert_eq!(
+            s.zones[1].backing,
+            Backing::Dir {
+                path: "/base/.sandfs/workspace".into(),
+                create: true
+            }
+        );
+        assert_eq!(s.mount, PathBuf::from("/base/.sandfs/mnt"));
+        assert_eq!(s.limits, Limits::default());
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let e = load("[zones]\nmode = \"sandboxed\"\nrooot = \"x\"\n").unwrap_err().to_string();
+        assert!(e.contains("rooot"), "{e}");
+        let e = load("[limits]\nmax_read_bytes = -1\n").unwrap_err().to_string();
+        assert!(e.contains("max_read_bytes"), "{e}");
+    }
+
+    #[test]
+    fn modes_require_their_keys() {
+        let e = load("[zones]\nmode = \"direct\"\n").unwrap_err().to_string();
+        assert!(e.contains("zones.cache.dir") && e.contains("required"), "{e}");
+        let e = load("[zones]\nmode = \"single\"\n").unwrap_err().to_string();
+        assert!(e.contains("zones.dir"), "{e}");
+        let e = load("[zones]\nmode = \"single\"\ndir = \"/p\"\ncache_subdir = \"../x\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("zones.cache_subdir"), "{e}");
+        let s = load("[zones]\nmode = \"single\"\ndir = \"/p\"\n").unwrap();
+        assert!(matches!(s.zones[0].backing, Backing::Disabled(_)));
+        let e = load("[zones]\nmode = \"direct\"\nroot = \"x\"\n").unwrap_err().to_string();
+        assert!(e.contains("zones.root") && e.contains("direct"), "{e}");
+        let e = load("[limits]\ngrep_max_results = 0\n").unwrap_err().to_string();
+        assert!(e.contains("limits.grep_max_results"), "{e}");
+    }
+}

@@ -1,0 +1,179 @@
+//! The core: zones, virtual paths, and the file operations every adapter shares.
+//!
+//! [`Zones`] is the one value the FUSE adapter, the socket API and tests call into. It knows no
+//! socket, no mount, no git and no sandbox; it reads paths through [`path`], reaches files through
+//! [`zone`], records every mutation in the state journal, and reports failures as [`FsError`].
+
+pub mod error;
+mod locks;
+mod ops;
+pub mod path;
+mod search;
+pub mod zone;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+pub use error::{ErrorCode, FsError, FsResult};
+pub use ops::{
+    EditResult, Entry, ExistsResult, ListResult, ReadResult, ResolveResult, StatResult, WriteResult,
+};
+pub use path::{Target, VPath, ZoneId};
+pub use search::{
+    GlobMatch, GlobOptions, GlobResult, GrepCount, GrepLine, GrepMode, GrepOptions, GrepResult, LineKind,
+};
+
+use crate::config::{Backing, Limits, Settings};
+use crate::state::{Db, JournalEntry, Origin};
+use locks::PathLocks;
+use zone::LocalZone;
+
+/// The kind of a directory entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EntryKind {
+    File,
+    Dir,
+    Symlink,
+    Other,
+}
+
+/// A zone as the daemon serves it.
+#[derive(Debug)]
+pub enum Zone {
+    Local(LocalZone),
+    /// Switched off by configuration; the string says why.
+    Disabled(String),
+}
+
+/// The source of time for everything the core records (milliseconds since the epoch).
+pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
+
+/// Returns the system clock.
+pub fn system_clock() -> Clock {
+    Arc::new(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0)
+    })
+}
+
+/// A zone that could not be opened at start.
+#[derive(Debug, thiserror::Error)]
+#[error("zone /{zone} at {dir}: {source}")]
+pub struct ZoneOpenError {
+    pub zone: ZoneId,
+    pub dir: String,
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// The zones and the operations on them.
+pub struct Zones {
+    zones: [Zone; 2],
+    limits: Limits,
+    db: Arc<Db>,
+    clock: Clock,
+    locks: PathLocks,
+    umask: u32,
+    tmp_counter: AtomicU64,
+}
+
+impl Zones {
+    /// Opens the zones that `settings` describes (creating sandboxed zone directories).
+    pub fn open(settings: &Settings, db: Arc<Db>, clock: Clock) -> Result<Zones, ZoneOpenError> {
+        let mut zones = Vec::with_capacity(2);
+        for z in &settings.zones {
+            zones.push(match &z.backing {
+                Backing::Disabled(reason) => Zone::Disabled(reason.clone()),
+                Backing::Dir { path, create } => Zone::Local(
+                    LocalZone::open_dir(z.id, path, *create, z.read_only, z.allow_hardlinks)
+                        .map_err(|e| ZoneOpenError {
+                            zone: z.id,
+                            dir: path.display().to_string(),
+                            source: e,
+                        })?,
+                ),
+            });
+        }
+        let [cache, workspace]: [Zone; 2] = zones.try_into().expect("config has two zones");
+        Ok(Zones {
+            zones: [cache, workspace],
+            limits: settings.limits,
+            db,
+            clock,
+            locks: PathLocks::new(),
+            umask: process_umask(),
+            tmp_counter: AtomicU64::new(0),
+        })
+    }
+
+    /// Returns the zone `id`.
+    pub fn zone(&self, id: ZoneId) -> &Zone {
+        &self.zones[id.index()]
+    }
+
+    /// Returns the limits in force.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Returns the state database.
+    pub fn db(&self) -> &Arc<Db> {
+        &self.db
+    }
+
+    /// Returns the current time from the core's clock.
+    pub fn now_ms(&self) -> i64 {
+        (self.clock)()
+    }
+
+    /// Returns the local zone holding `vp`, or `ZONE_UNAVAILABLE`.
+    pub fn local(&self, vp: &VPath) -> FsResult<&LocalZone> {
+        match self.zone(vp.zone()) {
+            Zone::Local(z) => Ok(z),
+            Zone::Disabled(reason) => Err(FsError::ZoneUnavailable {
+                path: vp.to_string(),
+                zone: vp.zone().name().into(),
+                reason: reason.clone(),
+            }),
+        }
+    }
+
+    fn next_tmp_name(&self) -> String {
+        let n = self.tmp_counter.fetch_add(1, Ordering::Relaxed);
+        format!(".sandfs-tmp-{}-{n}", std::process::id())
+    }
+
+    fn record(&self, vp: &VPath, op: &str, bytes: Option<u64>, to: Option<&VPath>, origin: Origin) {
+        let to_s = to.map(|t| t.rel().to_string());
+        let entry = JournalEntry {
+            time_ms: self.now_ms(),
+            zone: vp.zone().name(),
+            path: vp.rel(),
+            op,
+            bytes,
+            to_path: to_s.as_deref(),
+            origin,
+        };
+        // The change itself has happened; a journal failure must not turn it into an error.
+        if let Err(e) = self.db.journal_append(&entry) {
+            tracing::error!(path = %vp, op, error = %e, "could not record change in the journal");
+        }
+    }
+}
+
+/// Reads the process umask without changing it (from /proc; 0o022 when unavailable).
+fn process_umask() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Umask:"))
+                .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+        })
+        .unwrap_or(0o022)
+}

@@ -1,0 +1,813 @@
+//! The file operations: read, write, edit, delete, exists, list, stat, mkdir, move, resolve.
+//!
+//! Every operation takes a virtual path as the caller gave it, parses it with [`super::path`], and
+//! reaches the file beneath the zone's directory fd. Replacements are atomic (a temp file in the
+//! same directory, renamed over the name), so readers never see a torn file and a failed write
+//! leaves the old contents. Every successful mutation is recorded in the journal.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::ffi::{CStr, CString};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, Stat};
+use serde::{Deserialize, Serialize};
+
+use super::error::{FsError, FsResult};
+use super::path::{self, Target, VPath, ZoneId};
+use super::zone::{kind_of, mtime_ms, LocalZone};
+use super::{EntryKind, Zone, Zones};
+use crate::state::Origin;
+
+/// How many leading bytes are checked for NUL when deciding a file is binary.
+const BINARY_PROBE: usize = 8192;
+
+/// The result of `read`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ReadResult {
+    pub path: String,
+    pub content: String,
+    /// 1-based number of the first line returned.
+    pub offset: u64,
+    /// Number of lines returned.
+    pub lines: u64,
+    pub total_lines: u64,
+    /// True when lines after the returned ones exist.
+    pub truncated: bool,
+    pub size: u64,
+}
+
+/// The result of `write` and `write_binary`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct WriteResult {
+    pub path: String,
+    pub bytes: u64,
+    /// True when the file did not exist before.
+    pub created: bool,
+}
+
+/// The result of `edit`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct EditResult {
+    pub path: String,
+    pub replacements: usize,
+    pub bytes: u64,
+}
+
+/// One directory entry.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Entry {
+    pub name: String,
+    pub kind: EntryKind,
+    pub size: u64,
+    pub mtime_ms: i64,
+}
+
+/// The result of `list`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ListResult {
+    pub path: String,
+    pub entries: Vec<Entry>,
+}
+
+/// The result of `stat` (symlinks are not followed).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct StatResult {
+    pub path: String,
+    pub kind: EntryKind,
+    pub size: u64,
+    /// Permission bits, e.g. 420 (0o644).
+    pub mode: u32,
+    pub mtime_ms: i64,
+    pub nlink: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    pub read_only: bool,
+}
+
+/// The result of `exists`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ExistsResult {
+    pub path: String,
+    pub exists: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<EntryKind>,
+}
+
+/// The result of `resolve`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ResolveResult {
+    pub path: String,
+    pub real_path: String,
+    pub exists: bool,
+    pub zone_root: String,
+}
+
+fn io_err<'a>(vp: &'a VPath, op: &'static str) -> impl Fn(std::io::Error) -> FsError + 'a {
+    move |e| FsError::from_io(&vp.to_string(), op, e)
+}
+
+fn errno_err<'a>(vp: &'a VPath, op: &'static str) -> impl Fn(rustix::io::Errno) -> FsError + 'a {
+    move |e| FsError::from_io(&vp.to_string(), op, e.into())
+}
+
+/// A file being written to a temp name beside its destination; renamed into place on commit,
+/// removed when dropped uncommitted.
+pub struct AtomicWrite<'z> {
+    zones: &'z Zones,
+    vp: VPath,
+    parent: OwnedFd,
+    tmp: String,
+    file: Option<std::fs::File>,
+    written: u64,
+    limit: u64,
+}
+
+impl<'z> AtomicWrite<'z> {
+    /// Returns the path that will be replaced (after following symlinks inside the zone).
+    pub fn path(&self) -> &VPath {
+        &self.vp
+    }
+
+    /// Appends bytes, failing with `TOO_LARGE` past the write limit.
+    pub fn write_chunk(&mut self, buf: &[u8]) -> FsResult<()> {
+        self.written += buf.len() as u64;
+        if self.written > self.limit {
+            return Err(FsError::TooLarge {
+                path: self.vp.to_string(),
+                what: "the body",
+                size: self.written,
+                limit: self.limit,
+                key: "limits.max_write_bytes",
+            });
+        }
+        let file = self.file.as_mut().expect("open until commit");
+        file.write_all(buf).map_err(io_err(&self.vp, "write"))
+    }
+
+    /// Renames the temp file over the destination, keeping the old file's permission bits.
+    pub fn commit(self, origin: Origin) -> FsResult<WriteResult> {
+        let _guard = self.zones.locks.lock(&self.vp);
+        self.commit_locked(None, "write", origin)
+    }
+
+    /// Commits while the caller holds the path lock; with `expect`, fails with `CONFLICT` when
+    /// the destination is no longer the file the caller read.
+    fn commit_locked(
+        mut self,
+        expect: Option<&Fingerprint>,
+        op: &str,
+        origin: Origin,
+    ) -> FsResult<WriteResult> {
+        let name = self.vp.name().expect("not a root").to_string();
+        let existing = match rustix::fs::statat(&self.parent, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => Some(st),
+            Err(rustix::io::Errno::NOENT) => None,
+            Err(e) => return Err(errno_err(&self.vp, "stat")(e)),
+        };
+        if let Some(exp) = expect {
+            if existing.as_ref().map(Fingerprint::of) != Some(*exp) {
+                return Err(FsError::Conflict {
+                    path: self.vp.to_string(),
+                    reason: "the file changed between reading and replacing it; read it again and retry"
+                        .into(),
+                });
+            }
+        }
+        let mode = match &existing {
+            Some(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => {
+                return Err(FsError::IsDir { path: self.vp.to_string() })
+            }
+            Some(st) => st.st_mode & 0o7777,
+            None => 0o666 & !self.zones.umask,
+        };
+        let file = self.file.take().expect("open until commit");
+        rustix::fs::fchmod(&file, Mode::from_raw_mode(mode)).map_err(errno_err(&self.vp, "chmod"))?;
+        drop(file);
+        rustix::fs::renameat(&self.parent, self.tmp.as_str(), &self.parent, name.as_str())
+            .map_err(errno_err(&self.vp, "rename"))?;
+        self.tmp.clear();
+        self.zones
+            .record(&self.vp, op, Some(self.written), None, origin);
+        Ok(WriteResult {
+            path: self.vp.to_string(),
+            bytes: self.written,
+            created: existing.is_none(),
+        })
+    }
+}
+
+impl Drop for AtomicWrite<'_> {
+    fn drop(&mut self) {
+        if !self.tmp.is_empty() {
+            let _ = rustix::fs::unlinkat(&self.parent, self.tmp.as_str(), AtFlags::empty());
+        }
+    }
+}
+
+/// What identifies one version of a file: replaced, rewritten or touched files differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Fingerprint {
+    dev: u64,
+    ino: u64,
+    size: i64,
+    mtime: (i64, u64),
+    ctime: (i64, u64),
+}
+
+impl Fingerprint {
+    fn of(st: &Stat) -> Fingerprint {
+        Fingerprint {
+            dev: st.st_dev,
+            ino: st.st_ino,
+            size: st.st_size,
+            mtime: (st.st_mtime, st.st_mtime_nsec),
+            ctime: (st.st_ctime, st.st_ctime_nsec),
+        }
+    }
+}
+
+/// Checks UTF-8 and the absence of NUL bytes in the probe window.
+fn check_text(vp: &VPath, bytes: &[u8], probe_nul: bool) -> FsResult<()> {
+    if probe_nul {
+        if let Some(i) = memchr::memchr(0, &bytes[..bytes.len().min(BINARY_PROBE)]) {
+            return Err(FsError::Binary {
+                path: vp.to_string(),
+                reason: format!("NUL byte at offset {i}"),
+            });
+        }
+    }
+    std::str::from_utf8(bytes).map(|_| ()).map_err(|e| FsError::Binary {
+        path: vp.to_string(),
+        reason: format!("invalid UTF-8 at byte {}", e.valid_up_to()),
+    })
+}
+
+fn count_lines(bytes: &[u8]) -> u64 {
+    let n = memchr::memchr_iter(b'\n', bytes).count() as u64;
+    if bytes.is_empty() || bytes.ends_with(b"\n") {
+        n
+    } else {
+        n + 1
+    }
+}
+
+impl Zones {
+    fn writable_local(&self, vp: &VPath) -> FsResult<&LocalZone> {
+        let z = self.local(vp)?;
+        z.check_writable(vp)?;
+        Ok(z)
+    }
+
+    /// Reads a UTF-8 text file, optionally a window of lines (`offset` is the 1-based first line).
+    pub fn read(&self, path: &str, offset: Option<u64>, limit: Option<u64>) -> FsResult<ReadResult> {
+        let vp = path::parse_entry(path)?;
+        if offset == Some(0) {
+            return Err(FsError::invalid("offset", "is a 1-based line number; the first line is 1"));
+        }
+        if limit == Some(0) {
+            return Err(FsError::invalid("limit", "must be at least 1 line"));
+        }
+        let z = self.local(&vp)?;
+        let (file, st) = z.open_file_for_read(&vp)?;
+        let size = st.st_size as u64;
+        let max = self.limits.max_read_bytes;
+        let first = offset.unwrap_or(1);
+        if size <= max {
+            let mut buf = Vec::with_capacity(size as usize + 1);
+            (&file).read_to_end(&mut buf).map_err(io_err(&vp, "read"))?;
+            check_text(&vp, &buf, true)?;
+            let total = count_lines(&buf);
+            let text = String::from_utf8(buf).expect("checked");
+            if offset.is_none() && limit.is_none() {
+                return Ok(ReadResult {
+                    path: vp.to_string(),
+                    content: text,
+                    offset: 1,
+                    lines: total,
+                    total_lines: total,
+                    truncated: false,
+                    size,
+                });
+            }
+            let mut lines = text.split_inclusive('\n').skip((first - 1) as usize);
+            let take = limit.unwrap_or(u64::MAX);
+            let mut content = String::new();
+            let mut n = 0u64;
+            for l in lines.by_ref() {
+                if n == take {
+                    break;
+                }
+                content.push_str(l);
+                n += 1;
+            }
+            return Ok(ReadResult {
+                path: vp.to_string(),
+                content,
+                offset: first,
+                lines: n,
+                total_lines: total,
+                truncated: first - 1 + n < total,
+                size,
+            });
+        }
+        if limit.is_none() {
+            return Err(FsError::TooLarge {
+                path: vp.to_string(),
+                what: "the file",
+                size,
+                limit: max,
+                key: "limits.max_read_bytes",
+            });
+        }
+        self.read_window_streaming(&vp, file, size, first, limit.unwrap_or(u64::MAX))
+    }
+
+    /// Reads a window of lines from a file larger than the read limit without loading it whole.
+    fn read_window_streaming(
+        &self,
+        vp: &VPath,
+        file: std::fs::File,
+        size: u64,
+        first: u64,
+        take: u64,
+    ) -> FsResult<ReadResult> {
+        let max = self.limits.max_read_bytes;
+        let mut r = BufReader::with_capacity(1 << 16, file);
+        let head = r.fill_buf().map_err(io_err(vp, "read"))?;
+        if let Some(i) = memchr::memchr(0, &head[..head.len().min(BINARY_PROBE)]) {
+            return Err(FsError::Binary {
+                path: vp.to_string(),
+                reason: format!("NUL byte at offset {i}"),
+            });
+        }
+        let mut line_no = 0u64; // lines fully consumed so far
+        let mut content: Vec<u8> = Vec::new();
+        let mut line = Vec::new();
+        let last = first.saturating_add(take); // exclusive
+        while line_no + 1 < last {
+            line.clear();
+            let n = r.read_until(b'\n', &mut line).map_err(io_err(vp, "read"))?;
+            if n == 0 {
+                break;
+            }
+            line_no += 1;
+            if line_no >= first {
+                content.extend_from_slice(&line);
+                if content.len() as u64 > max {
+                    return Err(FsError::TooLarge {
+                        path: vp.to_string(),
+                        what: "the requested lines",
+                        size: content.len() as u64,
+                        limit: max,
+                        key: "limits.max_read_bytes",
+                    });
+                }
+            }
+        }
+        let returned = line_no.saturating_sub(first - 1);
+        // Count the rest without keeping it.
+        let mut total = line_no;
+        let mut tail_has_partial = false;
+        loop {
+            let buf = r.fill_buf().map_err(io_err(vp, "read"))?;
+            if buf.is_empty() {
+                break;
+            }
+            total += memchr::memchr_iter(b'\n', buf).count() as u64;
+            tail_has_partial = !buf.ends_with(b"\n");
+            let len = buf.len();
+            r.consume(len);
+        }
+        if tail_has_partial {
+            total += 1;
+        }
+        check_text(vp, &content, false)?;
+        Ok(ReadResult {
+            path: vp.to_string(),
+            content: String::from_utf8(content).expect("checked"),
+            offset: first,
+            lines: returned,
+            total_lines: total,
+            truncated: line_no < total,
+            size,
+        })
+    }
+
+    /// Opens a regular file for reading its raw bytes; returns the file and its size.
+    pub fn read_binary(&self, path: &str) -> FsResult<(std::fs::File, u64)> {
+        let vp = path::parse_entry(path)?;
+        let (file, st) = self.local(&vp)?.open_file_for_read(&vp)?;
+        Ok((file, st.st_size as u64))
+    }
+
+    /// Starts an atomic write of `path`: parents are created, symlinks inside the zone followed.
+    pub fn begin_write(&self, path: &str) -> FsResult<AtomicWrite<'_>> {
+        let vp = path::parse_entry(path)?;
+        let z = self.writable_local(&vp)?;
+        let vp = z.follow_last(&vp)?;
+        if vp.is_root() {
+            return Err(FsError::IsDir { path: vp.to_string() });
+        }
+        let parent = z.ensure_parent(&vp)?;
+        let tmp = self.next_tmp_name();
+        let fd = rustix::fs::openat(
+            &parent,
+            tmp.as_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+        .map_err(errno_err(&vp, "create temp file"))?;
+        Ok(AtomicWrite {
+            zones: self,
+            vp,
+            parent,
+            tmp,
+            file: Some(std::fs::File::from(fd)),
+            written: 0,
+            limit: self.limits.max_write_bytes,
+        })
+    }
+
+    /// Replaces (or creates) a file with the given bytes, atomically.
+    pub fn write_bytes(&self, path: &str, content: &[u8], origin: Origin) -> FsResult<WriteResult> {
+        let mut w = self.begin_write(path)?;
+        w.write_chunk(content)?;
+        w.commit(origin)
+    }
+
+    /// Replaces (or creates) a text file, atomically.
+    pub fn write(&self, path: &str, content: &str, origin: Origin) -> FsResult<WriteResult> {
+        self.write_bytes(path, content.as_bytes(), origin)
+    }
+
+    /// Replaces an exact string in a text file; with `replace_all` every occurrence, otherwise the
+    /// string must occur exactly once. Fails with `CONFLICT` when the file changes meanwhile.
+    pub fn edit(
+        &self,
+        path: &str,
+        old: &str,
+        new: &str,
+        replace_all: bool,
+        origin: Origin,
+    ) -> FsResult<EditResult> {
+        let vp = path::parse_entry(path)?;
+        if old.is_empty() {
+            return Err(FsError::invalid("old", "must not be empty"));
+        }
+        if old == new {
+            return Err(FsError::invalid("new", "is the same as old; nothing would change"));
+        }
+        let z = self.writable_local(&vp)?;
+        let vp = z.follow_last(&vp)?;
+        let name = vp.name().ok_or_else(|| FsError::IsDir { path: vp.to_string() })?;
+        let _guard = self.locks.lock(&vp);
+        let parent = z.open_parent(&vp)?;
+        let fd = rustix::fs::openat(
+            &parent,
+            name,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(errno_err(&vp, "open"))?;
+        let st = rustix::fs::fstat(&fd).map_err(errno_err(&vp, "stat"))?;
+        if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+            return Err(FsError::IsDir { path: vp.to_string() });
+        }
+        z.check_links(&vp, &st)?;
+        let size = st.st_size as u64;
+        if size > self.limits.max_read_bytes {
+            return Err(FsError::TooLarge {
+                path: vp.to_string(),
+                what: "the file",
+                size,
+                limit: self.limits.max_read_bytes,
+                key: "limits.max_read_bytes",
+            });
+        }
+        let before = Fingerprint::of(&st);
+        let mut buf = Vec::with_capacity(size as usize + 1);
+        std::fs::File::from(fd)
+            .read_to_end(&mut buf)
+            .map_err(io_err(&vp, "read"))?;
+        check_text(&vp, &buf, true)?;
+        let text = String::from_utf8(buf).expect("checked");
+        let count = text.matches(old).count();
+        if count == 0 {
+            return Err(FsError::NoMatch { path: vp.to_string() });
+        }
+        if count > 1 && !replace_all {
+            return Err(FsError::NotUnique {
+                path: vp.to_string(),
+                count,
+            });
+        }
+        let updated = if replace_all {
+            text.replace(old, new)
+        } else {
+            text.replacen(old, new, 1)
+        };
+        let mut w = self.begin_write(&vp.to_string())?;
+        w.write_chunk(updated.as_bytes())?;
+        let res = w.commit_locked(Some(&before), "edit", origin)?;
+        Ok(EditResult {
+            path: res.path,
+            replacements: count,
+            bytes: res.bytes,
+        })
+    }
+
+    /// Deletes a file or symlink; a directory only with `recursive` (or when empty).
+    pub fn delete(&self, path: &str, recursive: bool, origin: Origin) -> FsResult<()> {
+        let vp = path::parse_entry(path)?;
+        let z = self.writable_local(&vp)?;
+        let name = vp.name().expect("entry");
+        let parent = z.open_parent(&vp)?;
+        let st = z.stat_at(&parent, name, &vp)?;
+        let _guard = self.locks.lock(&vp);
+        if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+            if recursive {
+                remove_tree(parent.as_fd(), &CString::new(name).expect("no NUL in a parsed path")).map_err(errno_err(&vp, "delete"))?;
+            } else {
+                rustix::fs::unlinkat(&parent, name, AtFlags::REMOVEDIR)
+                    .map_err(errno_err(&vp, "rmdir"))?;
+            }
+        } else {
+            rustix::fs::unlinkat(&parent, name, AtFlags::empty()).map_err(errno_err(&vp, "unlink"))?;
+        }
+        self.record(&vp, "delete", None, None, origin);
+        Ok(())
+    }
+
+    /// Returns whether a path exists (symlinks are not followed).
+    pub fn exists(&self, path: &str) -> FsResult<ExistsResult> {
+        let vp = match path::parse(path)? {
+            Target::Top => {
+                return Ok(ExistsResult {
+                    path: "/".into(),
+                    exists: true,
+                    kind: Some(EntryKind::Dir),
+                })
+            }
+            Target::Zone(vp) => vp,
+        };
+        match self.local(&vp)?.lstat(&vp) {
+            Ok(st) => Ok(ExistsResult {
+                path: vp.to_string(),
+                exists: true,
+                kind: Some(kind_of(&st)),
+            }),
+            Err(FsError::NotFound { .. }) | Err(FsError::NotDir { .. }) => Ok(ExistsResult {
+                path: vp.to_string(),
+                exists: false,
+                kind: None,
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Lists a directory (sorted by name); `/` lists the zones.
+    pub fn list(&self, path: &str) -> FsResult<ListResult> {
+        let vp = match path::parse(path)? {
+            Target::Top => {
+                let entries = ZoneId::ALL
+                    .iter()
+                    .filter_map(|id| match self.zone(*id) {
+                        Zone::Local(z) => {
+                            let st = rustix::fs::fstat(z.dirfd()).ok()?;
+                            Some(Entry {
+                                name: id.name().into(),
+                                kind: EntryKind::Dir,
+                                size: st.st_size as u64,
+                                mtime_ms: mtime_ms(&st),
+                            })
+                        }
+                        Zone::Disabled(_) => None,
+                    })
+                    .collect();
+                return Ok(ListResult {
+                    path: "/".into(),
+                    entries,
+                });
+            }
+            Target::Zone(vp) => vp,
+        };
+        let z = self.local(&vp)?;
+        let fd = z.open(&vp, OFlags::RDONLY | OFlags::DIRECTORY)?;
+        let mut entries = Vec::new();
+        let dir = rustix::fs::Dir::new(fd.try_clone().map_err(io_err(&vp, "dup"))?)
+            .map_err(errno_err(&vp, "readdir"))?;
+        for ent in dir {
+            let ent = ent.map_err(errno_err(&vp, "readdir"))?;
+            let name = ent.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            let Ok(name) = std::str::from_utf8(name) else {
+                tracing::warn!(dir = %vp, "skipping a name that is not UTF-8");
+                continue;
+            };
+            let st = match rustix::fs::statat(&fd, name, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) => st,
+                Err(rustix::io::Errno::NOENT) => continue, // removed meanwhile
+                Err(e) => return Err(errno_err(&vp, "stat")(e)),
+            };
+            entries.push(Entry {
+                name: name.to_string(),
+                kind: kind_of(&st),
+                size: st.st_size as u64,
+                mtime_ms: mtime_ms(&st),
+            });
+        }
+        entries.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(ListResult {
+            path: vp.to_string(),
+            entries,
+        })
+    }
+
+    /// Describes one path without following a symlink in its last component.
+    pub fn stat(&self, path: &str) -> FsResult<StatResult> {
+        let vp = match path::parse(path)? {
+            Target::Top => {
+                return Ok(StatResult {
+                    path: "/".into(),
+                    kind: EntryKind::Dir,
+                    size: 0,
+                    mode: 0o555,
+                    mtime_ms: 0,
+                    nlink: 2,
+                    target: None,
+                    read_only: true,
+                })
+            }
+            Target::Zone(vp) => vp,
+        };
+        let z = self.local(&vp)?;
+        let st = z.lstat(&vp)?;
+        let target = if kind_of(&st) == EntryKind::Symlink {
+            let parent = z.open_parent(&vp)?;
+            let t = rustix::fs::readlinkat(&parent, vp.name().expect("symlink has a name"), Vec::new())
+                .map_err(errno_err(&vp, "readlink"))?;
+            Some(t.to_string_lossy().into_owned())
+        } else {
+            None
+        };
+        Ok(StatResult {
+            path: vp.to_string(),
+            kind: kind_of(&st),
+            size: st.st_size as u64,
+            mode: st.st_mode & 0o7777,
+            mtime_ms: mtime_ms(&st),
+            nlink: st.st_nlink,
+            target,
+            read_only: z.read_only(),
+        })
+    }
+
+    /// Creates a directory; with `parents`, missing parents too and no error when it exists.
+    pub fn mkdir(&self, path: &str, parents: bool, origin: Origin) -> FsResult<()> {
+        let vp = path::parse_entry(path)?;
+        let z = self.writable_local(&vp)?;
+        if parents {
+            if let Ok(st) = z.lstat(&vp) {
+                return if kind_of(&st) == EntryKind::Dir {
+                    Ok(())
+                } else {
+                    Err(FsError::Exists { path: vp.to_string() })
+                };
+            }
+            z.mkdir_p(&vp)?;
+        } else {
+            let parent = z.open_parent(&vp)?;
+            rustix::fs::mkdirat(&parent, vp.name().expect("entry"), Mode::from_raw_mode(0o777))
+                .map_err(errno_err(&vp, "mkdir"))?;
+        }
+        self.record(&vp, "mkdir", None, None, origin);
+        Ok(())
+    }
+
+    /// Moves (renames) a file or directory; fails with `EXISTS` unless `overwrite`. Across zones on
+    /// different filesystems, regular files are copied and the source removed.
+    pub fn rename(&self, from: &str, to: &str, overwrite: bool, origin: Origin) -> FsResult<()> {
+        let src = path::parse_entry(from)?;
+        let dst = path::parse_entry(to)?;
+        if dst.starts_with(&src) {
+            return Err(FsError::invalid(
+                "to",
+                format!("{dst} lies inside {src}; a directory cannot move into itself"),
+            ));
+        }
+        let zs = self.writable_local(&src)?;
+        let zd = self.writable_local(&dst)?;
+        let sp = zs.open_parent(&src)?;
+        let dp = zd.ensure_parent(&dst)?;
+        let (sname, dname) = (src.name().expect("entry"), dst.name().expect("entry"));
+        zs.stat_at(&sp, sname, &src)?;
+        let _guards = self.locks.lock_two(&src, &dst);
+        let flags = if overwrite {
+            RenameFlags::empty()
+        } else {
+            RenameFlags::NOREPLACE
+        };
+        match rustix::fs::renameat_with(&sp, sname, &dp, dname, flags) {
+            Ok(()) => {}
+            Err(rustix::io::Errno::EXIST) | Err(rustix::io::Errno::NOTEMPTY) => {
+                return Err(FsError::Exists { path: dst.to_string() })
+            }
+            Err(rustix::io::Errno::XDEV) => {
+                drop(_guards);
+                return self.copy_across(&src, &dst, overwrite, origin);
+            }
+            Err(e) => return Err(errno_err(&src, "rename")(e)),
+        }
+        self.record(&src, "move", None, Some(&dst), origin);
+        Ok(())
+    }
+
+    /// Moves a regular file between filesystems: atomic write at the destination, then unlink.
+    fn copy_across(&self, src: &VPath, dst: &VPath, overwrite: bool, origin: Origin) -> FsResult<()> {
+        let zs = self.local(src)?;
+        let st = zs.lstat(src)?;
+        if kind_of(&st) != EntryKind::File {
+            return Err(FsError::invalid(
+                "from",
+                format!("{src} is not a regular file; only files move between zones on different filesystems"),
+            ));
+        }
+        if !overwrite && self.exists(&dst.to_string())?.exists {
+            return Err(FsError::Exists { path: dst.to_string() });
+        }
+        let (mut file, _) = zs.open_file_for_read(src)?;
+        let mut w = self.begin_write(&dst.to_string())?;
+        let mut buf = vec![0u8; 1 << 16];
+        loop {
+            let n = file.read(&mut buf).map_err(io_err(src, "read"))?;
+            if n == 0 {
+                break;
+            }
+            w.write_chunk(&buf[..n])?;
+        }
+        w.commit(origin)?;
+        let parent = zs.open_parent(src)?;
+        rustix::fs::unlinkat(&parent, src.name().expect("entry"), AtFlags::empty())
+            .map_err(errno_err(src, "unlink"))?;
+        self.record(src, "move", None, Some(dst), origin);
+        Ok(())
+    }
+
+    /// Returns the real path behind a virtual path, for tools that work outside sandfs.
+    pub fn resolve(&self, path: &str) -> FsResult<ResolveResult> {
+        let vp = path::parse_in_zone(path)?;
+        let z = self.local(&vp)?;
+        let root = z.root().display().to_string();
+        match z.open(&vp, OFlags::PATH) {
+            Ok(fd) => Ok(ResolveResult {
+                path: vp.to_string(),
+                real_path: LocalZone::fd_real_path(&fd)
+                    .map_err(io_err(&vp, "resolve"))?
+                    .display()
+                    .to_string(),
+                exists: true,
+                zone_root: root,
+            }),
+            Err(FsError::NotFound { .. }) if !vp.is_root() => {
+                let parent = z.open_parent(&vp)?;
+                let dir = LocalZone::fd_real_path(&parent).map_err(io_err(&vp, "resolve"))?;
+                Ok(ResolveResult {
+                    path: vp.to_string(),
+                    real_path: dir.join(vp.name().expect("entry")).display().to_string(),
+                    exists: false,
+                    zone_root: root,
+                })
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Removes `name` in `parent` and everything beneath it, never following a symlink.
+fn remove_tree(parent: BorrowedFd<'_>, name: &CStr) -> rustix::io::Result<()> {
+    let fd = rustix::fs::openat(
+        parent,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let listing = rustix::io::dup(&fd)?;
+    for ent in rustix::fs::Dir::new(listing)? {
+        let ent = ent?;
+        let child = ent.file_name();
+        if child.to_bytes() == b"." || child.to_bytes() == b".." {
+            continue;
+        }
+        match rustix::fs::unlinkat(&fd, child, AtFlags::empty()) {
+            Err(rustix::io::Errno::ISDIR) | Err(rustix::io::Errno::PERM)
+                if matches!(ent.file_type(), FileType::Directory | FileType::Unknown) =>
+            {
+                remove_tree(fd.as_fd(), child)?;
+            }
+            other => other?,
+        }
+    }
+    rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR)
+}

@@ -1,0 +1,564 @@
+//! `glob` and `grep`: ripgrep's own crates, run in the daemon on the backing directory.
+//!
+//! The walk is the `ignore` crate's parallel walker (the one ripgrep and fd use), with the same
+//! defaults: hidden files skipped and `.gitignore`/`.ignore` honoured unless asked otherwise, symlinks
+//! not followed. Files are opened beneath the zone's directory fd, so a directory swapped for a
+//! symlink mid-walk cannot lead the search out of the zone. Results are capped and sorted (glob:
+//! newest first; grep: by path and line) so an agent gets a stable, bounded answer.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use globset::GlobBuilder;
+use grep_regex::RegexMatcherBuilder;
+use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkMatch};
+use ignore::overrides::OverrideBuilder;
+use ignore::types::TypesBuilder;
+use ignore::{ParallelVisitor, ParallelVisitorBuilder, WalkBuilder, WalkState};
+use rustix::fs::{Mode, OFlags};
+use serde::{Deserialize, Serialize};
+
+use super::error::{FsError, FsResult};
+use super::path;
+use super::zone::{openat2_beneath, LocalZone};
+use super::{EntryKind, Zones};
+
+fn default_true() -> bool {
+    true
+}
+
+/// What `glob` looks for.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct GlobOptions {
+    /// A glob; without `/` it matches file names anywhere (like `fd -g`), with `/` the path
+    /// relative to the search directory (`src/**/*.rs`).
+    pub pattern: String,
+    /// Directory to search (default `/workspace`).
+    #[serde(default)]
+    pub path: Option<String>,
+    /// Honour `.gitignore`, `.ignore` and git excludes (default true).
+    #[serde(default = "default_true")]
+    pub gitignore: bool,
+    /// Include hidden files and directories (default false).
+    #[serde(default)]
+    pub hidden: bool,
+    /// `file` (default), `dir` or `any`.
+    #[serde(default)]
+    pub kind: Option<String>,
+    /// Most paths to return (default and maximum: `limits.glob_max_results`).
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+/// One path found by `glob`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct GlobMatch {
+    pub path: String,
+    pub mtime_ms: i64,
+}
+
+/// The result of `glob`: newest first.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct GlobResult {
+    pub matches: Vec<GlobMatch>,
+    /// Number of matches found (before the cap).
+    pub total: usize,
+    pub truncated: bool,
+}
+
+/// How `grep` reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum GrepMode {
+    /// Matching lines (with context lines when asked).
+    #[default]
+    Content,
+    /// Paths of files with at least one match.
+    Files,
+    /// Number of matching lines per file.
+    Count,
+}
+
+/// What `grep` looks for.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct GrepOptions {
+    /// A regular expression (Rust regex syntax), or a literal string with `literal`.
+    pub pattern: String,
+    /// File or directory to search (default `/workspace`).
+    #[serde(default)]
+    pub path: Option<String>,
+    #[serde(default)]
+    pub literal: bool,
+    #[serde(default)]
+    pub ignore_case: bool,
+    /// Globs that select files (`*.rs`; `!` excludes), as ripgrep's `-g`.
+    #[serde(default)]
+    pub glob: Vec<String>,
+    /// File types (`rust`, `py`, …), as ripgrep's `-t`.
+    #[serde(default, rename = "type")]
+    pub file_type: Vec<String>,
+    /// Lines of context before and after each match.
+    #[serde(default)]
+    pub context: Option<usize>,
+    #[serde(default)]
+    pub before: Option<usize>,
+    #[serde(default)]
+    pub after: Option<usize>,
+    #[serde(default)]
+    pub mode: GrepMode,
+    /// Most results (matching lines, files or counts; default and maximum `limits.grep_max_results`).
+    #[serde(default)]
+    pub limit: Option<usize>,
+    #[serde(default = "default_true")]
+    pub gitignore: bool,
+    #[serde(default)]
+    pub hidden: bool,
+}
+
+/// Whether a grep line matched or is context around a match.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LineKind {
+    Match,
+    Context,
+}
+
+/// One line of `grep` output.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct GrepLine {
+    pub path: String,
+    pub line: u64,
+    pub text: String,
+    pub kind: LineKind,
+}
+
+/// Matching lines in one file.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct GrepCount {
+    pub path: String,
+    pub count: u64,
+}
+
+/// The result of `grep`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default)]
+pub struct GrepResult {
+    pub mode: GrepMode,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lines: Vec<GrepLine>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub counts: Vec<GrepCount>,
+    /// Matching lines found (in content and count mode) or files found (in files mode).
+    pub total: usize,
+    pub files_searched: usize,
+    /// True when the result cap stopped the search early.
+    pub truncated: bool,
+}
+
+/// Where a search starts: the zone, the start path, and their real paths.
+struct Start<'z> {
+    zone: &'z LocalZone,
+    real: PathBuf,
+}
+
+impl Zones {
+    fn search_start(&self, path: Option<&str>) -> FsResult<Start<'_>> {
+        let vp = path::parse_in_zone(path.unwrap_or("/workspace"))?;
+        let zone = self.local(&vp)?;
+        // Resolve through the kernel, beneath the zone, then walk the real path it names.
+        let fd = zone.open(&vp, OFlags::PATH)?;
+        let real = LocalZone::fd_real_path(&fd)
+            .map_err(|e| FsError::from_io(&vp.to_string(), "resolve", e))?;
+        if !real.starts_with(zone.root()) {
+            return Err(FsError::OutsideZone {
+                path: vp.to_string(),
+                rule: "it resolves outside the zone".into(),
+            });
+        }
+        Ok(Start { zone, real })
+    }
+
+    /// Returns the virtual path of a real path found by a walk under the zone root.
+    fn vpath_of(zone: &LocalZone, real: &Path) -> Option<String> {
+        let rel = real.strip_prefix(zone.root()).ok()?.to_str()?;
+        Some(if rel.is_empty() {
+            format!("/{}", zone.id().name())
+        } else {
+            format!("/{}/{}", zone.id().name(), rel)
+        })
+    }
+
+    /// Finds paths matching a glob, newest first.
+    pub fn glob(&self, opts: &GlobOptions) -> FsResult<GlobResult> {
+        let cap = self.limits.glob_max_results;
+        let limit = checked_limit(opts.limit, cap, "limit")?;
+        if opts.pattern.is_empty() {
+            return Err(FsError::invalid("pattern", "must not be empty"));
+        }
+        let want = match opts.kind.as_deref() {
+            None | Some("file") => Some(EntryKind::File),
+            Some("dir") => Some(EntryKind::Dir),
+            Some("any") => None,
+            Some(other) => {
+                return Err(FsError::invalid(
+                    "kind",
+                    format!("{other:?} is not one of file, dir, any"),
+                ))
+            }
+        };
+        let full_path = opts.pattern.contains('/');
+        let pattern = opts.pattern.trim_start_matches("./");
+        let matcher = GlobBuilder::new(pattern)
+            .literal_separator(true)
+            .backslash_escape(true)
+            .build()
+            .map_err(|e| FsError::invalid("pattern", format!("{:?}: {}", opts.pattern, e.kind())))?
+            .compile_matcher();
+        let start = self.search_start(opts.path.as_deref())?;
+        let found: Mutex<Vec<GlobMatch>> = Mutex::new(Vec::new());
+        let walker = walker(&start.real, opts.gitignore, opts.hidden).build_parallel();
+        let mut builder = GlobVisitors {
+            found: &found,
+            matcher: &matcher,
+            start: &start,
+            want,
+            full_path,
+        };
+        walker.visit(&mut builder);
+        let mut matches = found.into_inner().expect("not poisoned");
+        let total = matches.len();
+        matches.sort_unstable_by(|a, b| b.mtime_ms.cmp(&a.mtime_ms).then_with(|| a.path.cmp(&b.path)));
+        matches.truncate(limit);
+        Ok(GlobResult {
+            truncated: total > matches.len(),
+            matches,
+            total,
+        })
+    }
+
+    /// Searches file contents with a regex or literal.
+    pub fn grep(&self, opts: &GrepOptions) -> FsResult<GrepResult> {
+        let limit = checked_limit(opts.limit, self.limits.grep_max_results, "limit")?;
+        if opts.pattern.is_empty() {
+            return Err(FsError::invalid("pattern", "must not be empty"));
+        }
+        let matcher = RegexMatcherBuilder::new()
+            .case_insensitive(opts.ignore_case)
+            .fixed_strings(opts.literal)
+            .line_terminator(Some(b'\n'))
+            .build(&opts.pattern)
+            .map_err(|e| FsError::invalid("pattern", e.to_string()))?;
+        let start = self.search_start(opts.path.as_deref())?;
+        let mut wb = walker(&start.real, opts.gitignore, opts.hidden);
+        if !opts.glob.is_empty() {
+            let mut ob = OverrideBuilder::new(&start.real);
+            for g in &opts.glob {
+                ob.add(g)
+                    .map_err(|e| FsError::invalid("glob", format!("{g:?}: {e}")))?;
+            }
+            wb.overrides(ob.build().map_err(|e| FsError::invalid("glob", e.to_string()))?);
+        }
+        if !opts.file_type.is_empty() {
+            let mut tb = TypesBuilder::new();
+            tb.add_defaults();
+            for t in &opts.file_type {
+                tb.select(t);
+            }
+            wb.types(tb.build().map_err(|e| FsError::invalid("type", e.to_string()))?);
+        }
+        let before = opts.before.or(opts.context).unwrap_or(0);
+        let after = opts.after.or(opts.context).unwrap_or(0);
+        if before > 1000 || after > 1000 {
+            return Err(FsError::invalid("context", "must be at most 1000 lines"));
+        }
+        let mode = opts.mode;
+        let shared = Shared {
+            results: Mutex::new(Vec::new()),
+            total: AtomicUsize::new(0),
+            searched: AtomicUsize::new(0),
+            stop: AtomicBool::new(false),
+            limit,
+        };
+        wb.build_parallel().run(|| {
+            let mut searcher = SearcherBuilder::new()
+                .binary_detection(BinaryDetection::quit(0))
+                .line_number(true)
+                .before_context(if mode == GrepMode::Content { before } else { 0 })
+                .after_context(if mode == GrepMode::Content { after } else { 0 })
+                .build();
+            let matcher = matcher.clone();
+            let shared = &shared;
+            let zone = start.zone;
+            Box::new(move |entry| {
+                if shared.stop.load(Ordering::Relaxed) {
+                    return WalkState::Quit;
+                }
+                let Ok(entry) = entry else { return WalkState::Continue };
+                if !entry.file_type().is_some_and(|t| t.is_file()) {
+                    return WalkState::Continue;
+                }
+                let Some(vpath) = Zones::vpath_of(zone, entry.path()) else {
+                    return WalkState::Continue;
+                };
+                let rel = &vpath[zone.id().name().len() + 2..];
+                let Ok(fd) = openat2_beneath(
+                    zone.dirfd(),
+                    rel,
+                    OFlags::RDONLY | OFlags::NOCTTY | OFlags::NONBLOCK,
+                    Mode::empty(),
+                ) else {
+                    return WalkState::Continue;
+                };
+                let file = std::fs::File::from(fd);
+                shared.searched.fetch_add(1, Ordering::Relaxed);
+                let mut sink = FileSink {
+                    mode,
+                    path: vpath,
+                    lines: Vec::new(),
+                    count: 0,
+                    binary: false,
+                };
+                if searcher.search_file(&matcher, &file, &mut sink).is_err() || sink.binary || sink.count == 0 {
+                    return WalkState::Continue;
+                }
+                if shared.add(sink) {
+                    WalkState::Continue
+                } else {
+                    WalkState::Quit
+                }
+            })
+        });
+        let mut files = shared.results.into_inner().expect("not poisoned");
+        files.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+        let mut out = GrepResult {
+            mode,
+            total: 0,
+            files_searched: shared.searched.load(Ordering::Relaxed),
+            truncated: shared.stop.load(Ordering::Relaxed),
+            ..Default::default()
+        };
+        // Trim to the cap deterministically (the walk may have overshot in parallel).
+        let mut budget = limit;
+        for f in files {
+            if budget == 0 {
+                out.truncated = true;
+                break;
+            }
+            match mode {
+                GrepMode::Files => {
+                    out.files.push(f.path);
+                    budget -= 1;
+                    out.total += 1;
+                }
+                GrepMode::Count => {
+                    out.counts.push(GrepCount { path: f.path, count: f.count });
+                    budget -= 1;
+                    out.total += f.count as usize;
+                }
+                GrepMode::Content => {
+                    let mut kept = Vec::with_capacity(f.lines.len());
+                    let mut iter = f.lines.into_iter().peekable();
+                    while let Some(l) = iter.next() {
+                        if l.kind == LineKind::Match {
+                            if budget == 0 {
+                                out.truncated = true;
+                                break;
+                            }
+                            budget -= 1;
+                            out.total += 1;
+                        }
+                        kept.push(l);
+                    }
+                    // Drop trailing context of a match that was cut.
+                    while kept.last().is_some_and(|l| l.kind == LineKind::Context) && budget == 0 && out.truncated {
+                        kept.pop();
+                    }
+                    out.lines.extend(kept);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Builds one glob visitor per walker thread.
+struct GlobVisitors<'a> {
+    found: &'a Mutex<Vec<GlobMatch>>,
+    matcher: &'a globset::GlobMatcher,
+    start: &'a Start<'a>,
+    want: Option<EntryKind>,
+    full_path: bool,
+}
+
+impl<'s> ParallelVisitorBuilder<'s> for GlobVisitors<'s> {
+    fn build(&mut self) -> Box<dyn ParallelVisitor + 's> {
+        Box::new(GlobVisitor {
+            found: self.found,
+            matcher: self.matcher,
+            start: self.start,
+            want: self.want,
+            full_path: self.full_path,
+            local: Vec::new(),
+        })
+    }
+}
+
+/// One walker thread's glob matching; its matches are handed over when the thread is done.
+struct GlobVisitor<'a> {
+    found: &'a Mutex<Vec<GlobMatch>>,
+    matcher: &'a globset::GlobMatcher,
+    start: &'a Start<'a>,
+    want: Option<EntryKind>,
+    full_path: bool,
+    local: Vec<GlobMatch>,
+}
+
+impl Drop for GlobVisitor<'_> {
+    fn drop(&mut self) {
+        self.found.lock().expect("not poisoned").append(&mut self.local);
+    }
+}
+
+impl ParallelVisitor for GlobVisitor<'_> {
+    fn visit(&mut self, entry: Result<ignore::DirEntry, ignore::Error>) -> WalkState {
+        use std::os::unix::fs::MetadataExt;
+        let Ok(entry) = entry else { return WalkState::Continue };
+        if entry.depth() == 0 {
+            return WalkState::Continue;
+        }
+        let kind = match entry.file_type() {
+            Some(t) if t.is_file() => EntryKind::File,
+            Some(t) if t.is_dir() => EntryKind::Dir,
+            Some(t) if t.is_symlink() => EntryKind::Symlink,
+            _ => EntryKind::Other,
+        };
+        if self.want.is_some_and(|w| w != kind) {
+            return WalkState::Continue;
+        }
+        let hit = if self.full_path {
+            entry
+                .path()
+                .strip_prefix(&self.start.real)
+                .is_ok_and(|rel| self.matcher.is_match(rel))
+        } else {
+            self.matcher.is_match(Path::new(entry.file_name()))
+        };
+        if hit {
+            if let (Some(path), Ok(md)) = (Zones::vpath_of(self.start.zone, entry.path()), entry.metadata()) {
+                self.local.push(GlobMatch {
+                    path,
+                    mtime_ms: md.mtime() * 1000 + md.mtime_nsec() / 1_000_000,
+                });
+            }
+        }
+        WalkState::Continue
+    }
+}
+
+/// State shared by the search threads.
+struct Shared {
+    results: Mutex<Vec<FileSink>>,
+    total: AtomicUsize,
+    searched: AtomicUsize,
+    stop: AtomicBool,
+    limit: usize,
+}
+
+impl Shared {
+    /// Adds one file's results; returns false once the cap is reached.
+    fn add(&self, sink: FileSink) -> bool {
+        let n = match sink.mode {
+            GrepMode::Content => sink.count as usize,
+            GrepMode::Files | GrepMode::Count => 1,
+        };
+        let before = self.total.fetch_add(n, Ordering::Relaxed);
+        if before >= self.limit {
+            self.stop.store(true, Ordering::Relaxed);
+            return false;
+        }
+        self.results.lock().expect("not poisoned").push(sink);
+        if before + n >= self.limit {
+            self.stop.store(true, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+}
+
+/// Collects one file's results; discards them when the file turns out to be binary.
+struct FileSink {
+    mode: GrepMode,
+    path: String,
+    lines: Vec<GrepLine>,
+    count: u64,
+    binary: bool,
+}
+
+fn line_text(bytes: &[u8]) -> String {
+    let b = bytes.strip_suffix(b"\n").unwrap_or(bytes);
+    let b = b.strip_suffix(b"\r").unwrap_or(b);
+    String::from_utf8_lossy(b).into_owned()
+}
+
+impl Sink for FileSink {
+    type Error = std::io::Error;
+
+    fn matched(&mut self, _: &Searcher, m: &SinkMatch<'_>) -> Result<bool, Self::Error> {
+        self.count += 1;
+        match self.mode {
+            GrepMode::Files => return Ok(false),
+            GrepMode::Count => {}
+            GrepMode::Content => self.lines.push(GrepLine {
+                path: self.path.clone(),
+                line: m.line_number().unwrap_or(0),
+                text: line_text(m.bytes()),
+                kind: LineKind::Match,
+            }),
+        }
+        Ok(true)
+    }
+
+    fn context(&mut self, _: &Searcher, c: &SinkContext<'_>) -> Result<bool, Self::Error> {
+        self.lines.push(GrepLine {
+            path: self.path.clone(),
+            line: c.line_number().unwrap_or(0),
+            text: line_text(c.bytes()),
+            kind: LineKind::Context,
+        });
+        Ok(true)
+    }
+
+    fn binary_data(&mut self, _: &Searcher, _: u64) -> Result<bool, Self::Error> {
+        self.binary = true;
+        Ok(false)
+    }
+}
+
+fn checked_limit(given: Option<usize>, cap: usize, name: &str) -> FsResult<usize> {
+    match given {
+        None => Ok(cap),
+        Some(0) => Err(FsError::invalid(name, "must be at least 1")),
+        Some(n) if n > cap => Err(FsError::invalid(
+            name,
+            format!("{n} is over the configured maximum of {cap}"),
+        )),
+        Some(n) => Ok(n),
+    }
+}
+
+fn walker(root: &Path, gitignore: bool, hidden: bool) -> WalkBuilder {
+    let mut wb = WalkBuilder::new(root);
+    wb.hidden(!hidden)
+        .git_ignore(gitignore)
+        .git_global(gitignore)
+        .git_exclude(gitignore)
+        .ignore(gitignore)
+        .parents(gitignore)
+        .follow_links(false)
+        .threads(std::thread::available_parallelism().map_or(2, |n| n.get()));
+    wb
+}

@@ -1,0 +1,291 @@
+//! A zone backed by a local directory, and the fd-relative primitives every operation uses.
+//!
+//! The second half of the security boundary (after [`super::path`]): every access starts from the
+//! zone's directory fd and goes through `openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)`, so the
+//! kernel refuses `..`, absolute symlinks, relative symlinks pointing out and `/proc` magic links
+//! while it resolves, with no window between a check and a use. Operations that replace a name
+//! (`write`, `rename`, `unlink`) first open the parent this way and then act on one plain name with
+//! the `*at` calls, which never follow a symlink in the last component.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags, Stat};
+
+use super::error::{FsError, FsResult};
+use super::path::{VPath, ZoneId};
+
+/// Symlinks followed at most when resolving the last component of a path ourselves.
+pub const MAX_SYMLINK_HOPS: usize = 40;
+
+/// A zone served from a local directory.
+#[derive(Debug)]
+pub struct LocalZone {
+    id: ZoneId,
+    root: PathBuf,
+    dirfd: OwnedFd,
+    read_only: bool,
+    allow_hardlinks: bool,
+}
+
+impl LocalZone {
+    /// Opens the directory `path` as zone `id`, creating it first when `create` is set.
+    pub fn open_dir(
+        id: ZoneId,
+        path: &Path,
+        create: bool,
+        read_only: bool,
+        allow_hardlinks: bool,
+    ) -> io::Result<LocalZone> {
+        if create {
+            std::fs::create_dir_all(path)?;
+        }
+        let root = std::fs::canonicalize(path)?;
+        let dirfd = rustix::fs::open(
+            &root,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        Ok(LocalZone {
+            id,
+            root,
+            dirfd,
+            read_only,
+            allow_hardlinks,
+        })
+    }
+
+    /// Returns the zone id.
+    pub fn id(&self) -> ZoneId {
+        self.id
+    }
+
+    /// Returns the canonical real path of the zone root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Returns true when the zone refuses changes.
+    pub fn read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// Returns the zone root's directory fd (opened with `O_PATH`).
+    pub fn dirfd(&self) -> BorrowedFd<'_> {
+        self.dirfd.as_fd()
+    }
+
+    /// Fails with `READ_ONLY` when the zone refuses changes.
+    pub fn check_writable(&self, vp: &VPath) -> FsResult<()> {
+        if self.read_only {
+            Err(FsError::ReadOnly {
+                path: vp.to_string(),
+                zone: self.id.name().into(),
+            })
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Opens `rel` (relative to the zone root, "" for the root) beneath the zone.
+    pub fn open_rel(&self, rel: &str, flags: OFlags, mode: Mode) -> io::Result<OwnedFd> {
+        openat2_beneath(self.dirfd(), if rel.is_empty() { "." } else { rel }, flags, mode)
+    }
+
+    /// Opens a path beneath the zone, mapping failures to core errors.
+    pub fn open(&self, vp: &VPath, flags: OFlags) -> FsResult<OwnedFd> {
+        self.open_rel(vp.rel(), flags, Mode::empty())
+            .map_err(|e| FsError::from_io(&vp.to_string(), "open", e))
+    }
+
+    /// Opens a regular file for reading, enforcing the hard-link rule.
+    pub fn open_file_for_read(&self, vp: &VPath) -> FsResult<(std::fs::File, Stat)> {
+        let fd = self.open(vp, OFlags::RDONLY | OFlags::NOCTTY)?;
+        let st = rustix::fs::fstat(&fd).map_err(|e| FsError::from_io(&vp.to_string(), "stat", e.into()))?;
+        match FileType::from_raw_mode(st.st_mode) {
+            FileType::RegularFile => {}
+            FileType::Directory => return Err(FsError::IsDir { path: vp.to_string() }),
+            _ => {
+                return Err(FsError::InvalidArgument {
+                    name: "path".into(),
+                    rule: format!("{vp} is not a regular file"),
+                })
+            }
+        }
+        self.check_links(vp, &st)?;
+        Ok((std::fs::File::from(fd), st))
+    }
+
+    /// Refuses multiply-linked regular files unless the zone allows them: a hard link made outside
+    /// sandfs may name a file outside the zone, and no path check can tell.
+    pub fn check_links(&self, vp: &VPath, st: &Stat) -> FsResult<()> {
+        if !self.allow_hardlinks
+            && st.st_nlink > 1
+            && FileType::from_raw_mode(st.st_mode) == FileType::RegularFile
+        {
+            return Err(FsError::OutsideZone {
+                path: vp.to_string(),
+                rule: format!(
+                    "the file has {} hard links and one may lie outside the zone \
+                     (set zones.{}.allow_hardlinks = true to allow reading it)",
+                    st.st_nlink,
+                    self.id.name()
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Opens the parent directory of `vp` (`O_PATH`), beneath the zone.
+    pub fn open_parent(&self, vp: &VPath) -> FsResult<OwnedFd> {
+        let parent = vp.parent_rel();
+        openat2_beneath(
+            self.dirfd(),
+            parent,
+            OFlags::PATH | OFlags::DIRECTORY,
+            Mode::empty(),
+        )
+        .map_err(|e| {
+            let shown = vp.parent().map(|p| p.to_string()).unwrap_or_else(|| vp.to_string());
+            FsError::from_io(&shown, "open parent", e)
+        })
+    }
+
+    /// Opens the parent directory of `vp`, creating missing directories on the way (`mkdir -p`).
+    pub fn ensure_parent(&self, vp: &VPath) -> FsResult<OwnedFd> {
+        match self.open_parent(vp) {
+            Err(FsError::NotFound { .. }) => {}
+            other => return other,
+        }
+        let parent = vp.parent().expect("a path with a missing parent is not a zone root");
+        self.mkdir_p(&parent)?;
+        self.open_parent(vp)
+    }
+
+    /// Creates `vp` and its missing parents as directories.
+    pub fn mkdir_p(&self, vp: &VPath) -> FsResult<()> {
+        if vp.is_root() {
+            return Ok(());
+        }
+        let parent_fd = self.ensure_parent(vp)?;
+        let name = vp.name().expect("not a root");
+        match rustix::fs::mkdirat(&parent_fd, name, Mode::from_raw_mode(0o777)) {
+            Ok(()) => Ok(()),
+            Err(rustix::io::Errno::EXIST) => {
+                match self.stat_at(&parent_fd, name, vp)? {
+                    st if FileType::from_raw_mode(st.st_mode) == FileType::Directory => Ok(()),
+                    st if FileType::from_raw_mode(st.st_mode) == FileType::Symlink => {
+                        // A symlink to a directory is fine when it resolves beneath the zone.
+                        let fd = self.open(vp, OFlags::PATH | OFlags::DIRECTORY)?;
+                        drop(fd);
+                        Ok(())
+                    }
+                    _ => Err(FsError::NotDir { path: vp.to_string() }),
+                }
+            }
+            Err(e) => Err(FsError::from_io(&vp.to_string(), "mkdir", e.into())),
+        }
+    }
+
+    /// `fstatat(parent, name, AT_SYMLINK_NOFOLLOW)`.
+    pub fn stat_at(&self, parent: &OwnedFd, name: &str, vp: &VPath) -> FsResult<Stat> {
+        rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW)
+            .map_err(|e| FsError::from_io(&vp.to_string(), "stat", e.into()))
+    }
+
+    /// Stats `vp` without following a symlink in its last component (`lstat`).
+    pub fn lstat(&self, vp: &VPath) -> FsResult<Stat> {
+        match vp.name() {
+            None => rustix::fs::fstat(self.dirfd())
+                .map_err(|e| FsError::from_io(&vp.to_string(), "stat", e.into())),
+            Some(name) => {
+                let parent = self.open_parent(vp)?;
+                self.stat_at(&parent, name, vp)
+            }
+        }
+    }
+
+    /// Follows symlinks in the last component of `vp` while they stay inside the zone, returning
+    /// the path of the first non-symlink (which may not exist yet).
+    pub fn follow_last(&self, vp: &VPath) -> FsResult<VPath> {
+        let mut cur = vp.clone();
+        for _ in 0..MAX_SYMLINK_HOPS {
+            let Some(name) = cur.name() else { return Ok(cur) };
+            let parent = self.open_parent(&cur)?;
+            let st = match rustix::fs::statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) => st,
+                Err(rustix::io::Errno::NOENT) => return Ok(cur),
+                Err(e) => return Err(FsError::from_io(&cur.to_string(), "stat", e.into())),
+            };
+            if FileType::from_raw_mode(st.st_mode) != FileType::Symlink {
+                return Ok(cur);
+            }
+            let target = rustix::fs::readlinkat(&parent, name, Vec::new())
+                .map_err(|e| FsError::from_io(&cur.to_string(), "readlink", e.into()))?;
+            let target = target.to_str().map_err(|_| FsError::InvalidPath {
+                path: cur.to_string(),
+                rule: "symlink target is not UTF-8".into(),
+            })?;
+            if target.starts_with('/') {
+                return Err(FsError::OutsideZone {
+                    path: cur.to_string(),
+                    rule: format!("it is a symlink to the absolute path {target:?}"),
+                });
+            }
+            let base = cur.parent().expect("has a name");
+            cur = base.join(target).map_err(|_| FsError::OutsideZone {
+                path: cur.to_string(),
+                rule: format!("it is a symlink to {target:?}, which climbs out of the zone"),
+            })?;
+        }
+        Err(FsError::OutsideZone {
+            path: vp.to_string(),
+            rule: format!("more than {MAX_SYMLINK_HOPS} symlinks"),
+        })
+    }
+
+    /// Returns the real path of an open fd (from `/proc/self/fd`).
+    pub fn fd_real_path(fd: &OwnedFd) -> io::Result<PathBuf> {
+        std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+    }
+}
+
+/// `openat2` with `RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS`, retried on `EAGAIN` (which the kernel
+/// returns when a concurrent rename makes `..` resolution unsafe to complete).
+pub fn openat2_beneath(
+    dirfd: BorrowedFd<'_>,
+    rel: &str,
+    flags: OFlags,
+    mode: Mode,
+) -> io::Result<OwnedFd> {
+    let mut tries = 0;
+    loop {
+        match rustix::fs::openat2(
+            dirfd,
+            rel,
+            flags | OFlags::CLOEXEC,
+            mode,
+            ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
+        ) {
+            Err(rustix::io::Errno::AGAIN) if tries < 64 => tries += 1,
+            other => return other.map_err(io::Error::from),
+        }
+    }
+}
+
+/// What kind of entry a stat describes.
+pub fn kind_of(st: &Stat) -> super::EntryKind {
+    use super::EntryKind;
+    match FileType::from_raw_mode(st.st_mode) {
+        FileType::RegularFile => EntryKind::File,
+        FileType::Directory => EntryKind::Dir,
+        FileType::Symlink => EntryKind::Symlink,
+        _ => EntryKind::Other,
+    }
+}
+
+/// Modification time of a stat in milliseconds since the epoch.
+pub fn mtime_ms(st: &Stat) -> i64 {
+    st.st_mtime * 1000 + (st.st_mtime_nsec as i64) / 1_000_000
+}

@@ -1,0 +1,11 @@
+//! sandfs: a local-first virtual filesystem daemon for AI agents and the people who supervise them.
+//!
+//! Rooms, by noun: [`core`] (zones, paths, operations), [`state`] (SQLite: journal and the rest),
+//! [`api`] (the Unix-socket HTTP API), [`cli`] (the `sandfs` command), [`config`] (`config.toml`).
+//! Dependencies point one way: adapters (`api`, `cli`) → `core` → `state`.
+
+pub mod api;
+pub mod cli;
+pub mod config;
+pub mod core;
+pub mod state;
