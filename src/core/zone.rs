@@ -212,7 +212,12 @@ impl LocalZone {
         let mut cur = vp.clone();
         for _ in 0..MAX_SYMLINK_HOPS {
             let Some(name) = cur.name() else { return Ok(cur) };
-            let parent = self.open_parent(&cur)?;
+            let parent = match self.open_parent(&cur) {
+                Ok(fd) => fd,
+                // A missing parent holds no symlink; the caller creates it.
+                Err(FsError::NotFound { .. }) => return Ok(cur),
+                Err(e) => return Err(e),
+            };
             let st = match rustix::fs::statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW) {
                 Ok(st) => st,
                 Err(rustix::io::Errno::NOENT) => return Ok(cur),

@@ -69,16 +69,16 @@ fn serve(config: Option<&Path>, socket: Option<PathBuf>, args: &Args) -> anyhow:
         .thread_name("sandfs-api")
         .build()?;
     let socket = settings.socket.clone();
-    let result = rt.block_on(async {
+    rt.block_on(async {
         let listener = PeerListener::bind(&socket, settings.allowed_uids.clone()).await?;
         tracing::info!(socket = %socket.display(), state = %db.path(), "serving the API");
         let state = AppState::new(zones, settings);
-        crate::api::serve(listener, state, shutdown_signal()).await?;
-        anyhow::Ok(())
-    });
-    let _ = std::fs::remove_file(&socket);
-    tracing::info!("stopped");
-    result
+        let served = crate::api::serve(listener, state, shutdown_signal()).await;
+        // Only the daemon that bound the socket removes it.
+        let _ = std::fs::remove_file(&socket);
+        tracing::info!("stopped");
+        Ok(served?)
+    })
 }
 
 async fn shutdown_signal() {
