@@ -151,7 +151,9 @@ pub struct Settings {
 impl Settings {
     /// Loads `path`, or `$SANDFS_CONFIG`, or the embedded default (relative to the current dir).
     pub fn load(path: Option<&Path>) -> Result<Settings, ConfigError> {
-        let env_path = std::env::var_os(CONFIG_ENV).filter(|v| !v.is_empty()).map(PathBuf::from);
+        let env_path = std::env::var_os(CONFIG_ENV)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from);
         match path.map(Path::to_path_buf).or(env_path) {
             Some(p) => Settings::from_file(&p),
             None => {
@@ -211,7 +213,10 @@ fn resolve(
     let z = &file.zones;
     let forbid = |key: &str, present: bool, mode: &str| -> Result<(), ConfigError> {
         if present {
-            Err(bad(key, format!("is not used in {mode} mode; remove it or change zones.mode")))
+            Err(bad(
+                key,
+                format!("is not used in {mode} mode; remove it or change zones.mode"),
+            ))
         } else {
             Ok(())
         }
@@ -221,8 +226,15 @@ fn resolve(
             forbid("zones.dir", z.dir.is_some(), "sandboxed")?;
             forbid("zones.cache_subdir", z.cache_subdir.is_some(), "sandboxed")?;
             forbid("zones.cache.dir", z.cache.dir.is_some(), "sandboxed")?;
-            forbid("zones.workspace.dir", z.workspace.dir.is_some(), "sandboxed")?;
-            let root = abs("zones.root", z.root.as_deref().unwrap_or(Path::new(".sandfs")))?;
+            forbid(
+                "zones.workspace.dir",
+                z.workspace.dir.is_some(),
+                "sandboxed",
+            )?;
+            let root = abs(
+                "zones.root",
+                z.root.as_deref().unwrap_or(Path::new(".sandfs")),
+            )?;
             (
                 Backing::Dir {
                     path: root.join("cache"),
@@ -275,7 +287,9 @@ fn resolve(
                     if !plain {
                         return Err(bad(
                             "zones.cache_subdir",
-                            format!("{sub:?} must be a relative path inside zones.dir without `..`"),
+                            format!(
+                                "{sub:?} must be a relative path inside zones.dir without `..`"
+                            ),
                         ));
                     }
                     Backing::Dir {
@@ -366,7 +380,9 @@ fn expand_home(p: &Path) -> PathBuf {
 /// Returns `$XDG_STATE_HOME/sandfs` (or `~/.local/state/sandfs`).
 pub fn default_state_dir() -> PathBuf {
     dirs::state_dir()
-        .unwrap_or_else(|| std::env::temp_dir().join(format!("sandfs-{}", rustix::process::getuid().as_raw())))
+        .unwrap_or_else(|| {
+            std::env::temp_dir().join(format!("sandfs-{}", rustix::process::getuid().as_raw()))
+        })
         .join("sandfs")
 }
 
@@ -401,17 +417,28 @@ mod tests {
 
     #[test]
     fn unknown_keys_are_named() {
-        let e = load("[zones]\nmode = \"sandboxed\"\nrooot = \"x\"\n").unwrap_err().to_string();
+        let e = load("[zones]\nmode = \"sandboxed\"\nrooot = \"x\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("rooot"), "{e}");
-        let e = load("[limits]\nmax_read_bytes = -1\n").unwrap_err().to_string();
+        let e = load("[limits]\nmax_read_bytes = -1\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("max_read_bytes"), "{e}");
     }
 
     #[test]
     fn modes_require_their_keys() {
-        let e = load("[zones]\nmode = \"direct\"\n").unwrap_err().to_string();
-        assert!(e.contains("zones.cache.dir") && e.contains("required"), "{e}");
-        let e = load("[zones]\nmode = \"single\"\n").unwrap_err().to_string();
+        let e = load("[zones]\nmode = \"direct\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("zones.cache.dir") && e.contains("required"),
+            "{e}"
+        );
+        let e = load("[zones]\nmode = \"single\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("zones.dir"), "{e}");
         let e = load("[zones]\nmode = \"single\"\ndir = \"/p\"\ncache_subdir = \"../x\"\n")
             .unwrap_err()
@@ -419,9 +446,13 @@ mod tests {
         assert!(e.contains("zones.cache_subdir"), "{e}");
         let s = load("[zones]\nmode = \"single\"\ndir = \"/p\"\n").unwrap();
         assert!(matches!(s.zones[0].backing, Backing::Disabled(_)));
-        let e = load("[zones]\nmode = \"direct\"\nroot = \"x\"\n").unwrap_err().to_string();
+        let e = load("[zones]\nmode = \"direct\"\nroot = \"x\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("zones.root") && e.contains("direct"), "{e}");
-        let e = load("[limits]\ngrep_max_results = 0\n").unwrap_err().to_string();
+        let e = load("[limits]\ngrep_max_results = 0\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("limits.grep_max_results"), "{e}");
     }
 }

@@ -67,7 +67,10 @@ struct ReadReq {
     limit: Option<u64>,
 }
 
-async fn read(State(app): State<Arc<AppState>>, JsonBody(r): JsonBody<ReadReq>) -> AppResult<crate::core::ReadResult> {
+async fn read(
+    State(app): State<Arc<AppState>>,
+    JsonBody(r): JsonBody<ReadReq>,
+) -> AppResult<crate::core::ReadResult> {
     blocking(&app, move |z| z.read(&r.path, r.offset, r.limit)).await
 }
 
@@ -77,9 +80,15 @@ struct PathQuery {
     path: String,
 }
 
-fn path_query(q: Result<Query<PathQuery>, axum::extract::rejection::QueryRejection>) -> Result<String, ApiError> {
-    q.map(|Query(q)| q.path)
-        .map_err(|e| ApiError(FsError::invalid("query", format!("{}; pass ?path=/workspace/...", e.body_text()))))
+fn path_query(
+    q: Result<Query<PathQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<String, ApiError> {
+    q.map(|Query(q)| q.path).map_err(|e| {
+        ApiError(FsError::invalid(
+            "query",
+            format!("{}; pass ?path=/workspace/...", e.body_text()),
+        ))
+    })
 }
 
 async fn raw_get(
@@ -91,7 +100,8 @@ async fn raw_get(
     let (file, size) = tokio::task::spawn_blocking(move || zones.read_binary(&path))
         .await
         .map_err(|e| ApiError(FsError::Internal(e.to_string())))??;
-    let stream = tokio_util::io::ReaderStream::with_capacity(tokio::fs::File::from_std(file), 256 * 1024);
+    let stream =
+        tokio_util::io::ReaderStream::with_capacity(tokio::fs::File::from_std(file), 256 * 1024);
     Ok((
         [
             (header::CONTENT_TYPE, "application/octet-stream".to_string()),
@@ -113,7 +123,8 @@ async fn raw_put(
     let mut w = zones.begin_write(&path)?;
     let mut stream = body.into_data_stream();
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| FsError::invalid("body", format!("upload interrupted: {e}")))?;
+        let chunk =
+            chunk.map_err(|e| FsError::invalid("body", format!("upload interrupted: {e}")))?;
         // A page-cache write of one chunk; cheap enough not to leave the runtime thread.
         tokio::task::block_in_place(|| w.write_chunk(&chunk))?;
     }
@@ -151,7 +162,10 @@ async fn edit(
     ConnectInfo(peer): ConnectInfo<Peer>,
     JsonBody(r): JsonBody<EditReq>,
 ) -> AppResult<crate::core::EditResult> {
-    blocking(&app, move |z| z.edit(&r.path, &r.old, &r.new, r.replace_all, origin(peer))).await
+    blocking(&app, move |z| {
+        z.edit(&r.path, &r.old, &r.new, r.replace_all, origin(peer))
+    })
+    .await
 }
 
 #[derive(Deserialize)]
@@ -175,7 +189,10 @@ async fn delete(
 ) -> AppResult<Done> {
     blocking(&app, move |z| {
         z.delete(&r.path, r.recursive, origin(peer))?;
-        Ok(Done { path: r.path, ok: true })
+        Ok(Done {
+            path: r.path,
+            ok: true,
+        })
     })
     .await
 }
@@ -186,19 +203,31 @@ struct PathReq {
     path: String,
 }
 
-async fn exists(State(app): State<Arc<AppState>>, JsonBody(r): JsonBody<PathReq>) -> AppResult<crate::core::ExistsResult> {
+async fn exists(
+    State(app): State<Arc<AppState>>,
+    JsonBody(r): JsonBody<PathReq>,
+) -> AppResult<crate::core::ExistsResult> {
     blocking(&app, move |z| z.exists(&r.path)).await
 }
 
-async fn list(State(app): State<Arc<AppState>>, JsonBody(r): JsonBody<PathReq>) -> AppResult<crate::core::ListResult> {
+async fn list(
+    State(app): State<Arc<AppState>>,
+    JsonBody(r): JsonBody<PathReq>,
+) -> AppResult<crate::core::ListResult> {
     blocking(&app, move |z| z.list(&r.path)).await
 }
 
-async fn stat(State(app): State<Arc<AppState>>, JsonBody(r): JsonBody<PathReq>) -> AppResult<crate::core::StatResult> {
+async fn stat(
+    State(app): State<Arc<AppState>>,
+    JsonBody(r): JsonBody<PathReq>,
+) -> AppResult<crate::core::StatResult> {
     blocking(&app, move |z| z.stat(&r.path)).await
 }
 
-async fn resolve(State(app): State<Arc<AppState>>, JsonBody(r): JsonBody<PathReq>) -> AppResult<crate::core::ResolveResult> {
+async fn resolve(
+    State(app): State<Arc<AppState>>,
+    JsonBody(r): JsonBody<PathReq>,
+) -> AppResult<crate::core::ResolveResult> {
     blocking(&app, move |z| z.resolve(&r.path)).await
 }
 
@@ -217,7 +246,10 @@ async fn mkdir(
 ) -> AppResult<Done> {
     blocking(&app, move |z| {
         z.mkdir(&r.path, r.parents, origin(peer))?;
-        Ok(Done { path: r.path, ok: true })
+        Ok(Done {
+            path: r.path,
+            ok: true,
+        })
     })
     .await
 }
@@ -238,15 +270,24 @@ async fn rename(
 ) -> AppResult<Done> {
     blocking(&app, move |z| {
         z.rename(&r.from, &r.to, r.overwrite, origin(peer))?;
-        Ok(Done { path: r.to, ok: true })
+        Ok(Done {
+            path: r.to,
+            ok: true,
+        })
     })
     .await
 }
 
-async fn glob(State(app): State<Arc<AppState>>, JsonBody(o): JsonBody<GlobOptions>) -> AppResult<crate::core::GlobResult> {
+async fn glob(
+    State(app): State<Arc<AppState>>,
+    JsonBody(o): JsonBody<GlobOptions>,
+) -> AppResult<crate::core::GlobResult> {
     blocking(&app, move |z| z.glob(&o)).await
 }
 
-async fn grep(State(app): State<Arc<AppState>>, JsonBody(o): JsonBody<GrepOptions>) -> AppResult<crate::core::GrepResult> {
+async fn grep(
+    State(app): State<Arc<AppState>>,
+    JsonBody(o): JsonBody<GrepOptions>,
+) -> AppResult<crate::core::GrepResult> {
     blocking(&app, move |z| z.grep(&o)).await
 }

@@ -27,11 +27,14 @@ impl Metrics {
         )
         .expect("valid metric");
         let latency = HistogramVec::new(
-            HistogramOpts::new("sandfs_request_duration_seconds", "API request latency by route")
-                .buckets(vec![
-                    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-                    0.25, 0.5, 1.0, 2.5, 10.0,
-                ]),
+            HistogramOpts::new(
+                "sandfs_request_duration_seconds",
+                "API request latency by route",
+            )
+            .buckets(vec![
+                0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                0.25, 0.5, 1.0, 2.5, 10.0,
+            ]),
             &["route"],
         )
         .expect("valid metric");
@@ -41,8 +44,12 @@ impl Metrics {
         )
         .expect("valid metric");
         let registry = Registry::new();
-        registry.register(Box::new(requests.clone())).expect("unique");
-        registry.register(Box::new(latency.clone())).expect("unique");
+        registry
+            .register(Box::new(requests.clone()))
+            .expect("unique");
+        registry
+            .register(Box::new(latency.clone()))
+            .expect("unique");
         registry.register(Box::new(errors.clone())).expect("unique");
         Metrics {
             registry,

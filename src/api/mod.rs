@@ -61,7 +61,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/metrics", get(metrics_text))
         .merge(fs::routes())
         .fallback(not_found)
-        .layer(axum::middleware::from_fn_with_state(state.clone(), metrics::track))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            metrics::track,
+        ))
         .with_state(state)
 }
 
@@ -95,7 +98,10 @@ async fn metrics_text(State(app): State<Arc<AppState>>) -> impl IntoResponse {
 async fn not_found(uri: axum::http::Uri) -> ApiError {
     ApiError(FsError::invalid(
         "route",
-        format!("{} is not an API route; see GET /v1/openapi.json", uri.path()),
+        format!(
+            "{} is not an API route; see GET /v1/openapi.json",
+            uri.path()
+        ),
     ))
 }
 
@@ -198,7 +204,9 @@ async fn log(
     };
     if let Some(z) = &zone {
         if crate::core::ZoneId::from_name(z).is_none() {
-            return Err(FsError::invalid("zone", format!("{z:?} is not cache or workspace")).into());
+            return Err(
+                FsError::invalid("zone", format!("{z:?} is not cache or workspace")).into(),
+            );
         }
     }
     let limit = q.limit.unwrap_or(100);

@@ -27,7 +27,9 @@ pub struct PeerListener {
 /// A socket that could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum BindError {
-    #[error("another sandfs daemon is already serving {0} (stop it, or set `socket` in the config)")]
+    #[error(
+        "another sandfs daemon is already serving {0} (stop it, or set `socket` in the config)"
+    )]
     InUse(String),
     #[error("socket {path}: {source}")]
     Io { path: String, source: io::Error },
@@ -43,7 +45,8 @@ impl PeerListener {
         if let Some(dir) = path.parent() {
             if !dir.exists() {
                 std::fs::create_dir_all(dir).map_err(io_err)?;
-                std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(io_err)?;
+                std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+                    .map_err(io_err)?;
             }
         }
         if path.exists() {

@@ -65,18 +65,22 @@ impl Client {
         &self.socket
     }
 
-    async fn send<B>(&self, req: Request<B>) -> Result<hyper::Response<hyper::body::Incoming>, ClientError>
+    async fn send<B>(
+        &self,
+        req: Request<B>,
+    ) -> Result<hyper::Response<hyper::body::Incoming>, ClientError>
     where
         B: hyper::body::Body + Send + 'static,
         B::Data: Send,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        let stream = UnixStream::connect(&self.socket)
-            .await
-            .map_err(|e| ClientError::NotRunning {
-                socket: self.socket.display().to_string(),
-                reason: e.to_string(),
-            })?;
+        let stream =
+            UnixStream::connect(&self.socket)
+                .await
+                .map_err(|e| ClientError::NotRunning {
+                    socket: self.socket.display().to_string(),
+                    reason: e.to_string(),
+                })?;
         let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
             .map_err(|e| ClientError::Transport(e.to_string()))?;
@@ -121,7 +125,11 @@ impl Client {
     }
 
     /// POSTs a JSON body and returns the raw JSON answer.
-    pub async fn post_raw<T: Serialize>(&self, route: &str, body: &T) -> Result<Bytes, ClientError> {
+    pub async fn post_raw<T: Serialize>(
+        &self,
+        route: &str,
+        body: &T,
+    ) -> Result<Bytes, ClientError> {
         let json = serde_json::to_vec(body).map_err(|e| ClientError::Local(e.to_string()))?;
         let req = Client::request(Method::POST, route)
             .header(hyper::header::CONTENT_TYPE, "application/json")
@@ -131,9 +139,14 @@ impl Client {
     }
 
     /// POSTs a JSON body and decodes the JSON answer.
-    pub async fn post<T: Serialize, R: DeserializeOwned>(&self, route: &str, body: &T) -> Result<R, ClientError> {
+    pub async fn post<T: Serialize, R: DeserializeOwned>(
+        &self,
+        route: &str,
+        body: &T,
+    ) -> Result<R, ClientError> {
         let bytes = self.post_raw(route, body).await?;
-        serde_json::from_slice(&bytes).map_err(|e| ClientError::Transport(format!("bad answer: {e}")))
+        serde_json::from_slice(&bytes)
+            .map_err(|e| ClientError::Transport(format!("bad answer: {e}")))
     }
 
     /// GETs a route and returns the raw answer.
@@ -147,11 +160,16 @@ impl Client {
     /// GETs a route and decodes the JSON answer.
     pub async fn get<R: DeserializeOwned>(&self, route: &str) -> Result<R, ClientError> {
         let bytes = self.get_raw(route).await?;
-        serde_json::from_slice(&bytes).map_err(|e| ClientError::Transport(format!("bad answer: {e}")))
+        serde_json::from_slice(&bytes)
+            .map_err(|e| ClientError::Transport(format!("bad answer: {e}")))
     }
 
     /// Streams a file's raw bytes into `out`.
-    pub async fn download<W: tokio::io::AsyncWrite + Unpin>(&self, path: &str, out: &mut W) -> Result<u64, ClientError> {
+    pub async fn download<W: tokio::io::AsyncWrite + Unpin>(
+        &self,
+        path: &str,
+        out: &mut W,
+    ) -> Result<u64, ClientError> {
         use tokio::io::AsyncWriteExt;
         let req = Client::request(Method::GET, &format!("/v1/fs/raw?path={}", encode(path)))
             .body(Full::new(Bytes::new()))
@@ -165,11 +183,15 @@ impl Client {
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|e| ClientError::Transport(e.to_string()))?;
             if let Some(data) = frame.data_ref() {
-                out.write_all(data).await.map_err(|e| ClientError::Local(e.to_string()))?;
+                out.write_all(data)
+                    .await
+                    .map_err(|e| ClientError::Local(e.to_string()))?;
                 n += data.len() as u64;
             }
         }
-        out.flush().await.map_err(|e| ClientError::Local(e.to_string()))?;
+        out.flush()
+            .await
+            .map_err(|e| ClientError::Local(e.to_string()))?;
         Ok(n)
     }
 
@@ -187,7 +209,8 @@ impl Client {
             .body(StreamBody::new(stream))
             .map_err(|e| ClientError::Local(e.to_string()))?;
         let bytes = Client::finish(self.send(req).await?).await?;
-        serde_json::from_slice(&bytes).map_err(|e| ClientError::Transport(format!("bad answer: {e}")))
+        serde_json::from_slice(&bytes)
+            .map_err(|e| ClientError::Transport(format!("bad answer: {e}")))
     }
 }
 

@@ -106,7 +106,10 @@ pub fn main() -> ExitCode {
         client: Client::new(socket),
         json: cli.json,
     };
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("sandfs: cannot start the runtime: {e}");
@@ -139,13 +142,21 @@ pub fn main() -> ExitCode {
         Ok(Outcome::NothingFound) => ExitCode::from(1),
         Err(e) => {
             if ctx.json {
-                if let ClientError::Api { code, message, path } = &e {
+                if let ClientError::Api {
+                    code,
+                    message,
+                    path,
+                } = &e
+                {
                     println!(
                         "{}",
                         serde_json::json!({ "code": code, "message": message, "path": path })
                     );
                 } else {
-                    println!("{}", serde_json::json!({ "code": null, "message": e.to_string() }));
+                    println!(
+                        "{}",
+                        serde_json::json!({ "code": null, "message": e.to_string() })
+                    );
                 }
             }
             eprintln!("sandfs: {e}");

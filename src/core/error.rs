@@ -112,7 +112,9 @@ pub enum FsError {
     NotDir { path: String },
     #[error("{path}: directory is not empty (pass recursive to delete it with its contents)")]
     NotEmpty { path: String },
-    #[error("{path}: {what} is {size} bytes, over the limit of {limit} bytes (config key `{key}`)")]
+    #[error(
+        "{path}: {what} is {size} bytes, over the limit of {limit} bytes (config key `{key}`)"
+    )]
     TooLarge {
         path: String,
         what: &'static str,
@@ -134,7 +136,9 @@ pub enum FsError {
     ReadOnly { path: String, zone: String },
     #[error("{path}: the text to replace does not occur in the file")]
     NoMatch { path: String },
-    #[error("{path}: the text to replace occurs {count} times; make it unique or pass replace_all")]
+    #[error(
+        "{path}: the text to replace occurs {count} times; make it unique or pass replace_all"
+    )]
     NotUnique { path: String, count: usize },
     #[error("{path}: conflict: {reason}")]
     Conflict { path: String, reason: String },

@@ -40,7 +40,11 @@ impl PathLocks {
     }
 
     /// Locks the stripes of two paths in a fixed order (no deadlock between two movers).
-    pub fn lock_two(&self, a: &VPath, b: &VPath) -> (MutexGuard<'_, ()>, Option<MutexGuard<'_, ()>>) {
+    pub fn lock_two(
+        &self,
+        a: &VPath,
+        b: &VPath,
+    ) -> (MutexGuard<'_, ()>, Option<MutexGuard<'_, ()>>) {
         let (ia, ib) = (self.index(a), self.index(b));
         let lock = |i: usize| self.stripes[i].lock().unwrap_or_else(|p| p.into_inner());
         if ia == ib {

@@ -6,6 +6,8 @@
 
 pub mod error;
 mod locks;
+#[cfg(test)]
+mod model_tests;
 mod ops;
 pub mod path;
 mod search;
@@ -22,7 +24,8 @@ pub use ops::{
 };
 pub use path::{Target, VPath, ZoneId};
 pub use search::{
-    GlobMatch, GlobOptions, GlobResult, GrepCount, GrepLine, GrepMode, GrepOptions, GrepResult, LineKind,
+    GlobMatch, GlobOptions, GlobResult, GrepCount, GrepLine, GrepMode, GrepOptions, GrepResult,
+    LineKind,
 };
 
 use crate::config::{Backing, Limits, Settings};
@@ -80,6 +83,9 @@ pub struct Zones {
     locks: PathLocks,
     umask: u32,
     tmp_counter: AtomicU64,
+    /// Runs just before a replacement checks and renames (tests inject concurrent changes here).
+    #[cfg(test)]
+    pub(crate) before_replace: std::sync::Mutex<Option<Box<dyn Fn() + Send>>>,
 }
 
 impl Zones {
@@ -108,6 +114,8 @@ impl Zones {
             locks: PathLocks::new(),
             umask: process_umask(),
             tmp_counter: AtomicU64::new(0),
+            #[cfg(test)]
+            before_replace: std::sync::Mutex::new(None),
         })
     }
 

@@ -5,8 +5,8 @@
 //! same directory, renamed over the name), so readers never see a torn file and a failed write
 //! leaves the old contents. Every successful mutation is recorded in the journal.
 
-use std::io::{BufRead, BufReader, Read, Write};
 use std::ffi::{CStr, CString};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, Stat};
@@ -159,29 +159,44 @@ impl<'z> AtomicWrite<'z> {
         origin: Origin,
     ) -> FsResult<WriteResult> {
         let name = self.vp.name().expect("not a root").to_string();
-        let existing = match rustix::fs::statat(&self.parent, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
-            Ok(st) => Some(st),
-            Err(rustix::io::Errno::NOENT) => None,
-            Err(e) => return Err(errno_err(&self.vp, "stat")(e)),
-        };
+        #[cfg(test)]
+        if let Some(hook) = self
+            .zones
+            .before_replace
+            .lock()
+            .expect("not poisoned")
+            .as_ref()
+        {
+            hook();
+        }
+        let existing =
+            match rustix::fs::statat(&self.parent, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) => Some(st),
+                Err(rustix::io::Errno::NOENT) => None,
+                Err(e) => return Err(errno_err(&self.vp, "stat")(e)),
+            };
         if let Some(exp) = expect {
             if existing.as_ref().map(Fingerprint::of) != Some(*exp) {
                 return Err(FsError::Conflict {
                     path: self.vp.to_string(),
-                    reason: "the file changed between reading and replacing it; read it again and retry"
-                        .into(),
+                    reason:
+                        "the file changed between reading and replacing it; read it again and retry"
+                            .into(),
                 });
             }
         }
         let mode = match &existing {
             Some(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => {
-                return Err(FsError::IsDir { path: self.vp.to_string() })
+                return Err(FsError::IsDir {
+                    path: self.vp.to_string(),
+                })
             }
             Some(st) => st.st_mode & 0o7777,
             None => 0o666 & !self.zones.umask,
         };
         let file = self.file.take().expect("open until commit");
-        rustix::fs::fchmod(&file, Mode::from_raw_mode(mode)).map_err(errno_err(&self.vp, "chmod"))?;
+        rustix::fs::fchmod(&file, Mode::from_raw_mode(mode))
+            .map_err(errno_err(&self.vp, "chmod"))?;
         drop(file);
         rustix::fs::renameat(&self.parent, self.tmp.as_str(), &self.parent, name.as_str())
             .map_err(errno_err(&self.vp, "rename"))?;
@@ -236,10 +251,12 @@ fn check_text(vp: &VPath, bytes: &[u8], probe_nul: bool) -> FsResult<()> {
             });
         }
     }
-    std::str::from_utf8(bytes).map(|_| ()).map_err(|e| FsError::Binary {
-        path: vp.to_string(),
-        reason: format!("invalid UTF-8 at byte {}", e.valid_up_to()),
-    })
+    std::str::from_utf8(bytes)
+        .map(|_| ())
+        .map_err(|e| FsError::Binary {
+            path: vp.to_string(),
+            reason: format!("invalid UTF-8 at byte {}", e.valid_up_to()),
+        })
 }
 
 fn count_lines(bytes: &[u8]) -> u64 {
@@ -259,10 +276,18 @@ impl Zones {
     }
 
     /// Reads a UTF-8 text file, optionally a window of lines (`offset` is the 1-based first line).
-    pub fn read(&self, path: &str, offset: Option<u64>, limit: Option<u64>) -> FsResult<ReadResult> {
+    pub fn read(
+        &self,
+        path: &str,
+        offset: Option<u64>,
+        limit: Option<u64>,
+    ) -> FsResult<ReadResult> {
         let vp = path::parse_entry(path)?;
         if offset == Some(0) {
-            return Err(FsError::invalid("offset", "is a 1-based line number; the first line is 1"));
+            return Err(FsError::invalid(
+                "offset",
+                "is a 1-based line number; the first line is 1",
+            ));
         }
         if limit == Some(0) {
             return Err(FsError::invalid("limit", "must be at least 1 line"));
@@ -406,7 +431,9 @@ impl Zones {
         let z = self.writable_local(&vp)?;
         let vp = z.follow_last(&vp)?;
         if vp.is_root() {
-            return Err(FsError::IsDir { path: vp.to_string() });
+            return Err(FsError::IsDir {
+                path: vp.to_string(),
+            });
         }
         let parent = z.ensure_parent(&vp)?;
         let tmp = self.next_tmp_name();
@@ -455,11 +482,16 @@ impl Zones {
             return Err(FsError::invalid("old", "must not be empty"));
         }
         if old == new {
-            return Err(FsError::invalid("new", "is the same as old; nothing would change"));
+            return Err(FsError::invalid(
+                "new",
+                "is the same as old; nothing would change",
+            ));
         }
         let z = self.writable_local(&vp)?;
         let vp = z.follow_last(&vp)?;
-        let name = vp.name().ok_or_else(|| FsError::IsDir { path: vp.to_string() })?;
+        let name = vp.name().ok_or_else(|| FsError::IsDir {
+            path: vp.to_string(),
+        })?;
         let _guard = self.locks.lock(&vp);
         let parent = z.open_parent(&vp)?;
         let fd = rustix::fs::openat(
@@ -471,7 +503,9 @@ impl Zones {
         .map_err(errno_err(&vp, "open"))?;
         let st = rustix::fs::fstat(&fd).map_err(errno_err(&vp, "stat"))?;
         if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
-            return Err(FsError::IsDir { path: vp.to_string() });
+            return Err(FsError::IsDir {
+                path: vp.to_string(),
+            });
         }
         z.check_links(&vp, &st)?;
         let size = st.st_size as u64;
@@ -493,7 +527,9 @@ impl Zones {
         let text = String::from_utf8(buf).expect("checked");
         let count = text.matches(old).count();
         if count == 0 {
-            return Err(FsError::NoMatch { path: vp.to_string() });
+            return Err(FsError::NoMatch {
+                path: vp.to_string(),
+            });
         }
         if count > 1 && !replace_all {
             return Err(FsError::NotUnique {
@@ -526,13 +562,18 @@ impl Zones {
         let _guard = self.locks.lock(&vp);
         if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
             if recursive {
-                remove_tree(parent.as_fd(), &CString::new(name).expect("no NUL in a parsed path")).map_err(errno_err(&vp, "delete"))?;
+                remove_tree(
+                    parent.as_fd(),
+                    &CString::new(name).expect("no NUL in a parsed path"),
+                )
+                .map_err(errno_err(&vp, "delete"))?;
             } else {
                 rustix::fs::unlinkat(&parent, name, AtFlags::REMOVEDIR)
                     .map_err(errno_err(&vp, "rmdir"))?;
             }
         } else {
-            rustix::fs::unlinkat(&parent, name, AtFlags::empty()).map_err(errno_err(&vp, "unlink"))?;
+            rustix::fs::unlinkat(&parent, name, AtFlags::empty())
+                .map_err(errno_err(&vp, "unlink"))?;
         }
         self.record(&vp, "delete", None, None, origin);
         Ok(())
@@ -646,8 +687,9 @@ impl Zones {
         let st = z.lstat(&vp)?;
         let target = if kind_of(&st) == EntryKind::Symlink {
             let parent = z.open_parent(&vp)?;
-            let t = rustix::fs::readlinkat(&parent, vp.name().expect("symlink has a name"), Vec::new())
-                .map_err(errno_err(&vp, "readlink"))?;
+            let t =
+                rustix::fs::readlinkat(&parent, vp.name().expect("symlink has a name"), Vec::new())
+                    .map_err(errno_err(&vp, "readlink"))?;
             Some(t.to_string_lossy().into_owned())
         } else {
             None
@@ -673,14 +715,20 @@ impl Zones {
                 return if kind_of(&st) == EntryKind::Dir {
                     Ok(())
                 } else {
-                    Err(FsError::Exists { path: vp.to_string() })
+                    Err(FsError::Exists {
+                        path: vp.to_string(),
+                    })
                 };
             }
             z.mkdir_p(&vp)?;
         } else {
             let parent = z.open_parent(&vp)?;
-            rustix::fs::mkdirat(&parent, vp.name().expect("entry"), Mode::from_raw_mode(0o777))
-                .map_err(errno_err(&vp, "mkdir"))?;
+            rustix::fs::mkdirat(
+                &parent,
+                vp.name().expect("entry"),
+                Mode::from_raw_mode(0o777),
+            )
+            .map_err(errno_err(&vp, "mkdir"))?;
         }
         self.record(&vp, "mkdir", None, None, origin);
         Ok(())
@@ -700,9 +748,10 @@ impl Zones {
         let zs = self.writable_local(&src)?;
         let zd = self.writable_local(&dst)?;
         let sp = zs.open_parent(&src)?;
-        let dp = zd.ensure_parent(&dst)?;
         let (sname, dname) = (src.name().expect("entry"), dst.name().expect("entry"));
+        // The source must exist before any missing destination directory is created.
         zs.stat_at(&sp, sname, &src)?;
+        let dp = zd.ensure_parent(&dst)?;
         let _guards = self.locks.lock_two(&src, &dst);
         let flags = if overwrite {
             RenameFlags::empty()
@@ -712,7 +761,9 @@ impl Zones {
         match rustix::fs::renameat_with(&sp, sname, &dp, dname, flags) {
             Ok(()) => {}
             Err(rustix::io::Errno::EXIST) | Err(rustix::io::Errno::NOTEMPTY) => {
-                return Err(FsError::Exists { path: dst.to_string() })
+                return Err(FsError::Exists {
+                    path: dst.to_string(),
+                })
             }
             Err(rustix::io::Errno::XDEV) => {
                 drop(_guards);
@@ -725,7 +776,13 @@ impl Zones {
     }
 
     /// Moves a regular file between filesystems: atomic write at the destination, then unlink.
-    fn copy_across(&self, src: &VPath, dst: &VPath, overwrite: bool, origin: Origin) -> FsResult<()> {
+    fn copy_across(
+        &self,
+        src: &VPath,
+        dst: &VPath,
+        overwrite: bool,
+        origin: Origin,
+    ) -> FsResult<()> {
         let zs = self.local(src)?;
         let st = zs.lstat(src)?;
         if kind_of(&st) != EntryKind::File {
@@ -735,7 +792,9 @@ impl Zones {
             ));
         }
         if !overwrite && self.exists(&dst.to_string())?.exists {
-            return Err(FsError::Exists { path: dst.to_string() });
+            return Err(FsError::Exists {
+                path: dst.to_string(),
+            });
         }
         let (mut file, _) = zs.open_file_for_read(src)?;
         let mut w = self.begin_write(&dst.to_string())?;

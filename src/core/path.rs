@@ -192,7 +192,10 @@ fn invalid(input: &str, rule: impl Into<String>) -> FsError {
 /// that would climb above the zone root.
 pub fn parse(input: &str) -> FsResult<Target> {
     if input.is_empty() {
-        return Err(invalid(input, "empty path; paths look like /workspace/src/main.rs"));
+        return Err(invalid(
+            input,
+            "empty path; paths look like /workspace/src/main.rs",
+        ));
     }
     if input.len() > MAX_PATH {
         return Err(invalid(
@@ -220,7 +223,10 @@ pub fn parse(input: &str) -> FsResult<Target> {
                 if name.len() > MAX_NAME {
                     return Err(invalid(
                         input,
-                        format!("a name is {} bytes, over the limit of {MAX_NAME}", name.len()),
+                        format!(
+                            "a name is {} bytes, over the limit of {MAX_NAME}",
+                            name.len()
+                        ),
                     ));
                 }
                 parts.push(name);
@@ -298,7 +304,10 @@ mod tests {
         assert_eq!(code("/etc/passwd"), "INVALID_PATH");
         assert_eq!(code("/workspace/a\0b"), "INVALID_PATH");
         assert_eq!(code(""), "INVALID_PATH");
-        assert_eq!(code(&format!("/workspace/{}", "x".repeat(256))), "INVALID_PATH");
+        assert_eq!(
+            code(&format!("/workspace/{}", "x".repeat(256))),
+            "INVALID_PATH"
+        );
     }
 
     #[test]
@@ -310,6 +319,8 @@ mod tests {
         let q = parse_entry("/workspace/b.txt").unwrap();
         assert_eq!(q.parent_rel(), ".");
         assert!(p.starts_with(&VPath::root(ZoneId::Workspace)));
-        assert!(!parse_entry("/workspace/ab").unwrap().starts_with(&parse_entry("/workspace/a").unwrap()));
+        assert!(!parse_entry("/workspace/ab")
+            .unwrap()
+            .starts_with(&parse_entry("/workspace/a").unwrap()));
     }
 }

@@ -231,7 +231,11 @@ impl Zones {
         walker.visit(&mut builder);
         let mut matches = found.into_inner().expect("not poisoned");
         let total = matches.len();
-        matches.sort_unstable_by(|a, b| b.mtime_ms.cmp(&a.mtime_ms).then_with(|| a.path.cmp(&b.path)));
+        matches.sort_unstable_by(|a, b| {
+            b.mtime_ms
+                .cmp(&a.mtime_ms)
+                .then_with(|| a.path.cmp(&b.path))
+        });
         matches.truncate(limit);
         Ok(GlobResult {
             truncated: total > matches.len(),
@@ -260,7 +264,10 @@ impl Zones {
                 ob.add(g)
                     .map_err(|e| FsError::invalid("glob", format!("{g:?}: {e}")))?;
             }
-            wb.overrides(ob.build().map_err(|e| FsError::invalid("glob", e.to_string()))?);
+            wb.overrides(
+                ob.build()
+                    .map_err(|e| FsError::invalid("glob", e.to_string()))?,
+            );
         }
         if !opts.file_type.is_empty() {
             let mut tb = TypesBuilder::new();
@@ -268,7 +275,10 @@ impl Zones {
             for t in &opts.file_type {
                 tb.select(t);
             }
-            wb.types(tb.build().map_err(|e| FsError::invalid("type", e.to_string()))?);
+            wb.types(
+                tb.build()
+                    .map_err(|e| FsError::invalid("type", e.to_string()))?,
+            );
         }
         let before = opts.before.or(opts.context).unwrap_or(0);
         let after = opts.after.or(opts.context).unwrap_or(0);
@@ -297,7 +307,9 @@ impl Zones {
                 if shared.stop.load(Ordering::Relaxed) {
                     return WalkState::Quit;
                 }
-                let Ok(entry) = entry else { return WalkState::Continue };
+                let Ok(entry) = entry else {
+                    return WalkState::Continue;
+                };
                 if !entry.file_type().is_some_and(|t| t.is_file()) {
                     return WalkState::Continue;
                 }
@@ -322,7 +334,10 @@ impl Zones {
                     count: 0,
                     binary: false,
                 };
-                if searcher.search_file(&matcher, &file, &mut sink).is_err() || sink.binary || sink.count == 0 {
+                if searcher.search_file(&matcher, &file, &mut sink).is_err()
+                    || sink.binary
+                    || sink.count == 0
+                {
                     return WalkState::Continue;
                 }
                 if shared.add(sink) {
@@ -355,14 +370,16 @@ impl Zones {
                     out.total += 1;
                 }
                 GrepMode::Count => {
-                    out.counts.push(GrepCount { path: f.path, count: f.count });
+                    out.counts.push(GrepCount {
+                        path: f.path,
+                        count: f.count,
+                    });
                     budget -= 1;
                     out.total += f.count as usize;
                 }
                 GrepMode::Content => {
                     let mut kept = Vec::with_capacity(f.lines.len());
-                    let mut iter = f.lines.into_iter().peekable();
-                    while let Some(l) = iter.next() {
+                    for l in f.lines {
                         if l.kind == LineKind::Match {
                             if budget == 0 {
                                 out.truncated = true;
@@ -374,7 +391,10 @@ impl Zones {
                         kept.push(l);
                     }
                     // Drop trailing context of a match that was cut.
-                    while kept.last().is_some_and(|l| l.kind == LineKind::Context) && budget == 0 && out.truncated {
+                    while kept.last().is_some_and(|l| l.kind == LineKind::Context)
+                        && budget == 0
+                        && out.truncated
+                    {
                         kept.pop();
                     }
                     out.lines.extend(kept);
@@ -419,14 +439,19 @@ struct GlobVisitor<'a> {
 
 impl Drop for GlobVisitor<'_> {
     fn drop(&mut self) {
-        self.found.lock().expect("not poisoned").append(&mut self.local);
+        self.found
+            .lock()
+            .expect("not poisoned")
+            .append(&mut self.local);
     }
 }
 
 impl ParallelVisitor for GlobVisitor<'_> {
     fn visit(&mut self, entry: Result<ignore::DirEntry, ignore::Error>) -> WalkState {
         use std::os::unix::fs::MetadataExt;
-        let Ok(entry) = entry else { return WalkState::Continue };
+        let Ok(entry) = entry else {
+            return WalkState::Continue;
+        };
         if entry.depth() == 0 {
             return WalkState::Continue;
         }
@@ -448,7 +473,10 @@ impl ParallelVisitor for GlobVisitor<'_> {
             self.matcher.is_match(Path::new(entry.file_name()))
         };
         if hit {
-            if let (Some(path), Ok(md)) = (Zones::vpath_of(self.start.zone, entry.path()), entry.metadata()) {
+            if let (Some(path), Ok(md)) = (
+                Zones::vpath_of(self.start.zone, entry.path()),
+                entry.metadata(),
+            ) {
                 self.local.push(GlobMatch {
                     path,
                     mtime_ms: md.mtime() * 1000 + md.mtime_nsec() / 1_000_000,

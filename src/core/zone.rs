@@ -90,7 +90,12 @@ impl LocalZone {
 
     /// Opens `rel` (relative to the zone root, "" for the root) beneath the zone.
     pub fn open_rel(&self, rel: &str, flags: OFlags, mode: Mode) -> io::Result<OwnedFd> {
-        openat2_beneath(self.dirfd(), if rel.is_empty() { "." } else { rel }, flags, mode)
+        openat2_beneath(
+            self.dirfd(),
+            if rel.is_empty() { "." } else { rel },
+            flags,
+            mode,
+        )
     }
 
     /// Opens a path beneath the zone, mapping failures to core errors.
@@ -102,10 +107,15 @@ impl LocalZone {
     /// Opens a regular file for reading, enforcing the hard-link rule.
     pub fn open_file_for_read(&self, vp: &VPath) -> FsResult<(std::fs::File, Stat)> {
         let fd = self.open(vp, OFlags::RDONLY | OFlags::NOCTTY)?;
-        let st = rustix::fs::fstat(&fd).map_err(|e| FsError::from_io(&vp.to_string(), "stat", e.into()))?;
+        let st = rustix::fs::fstat(&fd)
+            .map_err(|e| FsError::from_io(&vp.to_string(), "stat", e.into()))?;
         match FileType::from_raw_mode(st.st_mode) {
             FileType::RegularFile => {}
-            FileType::Directory => return Err(FsError::IsDir { path: vp.to_string() }),
+            FileType::Directory => {
+                return Err(FsError::IsDir {
+                    path: vp.to_string(),
+                })
+            }
             _ => {
                 return Err(FsError::InvalidArgument {
                     name: "path".into(),
@@ -147,7 +157,10 @@ impl LocalZone {
             Mode::empty(),
         )
         .map_err(|e| {
-            let shown = vp.parent().map(|p| p.to_string()).unwrap_or_else(|| vp.to_string());
+            let shown = vp
+                .parent()
+                .map(|p| p.to_string())
+                .unwrap_or_else(|| vp.to_string());
             FsError::from_io(&shown, "open parent", e)
         })
     }
@@ -158,7 +171,9 @@ impl LocalZone {
             Err(FsError::NotFound { .. }) => {}
             other => return other,
         }
-        let parent = vp.parent().expect("a path with a missing parent is not a zone root");
+        let parent = vp
+            .parent()
+            .expect("a path with a missing parent is not a zone root");
         self.mkdir_p(&parent)?;
         self.open_parent(vp)
     }
@@ -181,7 +196,9 @@ impl LocalZone {
                         drop(fd);
                         Ok(())
                     }
-                    _ => Err(FsError::NotDir { path: vp.to_string() }),
+                    _ => Err(FsError::NotDir {
+                        path: vp.to_string(),
+                    }),
                 }
             }
             Err(e) => Err(FsError::from_io(&vp.to_string(), "mkdir", e.into())),
@@ -211,7 +228,9 @@ impl LocalZone {
     pub fn follow_last(&self, vp: &VPath) -> FsResult<VPath> {
         let mut cur = vp.clone();
         for _ in 0..MAX_SYMLINK_HOPS {
-            let Some(name) = cur.name() else { return Ok(cur) };
+            let Some(name) = cur.name() else {
+                return Ok(cur);
+            };
             let parent = match self.open_parent(&cur) {
                 Ok(fd) => fd,
                 // A missing parent holds no symlink; the caller creates it.

@@ -113,7 +113,10 @@ impl Db {
     pub fn journal_query(&self, f: &JournalFilter) -> Result<Vec<JournalRow>, StateError> {
         let conn = self.lock();
         let prefix_like = f.path_prefix.as_ref().map(|p| {
-            let escaped = p.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_");
+            let escaped = p
+                .replace('\\', "\\\\")
+                .replace('%', "\\%")
+                .replace('_', "\\_");
             format!("{}/%", escaped.trim_end_matches('/'))
         });
         let mut st = conn.prepare_cached(
@@ -153,7 +156,8 @@ impl Db {
     pub fn journal_len(&self) -> Result<u64, StateError> {
         Ok(self
             .lock()
-            .query_row("SELECT count(*) FROM journal", [], |r| r.get::<_, i64>(0))? as u64)
+            .query_row("SELECT count(*) FROM journal", [], |r| r.get::<_, i64>(0))?
+            as u64)
     }
 }
 

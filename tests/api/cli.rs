@@ -12,7 +12,8 @@ fn json(out: &str) -> Value {
 fn file_operations_round_trip() {
     let d = Daemon::start("");
     assert_eq!(
-        d.ok(&["write", "/workspace/src/a.txt", "one\ntwo\nthree\n"]).trim(),
+        d.ok(&["write", "/workspace/src/a.txt", "one\ntwo\nthree\n"])
+            .trim(),
         "created /workspace/src/a.txt (14 bytes)"
     );
     assert_eq!(
@@ -20,12 +21,33 @@ fn file_operations_round_trip() {
         "one\ntwo\nthree\n"
     );
     assert_eq!(d.ok(&["read", "/workspace/src/a.txt"]), "one\ntwo\nthree\n");
-    assert_eq!(d.ok(&["read", "/workspace/src/a.txt", "--offset", "2", "--limit", "1"]), "two\n");
-    let r = json(&d.ok(&["--json", "read", "/workspace/src/a.txt", "--offset", "2", "--limit", "1"]));
+    assert_eq!(
+        d.ok(&[
+            "read",
+            "/workspace/src/a.txt",
+            "--offset",
+            "2",
+            "--limit",
+            "1"
+        ]),
+        "two\n"
+    );
+    let r = json(&d.ok(&[
+        "--json",
+        "read",
+        "/workspace/src/a.txt",
+        "--offset",
+        "2",
+        "--limit",
+        "1",
+    ]));
     assert_eq!(r["total_lines"], 3);
     assert_eq!(r["truncated"], true);
     assert_eq!(r["lines"], 1);
-    assert_eq!(d.ok(&["read", "-n", "/workspace/src/a.txt", "--limit", "1"]), "     1\tone\n");
+    assert_eq!(
+        d.ok(&["read", "-n", "/workspace/src/a.txt", "--limit", "1"]),
+        "     1\tone\n"
+    );
 
     assert_eq!(
         d.ok(&["edit", "/workspace/src/a.txt", "two", "2"]).trim(),
@@ -39,7 +61,12 @@ fn file_operations_round_trip() {
     assert_eq!(d.ok(&["ls", "/workspace/deep/er"]), "b.txt\n");
     assert_eq!(d.ok(&["ls"]), "cache/\nworkspace/\n");
     let ls = json(&d.ok(&["--json", "ls", "/workspace"]));
-    let names: Vec<_> = ls["entries"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
+    let names: Vec<_> = ls["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
     assert_eq!(names, ["deep", "src"]);
     assert_eq!(ls["entries"][0]["kind"], "dir");
 
@@ -53,11 +80,20 @@ fn file_operations_round_trip() {
     let real = d.ok(&["resolve", "/workspace/deep/er/b.txt"]);
     assert_eq!(
         real.trim(),
-        std::fs::canonicalize(d.zone_dir("workspace").join("deep/er/b.txt")).unwrap().display().to_string()
+        std::fs::canonicalize(d.zone_dir("workspace").join("deep/er/b.txt"))
+            .unwrap()
+            .display()
+            .to_string()
     );
 
-    assert_eq!(d.ok(&["grep", "thr", "/workspace"]), "/workspace/deep/er/b.txt:3:three\n");
-    assert_eq!(d.ok(&["grep", "-l", "THR", "-i"]), "/workspace/deep/er/b.txt\n");
+    assert_eq!(
+        d.ok(&["grep", "thr", "/workspace"]),
+        "/workspace/deep/er/b.txt:3:three\n"
+    );
+    assert_eq!(
+        d.ok(&["grep", "-l", "THR", "-i"]),
+        "/workspace/deep/er/b.txt\n"
+    );
     assert_eq!(d.ok(&["grep", "-c", "e"]), "/workspace/deep/er/b.txt:2\n");
     assert_eq!(d.ok(&["glob", "*.txt"]), "/workspace/deep/er/b.txt\n");
     assert_eq!(d.cli(&["grep", "absent-string"]).status.code(), Some(1));
@@ -65,7 +101,11 @@ fn file_operations_round_trip() {
 
     d.ok(&["rm", "/workspace/deep/er/b.txt"]);
     assert!(!d.zone_dir("workspace").join("deep/er/b.txt").exists());
-    assert_eq!(d.cli(&["rm", "/workspace/deep"]).status.code(), Some(4), "non-empty dir needs -r");
+    assert_eq!(
+        d.cli(&["rm", "/workspace/deep"]).status.code(),
+        Some(4),
+        "non-empty dir needs -r"
+    );
     d.ok(&["rm", "-r", "/workspace/deep"]);
     assert!(!d.zone_dir("workspace").join("deep").exists());
 }
@@ -75,8 +115,15 @@ fn write_from_stdin_is_binary_safe_and_cat_streams_it_back() {
     let d = Daemon::start("");
     let bytes: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 256) as u8).collect();
     let out = d.cli_stdin(&["write", "/cache/blob.bin"], Some(&bytes));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(std::fs::read(d.zone_dir("cache").join("blob.bin")).unwrap(), bytes);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read(d.zone_dir("cache").join("blob.bin")).unwrap(),
+        bytes
+    );
     let out = d.cli(&["cat", "/cache/blob.bin"]);
     assert!(out.status.success());
     assert_eq!(out.stdout, bytes);
@@ -84,7 +131,10 @@ fn write_from_stdin_is_binary_safe_and_cat_streams_it_back() {
     let out = d.cli(&["read", "/cache/blob.bin"]);
     assert_eq!(out.status.code(), Some(7));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("not UTF-8 text") && err.contains("/cache/blob.bin"), "{err}");
+    assert!(
+        err.contains("not UTF-8 text") && err.contains("/cache/blob.bin"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -98,7 +148,11 @@ fn exit_codes_follow_the_error_class() {
         (&["edit", "/workspace/f.txt", "zzz", "y"], 5, "NO_MATCH"),
         (&["edit", "/workspace/f.txt", "a", "y"], 5, "NOT_UNIQUE"),
         (&["mkdir", "/workspace/f.txt"], 4, "EXISTS"),
-        (&["read", "/workspace/f.txt", "--offset", "0"], 2, "INVALID_ARGUMENT"),
+        (
+            &["read", "/workspace/f.txt", "--offset", "0"],
+            2,
+            "INVALID_ARGUMENT",
+        ),
         (&["grep", "(unclosed", "/workspace"], 2, "INVALID_ARGUMENT"),
         (&["glob", "a[", "/workspace"], 2, "INVALID_ARGUMENT"),
     ];
@@ -106,14 +160,29 @@ fn exit_codes_follow_the_error_class() {
         let mut full = vec!["--json"];
         full.extend_from_slice(args);
         let out = d.cli(&full);
-        assert_eq!(out.status.code(), Some(*exit), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(
+            out.status.code(),
+            Some(*exit),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let v = json(&String::from_utf8_lossy(&out.stdout));
         assert_eq!(v["code"], *code, "{args:?}");
-        assert!(!String::from_utf8_lossy(&out.stderr).trim().is_empty(), "{args:?} printed no message");
+        assert!(
+            !String::from_utf8_lossy(&out.stderr).trim().is_empty(),
+            "{args:?} printed no message"
+        );
     }
     // A file left untouched by every failed edit.
-    assert_eq!(std::fs::read_to_string(d.zone_dir("workspace").join("f.txt")).unwrap(), "a a b");
-    assert_eq!(d.ok(&["edit", "--all", "/workspace/f.txt", "a", "y"]).trim(), "/workspace/f.txt: replaced 2 occurrences");
+    assert_eq!(
+        std::fs::read_to_string(d.zone_dir("workspace").join("f.txt")).unwrap(),
+        "a a b"
+    );
+    assert_eq!(
+        d.ok(&["edit", "--all", "/workspace/f.txt", "a", "y"])
+            .trim(),
+        "/workspace/f.txt: replaced 2 occurrences"
+    );
 }
 
 #[test]
@@ -127,7 +196,10 @@ fn daemon_not_running_is_exit_8_with_advice() {
         .unwrap();
     assert_eq!(out.status.code(), Some(8));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("not running") && err.contains("sandfs serve"), "{err}");
+    assert!(
+        err.contains("not running") && err.contains("sandfs serve"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -150,7 +222,13 @@ fn journal_records_who_changed_what() {
     let entries = log["entries"].as_array().unwrap();
     let ops: Vec<(&str, &str, &str)> = entries
         .iter()
-        .map(|e| (e["op"].as_str().unwrap(), e["zone"].as_str().unwrap(), e["path"].as_str().unwrap()))
+        .map(|e| {
+            (
+                e["op"].as_str().unwrap(),
+                e["zone"].as_str().unwrap(),
+                e["path"].as_str().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(
         ops,
@@ -168,22 +246,47 @@ fn journal_records_who_changed_what() {
     assert_eq!(entries[4]["uid"], rustix::process::getuid().as_raw());
     assert_eq!(entries[4]["via"], "api");
     let human = d.ok(&["log", "/workspace/k.txt"]);
-    assert!(human.contains("delete") && human.contains("/workspace/k.txt"), "{human}");
+    assert!(
+        human.contains("delete") && human.contains("/workspace/k.txt"),
+        "{human}"
+    );
     assert!(!human.contains("mkdir"), "path filter: {human}");
     let st = d.ok(&["status"]);
-    assert!(st.contains("5 journal rows") && st.contains("zone /workspace"), "{st}");
+    assert!(
+        st.contains("5 journal rows") && st.contains("zone /workspace"),
+        "{st}"
+    );
 }
 
 #[test]
 fn help_teaches_shapes_and_exit_codes() {
-    let out = std::process::Command::new(BIN).arg("--help").output().unwrap();
+    let out = std::process::Command::new(BIN)
+        .arg("--help")
+        .output()
+        .unwrap();
     let help = String::from_utf8_lossy(&out.stdout);
-    for word in ["serve", "read", "write", "edit", "grep", "glob", "resolve", "Exit codes", "/workspace"] {
+    for word in [
+        "serve",
+        "read",
+        "write",
+        "edit",
+        "grep",
+        "glob",
+        "resolve",
+        "Exit codes",
+        "/workspace",
+    ] {
         assert!(help.contains(word), "--help lacks {word}: {help}");
     }
-    let out = std::process::Command::new(BIN).args(["grep", "--help"]).output().unwrap();
+    let out = std::process::Command::new(BIN)
+        .args(["grep", "--help"])
+        .output()
+        .unwrap();
     let help = String::from_utf8_lossy(&out.stdout);
-    assert!(help.contains("--context") && help.contains("--files-with-matches"), "{help}");
+    assert!(
+        help.contains("--context") && help.contains("--files-with-matches"),
+        "{help}"
+    );
 }
 
 #[test]
@@ -239,8 +342,15 @@ fn embedded_default_serves_dot_sandfs_in_the_current_dir() {
         .unwrap();
     let _ = child.kill();
     let _ = child.wait();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(std::fs::read_to_string(dir.path().join(".sandfs/workspace/x.txt")).unwrap(), "hi");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join(".sandfs/workspace/x.txt")).unwrap(),
+        "hi"
+    );
     assert!(dir.path().join(".sandfs/cache").is_dir());
     assert!(dir.path().join("state/sandfs/state.db").is_file());
 }

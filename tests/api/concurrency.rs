@@ -12,7 +12,10 @@ use crate::support::Daemon;
 const CLIENTS: usize = 16;
 
 fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 #[test]
@@ -43,8 +46,13 @@ fn sixteen_clients_editing_one_file_lose_no_update() {
     for h in handles {
         h.join().unwrap();
     }
-    let want: String = (0..CLIENTS).map(|i| format!("slot-{i}={ROUNDS}\n")).collect();
-    assert_eq!(std::fs::read_to_string(d.zone_dir("workspace").join("shared.txt")).unwrap(), want);
+    let want: String = (0..CLIENTS)
+        .map(|i| format!("slot-{i}={ROUNDS}\n"))
+        .collect();
+    assert_eq!(
+        std::fs::read_to_string(d.zone_dir("workspace").join("shared.txt")).unwrap(),
+        want
+    );
 }
 
 #[test]
@@ -65,12 +73,22 @@ fn racing_edits_of_the_same_text_have_exactly_one_winner() {
             })
         })
         .collect();
-    let results: Vec<Result<usize, ClientError>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-    let winners: Vec<usize> = results.iter().filter_map(|r| r.as_ref().ok().copied()).collect();
+    let results: Vec<Result<usize, ClientError>> =
+        handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let winners: Vec<usize> = results
+        .iter()
+        .filter_map(|r| r.as_ref().ok().copied())
+        .collect();
     assert_eq!(winners.len(), 1, "{results:?}");
     for r in &results {
         if let Err(e) = r {
-            assert!(matches!(e.code(), Some(ErrorCode::NoMatch) | Some(ErrorCode::Conflict)), "{e}");
+            assert!(
+                matches!(
+                    e.code(),
+                    Some(ErrorCode::NoMatch) | Some(ErrorCode::Conflict)
+                ),
+                "{e}"
+            );
         }
     }
     assert_eq!(
@@ -107,7 +125,10 @@ fn readers_never_see_a_torn_file_while_writers_replace_it() {
                 runtime().block_on(async {
                     let mut reads = 0;
                     while !stop.load(std::sync::atomic::Ordering::Relaxed) || reads < 10 {
-                        let v: Value = client.post("/v1/fs/read", &json!({"path": "/workspace/torn.txt"})).await.unwrap();
+                        let v: Value = client
+                            .post("/v1/fs/read", &json!({"path": "/workspace/torn.txt"}))
+                            .await
+                            .unwrap();
                         let s = v["content"].as_str().unwrap();
                         assert_eq!(s.len(), SIZE, "short read");
                         let first = s.as_bytes()[0];
@@ -126,7 +147,10 @@ fn readers_never_see_a_torn_file_while_writers_replace_it() {
     let reads: usize = readers.into_iter().map(|r| r.join().unwrap()).sum();
     assert!(reads >= 80);
     // No temp file survives the storm.
-    let names: Vec<_> = std::fs::read_dir(d.zone_dir("workspace")).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let names: Vec<_> = std::fs::read_dir(d.zone_dir("workspace"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     assert_eq!(names, ["torn.txt"]);
 }
 
@@ -142,8 +166,17 @@ fn clients_writing_different_files_read_back_their_own_data() {
                     for k in 0..20 {
                         let path = format!("/workspace/c{i}/f{}.txt", k % 4);
                         let content = format!("client {i} round {k}\n").repeat(k + 1);
-                        client.post::<_, Value>("/v1/fs/write", &json!({"path": path, "content": content})).await.unwrap();
-                        let v: Value = client.post("/v1/fs/read", &json!({"path": path})).await.unwrap();
+                        client
+                            .post::<_, Value>(
+                                "/v1/fs/write",
+                                &json!({"path": path, "content": content}),
+                            )
+                            .await
+                            .unwrap();
+                        let v: Value = client
+                            .post("/v1/fs/read", &json!({"path": path}))
+                            .await
+                            .unwrap();
                         assert_eq!(v["content"].as_str().unwrap(), content);
                     }
                 })
@@ -153,6 +186,12 @@ fn clients_writing_different_files_read_back_their_own_data() {
     for h in handles {
         h.join().unwrap();
     }
-    let log: Value = runtime().block_on(client.get("/v1/log?limit=1000")).unwrap();
-    assert_eq!(log["entries"].as_array().unwrap().len(), CLIENTS * 20, "every write journaled");
+    let log: Value = runtime()
+        .block_on(client.get("/v1/log?limit=1000"))
+        .unwrap();
+    assert_eq!(
+        log["entries"].as_array().unwrap().len(),
+        CLIENTS * 20,
+        "every write journaled"
+    );
 }

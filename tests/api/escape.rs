@@ -22,8 +22,16 @@ fn trapped() -> (Daemon, std::path::PathBuf) {
 fn arm(d: &Daemon, outside: &std::path::Path) {
     let ws = d.zone_dir("workspace");
     for name in [
-        "abs_link", "rel_link", "chain1", "chain2", "dir_link", "proc_link", "cwd_link", "hard_link",
-        "inner_link", "stolen",
+        "abs_link",
+        "rel_link",
+        "chain1",
+        "chain2",
+        "dir_link",
+        "proc_link",
+        "cwd_link",
+        "hard_link",
+        "inner_link",
+        "stolen",
     ] {
         let _ = std::fs::remove_file(ws.join(name));
     }
@@ -77,17 +85,29 @@ fn escape_paths() -> Vec<String> {
 fn every_operation_refuses_every_escape_and_nothing_outside_changes() {
     let (d, outside) = trapped();
     let before = snapshot(&outside);
-    let tmp_before: Vec<_> = std::fs::read_dir(d.dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let tmp_before: Vec<_> = std::fs::read_dir(d.dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     for p in escape_paths() {
         arm(&d, &outside);
         let calls: Vec<(&str, Value)> = vec![
             ("/v1/fs/read", json!({"path": p})),
             ("/v1/fs/write", json!({"path": p, "content": "pwned"})),
-            ("/v1/fs/edit", json!({"path": p, "old": "SECRET", "new": "pwned"})),
+            (
+                "/v1/fs/edit",
+                json!({"path": p, "old": "SECRET", "new": "pwned"}),
+            ),
             ("/v1/fs/delete", json!({"path": p, "recursive": true})),
-            ("/v1/fs/mkdir", json!({"path": format!("{p}/newdir"), "parents": true})),
+            (
+                "/v1/fs/mkdir",
+                json!({"path": format!("{p}/newdir"), "parents": true}),
+            ),
             ("/v1/fs/move", json!({"from": p, "to": "/workspace/stolen"})),
-            ("/v1/fs/move", json!({"from": "/workspace/inner/ok.txt", "to": p})),
+            (
+                "/v1/fs/move",
+                json!({"from": "/workspace/inner/ok.txt", "to": p}),
+            ),
             ("/v1/fs/list", json!({"path": p})),
             ("/v1/fs/stat", json!({"path": format!("{p}/x")})),
             ("/v1/fs/glob", json!({"pattern": "*", "path": p})),
@@ -100,27 +120,44 @@ fn every_operation_refuses_every_escape_and_nothing_outside_changes() {
             // Deleting or moving the symlink itself is an operation inside the zone; everything
             // else must fail with a path error, never succeed and never be a 5xx.
             if status == 200 {
-                let link_itself = ["/workspace/abs_link", "/workspace/rel_link"].contains(&p.as_str())
-                    && (route == "/v1/fs/delete" || route == "/v1/fs/move" || route == "/v1/fs/write");
+                let link_itself = ["/workspace/abs_link", "/workspace/rel_link"]
+                    .contains(&p.as_str())
+                    && (route == "/v1/fs/delete"
+                        || route == "/v1/fs/move"
+                        || route == "/v1/fs/write");
                 assert!(link_itself, "{route} {body} succeeded: {v}");
                 continue;
             }
             assert!(status < 500, "{route} {body}: {status} {v}");
             let c = code(&v);
             let renaming_onto_a_link = route == "/v1/fs/move" && body["to"] == p && c == "EXISTS";
-            assert!(OUT_CODES.contains(&c) || renaming_onto_a_link, "{route} {body}: unexpected {c}: {v}");
+            assert!(
+                OUT_CODES.contains(&c) || renaming_onto_a_link,
+                "{route} {body}: unexpected {c}: {v}"
+            );
             assert!(!v["message"].as_str().unwrap().is_empty());
         }
         // The raw routes take the path as a query string.
         let q = sandfs::cli::client::encode(&p);
         let (status, body) = d.curl("GET", &format!("/v1/fs/raw?path={q}"), None);
-        assert!((400..500).contains(&status), "raw GET {p:?}: {status} {}", String::from_utf8_lossy(&body));
+        assert!(
+            (400..500).contains(&status),
+            "raw GET {p:?}: {status} {}",
+            String::from_utf8_lossy(&body)
+        );
         arm(&d, &outside);
         let (status, _) = d.curl("PUT", &format!("/v1/fs/raw?path={q}"), Some(b"pwned"));
         assert!((400..500).contains(&status), "raw PUT {p:?}: {status}");
     }
-    assert_eq!(snapshot(&outside), before, "something outside the zone changed");
-    let tmp_after: Vec<_> = std::fs::read_dir(d.dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(
+        snapshot(&outside),
+        before,
+        "something outside the zone changed"
+    );
+    let tmp_after: Vec<_> = std::fs::read_dir(d.dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     assert_eq!(tmp_before, tmp_after, "a file appeared beside the zones");
     assert!(std::path::Path::new("/etc/passwd").exists());
 }
@@ -129,45 +166,88 @@ fn every_operation_refuses_every_escape_and_nothing_outside_changes() {
 fn symlink_writes_refuse_to_leave_and_hard_links_are_never_written_through() {
     let (d, outside) = trapped();
     let before = snapshot(&outside);
-    for p in ["/workspace/abs_link", "/workspace/rel_link", "/workspace/chain1/secret.txt"] {
+    for p in [
+        "/workspace/abs_link",
+        "/workspace/rel_link",
+        "/workspace/chain1/secret.txt",
+    ] {
         let (status, v) = d.post("/v1/fs/write", &json!({"path": p, "content": "pwned"}));
         assert_eq!((status, code(&v)), (403, "OUTSIDE_ZONE"), "{p}: {v}");
     }
     // A hard link to an outside file: reading is refused, writing replaces the name only.
     let (status, v) = d.post("/v1/fs/read", &json!({"path": "/workspace/hard_link"}));
     assert_eq!((status, code(&v)), (403, "OUTSIDE_ZONE"), "{v}");
-    assert!(v["message"].as_str().unwrap().contains("allow_hardlinks"), "{v}");
-    let (status, v) = d.post("/v1/fs/edit", &json!({"path": "/workspace/hard_link", "old": "HARD", "new": "x"}));
+    assert!(
+        v["message"].as_str().unwrap().contains("allow_hardlinks"),
+        "{v}"
+    );
+    let (status, v) = d.post(
+        "/v1/fs/edit",
+        &json!({"path": "/workspace/hard_link", "old": "HARD", "new": "x"}),
+    );
     assert_eq!((status, code(&v)), (403, "OUTSIDE_ZONE"), "{v}");
     let (status, v) = d.post("/v1/fs/grep", &json!({"pattern": "SECRET", "hidden": true}));
     assert_eq!(status, 200);
     assert_eq!(v["total"], 1, "grep reads the hard-linked copy only: {v}");
-    let (status, _) = d.post("/v1/fs/write", &json!({"path": "/workspace/hard_link", "content": "mine"}));
+    let (status, _) = d.post(
+        "/v1/fs/write",
+        &json!({"path": "/workspace/hard_link", "content": "mine"}),
+    );
     assert_eq!(status, 200);
-    assert_eq!(std::fs::read_to_string(outside.join("hard.txt")).unwrap(), "HARD-SECRET\n");
+    assert_eq!(
+        std::fs::read_to_string(outside.join("hard.txt")).unwrap(),
+        "HARD-SECRET\n"
+    );
     // Symlinks that stay inside the zone work.
     let (status, v) = d.post("/v1/fs/read", &json!({"path": "/workspace/inner_link"}));
     assert_eq!((status, v["content"].as_str()), (200, Some("fine\n")));
-    let (status, _) = d.post("/v1/fs/write", &json!({"path": "/workspace/inner_link", "content": "through\n"}));
+    let (status, _) = d.post(
+        "/v1/fs/write",
+        &json!({"path": "/workspace/inner_link", "content": "through\n"}),
+    );
     assert_eq!(status, 200);
-    assert_eq!(std::fs::read_to_string(d.zone_dir("workspace").join("inner/ok.txt")).unwrap(), "through\n");
-    assert!(std::fs::symlink_metadata(d.zone_dir("workspace").join("inner_link")).unwrap().file_type().is_symlink());
+    assert_eq!(
+        std::fs::read_to_string(d.zone_dir("workspace").join("inner/ok.txt")).unwrap(),
+        "through\n"
+    );
+    assert!(
+        std::fs::symlink_metadata(d.zone_dir("workspace").join("inner_link"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
     // Searches never follow links out.
-    let (_, v) = d.post("/v1/fs/grep", &json!({"pattern": "TOP-SECRET", "hidden": true, "gitignore": false}));
+    let (_, v) = d.post(
+        "/v1/fs/grep",
+        &json!({"pattern": "TOP-SECRET", "hidden": true, "gitignore": false}),
+    );
     assert_eq!(v["total"], 0, "{v}");
     assert_eq!(snapshot(&outside).len(), before.len());
-    assert_eq!(std::fs::read_to_string(outside.join("secret.txt")).unwrap(), "TOP-SECRET\n");
+    assert_eq!(
+        std::fs::read_to_string(outside.join("secret.txt")).unwrap(),
+        "TOP-SECRET\n"
+    );
 }
 
 #[test]
 fn percent_encoding_is_a_name_not_a_traversal() {
     let d = Daemon::start("");
     // In JSON, %2e%2e is a literal name inside the zone.
-    let (status, v) = d.post("/v1/fs/write", &json!({"path": "/workspace/%2e%2e/x.txt", "content": "lit"}));
+    let (status, v) = d.post(
+        "/v1/fs/write",
+        &json!({"path": "/workspace/%2e%2e/x.txt", "content": "lit"}),
+    );
     assert_eq!(status, 200, "{v}");
-    assert_eq!(std::fs::read_to_string(d.zone_dir("workspace").join("%2e%2e/x.txt")).unwrap(), "lit");
+    assert_eq!(
+        std::fs::read_to_string(d.zone_dir("workspace").join("%2e%2e/x.txt")).unwrap(),
+        "lit"
+    );
     // In a query string it is decoded exactly once.
-    let (status, _) = d.curl("GET", "/v1/fs/raw?path=/workspace/%2e%2e/%2e%2e/etc/passwd", None);
+    let (status, _) = d.curl(
+        "GET",
+        "/v1/fs/raw?path=/workspace/%2e%2e/%2e%2e/etc/passwd",
+        None,
+    );
     assert_eq!(status, 403);
     let (status, body) = d.curl("GET", "/v1/fs/raw?path=/workspace/%252e%252e/x.txt", None);
     assert_eq!((status, body.as_slice()), (200, b"lit".as_slice()));
@@ -177,7 +257,11 @@ fn percent_encoding_is_a_name_not_a_traversal() {
 fn cli_rejects_escapes_and_invalid_utf8() {
     let (d, outside) = trapped();
     let before = snapshot(&outside);
-    for p in ["/workspace/../outside/secret.txt", "/workspace/abs_link", "/workspace/dir_link/secret.txt"] {
+    for p in [
+        "/workspace/../outside/secret.txt",
+        "/workspace/abs_link",
+        "/workspace/dir_link/secret.txt",
+    ] {
         let out = d.cli(&["read", p]);
         assert_eq!(out.status.code(), Some(6), "{p}");
         let out = d.cli(&["write", p, "pwned"]);
@@ -193,6 +277,10 @@ fn cli_rejects_escapes_and_invalid_utf8() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("UTF-8"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("UTF-8"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(snapshot(&outside), before);
 }

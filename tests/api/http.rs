@@ -36,9 +36,11 @@ fn openapi_document_matches_the_router_and_the_repo() {
     let (status, body) = d.curl("GET", "/v1/openapi.json", None);
     assert_eq!(status, 200);
     let served: Value = serde_json::from_slice(&body).unwrap();
-    let in_repo: Value =
-        serde_json::from_str(&std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/api/openapi.json")).unwrap())
-            .unwrap();
+    let in_repo: Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/api/openapi.json"))
+            .unwrap(),
+    )
+    .unwrap();
     assert_eq!(served, in_repo);
     let paths = served["paths"].as_object().expect("openapi has paths");
     let mut documented: Vec<(String, String)> = paths
@@ -52,14 +54,24 @@ fn openapi_document_matches_the_router_and_the_repo() {
         })
         .collect();
     documented.sort();
-    let mut expected: Vec<(String, String)> = ROUTES.iter().map(|(m, p)| (m.to_string(), p.to_string())).collect();
+    let mut expected: Vec<(String, String)> = ROUTES
+        .iter()
+        .map(|(m, p)| (m.to_string(), p.to_string()))
+        .collect();
     expected.sort();
     assert_eq!(documented, expected, "openapi.json and the router disagree");
     // Every documented route answers (not the fallback).
     for (m, p) in ROUTES {
-        let (status, body) = d.curl(&m.to_uppercase(), p, (*m != "get").then_some(b"{}".as_slice()));
+        let (status, body) = d.curl(
+            &m.to_uppercase(),
+            p,
+            (*m != "get").then_some(b"{}".as_slice()),
+        );
         let text = String::from_utf8_lossy(&body);
-        assert!(!text.contains("is not an API route"), "{m} {p}: {status} {text}");
+        assert!(
+            !text.contains("is not an API route"),
+            "{m} {p}: {status} {text}"
+        );
     }
 }
 
@@ -93,22 +105,45 @@ fn oversized_bodies_get_too_large_and_leave_nothing_behind() {
     let (status, body) = d.curl("PUT", "/v1/fs/raw?path=/workspace/big.bin", Some(&big));
     let v: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!((status, code(&v)), (413, "TOO_LARGE"));
-    assert!(v["message"].as_str().unwrap().contains("limits.max_write_bytes"), "{v}");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .contains("limits.max_write_bytes"),
+        "{v}"
+    );
     // JSON body far over the limit.
     let huge = json!({"path": "/workspace/a.txt", "content": "y".repeat(200_000)});
     let (status, v) = d.post("/v1/fs/write", &huge);
     assert_eq!((status, code(&v)), (413, "TOO_LARGE"));
     // Content over the write limit inside an acceptable body.
-    let (status, v) = d.post("/v1/fs/write", &json!({"path": "/workspace/a.txt", "content": "z".repeat(1500)}));
+    let (status, v) = d.post(
+        "/v1/fs/write",
+        &json!({"path": "/workspace/a.txt", "content": "z".repeat(1500)}),
+    );
     assert_eq!((status, code(&v)), (413, "TOO_LARGE"));
-    assert_eq!(std::fs::read_dir(d.zone_dir("workspace")).unwrap().count(), 0, "files left behind");
+    assert_eq!(
+        std::fs::read_dir(d.zone_dir("workspace")).unwrap().count(),
+        0,
+        "files left behind"
+    );
     // An existing file survives a failed replacement.
-    let (status, _) = d.post("/v1/fs/write", &json!({"path": "/workspace/a.txt", "content": "keep"}));
+    let (status, _) = d.post(
+        "/v1/fs/write",
+        &json!({"path": "/workspace/a.txt", "content": "keep"}),
+    );
     assert_eq!(status, 200);
     let (status, _) = d.curl("PUT", "/v1/fs/raw?path=/workspace/a.txt", Some(&big));
     assert_eq!(status, 413);
-    assert_eq!(std::fs::read_to_string(d.zone_dir("workspace").join("a.txt")).unwrap(), "keep");
-    assert_eq!(std::fs::read_dir(d.zone_dir("workspace")).unwrap().count(), 1, "temp file left behind");
+    assert_eq!(
+        std::fs::read_to_string(d.zone_dir("workspace").join("a.txt")).unwrap(),
+        "keep"
+    );
+    assert_eq!(
+        std::fs::read_dir(d.zone_dir("workspace")).unwrap().count(),
+        1,
+        "temp file left behind"
+    );
 }
 
 #[test]
@@ -118,14 +153,23 @@ fn read_limit_and_line_windows_of_large_files() {
     std::fs::write(d.zone_dir("workspace").join("big.txt"), &text).unwrap();
     let (status, v) = d.post("/v1/fs/read", &json!({"path": "/workspace/big.txt"}));
     assert_eq!((status, code(&v)), (413, "TOO_LARGE"));
-    let (status, v) = d.post("/v1/fs/read", &json!({"path": "/workspace/big.txt", "offset": 250, "limit": 2}));
+    let (status, v) = d.post(
+        "/v1/fs/read",
+        &json!({"path": "/workspace/big.txt", "offset": 250, "limit": 2}),
+    );
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["content"], "line 250\nline 251\n");
     assert_eq!(v["total_lines"], 500);
     assert_eq!(v["truncated"], true);
-    let (status, v) = d.post("/v1/fs/read", &json!({"path": "/workspace/big.txt", "offset": 1, "limit": 400}));
+    let (status, v) = d.post(
+        "/v1/fs/read",
+        &json!({"path": "/workspace/big.txt", "offset": 1, "limit": 400}),
+    );
     assert_eq!((status, code(&v)), (413, "TOO_LARGE"));
-    let (_, v) = d.post("/v1/fs/read", &json!({"path": "/workspace/big.txt", "offset": 499, "limit": 10}));
+    let (_, v) = d.post(
+        "/v1/fs/read",
+        &json!({"path": "/workspace/big.txt", "offset": 499, "limit": 10}),
+    );
     assert_eq!(v["content"], "line 499\nline 500\n");
     assert_eq!(v["truncated"], false);
 }
@@ -133,14 +177,23 @@ fn read_limit_and_line_windows_of_large_files() {
 #[test]
 fn metrics_count_requests_latencies_and_error_codes() {
     let d = Daemon::start("");
-    d.post("/v1/fs/write", &json!({"path": "/workspace/m.txt", "content": "x"}));
+    d.post(
+        "/v1/fs/write",
+        &json!({"path": "/workspace/m.txt", "content": "x"}),
+    );
     d.post("/v1/fs/read", &json!({"path": "/workspace/m.txt"}));
     d.post("/v1/fs/read", &json!({"path": "/workspace/none"}));
     let (status, body) = d.curl("GET", "/metrics", None);
     assert_eq!(status, 200);
     let text = String::from_utf8(body).unwrap();
-    assert!(text.contains("sandfs_requests_total{route=\"/v1/fs/read\"} 2"), "{text}");
-    assert!(text.contains("sandfs_request_duration_seconds_count{route=\"/v1/fs/write\"} 1"), "{text}");
+    assert!(
+        text.contains("sandfs_requests_total{route=\"/v1/fs/read\"} 2"),
+        "{text}"
+    );
+    assert!(
+        text.contains("sandfs_request_duration_seconds_count{route=\"/v1/fs/write\"} 1"),
+        "{text}"
+    );
     assert!(
         text.contains("sandfs_errors_total{code=\"NOT_FOUND\",route=\"/v1/fs/read\"} 1"),
         "{text}"
@@ -152,7 +205,11 @@ fn socket_is_private_and_stale_sockets_are_replaced() {
     let mut d = Daemon::start("");
     let mode = std::fs::metadata(&d.socket).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
-    let dir_mode = std::fs::metadata(d.socket.parent().unwrap()).unwrap().permissions().mode() & 0o777;
+    let dir_mode = std::fs::metadata(d.socket.parent().unwrap())
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
     assert_eq!(dir_mode, 0o700);
     // A second daemon on the same socket refuses to start and leaves the first serving.
     let out = Command::new(crate::support::BIN)
@@ -188,7 +245,11 @@ fn other_uids_are_refused_unless_allowed() {
     let as_nobody = |d: &Daemon| {
         // Open the path for the test so that only SO_PEERCRED stands in the way.
         std::fs::set_permissions(d.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        std::fs::set_permissions(d.socket.parent().unwrap(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(
+            d.socket.parent().unwrap(),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
         std::fs::set_permissions(&d.socket, std::fs::Permissions::from_mode(0o666)).unwrap();
         Command::new(&setpriv)
             .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
@@ -201,13 +262,25 @@ fn other_uids_are_refused_unless_allowed() {
     };
     let d = Daemon::start("");
     let out = as_nobody(&d);
-    assert!(!out.status.success(), "uid 65534 was served: {}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        !out.status.success(),
+        "uid 65534 was served: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     std::thread::sleep(std::time::Duration::from_millis(100));
-    assert!(d.log_text().contains("refused a connection"), "refusal not logged: {}", d.log_text());
+    assert!(
+        d.log_text().contains("refused a connection"),
+        "refusal not logged: {}",
+        d.log_text()
+    );
 
     let d = Daemon::start("[api]\nallowed_uids = [65534]\n");
     let out = as_nobody(&d);
-    assert!(out.status.success(), "allowed uid refused: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "allowed uid refused: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(String::from_utf8_lossy(&out.stdout).contains("\"ok\":true"));
 }
 
@@ -226,28 +299,49 @@ fn read_only_zone_refuses_changes() {
     let (status, v) = d.post("/v1/fs/read", &json!({"path": "/cache/r.txt"}));
     assert_eq!(status, 200, "{v}");
     for (route, body) in [
-        ("/v1/fs/write", json!({"path": "/cache/r.txt", "content": "x"})),
-        ("/v1/fs/edit", json!({"path": "/cache/r.txt", "old": "data", "new": "x"})),
+        (
+            "/v1/fs/write",
+            json!({"path": "/cache/r.txt", "content": "x"}),
+        ),
+        (
+            "/v1/fs/edit",
+            json!({"path": "/cache/r.txt", "old": "data", "new": "x"}),
+        ),
         ("/v1/fs/delete", json!({"path": "/cache/r.txt"})),
         ("/v1/fs/mkdir", json!({"path": "/cache/d"})),
-        ("/v1/fs/move", json!({"from": "/cache/r.txt", "to": "/workspace/r.txt"})),
+        (
+            "/v1/fs/move",
+            json!({"from": "/cache/r.txt", "to": "/workspace/r.txt"}),
+        ),
     ] {
         let (status, v) = d.post(route, &body);
         assert_eq!((status, code(&v)), (403, "READ_ONLY"), "{route}");
     }
     let (status, body) = d.curl("PUT", "/v1/fs/raw?path=/cache/r.txt", Some(b"x"));
     assert_eq!(status, 403, "{}", String::from_utf8_lossy(&body));
-    assert_eq!(std::fs::read_to_string(d.zone_dir("cache").join("r.txt")).unwrap(), "data");
+    assert_eq!(
+        std::fs::read_to_string(d.zone_dir("cache").join("r.txt")).unwrap(),
+        "data"
+    );
 }
 
 #[test]
 fn single_mode_disables_cache_with_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
-    let d = Daemon::start_config(&format!("[zones]\nmode = \"single\"\ndir = \"{}\"\n", dir.path().display()));
+    let d = Daemon::start_config(&format!(
+        "[zones]\nmode = \"single\"\ndir = \"{}\"\n",
+        dir.path().display()
+    ));
     let (status, v) = d.post("/v1/fs/write", &json!({"path": "/cache/x", "content": "x"}));
     assert_eq!((status, code(&v)), (503, "ZONE_UNAVAILABLE"));
-    assert!(v["message"].as_str().unwrap().contains("cache_subdir"), "{v}");
-    let (status, _) = d.post("/v1/fs/write", &json!({"path": "/workspace/x", "content": "x"}));
+    assert!(
+        v["message"].as_str().unwrap().contains("cache_subdir"),
+        "{v}"
+    );
+    let (status, _) = d.post(
+        "/v1/fs/write",
+        &json!({"path": "/workspace/x", "content": "x"}),
+    );
     assert_eq!(status, 200);
     assert_eq!(std::fs::read_to_string(dir.path().join("x")).unwrap(), "x");
 }

@@ -33,12 +33,17 @@ pub struct Daemon {
 impl Daemon {
     /// Starts a daemon in sandboxed mode under a temp dir; `extra` is appended to the config.
     pub fn start(extra: &str) -> Daemon {
-        Daemon::start_config(&format!("[zones]\nmode = \"sandboxed\"\nroot = \"root\"\n{extra}"))
+        Daemon::start_config(&format!(
+            "[zones]\nmode = \"sandboxed\"\nroot = \"root\"\n{extra}"
+        ))
     }
 
     /// Starts a daemon with the given config text (relative paths resolve in the temp dir).
     pub fn start_config(config: &str) -> Daemon {
-        let dir = tempfile::Builder::new().prefix("sandfs-test").tempdir().unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("sandfs-test")
+            .tempdir()
+            .unwrap();
         let socket = dir.path().join("run/sandfs.sock");
         let cfg_path = dir.path().join("config.toml");
         std::fs::write(
@@ -124,7 +129,11 @@ impl Daemon {
         let mut cmd = Command::new(BIN);
         cmd.arg("--socket").arg(&self.socket).args(args);
         cmd.env_remove("SANDFS_CONFIG");
-        cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
+        cmd.stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        });
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = cmd.spawn().unwrap();
         if let Some(bytes) = stdin {
@@ -151,13 +160,24 @@ impl Daemon {
     pub fn curl(&self, method: &str, route: &str, body: Option<&[u8]>) -> (u16, Vec<u8>) {
         let curl = require_tool("curl", "curl");
         let mut cmd = Command::new(curl);
-        cmd.args(["-sS", "-o", "-", "-w", "\n%{http_code}", "-X", method, "--unix-socket"])
-            .arg(&self.socket)
-            .arg(format!("http://sandfs{route}"));
+        cmd.args([
+            "-sS",
+            "-o",
+            "-",
+            "-w",
+            "\n%{http_code}",
+            "-X",
+            method,
+            "--unix-socket",
+        ])
+        .arg(&self.socket)
+        .arg(format!("http://sandfs{route}"));
         if body.is_some() {
             cmd.args(["--data-binary", "@-"]);
         }
-        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         let mut child = cmd.spawn().unwrap();
         {
             use std::io::Write;
@@ -167,10 +187,18 @@ impl Daemon {
             }
         }
         let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "curl failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "curl failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let mut bytes = out.stdout;
         let nl = bytes.iter().rposition(|b| *b == b'\n').unwrap();
-        let code: u16 = std::str::from_utf8(&bytes[nl + 1..]).unwrap().trim().parse().unwrap();
+        let code: u16 = std::str::from_utf8(&bytes[nl + 1..])
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
         bytes.truncate(nl);
         (code, bytes)
     }
@@ -178,8 +206,12 @@ impl Daemon {
     /// POSTs JSON with curl and parses the JSON answer.
     pub fn post(&self, route: &str, body: &Value) -> (u16, Value) {
         let (code, bytes) = self.curl("POST", route, Some(body.to_string().as_bytes()));
-        let v = serde_json::from_slice(&bytes)
-            .unwrap_or_else(|e| panic!("{route}: answer is not JSON ({e}): {}", String::from_utf8_lossy(&bytes)));
+        let v = serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+            panic!(
+                "{route}: answer is not JSON ({e}): {}",
+                String::from_utf8_lossy(&bytes)
+            )
+        });
         (code, v)
     }
 
@@ -220,7 +252,9 @@ impl Drop for Daemon {
 
 /// Returns the error code of a JSON error body.
 pub fn code(v: &Value) -> &str {
-    v["code"].as_str().unwrap_or_else(|| panic!("not an error body: {v}"))
+    v["code"]
+        .as_str()
+        .unwrap_or_else(|| panic!("not an error body: {v}"))
 }
 
 /// Snapshot of every file under `dir`: path, kind, contents, mode, mtime.

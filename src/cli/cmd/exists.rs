@@ -14,12 +14,20 @@ pub struct Args {
 }
 
 pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
-    let raw = ctx.client.post_raw("/v1/fs/exists", &json!({ "path": a.path })).await?;
-    let r: ExistsResult = serde_json::from_slice(&raw).map_err(|e| ClientError::Transport(e.to_string()))?;
+    let raw = ctx
+        .client
+        .post_raw("/v1/fs/exists", &json!({ "path": a.path }))
+        .await?;
+    let r: ExistsResult =
+        serde_json::from_slice(&raw).map_err(|e| ClientError::Transport(e.to_string()))?;
     if ctx.json {
         print_json(&raw);
     } else {
         println!("{}", if r.exists { "yes" } else { "no" });
     }
-    Ok(if r.exists { Outcome::Ok } else { Outcome::NothingFound })
+    Ok(if r.exists {
+        Outcome::Ok
+    } else {
+        Outcome::NothingFound
+    })
 }

@@ -36,7 +36,8 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
         limit: a.limit,
     };
     let raw = ctx.client.post_raw("/v1/fs/glob", &opts).await?;
-    let r: GlobResult = serde_json::from_slice(&raw).map_err(|e| ClientError::Transport(e.to_string()))?;
+    let r: GlobResult =
+        serde_json::from_slice(&raw).map_err(|e| ClientError::Transport(e.to_string()))?;
     if ctx.json {
         print_json(&raw);
     } else {
@@ -44,8 +45,16 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
             println!("{}", m.path);
         }
         if r.truncated {
-            eprintln!("(showing {} of {} matches; raise --limit)", r.matches.len(), r.total);
+            eprintln!(
+                "(showing {} of {} matches; raise --limit)",
+                r.matches.len(),
+                r.total
+            );
         }
     }
-    Ok(if r.total == 0 { Outcome::NothingFound } else { Outcome::Ok })
+    Ok(if r.total == 0 {
+        Outcome::NothingFound
+    } else {
+        Outcome::Ok
+    })
 }

@@ -77,10 +77,15 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
         hidden: a.hidden,
     };
     let raw = ctx.client.post_raw("/v1/fs/grep", &opts).await?;
-    let r: GrepResult = serde_json::from_slice(&raw).map_err(|e| ClientError::Transport(e.to_string()))?;
+    let r: GrepResult =
+        serde_json::from_slice(&raw).map_err(|e| ClientError::Transport(e.to_string()))?;
     if ctx.json {
         print_json(&raw);
-        return Ok(if r.total == 0 { Outcome::NothingFound } else { Outcome::Ok });
+        return Ok(if r.total == 0 {
+            Outcome::NothingFound
+        } else {
+            Outcome::Ok
+        });
     }
     use std::io::Write;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
@@ -116,5 +121,9 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
     if r.truncated {
         eprintln!("(results stopped at the limit; narrow the search or raise --limit)");
     }
-    Ok(if r.total == 0 { Outcome::NothingFound } else { Outcome::Ok })
+    Ok(if r.total == 0 {
+        Outcome::NothingFound
+    } else {
+        Outcome::Ok
+    })
 }

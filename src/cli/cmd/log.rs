@@ -30,7 +30,8 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
         print_json(&raw);
         return Ok(Outcome::Ok);
     }
-    let body: LogBody = serde_json::from_slice(&raw).map_err(|e| ClientError::Transport(e.to_string()))?;
+    let body: LogBody =
+        serde_json::from_slice(&raw).map_err(|e| ClientError::Transport(e.to_string()))?;
     for r in &body.entries {
         let to = r
             .to_path
@@ -42,7 +43,13 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
             (Some(p), Some(u)) => format!(" [{} pid {p} uid {u}]", r.via),
             _ => format!(" [{}]", r.via),
         };
-        println!("{}  {:<6} /{}/{}{to}{bytes}{who}", time(r.time_ms), r.op, r.zone, r.path);
+        println!(
+            "{}  {:<6} /{}/{}{to}{bytes}{who}",
+            time(r.time_ms),
+            r.op,
+            r.zone,
+            r.path
+        );
     }
     Ok(Outcome::Ok)
 }

@@ -18,12 +18,16 @@ pub struct Args {
 }
 
 pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
-    let raw = ctx.client.post_raw("/v1/fs/list", &json!({ "path": a.path })).await?;
+    let raw = ctx
+        .client
+        .post_raw("/v1/fs/list", &json!({ "path": a.path }))
+        .await?;
     if ctx.json {
         print_json(&raw);
         return Ok(Outcome::Ok);
     }
-    let r: ListResult = serde_json::from_slice(&raw).map_err(|e| ClientError::Transport(e.to_string()))?;
+    let r: ListResult =
+        serde_json::from_slice(&raw).map_err(|e| ClientError::Transport(e.to_string()))?;
     for e in &r.entries {
         let suffix = match e.kind {
             EntryKind::Dir => "/",
@@ -37,7 +41,12 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
                 EntryKind::Symlink => "link",
                 EntryKind::Other => "other",
             };
-            println!("{kind:<5} {:>10}  {}  {}{suffix}", size(e.size), time(e.mtime_ms), e.name);
+            println!(
+                "{kind:<5} {:>10}  {}  {}{suffix}",
+                size(e.size),
+                time(e.mtime_ms),
+                e.name
+            );
         } else {
             println!("{}{suffix}", e.name);
         }

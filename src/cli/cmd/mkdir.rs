@@ -18,7 +18,10 @@ pub struct Args {
 pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
     let raw = ctx
         .client
-        .post_raw("/v1/fs/mkdir", &json!({ "path": a.path, "parents": a.parents }))
+        .post_raw(
+            "/v1/fs/mkdir",
+            &json!({ "path": a.path, "parents": a.parents }),
+        )
         .await?;
     if ctx.json {
         print_json(&raw);

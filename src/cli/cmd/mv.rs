@@ -20,7 +20,10 @@ pub struct Args {
 pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
     let raw = ctx
         .client
-        .post_raw("/v1/fs/move", &json!({ "from": a.from, "to": a.to, "overwrite": a.force }))
+        .post_raw(
+            "/v1/fs/move",
+            &json!({ "from": a.from, "to": a.to, "overwrite": a.force }),
+        )
         .await?;
     if ctx.json {
         print_json(&raw);

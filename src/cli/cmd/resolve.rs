@@ -14,11 +14,15 @@ pub struct Args {
 }
 
 pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
-    let raw = ctx.client.post_raw("/v1/fs/resolve", &json!({ "path": a.path })).await?;
+    let raw = ctx
+        .client
+        .post_raw("/v1/fs/resolve", &json!({ "path": a.path }))
+        .await?;
     if ctx.json {
         print_json(&raw);
     } else {
-        let r: ResolveResult = serde_json::from_slice(&raw).map_err(|e| ClientError::Transport(e.to_string()))?;
+        let r: ResolveResult =
+            serde_json::from_slice(&raw).map_err(|e| ClientError::Transport(e.to_string()))?;
         println!("{}", r.real_path);
     }
     Ok(Outcome::Ok)

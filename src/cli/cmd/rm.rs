@@ -20,7 +20,10 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
     for p in &a.paths {
         let raw = ctx
             .client
-            .post_raw("/v1/fs/delete", &json!({ "path": p, "recursive": a.recursive }))
+            .post_raw(
+                "/v1/fs/delete",
+                &json!({ "path": p, "recursive": a.recursive }),
+            )
             .await?;
         if ctx.json {
             print_json(&raw);

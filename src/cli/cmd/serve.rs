@@ -55,7 +55,9 @@ fn serve(config: Option<&Path>, socket: Option<PathBuf>, args: &Args) -> anyhow:
                 read_only = z.read_only(),
                 "zone ready"
             ),
-            Zone::Disabled(reason) => tracing::info!(zone = id.name(), reason = %reason, "zone disabled"),
+            Zone::Disabled(reason) => {
+                tracing::info!(zone = id.name(), reason = %reason, "zone disabled")
+            }
         }
     }
     if !args.no_mount {

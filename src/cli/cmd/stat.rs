@@ -14,14 +14,24 @@ pub struct Args {
 }
 
 pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
-    let raw = ctx.client.post_raw("/v1/fs/stat", &json!({ "path": a.path })).await?;
+    let raw = ctx
+        .client
+        .post_raw("/v1/fs/stat", &json!({ "path": a.path }))
+        .await?;
     if ctx.json {
         print_json(&raw);
         return Ok(Outcome::Ok);
     }
-    let s: StatResult = serde_json::from_slice(&raw).map_err(|e| ClientError::Transport(e.to_string()))?;
+    let s: StatResult =
+        serde_json::from_slice(&raw).map_err(|e| ClientError::Transport(e.to_string()))?;
     println!("path:  {}", s.path);
-    println!("kind:  {}", serde_json::to_value(s.kind).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default());
+    println!(
+        "kind:  {}",
+        serde_json::to_value(s.kind)
+            .ok()
+            .and_then(|v| v.as_str().map(String::from))
+            .unwrap_or_default()
+    );
     println!("size:  {}", s.size);
     println!("mode:  {:04o}", s.mode);
     println!("mtime: {}", time(s.mtime_ms));

@@ -14,11 +14,16 @@ pub async fn run(ctx: &Ctx, _: &Args) -> Result<Outcome, ClientError> {
         print_json(&raw);
         return Ok(Outcome::Ok);
     }
-    let s: Status = serde_json::from_slice(&raw).map_err(|e| ClientError::Transport(e.to_string()))?;
+    let s: Status =
+        serde_json::from_slice(&raw).map_err(|e| ClientError::Transport(e.to_string()))?;
     println!("sandfs {} (pid {}, up {}s)", s.version, s.pid, s.uptime_s);
     println!("config:  {}", s.config);
     println!("socket:  {}", s.socket);
-    println!("mount:   {} ({})", s.mount, if s.mounted { "mounted" } else { "not mounted" });
+    println!(
+        "mount:   {} ({})",
+        s.mount,
+        if s.mounted { "mounted" } else { "not mounted" }
+    );
     println!("state:   {} ({} journal rows)", s.state_db, s.journal_rows);
     for z in &s.zones {
         match (&z.root, &z.reason) {
@@ -28,7 +33,11 @@ pub async fn run(ctx: &Ctx, _: &Args) -> Result<Outcome, ClientError> {
                 root,
                 if z.read_only { " (read-only)" } else { "" }
             ),
-            (None, reason) => println!("zone /{:<10} unavailable: {}", z.name, reason.as_deref().unwrap_or("")),
+            (None, reason) => println!(
+                "zone /{:<10} unavailable: {}",
+                z.name,
+                reason.as_deref().unwrap_or("")
+            ),
         }
     }
     Ok(Outcome::Ok)
