@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{ConnectInfo, Query, State};
+use axum::extract::{ConnectInfo, RawQuery, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -74,27 +74,33 @@ async fn read(
     blocking(&app, move |z| z.read(&r.path, r.offset, r.limit)).await
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PathQuery {
-    path: String,
+/// Reads `?path=` strictly: percent-decoding that yields invalid UTF-8 is an error, not a silently
+/// mangled name, and unknown parameters are refused.
+fn path_query(RawQuery(q): RawQuery) -> Result<String, ApiError> {
+    let bad = |rule: String| ApiError(FsError::invalid("query", rule));
+    let mut path = None;
+    for pair in q
+        .as_deref()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        if k != "path" {
+            return Err(bad(format!(
+                "unknown parameter {k:?}; the only one is path"
+            )));
+        }
+        let plus_decoded = v.replace('+', " ");
+        let decoded = percent_encoding::percent_decode_str(&plus_decoded)
+            .decode_utf8()
+            .map_err(|_| bad("path is not UTF-8 after percent-decoding".into()))?;
+        path = Some(decoded.into_owned());
+    }
+    path.ok_or_else(|| bad("missing ?path=/workspace/...".into()))
 }
 
-fn path_query(
-    q: Result<Query<PathQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<String, ApiError> {
-    q.map(|Query(q)| q.path).map_err(|e| {
-        ApiError(FsError::invalid(
-            "query",
-            format!("{}; pass ?path=/workspace/...", e.body_text()),
-        ))
-    })
-}
-
-async fn raw_get(
-    State(app): State<Arc<AppState>>,
-    q: Result<Query<PathQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Response, ApiError> {
+async fn raw_get(State(app): State<Arc<AppState>>, q: RawQuery) -> Result<Response, ApiError> {
     let path = path_query(q)?;
     let zones = app.zones.clone();
     let (file, size) = tokio::task::spawn_blocking(move || zones.read_binary(&path))
@@ -115,7 +121,7 @@ async fn raw_get(
 async fn raw_put(
     State(app): State<Arc<AppState>>,
     ConnectInfo(peer): ConnectInfo<Peer>,
-    q: Result<Query<PathQuery>, axum::extract::rejection::QueryRejection>,
+    q: RawQuery,
     body: Body,
 ) -> AppResult<crate::core::WriteResult> {
     let path = path_query(q)?;

@@ -254,6 +254,25 @@ fn percent_encoding_is_a_name_not_a_traversal() {
 }
 
 #[test]
+fn api_rejects_paths_that_are_not_utf8() {
+    let d = Daemon::start("");
+    // A lone surrogate escape is the only way to smuggle non-UTF-8 into a JSON string.
+    let (status, body) = d.curl(
+        "POST",
+        "/v1/fs/write",
+        Some(br#"{"path":"/workspace/\udcff","content":"x"}"#),
+    );
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!((status, code(&v)), (400, "INVALID_ARGUMENT"), "{v}");
+    let (status, _) = d.curl("GET", "/v1/fs/raw?path=/workspace/%FF%FE", None);
+    assert_eq!(status, 400);
+    assert_eq!(
+        std::fs::read_dir(d.zone_dir("workspace")).unwrap().count(),
+        0
+    );
+}
+
+#[test]
 fn cli_rejects_escapes_and_invalid_utf8() {
     let (d, outside) = trapped();
     let before = snapshot(&outside);
