@@ -8,4 +8,5 @@ pub mod api;
 pub mod cli;
 pub mod config;
 pub mod core;
+pub mod fuse;
 pub mod state;

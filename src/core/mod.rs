@@ -156,6 +156,18 @@ impl Zones {
         format!(".sandfs-tmp-{}-{n}", std::process::id())
     }
 
+    /// Records a change made through an adapter that bypasses the operations (the FUSE mount).
+    pub fn record_change(
+        &self,
+        vp: &VPath,
+        op: &str,
+        bytes: Option<u64>,
+        to: Option<&VPath>,
+        origin: Origin,
+    ) {
+        self.record(vp, op, bytes, to, origin)
+    }
+
     fn record(&self, vp: &VPath, op: &str, bytes: Option<u64>, to: Option<&VPath>, origin: Origin) {
         let to_s = to.map(|t| t.rel().to_string());
         let entry = JournalEntry {

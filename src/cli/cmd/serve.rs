@@ -9,7 +9,7 @@ use crate::config::Settings;
 use crate::core::{system_clock, Zone, Zones};
 use crate::state::Db;
 
-/// Run the daemon in the foreground: serve the zones on the socket (logs go to stderr; RUST_LOG)
+/// Run the daemon in the foreground: mount the zones and serve the API (logs: stderr, RUST_LOG)
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Serve only the API; do not mount the FUSE filesystem
@@ -60,12 +60,13 @@ fn serve(config: Option<&Path>, socket: Option<PathBuf>, args: &Args) -> anyhow:
             }
         }
     }
-    if !args.no_mount {
-        tracing::warn!(
-            mount = %settings.mount.display(),
-            "this build has no FUSE mount yet; serving the API only"
-        );
-    }
+    raise_fd_limit();
+    // The mount lives until this function returns (after the API has stopped).
+    let _mount = if args.no_mount {
+        None
+    } else {
+        Some(crate::fuse::mount(zones.clone(), &settings.mount, 4)?)
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("sandfs-api")
@@ -81,6 +82,20 @@ fn serve(config: Option<&Path>, socket: Option<PathBuf>, args: &Args) -> anyhow:
         tracing::info!("stopped");
         Ok(served?)
     })
+}
+
+/// The mount holds one descriptor per inode the kernel knows: lift the soft limit to the hard one.
+fn raise_fd_limit() {
+    let lim = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    if let Some(max) = lim.maximum {
+        let _ = rustix::process::setrlimit(
+            rustix::process::Resource::Nofile,
+            rustix::process::Rlimit {
+                current: Some(max),
+                maximum: Some(max),
+            },
+        );
+    }
 }
 
 async fn shutdown_signal() {

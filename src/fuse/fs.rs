@@ -1,0 +1,1312 @@
+//! The `fuser::Filesystem` implementation: a thin layer of `*at` system calls on inode fds.
+//!
+//! Each callback resolves its inode(s) from [`Inodes`], performs one system call beneath the
+//! backing fd, and answers with the errno of that call. Mutations are recorded in the core's journal
+//! with the calling pid and uid; data writes are recorded once per open file, at release.
+
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fuser::{
+    AccessFlags, BackingId, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FopenFlags,
+    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat, Timespec, Timestamps};
+
+use super::inodes::{zone_ino, Inode, Inodes, ROOT_INO};
+use crate::core::{Zone, ZoneId, Zones};
+use crate::state::{Origin, Via};
+
+/// How long the kernel may cache entries and attributes; changes made behind its back are
+/// invalidated explicitly (see `super::invalidate`).
+pub const TTL: Duration = Duration::from_secs(60);
+
+/// An open file.
+struct Handle {
+    file: std::fs::File,
+    ino: u64,
+    backing: Option<Arc<BackingId>>,
+    writable: bool,
+    /// Who opened the file: the journal entry written at release names them.
+    origin: Origin,
+    written: AtomicU64,
+    dirty: AtomicBool,
+}
+
+/// An open directory: a snapshot of its entries taken at opendir.
+struct DirHandle {
+    entries: Vec<(OsString, FileType, u64)>,
+}
+
+/// The mounted filesystem.
+pub struct SandFs {
+    zones: Arc<Zones>,
+    pub(super) inodes: Arc<Inodes>,
+    handles: RwLock<HashMap<u64, Arc<Handle>>>,
+    dirs: Mutex<HashMap<u64, Arc<DirHandle>>>,
+    next_fh: AtomicU64,
+    passthrough: AtomicBool,
+    want_passthrough: bool,
+    is_root: bool,
+    started: SystemTime,
+}
+
+type Res<T> = Result<T, Errno>;
+
+fn errno(e: rustix::io::Errno) -> Errno {
+    Errno::from_i32(e.raw_os_error())
+}
+
+fn time(sec: i64, nsec: u64) -> SystemTime {
+    if sec >= 0 {
+        UNIX_EPOCH + Duration::new(sec as u64, nsec as u32)
+    } else {
+        UNIX_EPOCH - Duration::from_secs(sec.unsigned_abs()) + Duration::from_nanos(nsec)
+    }
+}
+
+fn fuse_kind(t: FileType) -> fuser::FileType {
+    match t {
+        FileType::Directory => fuser::FileType::Directory,
+        FileType::Symlink => fuser::FileType::Symlink,
+        FileType::Fifo => fuser::FileType::NamedPipe,
+        FileType::Socket => fuser::FileType::Socket,
+        FileType::CharacterDevice => fuser::FileType::CharDevice,
+        FileType::BlockDevice => fuser::FileType::BlockDevice,
+        _ => fuser::FileType::RegularFile,
+    }
+}
+
+fn attr_of(ino: u64, st: &Stat) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(ino),
+        size: st.st_size as u64,
+        blocks: st.st_blocks as u64,
+        atime: time(st.st_atime, st.st_atime_nsec),
+        mtime: time(st.st_mtime, st.st_mtime_nsec),
+        ctime: time(st.st_ctime, st.st_ctime_nsec),
+        crtime: UNIX_EPOCH,
+        kind: fuse_kind(FileType::from_raw_mode(st.st_mode)),
+        perm: (st.st_mode & 0o7777) as u16,
+        nlink: st.st_nlink as u32,
+        uid: st.st_uid,
+        gid: st.st_gid,
+        rdev: st.st_rdev as u32,
+        blksize: st.st_blksize as u32,
+        flags: 0,
+    }
+}
+
+/// A single file name from the kernel; `.`/`..`/slashes never reach a backing `*at` call.
+fn plain_name(name: &OsStr) -> Res<&OsStr> {
+    let b = name.as_bytes();
+    if b.is_empty() || b == b"." || b == b".." || b.contains(&b'/') {
+        return Err(Errno::EINVAL);
+    }
+    Ok(name)
+}
+
+/// Switches this thread's filesystem uid/gid to the caller's for calls that create files, so new
+/// files belong to whoever made them (the daemon may run as root).
+struct Creds {
+    switched: bool,
+}
+
+impl Creds {
+    fn of(req: &Request, is_root: bool) -> Creds {
+        if !is_root || req.uid() == 0 {
+            return Creds { switched: false };
+        }
+        // SAFETY: setfsuid/setfsgid only change this thread's filesystem credentials.
+        unsafe {
+            libc::setfsgid(req.gid());
+            libc::setfsuid(req.uid());
+        }
+        Creds { switched: true }
+    }
+}
+
+impl Drop for Creds {
+    fn drop(&mut self) {
+        if self.switched {
+            // SAFETY: as above; back to root.
+            unsafe {
+                libc::setfsuid(0);
+                libc::setfsgid(0);
+            }
+        }
+    }
+}
+
+impl SandFs {
+    pub fn new(zones: Arc<Zones>, want_passthrough: bool) -> std::io::Result<SandFs> {
+        let inodes = Arc::new(Inodes::new());
+        for id in ZoneId::ALL {
+            if let Zone::Local(z) = zones.zone(id) {
+                inodes.add_zone_root(id, rustix::io::dup(z.dirfd())?)?;
+            }
+        }
+        Ok(SandFs {
+            zones,
+            inodes,
+            handles: RwLock::new(HashMap::new()),
+            dirs: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            passthrough: AtomicBool::new(false),
+            want_passthrough,
+            is_root: rustix::process::geteuid().is_root(),
+            started: SystemTime::now(),
+        })
+    }
+
+    fn origin(req: &Request) -> Origin {
+        Origin {
+            via: Via::Fuse,
+            pid: Some(req.pid()),
+            uid: Some(req.uid()),
+        }
+    }
+
+    fn inode(&self, ino: INodeNo) -> Res<Arc<Inode>> {
+        self.inodes.get(ino.0).ok_or(Errno::ENOENT)
+    }
+
+    fn writable(&self, zone: ZoneId) -> Res<()> {
+        match self.zones.zone(zone) {
+            Zone::Local(z) if z.read_only() => Err(Errno::EROFS),
+            _ => Ok(()),
+        }
+    }
+
+    /// A directory inode to create or remove names in (never the virtual top level).
+    fn dir_for_change(&self, parent: INodeNo) -> Res<Arc<Inode>> {
+        if parent.0 == ROOT_INO {
+            return Err(Errno::EPERM);
+        }
+        let p = self.inode(parent)?;
+        self.writable(p.zone)?;
+        Ok(p)
+    }
+
+    fn root_attr(&self) -> FileAttr {
+        FileAttr {
+            ino: INodeNo(ROOT_INO),
+            size: 4096,
+            blocks: 8,
+            atime: self.started,
+            mtime: self.started,
+            ctime: self.started,
+            crtime: self.started,
+            kind: fuser::FileType::Directory,
+            perm: 0o755,
+            nlink: 4,
+            uid: rustix::process::getuid().as_raw(),
+            gid: rustix::process::getgid().as_raw(),
+            rdev: 0,
+            blksize: 4096,
+            flags: 0,
+        }
+    }
+
+    /// Looks up `name` in `parent`, counting one kernel reference.
+    fn do_lookup(&self, parent: INodeNo, name: &OsStr) -> Res<(Arc<Inode>, FileAttr)> {
+        if parent.0 == ROOT_INO {
+            let zone = name
+                .to_str()
+                .and_then(ZoneId::from_name)
+                .ok_or(Errno::ENOENT)?;
+            let inode = self.inodes.get(zone_ino(zone)).ok_or(Errno::ENOENT)?;
+            let st = inode.stat().map_err(errno)?;
+            return Ok((inode.clone(), attr_of(inode.ino, &st)));
+        }
+        let p = self.inode(parent)?;
+        let name = plain_name(name)?;
+        let fd = rustix::fs::openat(
+            &p.fd,
+            name,
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(errno)?;
+        let st = rustix::fs::fstat(&fd).map_err(errno)?;
+        let inode = self.inodes.remember(p.zone, fd, &st);
+        Ok((inode.clone(), attr_of(inode.ino, &st)))
+    }
+
+    /// Records a change under `parent/name` in the journal.
+    fn record(&self, req: &Request, parent: &Inode, name: &OsStr, op: &str, bytes: Option<u64>) {
+        if let Some(vp) = self
+            .vpath(parent)
+            .and_then(|p| p.join(&name.to_string_lossy()).ok())
+        {
+            self.zones
+                .record_change(&vp, op, bytes, None, SandFs::origin(req));
+        }
+    }
+
+    /// Returns the current virtual path of an inode (from the kernel's view of its fd).
+    fn vpath(&self, inode: &Inode) -> Option<crate::core::VPath> {
+        let Zone::Local(z) = self.zones.zone(inode.zone) else {
+            return None;
+        };
+        let real = std::fs::read_link(inode.proc_path()).ok()?;
+        let rel = real.strip_prefix(z.root()).ok()?;
+        crate::core::VPath::new(inode.zone, rel.to_str()?).ok()
+    }
+
+    fn reopen(&self, inode: &Inode, flags: OFlags) -> Res<OwnedFd> {
+        rustix::fs::open(
+            inode.proc_path().as_str(),
+            flags | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(errno)
+    }
+
+    fn handle(&self, fh: FileHandle) -> Res<Arc<Handle>> {
+        self.handles
+            .read()
+            .expect("not poisoned")
+            .get(&fh.0)
+            .cloned()
+            .ok_or(Errno::EBADF)
+    }
+
+    /// Registers an open file and answers `open`/`create` (with kernel passthrough when possible).
+    fn new_handle(
+        &self,
+        req: &Request,
+        inode: &Inode,
+        file: std::fs::File,
+        writable: bool,
+        backing: Option<Arc<BackingId>>,
+    ) -> u64 {
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.handles.write().expect("not poisoned").insert(
+            fh,
+            Arc::new(Handle {
+                file,
+                ino: inode.ino,
+                backing,
+                writable,
+                origin: SandFs::origin(req),
+                written: AtomicU64::new(0),
+                dirty: AtomicBool::new(false),
+            }),
+        );
+        fh
+    }
+
+    fn open_flags(flags: i32) -> OFlags {
+        // Creation flags were handled by the kernel or by `create`; keep access mode and behaviour.
+        let keep = libc::O_ACCMODE
+            | libc::O_APPEND
+            | libc::O_TRUNC
+            | libc::O_DIRECT
+            | libc::O_SYNC
+            | libc::O_DSYNC
+            | libc::O_NOATIME;
+        OFlags::from_bits_retain((flags & keep) as u32)
+    }
+
+    fn is_write(flags: i32) -> bool {
+        let acc = flags & libc::O_ACCMODE;
+        acc == libc::O_WRONLY || acc == libc::O_RDWR || flags & libc::O_TRUNC != 0
+    }
+
+    fn set_times(inode: &Inode, atime: Option<TimeOrNow>, mtime: Option<TimeOrNow>) -> Res<()> {
+        let conv = |t: Option<TimeOrNow>| match t {
+            None => Timespec {
+                tv_sec: 0,
+                tv_nsec: libc::UTIME_OMIT,
+            },
+            Some(TimeOrNow::Now) => Timespec {
+                tv_sec: 0,
+                tv_nsec: libc::UTIME_NOW,
+            },
+            Some(TimeOrNow::SpecificTime(t)) => {
+                let (sec, nsec) = match t.duration_since(UNIX_EPOCH) {
+                    Ok(d) => (d.as_secs() as i64, d.subsec_nanos() as i64),
+                    Err(e) => {
+                        let d = e.duration();
+                        let mut sec = -(d.as_secs() as i64);
+                        let mut nsec = -(d.subsec_nanos() as i64);
+                        if nsec < 0 {
+                            sec -= 1;
+                            nsec += 1_000_000_000;
+                        }
+                        (sec, nsec)
+                    }
+                };
+                Timespec {
+                    tv_sec: sec,
+                    tv_nsec: nsec,
+                }
+            }
+        };
+        let ts = Timestamps {
+            last_access: conv(atime),
+            last_modification: conv(mtime),
+        };
+        if inode.kind == FileType::Symlink {
+            rustix::fs::utimensat(
+                &inode.fd,
+                "",
+                &ts,
+                AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
+            )
+            .map_err(errno)
+        } else {
+            rustix::fs::utimensat(
+                rustix::fs::CWD,
+                inode.proc_path().as_str(),
+                &ts,
+                AtFlags::empty(),
+            )
+            .map_err(errno)
+        }
+    }
+
+    fn do_setattr(
+        &self,
+        req: &Request,
+        inode: &Inode,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        fh: Option<FileHandle>,
+    ) -> Res<FileAttr> {
+        if inode.ino == ROOT_INO {
+            return Err(Errno::EPERM);
+        }
+        self.writable(inode.zone)?;
+        if let Some(mode) = mode {
+            rustix::fs::chmod(
+                inode.proc_path().as_str(),
+                Mode::from_raw_mode(mode & 0o7777),
+            )
+            .map_err(errno)?;
+        }
+        if uid.is_some() || gid.is_some() {
+            rustix::fs::chownat(
+                &inode.fd,
+                "",
+                uid.map(rustix::fs::Uid::from_raw),
+                gid.map(rustix::fs::Gid::from_raw),
+                AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
+            )
+            .map_err(errno)?;
+        }
+        if let Some(size) = size {
+            match fh
+                .and_then(|fh| self.handle(fh).ok())
+                .filter(|h| h.writable)
+            {
+                Some(h) => rustix::fs::ftruncate(&h.file, size).map_err(errno)?,
+                None => {
+                    let fd = self.reopen(inode, OFlags::WRONLY)?;
+                    rustix::fs::ftruncate(&fd, size).map_err(errno)?;
+                }
+            }
+        }
+        if atime.is_some() || mtime.is_some() {
+            SandFs::set_times(inode, atime, mtime)?;
+        }
+        if mode.is_some() || uid.is_some() || gid.is_some() || size.is_some() {
+            if let Some(vp) = self.vpath(inode) {
+                let op = if size.is_some() {
+                    "truncate"
+                } else {
+                    "setattr"
+                };
+                self.zones
+                    .record_change(&vp, op, size, None, SandFs::origin(req));
+            }
+        }
+        let st = inode.stat().map_err(errno)?;
+        Ok(attr_of(inode.ino, &st))
+    }
+
+    fn read_dir_entries(&self, inode: &Inode) -> Res<Vec<(OsString, FileType, u64)>> {
+        let fd = self.reopen(inode, OFlags::RDONLY | OFlags::DIRECTORY)?;
+        let mut out = Vec::new();
+        for ent in rustix::fs::Dir::new(fd).map_err(errno)? {
+            let ent = ent.map_err(errno)?;
+            let name = OsStr::from_bytes(ent.file_name().to_bytes()).to_os_string();
+            let ino = match name.as_bytes() {
+                b"." => inode.ino,
+                b".." => ROOT_INO,
+                _ => self.inodes.number_of(inode.dev, ent.ino()),
+            };
+            out.push((name, ent.file_type(), ino));
+        }
+        Ok(out)
+    }
+}
+
+macro_rules! reply {
+    ($reply:ident, $res:expr, |$v:pat_param| $ok:expr) => {
+        match $res {
+            Ok($v) => $ok,
+            Err(e) => $reply.error(e),
+        }
+    };
+}
+
+impl fuser::Filesystem for SandFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let _ = config.add_capabilities(
+            InitFlags::FUSE_DO_READDIRPLUS
+                | InitFlags::FUSE_READDIRPLUS_AUTO
+                | InitFlags::FUSE_PARALLEL_DIROPS,
+        );
+        if self.want_passthrough {
+            match config.add_capabilities(InitFlags::FUSE_PASSTHROUGH) {
+                Ok(()) => match config.set_max_stack_depth(2) {
+                    Ok(_) => self.passthrough.store(true, Ordering::Relaxed),
+                    Err(_) => {
+                        tracing::info!("kernel passthrough unavailable (stack depth refused)")
+                    }
+                },
+                Err(_) => tracing::info!(
+                    "kernel passthrough unavailable (needs Linux 6.9+ and CAP_SYS_ADMIN)"
+                ),
+            }
+        }
+        tracing::info!(
+            passthrough = self.passthrough.load(Ordering::Relaxed),
+            "FUSE session started; file I/O uses {}",
+            if self.passthrough.load(Ordering::Relaxed) {
+                "kernel passthrough"
+            } else {
+                "pread/pwrite in the daemon"
+            }
+        );
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        reply!(reply, self.do_lookup(parent, name), |(_, attr)| reply
+            .entry(&TTL, &attr, Generation(0)))
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.inodes.forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        if ino.0 == ROOT_INO {
+            return reply.attr(&TTL, &self.root_attr());
+        }
+        let res = self
+            .inode(ino)
+            .and_then(|i| i.stat().map_err(errno).map(|st| attr_of(i.ino, &st)));
+        reply!(reply, res, |attr| reply.attr(&TTL, &attr))
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let res = self
+            .inode(ino)
+            .and_then(|i| self.do_setattr(req, &i, mode, uid, gid, size, atime, mtime, fh));
+        reply!(reply, res, |attr| reply.attr(&TTL, &attr))
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let res = self
+            .inode(ino)
+            .and_then(|i| rustix::fs::readlinkat(&i.fd, "", Vec::new()).map_err(errno));
+        reply!(reply, res, |t| reply.data(t.as_bytes()))
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let res = (|| {
+            let p = self.dir_for_change(parent)?;
+            let name = plain_name(name)?;
+            {
+                let _c = Creds::of(req, self.is_root);
+                let kind = FileType::from_raw_mode(mode);
+                rustix::fs::mknodat(
+                    &p.fd,
+                    name,
+                    kind,
+                    Mode::from_raw_mode(mode & !umask & 0o7777),
+                    rdev as u64,
+                )
+                .map_err(errno)?;
+            }
+            self.record(req, &p, name, "create", None);
+            self.do_lookup(parent, name)
+        })();
+        reply!(reply, res, |(_, attr)| reply.entry(
+            &TTL,
+            &attr,
+            Generation(0)
+        ))
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let res = (|| {
+            let p = self.dir_for_change(parent)?;
+            let name = plain_name(name)?;
+            {
+                let _c = Creds::of(req, self.is_root);
+                rustix::fs::mkdirat(&p.fd, name, Mode::from_raw_mode(mode & !umask & 0o7777))
+                    .map_err(errno)?;
+            }
+            self.record(req, &p, name, "mkdir", None);
+            self.do_lookup(parent, name)
+        })();
+        reply!(reply, res, |(_, attr)| reply.entry(
+            &TTL,
+            &attr,
+            Generation(0)
+        ))
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let res = (|| {
+            let p = self.dir_for_change(parent)?;
+            let name = plain_name(name)?;
+            rustix::fs::unlinkat(&p.fd, name, AtFlags::empty()).map_err(errno)?;
+            self.record(req, &p, name, "delete", None);
+            Ok(())
+        })();
+        reply!(reply, res, |()| reply.ok())
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let res = (|| {
+            let p = self.dir_for_change(parent)?;
+            let name = plain_name(name)?;
+            rustix::fs::unlinkat(&p.fd, name, AtFlags::REMOVEDIR).map_err(errno)?;
+            self.record(req, &p, name, "delete", None);
+            Ok(())
+        })();
+        reply!(reply, res, |()| reply.ok())
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let res = (|| {
+            let p = self.dir_for_change(parent)?;
+            let name = plain_name(link_name)?;
+            {
+                let _c = Creds::of(req, self.is_root);
+                rustix::fs::symlinkat(target, &p.fd, name).map_err(errno)?;
+            }
+            self.record(req, &p, name, "symlink", None);
+            self.do_lookup(parent, name)
+        })();
+        reply!(reply, res, |(_, attr)| reply.entry(
+            &TTL,
+            &attr,
+            Generation(0)
+        ))
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let res = (|| {
+            let p = self.dir_for_change(parent)?;
+            let np = self.dir_for_change(newparent)?;
+            let (name, newname) = (plain_name(name)?, plain_name(newname)?);
+            let mut rf = rustix::fs::RenameFlags::empty();
+            if flags.contains(RenameFlags::RENAME_NOREPLACE) {
+                rf |= rustix::fs::RenameFlags::NOREPLACE;
+            }
+            if flags.contains(RenameFlags::RENAME_EXCHANGE) {
+                rf |= rustix::fs::RenameFlags::EXCHANGE;
+            }
+            if flags.contains(RenameFlags::RENAME_WHITEOUT) {
+                return Err(Errno::EINVAL);
+            }
+            rustix::fs::renameat_with(&p.fd, name, &np.fd, newname, rf).map_err(errno)?;
+            let from = self
+                .vpath(&p)
+                .and_then(|v| v.join(&name.to_string_lossy()).ok());
+            let to = self
+                .vpath(&np)
+                .and_then(|v| v.join(&newname.to_string_lossy()).ok());
+            if let (Some(from), Some(to)) = (from, to) {
+                self.zones
+                    .record_change(&from, "move", None, Some(&to), SandFs::origin(req));
+            }
+            Ok(())
+        })();
+        reply!(reply, res, |()| reply.ok())
+    }
+
+    fn link(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let res = (|| {
+            let i = self.inode(ino)?;
+            let np = self.dir_for_change(newparent)?;
+            if np.zone != i.zone {
+                return Err(Errno::EXDEV);
+            }
+            let name = plain_name(newname)?;
+            rustix::fs::linkat(
+                rustix::fs::CWD,
+                i.proc_path().as_str(),
+                &np.fd,
+                name,
+                AtFlags::SYMLINK_FOLLOW,
+            )
+            .map_err(errno)?;
+            self.record(req, &np, name, "link", None);
+            self.do_lookup(newparent, name)
+        })();
+        reply!(reply, res, |(_, attr)| reply.entry(
+            &TTL,
+            &attr,
+            Generation(0)
+        ))
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let res = (|| {
+            let i = self.inode(ino)?;
+            let write = SandFs::is_write(flags.0);
+            if write {
+                self.writable(i.zone)?;
+            }
+            let fd = self.reopen(&i, SandFs::open_flags(flags.0))?;
+            Ok((i, fd, write))
+        })();
+        match res {
+            Err(e) => reply.error(e),
+            Ok((i, fd, write)) => {
+                let file = std::fs::File::from(fd);
+                let backing = (self.passthrough.load(Ordering::Relaxed)
+                    && i.kind == FileType::RegularFile)
+                    .then(|| SandFs::shared_backing(&i, || reply.open_backing(file.as_fd())))
+                    .flatten();
+                let fh = self.new_handle(req, &i, file, write, backing);
+                if write && flags.0 & libc::O_TRUNC != 0 {
+                    self.mark_dirty(fh);
+                }
+                let h = self.handle(FileHandle(fh)).expect("just inserted");
+                match &h.backing {
+                    Some(b) => {
+                        // The kernel does the I/O; count the file as changed when it was opened for writing.
+                        if write {
+                            self.mark_dirty(fh);
+                        }
+                        reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), b)
+                    }
+                    None => reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE),
+                }
+            }
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let res = self.handle(fh).and_then(|h| {
+            let mut buf = vec![0u8; size as usize];
+            let mut n = 0;
+            while n < buf.len() {
+                let r =
+                    rustix::io::pread(&h.file, &mut buf[n..], offset + n as u64).map_err(errno)?;
+                if r == 0 {
+                    break;
+                }
+                n += r;
+            }
+            buf.truncate(n);
+            Ok(buf)
+        });
+        reply!(reply, res, |buf| reply.data(&buf))
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let res = self.handle(fh).and_then(|h| {
+            let mut n = 0;
+            while n < data.len() {
+                let r = if flags.0 & libc::O_APPEND != 0 {
+                    rustix::io::write(&h.file, &data[n..])
+                } else {
+                    rustix::io::pwrite(&h.file, &data[n..], offset + n as u64)
+                }
+                .map_err(errno)?;
+                n += r;
+            }
+            h.written.fetch_add(n as u64, Ordering::Relaxed);
+            h.dirty.store(true, Ordering::Relaxed);
+            Ok(n as u32)
+        });
+        reply!(reply, res, |n| reply.written(n))
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply!(reply, self.handle(fh), |_| reply.ok())
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        let h = self.handles.write().expect("not poisoned").remove(&fh.0);
+        if let Some(h) = h {
+            if h.dirty.load(Ordering::Relaxed) {
+                if let Some(vp) = self.inodes.get(h.ino).and_then(|i| self.vpath(&i)) {
+                    let size = rustix::fs::fstat(&h.file).ok().map(|st| st.st_size as u64);
+                    self.zones.record_change(&vp, "write", size, None, h.origin);
+                }
+            }
+        }
+        reply.ok();
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let res = self.handle(fh).and_then(|h| {
+            if datasync {
+                rustix::fs::fdatasync(&h.file).map_err(errno)
+            } else {
+                rustix::fs::fsync(&h.file).map_err(errno)
+            }
+        });
+        reply!(reply, res, |()| reply.ok())
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let res = if ino.0 == ROOT_INO {
+            let mut entries = vec![
+                (OsString::from("."), FileType::Directory, ROOT_INO),
+                (OsString::from(".."), FileType::Directory, ROOT_INO),
+            ];
+            for id in ZoneId::ALL {
+                if self.inodes.get(zone_ino(id)).is_some() {
+                    entries.push((OsString::from(id.name()), FileType::Directory, zone_ino(id)));
+                }
+            }
+            Ok(entries)
+        } else {
+            self.inode(ino).and_then(|i| self.read_dir_entries(&i))
+        };
+        match res {
+            Err(e) => reply.error(e),
+            Ok(entries) => {
+                let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+                self.dirs
+                    .lock()
+                    .expect("not poisoned")
+                    .insert(fh, Arc::new(DirHandle { entries }));
+                reply.opened(FileHandle(fh), FopenFlags::empty());
+            }
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let Some(d) = self.dirs.lock().expect("not poisoned").get(&fh.0).cloned() else {
+            return reply.error(Errno::EBADF);
+        };
+        for (i, (name, kind, ino)) in d.entries.iter().enumerate().skip(offset as usize) {
+            if reply.add(INodeNo(*ino), (i + 1) as u64, fuse_kind(*kind), name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let Some(d) = self.dirs.lock().expect("not poisoned").get(&fh.0).cloned() else {
+            return reply.error(Errno::EBADF);
+        };
+        for (i, (name, _, _)) in d.entries.iter().enumerate().skip(offset as usize) {
+            let full = if name == "." || name == ".." {
+                // The kernel takes no reference for these; answer with attributes only.
+                let target = if name == "." { ino.0 } else { ROOT_INO };
+                let attr = if target == ROOT_INO {
+                    Some(self.root_attr())
+                } else {
+                    self.inodes
+                        .get(target)
+                        .and_then(|i| i.stat().ok().map(|st| attr_of(target, &st)))
+                };
+                match attr {
+                    Some(a) => reply.add(
+                        INodeNo(target),
+                        (i + 1) as u64,
+                        name,
+                        &TTL,
+                        &a,
+                        Generation(0),
+                    ),
+                    None => continue,
+                }
+            } else {
+                match self.do_lookup(ino, name) {
+                    Ok((inode, attr)) => {
+                        let full = reply.add(
+                            INodeNo(inode.ino),
+                            (i + 1) as u64,
+                            name,
+                            &TTL,
+                            &attr,
+                            Generation(0),
+                        );
+                        if full {
+                            // Not sent: give the reference back.
+                            self.inodes.forget(inode.ino, 1);
+                        }
+                        full
+                    }
+                    Err(_) => continue, // removed since opendir
+                }
+            };
+            if full {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.dirs.lock().expect("not poisoned").remove(&fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let res = self
+            .inode(ino)
+            .and_then(|i| self.reopen(&i, OFlags::RDONLY | OFlags::DIRECTORY))
+            .and_then(|fd| rustix::fs::fsync(&fd).map_err(errno));
+        reply!(reply, res, |()| reply.ok())
+    }
+
+    fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        let target = if ino.0 == ROOT_INO {
+            zone_ino(ZoneId::Workspace)
+        } else {
+            ino.0
+        };
+        let res = self
+            .inodes
+            .get(target)
+            .or_else(|| self.inodes.get(zone_ino(ZoneId::Cache)))
+            .ok_or(Errno::ENOENT)
+            .and_then(|i| rustix::fs::statvfs(i.proc_path().as_str()).map_err(errno));
+        reply!(reply, res, |s| reply.statfs(
+            s.f_blocks,
+            s.f_bfree,
+            s.f_bavail,
+            s.f_files,
+            s.f_ffree,
+            s.f_bsize as u32,
+            s.f_namemax as u32,
+            s.f_frsize as u32
+        ))
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let res = (|| {
+            let i = self.inode(ino)?;
+            self.writable(i.zone)?;
+            rustix::fs::setxattr(
+                i.proc_path().as_str(),
+                name,
+                value,
+                rustix::fs::XattrFlags::from_bits_retain(flags as _),
+            )
+            .map_err(errno)?;
+            if let Some(vp) = self.vpath(&i) {
+                self.zones
+                    .record_change(&vp, "setxattr", None, None, SandFs::origin(req));
+            }
+            Ok(())
+        })();
+        reply!(reply, res, |()| reply.ok())
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let res = self.inode(ino).and_then(|i| {
+            if i.kind == FileType::Symlink {
+                return Err(Errno::from_i32(libc::ENODATA));
+            }
+            let mut buf = vec![0u8; size.max(1) as usize];
+            let n = if size == 0 {
+                rustix::fs::getxattr(i.proc_path().as_str(), name, &mut [0u8; 0][..])
+                    .map_err(errno)?
+            } else {
+                rustix::fs::getxattr(i.proc_path().as_str(), name, &mut buf[..]).map_err(errno)?
+            };
+            buf.truncate(n);
+            Ok((n, buf))
+        });
+        reply!(reply, res, |(n, buf)| if size == 0 {
+            reply.size(n as u32)
+        } else {
+            reply.data(&buf)
+        })
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let res = self.inode(ino).and_then(|i| {
+            if i.kind == FileType::Symlink {
+                return Ok((0, Vec::new()));
+            }
+            let mut buf = vec![0u8; size.max(1) as usize];
+            let n = if size == 0 {
+                rustix::fs::listxattr(i.proc_path().as_str(), &mut [0u8; 0][..]).map_err(errno)?
+            } else {
+                rustix::fs::listxattr(i.proc_path().as_str(), &mut buf[..]).map_err(errno)?
+            };
+            buf.truncate(n);
+            Ok((n, buf))
+        });
+        reply!(reply, res, |(n, buf)| if size == 0 {
+            reply.size(n as u32)
+        } else {
+            reply.data(&buf)
+        })
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let res = (|| {
+            let i = self.inode(ino)?;
+            self.writable(i.zone)?;
+            rustix::fs::removexattr(i.proc_path().as_str(), name).map_err(errno)?;
+            if let Some(vp) = self.vpath(&i) {
+                self.zones
+                    .record_change(&vp, "setxattr", None, None, SandFs::origin(req));
+            }
+            Ok(())
+        })();
+        reply!(reply, res, |()| reply.ok())
+    }
+
+    fn access(&self, _req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        // The kernel checks permissions itself (default_permissions); only read-only zones refuse
+        // write access here.
+        let res = if ino.0 == ROOT_INO {
+            Ok(())
+        } else {
+            self.inode(ino).and_then(|i| {
+                if mask.contains(AccessFlags::W_OK) {
+                    self.writable(i.zone)
+                } else {
+                    Ok(())
+                }
+            })
+        };
+        reply!(reply, res, |()| reply.ok())
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let res = (|| {
+            let p = self.dir_for_change(parent)?;
+            let name = plain_name(name)?;
+            let oflags = SandFs::open_flags(flags)
+                | OFlags::CREATE
+                | if flags & libc::O_EXCL != 0 {
+                    OFlags::EXCL
+                } else {
+                    OFlags::empty()
+                }
+                | OFlags::NOFOLLOW
+                | OFlags::CLOEXEC;
+            let fd = {
+                let _c = Creds::of(req, self.is_root);
+                rustix::fs::openat(
+                    &p.fd,
+                    name,
+                    oflags,
+                    Mode::from_raw_mode(mode & !umask & 0o7777),
+                )
+                .map_err(errno)?
+            };
+            self.record(req, &p, name, "create", Some(0));
+            let (inode, attr) = self.do_lookup(parent, name)?;
+            Ok((inode, attr, fd))
+        })();
+        match res {
+            Err(e) => reply.error(e),
+            Ok((inode, attr, fd)) => {
+                let file = std::fs::File::from(fd);
+                let backing = self
+                    .passthrough
+                    .load(Ordering::Relaxed)
+                    .then(|| SandFs::shared_backing(&inode, || reply.open_backing(file.as_fd())))
+                    .flatten();
+                let fh = self.new_handle(req, &inode, file, true, backing);
+                self.mark_dirty(fh);
+                let h = self.handle(FileHandle(fh)).expect("just inserted");
+                match &h.backing {
+                    Some(b) => reply.created_passthrough(
+                        &TTL,
+                        &attr,
+                        Generation(0),
+                        FileHandle(fh),
+                        FopenFlags::empty(),
+                        b,
+                    ),
+                    None => reply.created(
+                        &TTL,
+                        &attr,
+                        Generation(0),
+                        FileHandle(fh),
+                        FopenFlags::empty(),
+                    ),
+                }
+            }
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let res = self.handle(fh).and_then(|h| {
+            rustix::fs::fallocate(
+                &h.file,
+                rustix::fs::FallocateFlags::from_bits_retain(mode as _),
+                offset,
+                length,
+            )
+            .map_err(errno)?;
+            h.dirty.store(true, Ordering::Relaxed);
+            Ok(())
+        });
+        reply!(reply, res, |()| reply.ok())
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        let res = self.handle(fh).and_then(|h| {
+            let pos = match whence {
+                libc::SEEK_DATA => rustix::fs::SeekFrom::Data(offset as u64),
+                libc::SEEK_HOLE => rustix::fs::SeekFrom::Hole(offset as u64),
+                libc::SEEK_END => rustix::fs::SeekFrom::End(offset),
+                libc::SEEK_CUR => rustix::fs::SeekFrom::Current(offset),
+                _ => rustix::fs::SeekFrom::Start(offset as u64),
+            };
+            rustix::fs::seek(&h.file, pos).map_err(errno)
+        });
+        reply!(reply, res, |p| reply.offset(p as i64))
+    }
+
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        _ino_in: INodeNo,
+        fh_in: FileHandle,
+        offset_in: u64,
+        _ino_out: INodeNo,
+        fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        _flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        let res = self.handle(fh_in).and_then(|i| {
+            let o = self.handle(fh_out)?;
+            let (mut oi, mut oo) = (offset_in, offset_out);
+            let n = rustix::fs::copy_file_range(
+                &i.file,
+                Some(&mut oi),
+                &o.file,
+                Some(&mut oo),
+                len as usize,
+            )
+            .map_err(errno)?;
+            o.dirty.store(true, Ordering::Relaxed);
+            Ok(n as u32)
+        });
+        reply!(reply, res, |n| reply.written(n))
+    }
+}
+
+impl SandFs {
+    /// Returns the inode's passthrough backing file, registering `open` as it when it has none.
+    fn shared_backing(
+        inode: &Inode,
+        open: impl FnOnce() -> std::io::Result<BackingId>,
+    ) -> Option<Arc<BackingId>> {
+        let mut slot = inode.backing.lock().expect("not poisoned");
+        if let Some(b) = slot.upgrade() {
+            return Some(b);
+        }
+        match open() {
+            Ok(b) => {
+                let b = Arc::new(b);
+                *slot = Arc::downgrade(&b);
+                Some(b)
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "passthrough registration failed; serving I/O in the daemon");
+                None
+            }
+        }
+    }
+
+    fn mark_dirty(&self, fh: u64) {
+        if let Some(h) = self.handles.read().expect("not poisoned").get(&fh) {
+            h.dirty.store(true, Ordering::Relaxed);
+        }
+    }
+}

@@ -1,0 +1,182 @@
+//! The FUSE mount: the zones as a real filesystem, a thin adapter over the same backing dirs.
+//!
+//! `<mount>/cache` and `<mount>/workspace` are the zones; `fs` answers the kernel, `inodes` maps
+//! inode numbers to backing fds, `invalidate` keeps the kernel's caches honest. Mounting handles a
+//! stale mount left by a crash (lazy unmount, then mount again); dropping a [`Mount`] unmounts.
+
+mod fs;
+mod inodes;
+mod invalidate;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use fuser::{Config, MountOption, SessionACL};
+
+use crate::core::{Zone, ZoneId, Zones};
+
+pub use fs::TTL;
+
+/// A mount that could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    #[error("mount point {path}: {reason}")]
+    MountPoint { path: String, reason: String },
+    #[error(
+        "mounting at {path} failed: {source} (run `sandfs doctor` to check FUSE on this machine)"
+    )]
+    Mount {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+/// A mounted filesystem; unmounted when dropped.
+pub struct Mount {
+    session: Option<fuser::BackgroundSession>,
+    _invalidator: Option<invalidate::Invalidator>,
+    mountpoint: PathBuf,
+}
+
+impl Mount {
+    /// Returns where the filesystem is mounted.
+    pub fn mountpoint(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    /// Unmounts and waits for the session threads to end.
+    pub fn unmount(mut self) -> std::io::Result<()> {
+        self.stop()
+    }
+
+    fn stop(&mut self) -> std::io::Result<()> {
+        self._invalidator.take();
+        let Some(session) = self.session.take() else {
+            return Ok(());
+        };
+        tracing::info!(mount = %self.mountpoint.display(), "unmounting");
+        // A lazy unmount aborts the connection, which ends the worker threads' reads; fuser's own
+        // unmount then finds nothing left to do.
+        let st = std::process::Command::new("fusermount3")
+            .args(["-u", "-z", "-q"])
+            .arg(&self.mountpoint)
+            .status()?;
+        if !st.success() {
+            return Err(std::io::Error::other(format!(
+                "fusermount3 -uz {} failed",
+                self.mountpoint.display()
+            )));
+        }
+        let _ = session.umount_and_join();
+        Ok(())
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if let Err(e) = self.stop() {
+            tracing::warn!(error = %e, mount = %self.mountpoint.display(), "unmount failed");
+        }
+    }
+}
+
+/// Makes `path` usable as a mount point: creates it, and lazily unmounts a stale FUSE mount
+/// (ENOTCONN, left by a crashed daemon).
+pub fn prepare_mountpoint(path: &Path) -> Result<(), MountError> {
+    let bad = |reason: String| MountError::MountPoint {
+        path: path.display().to_string(),
+        reason,
+    };
+    match std::fs::metadata(path) {
+        Ok(md) if md.is_dir() => {}
+        Ok(_) => return Err(bad("exists and is not a directory".into())),
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+            tracing::warn!(mount = %path.display(), "stale mount found (a crashed daemon?); unmounting it lazily");
+            let st = std::process::Command::new("fusermount3")
+                .args(["-u", "-z"])
+                .arg(path)
+                .status()
+                .map_err(|e| {
+                    bad(format!(
+                        "cannot run fusermount3 to clear a stale mount: {e}"
+                    ))
+                })?;
+            if !st.success() {
+                return Err(bad("fusermount3 -uz could not clear the stale mount".into()));
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(path).map_err(|e| bad(format!("cannot create it: {e}")))?;
+        }
+        Err(e) => return Err(bad(e.to_string())),
+    }
+    if is_mounted(path) {
+        return Err(bad(
+            "something is already mounted there (another sandfs?)".into()
+        ));
+    }
+    Ok(())
+}
+
+/// Returns true when `path` is a mount point (per /proc/self/mountinfo).
+pub fn is_mounted(path: &Path) -> bool {
+    let Ok(canon) = std::fs::canonicalize(path) else {
+        return false;
+    };
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .map(|s| {
+            s.lines()
+                .filter_map(|l| l.split(' ').nth(4))
+                .any(|mp| Path::new(&mp.replace("\\040", " ")) == canon)
+        })
+        .unwrap_or(false)
+}
+
+/// Mounts the zones at `mountpoint`.
+pub fn mount(zones: Arc<Zones>, mountpoint: &Path, threads: usize) -> Result<Mount, MountError> {
+    prepare_mountpoint(mountpoint)?;
+    let fs = fs::SandFs::new(zones.clone(), true).map_err(|e| MountError::Mount {
+        path: mountpoint.display().to_string(),
+        source: e,
+    })?;
+    let inodes = fs.inodes.clone();
+    let root = rustix::process::geteuid().is_root();
+    let mut config = Config::default();
+    config.mount_options = vec![
+        MountOption::FSName("sandfs".into()),
+        MountOption::Subtype("sandfs".into()),
+        MountOption::DefaultPermissions,
+    ];
+    if root {
+        // Everyone may use the mount (the kernel still checks permissions), and the kernel cleans
+        // it up if the daemon dies.
+        config.acl = SessionACL::All;
+        config.mount_options.push(MountOption::AutoUnmount);
+    }
+    config.n_threads = Some(threads.max(1));
+    config.clone_fd = true;
+    let session = fuser::spawn_mount(fs, mountpoint, &config).map_err(|e| MountError::Mount {
+        path: mountpoint.display().to_string(),
+        source: e,
+    })?;
+    let roots: Vec<PathBuf> = ZoneId::ALL
+        .iter()
+        .filter_map(|id| match zones.zone(*id) {
+            Zone::Local(z) => Some(z.root().to_path_buf()),
+            Zone::Disabled(_) => None,
+        })
+        .collect();
+    let invalidator = match invalidate::Invalidator::start(&roots, inodes, session.notifier()) {
+        Ok(i) => Some(i),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot watch the backing dirs; changes made outside the mount may show late");
+            None
+        }
+    };
+    tracing::info!(mount = %mountpoint.display(), threads, "mounted");
+    Ok(Mount {
+        session: Some(session),
+        _invalidator: invalidator,
+        mountpoint: mountpoint.to_path_buf(),
+    })
+}
