@@ -41,6 +41,17 @@ struct Handle {
     dirty: AtomicBool,
 }
 
+/// The attributes a `setattr` call changes.
+struct SetAttr {
+    mode: Option<u32>,
+    uid: Option<u32>,
+    gid: Option<u32>,
+    size: Option<u64>,
+    atime: Option<TimeOrNow>,
+    mtime: Option<TimeOrNow>,
+    fh: Option<FileHandle>,
+}
+
 /// An open directory: a snapshot of its entries taken at opendir.
 struct DirHandle {
     entries: Vec<(OsString, FileType, u64)>,
@@ -375,18 +386,16 @@ impl SandFs {
         }
     }
 
-    fn do_setattr(
-        &self,
-        req: &Request,
-        inode: &Inode,
-        mode: Option<u32>,
-        uid: Option<u32>,
-        gid: Option<u32>,
-        size: Option<u64>,
-        atime: Option<TimeOrNow>,
-        mtime: Option<TimeOrNow>,
-        fh: Option<FileHandle>,
-    ) -> Res<FileAttr> {
+    fn do_setattr(&self, req: &Request, inode: &Inode, change: SetAttr) -> Res<FileAttr> {
+        let SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime,
+            mtime,
+            fh,
+        } = change;
         if inode.ino == ROOT_INO {
             return Err(Errno::EPERM);
         }
@@ -533,9 +542,18 @@ impl fuser::Filesystem for SandFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let res = self
-            .inode(ino)
-            .and_then(|i| self.do_setattr(req, &i, mode, uid, gid, size, atime, mtime, fh));
+        let res = self.inode(ino).and_then(|i| {
+            let change = SetAttr {
+                mode,
+                uid,
+                gid,
+                size,
+                atime,
+                mtime,
+                fh,
+            };
+            self.do_setattr(req, &i, change)
+        });
         reply!(reply, res, |attr| reply.attr(&TTL, &attr))
     }
 

@@ -51,7 +51,7 @@ impl Invalidator {
                     }
                 }
             })
-            .map_err(|e| notify::Error::io(e))?;
+            .map_err(notify::Error::io)?;
         Ok(Invalidator {
             _watcher: watcher,
             thread: Some(thread),

@@ -55,18 +55,9 @@ impl Mount {
             return Ok(());
         };
         tracing::info!(mount = %self.mountpoint.display(), "unmounting");
-        // A lazy unmount aborts the connection, which ends the worker threads' reads; fuser's own
-        // unmount then finds nothing left to do.
-        let st = std::process::Command::new("fusermount3")
-            .args(["-u", "-z", "-q"])
-            .arg(&self.mountpoint)
-            .status()?;
-        if !st.success() {
-            return Err(std::io::Error::other(format!(
-                "fusermount3 -uz {} failed",
-                self.mountpoint.display()
-            )));
-        }
+        // A lazy unmount ends the session: the kernel aborts the connection and the worker
+        // threads' reads return. fuser's own unmount then finds nothing left to do.
+        unmount_lazily(&self.mountpoint)?;
         let _ = session.umount_and_join();
         Ok(())
     }
@@ -80,42 +71,59 @@ impl Drop for Mount {
     }
 }
 
-/// Makes `path` usable as a mount point: creates it, and lazily unmounts a stale FUSE mount
-/// (ENOTCONN, left by a crashed daemon).
+/// Makes `path` usable as a mount point: creates it, and lazily unmounts a stale FUSE mount whose
+/// daemon died (its connection answers ENOTCONN).
 pub fn prepare_mountpoint(path: &Path) -> Result<(), MountError> {
     let bad = |reason: String| MountError::MountPoint {
         path: path.display().to_string(),
         reason,
     };
-    match std::fs::metadata(path) {
-        Ok(md) if md.is_dir() => {}
-        Ok(_) => return Err(bad("exists and is not a directory".into())),
-        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
-            tracing::warn!(mount = %path.display(), "stale mount found (a crashed daemon?); unmounting it lazily");
-            let st = std::process::Command::new("fusermount3")
-                .args(["-u", "-z"])
-                .arg(path)
-                .status()
-                .map_err(|e| {
-                    bad(format!(
-                        "cannot run fusermount3 to clear a stale mount: {e}"
-                    ))
-                })?;
-            if !st.success() {
-                return Err(bad("fusermount3 -uz could not clear the stale mount".into()));
-            }
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::create_dir_all(path).map_err(|e| bad(format!("cannot create it: {e}")))?;
-        }
-        Err(e) => return Err(bad(e.to_string())),
-    }
     if is_mounted(path) {
-        return Err(bad(
-            "something is already mounted there (another sandfs?)".into()
-        ));
+        // statfs is never answered from the kernel's caches, so it tells a live daemon from a dead one.
+        match rustix::fs::statvfs(path) {
+            Err(rustix::io::Errno::NOTCONN) => {
+                tracing::warn!(mount = %path.display(), "stale mount found (a crashed daemon?); unmounting it lazily");
+                unmount_lazily(path)
+                    .map_err(|e| bad(format!("cannot clear the stale mount: {e}")))?;
+            }
+            Ok(_) => {
+                return Err(bad(
+                    "something is already mounted there (another sandfs?)".into()
+                ))
+            }
+            Err(e) => return Err(bad(format!("cannot check the existing mount: {e}"))),
+        }
     }
-    Ok(())
+    match std::fs::metadata(path) {
+        Ok(md) if md.is_dir() => Ok(()),
+        Ok(_) => Err(bad("exists and is not a directory".into())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(path).map_err(|e| bad(format!("cannot create it: {e}")))
+        }
+        Err(e) => Err(bad(e.to_string())),
+    }
+}
+
+/// Detaches the mount at `path` (`umount2(MNT_DETACH)` when privileged, else `fusermount3 -uz`).
+pub fn unmount_lazily(path: &Path) -> std::io::Result<()> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(std::io::Error::other)?;
+    // SAFETY: a valid NUL-terminated path; umount2 has no other memory effects.
+    if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {
+        return Ok(());
+    }
+    let st = std::process::Command::new("fusermount3")
+        .args(["-u", "-z", "-q"])
+        .arg(path)
+        .status()?;
+    if st.success() {
+        Ok(())
+    } else {
+        Err(std::io::Error::other(format!(
+            "fusermount3 -uz {} failed",
+            path.display()
+        )))
+    }
 }
 
 /// Returns true when `path` is a mount point (per /proc/self/mountinfo).
@@ -148,11 +156,12 @@ pub fn mount(zones: Arc<Zones>, mountpoint: &Path, threads: usize) -> Result<Mou
         MountOption::DefaultPermissions,
     ];
     if root {
-        // Everyone may use the mount (the kernel still checks permissions), and the kernel cleans
-        // it up if the daemon dies.
+        // Everyone may use the mount; the kernel still checks permissions (default_permissions).
         config.acl = SessionACL::All;
-        config.mount_options.push(MountOption::AutoUnmount);
     }
+    // No AutoUnmount: its helper outlives a crashed daemon and, when the daemon is restarted at
+    // once, can unmount the new mount instead of the stale one. A stale mount is cleared at the
+    // next start instead (see `prepare_mountpoint`).
     config.n_threads = Some(threads.max(1));
     config.clone_fd = true;
     let session = fuser::spawn_mount(fs, mountpoint, &config).map_err(|e| MountError::Mount {

@@ -1,0 +1,5 @@
+//! Integration tests of the FUSE mount: a real `sandfs serve` mounting under a temp dir, used by
+//! real tools (git, cargo, coreutils-style syscalls). Every test unmounts, also on failure.
+
+mod support;
+mod test_mount;

@@ -1,0 +1,436 @@
+//! The mount behaves like a local disk for editors, git, cargo and plain system calls.
+
+use std::fs;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::support::{mounted, which, Mounted};
+
+#[test]
+fn editor_save_patterns_keep_data_and_modes() {
+    let m = Mounted::start("");
+    let ws = m.ws();
+    // 1. Write a temp file, fsync, rename over the original (VS Code, JetBrains "safe write").
+    fs::write(ws.join("a.txt"), "v1\n").unwrap();
+    fs::set_permissions(ws.join("a.txt"), fs::Permissions::from_mode(0o640)).unwrap();
+    {
+        let mut f = fs::File::create(ws.join(".a.txt.tmp")).unwrap();
+        f.write_all(b"v2\n").unwrap();
+        f.sync_all().unwrap();
+    }
+    fs::set_permissions(ws.join(".a.txt.tmp"), fs::Permissions::from_mode(0o640)).unwrap();
+    fs::rename(ws.join(".a.txt.tmp"), ws.join("a.txt")).unwrap();
+    assert_eq!(fs::read_to_string(ws.join("a.txt")).unwrap(), "v2\n");
+    assert_eq!(
+        fs::read_to_string(m.backing("workspace").join("a.txt")).unwrap(),
+        "v2\n"
+    );
+    assert_eq!(
+        fs::metadata(ws.join("a.txt")).unwrap().permissions().mode() & 0o777,
+        0o640
+    );
+    // 2. vim: rename the original to a backup, write a new file, delete the backup.
+    fs::rename(ws.join("a.txt"), ws.join("a.txt~")).unwrap();
+    fs::write(ws.join("a.txt"), "v3\n").unwrap();
+    fs::remove_file(ws.join("a.txt~")).unwrap();
+    assert_eq!(fs::read_to_string(ws.join("a.txt")).unwrap(), "v3\n");
+    assert!(!ws.join("a.txt~").exists());
+    // 3. Truncate and rewrite in place (nano, many scripts).
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(ws.join("a.txt"))
+        .unwrap();
+    f.write_all(b"v4 longer line\n").unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    assert_eq!(
+        fs::read_to_string(ws.join("a.txt")).unwrap(),
+        "v4 longer line\n"
+    );
+    let f = fs::OpenOptions::new()
+        .write(true)
+        .open(ws.join("a.txt"))
+        .unwrap();
+    f.set_len(2).unwrap();
+    drop(f);
+    assert_eq!(fs::read_to_string(ws.join("a.txt")).unwrap(), "v4");
+}
+
+#[test]
+fn git_init_add_commit_inside_the_mount() {
+    assert!(which("git"), "git is not installed; `apt-get install git`");
+    let m = Mounted::start("");
+    let repo = m.ws().join("repo");
+    fs::create_dir(&repo).unwrap();
+    let git = |args: &[&str]| {
+        let out = Command::new("git")
+            .args([
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@example.com",
+                "-c",
+                "init.defaultBranch=main",
+            ])
+            .args(args)
+            .current_dir(&repo)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    git(&["init", "-q"]);
+    fs::write(repo.join("README.md"), "# hi\n").unwrap();
+    fs::create_dir(repo.join("src")).unwrap();
+    fs::write(repo.join("src/lib.rs"), "pub fn f() {}\n").unwrap();
+    git(&["add", "."]);
+    git(&["commit", "-qm", "first"]);
+    fs::write(repo.join("README.md"), "# hi again\n").unwrap();
+    git(&["commit", "-qam", "second"]);
+    assert_eq!(git(&["log", "--format=%s"]), "second\nfirst\n");
+    assert_eq!(git(&["status", "--porcelain"]), "");
+    git(&["fsck", "--strict"]);
+    // The same repository is intact on the backing directory.
+    let out = Command::new("git")
+        .args(["log", "--format=%s"])
+        .current_dir(m.backing("workspace").join("repo"))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "second\nfirst\n");
+}
+
+#[test]
+fn cargo_builds_a_new_project_inside_the_mount() {
+    let m = Mounted::start("");
+    let out = Command::new("cargo")
+        .args(["new", "--vcs", "none", "--quiet", "hello"])
+        .current_dir(m.ws())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "cargo new: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new("cargo")
+        .args(["run", "--offline", "--quiet"])
+        .current_dir(m.ws().join("hello"))
+        .env_remove("CARGO_TARGET_DIR")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "cargo run: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "Hello, world!\n");
+    assert!(m
+        .backing("workspace")
+        .join("hello/target/debug/hello")
+        .is_file());
+}
+
+#[test]
+fn hard_links_share_an_inode_and_symlinks_resolve() {
+    let m = Mounted::start("");
+    let ws = m.ws();
+    fs::write(ws.join("orig"), "data").unwrap();
+    fs::hard_link(ws.join("orig"), ws.join("link")).unwrap();
+    let (a, b) = (
+        fs::metadata(ws.join("orig")).unwrap(),
+        fs::metadata(ws.join("link")).unwrap(),
+    );
+    assert_eq!(a.ino(), b.ino());
+    assert_eq!((a.nlink(), b.nlink()), (2, 2));
+    fs::write(ws.join("link"), "changed").unwrap();
+    assert_eq!(fs::read_to_string(ws.join("orig")).unwrap(), "changed");
+    fs::remove_file(ws.join("orig")).unwrap();
+    assert_eq!(fs::metadata(ws.join("link")).unwrap().nlink(), 1);
+    std::os::unix::fs::symlink("link", ws.join("sym")).unwrap();
+    assert_eq!(
+        fs::read_link(ws.join("sym")).unwrap().to_str(),
+        Some("link")
+    );
+    assert_eq!(fs::read_to_string(ws.join("sym")).unwrap(), "changed");
+    assert!(fs::symlink_metadata(ws.join("sym"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    // Inode numbers stay the same for the life of the mount.
+    let ino = fs::metadata(ws.join("link")).unwrap().ino();
+    fs::create_dir(ws.join("d")).unwrap();
+    fs::rename(ws.join("link"), ws.join("d/moved")).unwrap();
+    assert_eq!(fs::metadata(ws.join("d/moved")).unwrap().ino(), ino);
+}
+
+#[test]
+fn xattrs_round_trip() {
+    let m = Mounted::start("");
+    let p = m.ws().join("x.txt");
+    fs::write(&p, "x").unwrap();
+    rustix::fs::setxattr(
+        &p,
+        "user.sandfs.test",
+        b"value-1",
+        rustix::fs::XattrFlags::empty(),
+    )
+    .unwrap();
+    let mut buf = [0u8; 64];
+    let n = rustix::fs::getxattr(&p, "user.sandfs.test", &mut buf[..]).unwrap();
+    assert_eq!(&buf[..n], b"value-1");
+    let n = rustix::fs::listxattr(&p, &mut buf[..]).unwrap();
+    assert!(buf[..n]
+        .split(|b| *b == 0)
+        .any(|name| name == b"user.sandfs.test"));
+    rustix::fs::removexattr(&p, "user.sandfs.test").unwrap();
+    assert_eq!(
+        rustix::fs::getxattr(&p, "user.sandfs.test", &mut buf[..]).unwrap_err(),
+        rustix::io::Errno::NODATA
+    );
+    // The attribute lives on the backing file.
+    rustix::fs::setxattr(&p, "user.k", b"v", rustix::fs::XattrFlags::empty()).unwrap();
+    let n =
+        rustix::fs::getxattr(m.backing("workspace").join("x.txt"), "user.k", &mut buf[..]).unwrap();
+    assert_eq!(&buf[..n], b"v");
+}
+
+#[test]
+fn a_sparse_gigabyte_file_reads_back() {
+    let m = Mounted::start("");
+    let p = m.ws().join("big.img");
+    let mut f = fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(&p)
+        .unwrap();
+    f.set_len(1 << 30).unwrap();
+    f.seek(SeekFrom::Start((1 << 30) - 4)).unwrap();
+    f.write_all(b"tail").unwrap();
+    f.seek(SeekFrom::Start(512 << 20)).unwrap();
+    f.write_all(b"middle").unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    let md = fs::metadata(&p).unwrap();
+    assert_eq!(md.len(), 1 << 30);
+    assert!(
+        md.blocks() * 512 < 16 << 20,
+        "the file is not sparse: {} blocks",
+        md.blocks()
+    );
+    let mut f = fs::File::open(&p).unwrap();
+    let mut buf = [0u8; 6];
+    f.seek(SeekFrom::Start(512 << 20)).unwrap();
+    f.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"middle");
+    f.seek(SeekFrom::Start(4096)).unwrap();
+    f.read_exact(&mut buf).unwrap();
+    assert_eq!(buf, [0; 6]);
+    f.seek(SeekFrom::End(-4)).unwrap();
+    let mut t = [0u8; 4];
+    f.read_exact(&mut t).unwrap();
+    assert_eq!(&t, b"tail");
+}
+
+#[test]
+fn fifty_thousand_files_in_one_directory() {
+    let m = Mounted::start("");
+    let d = m.ws().join("many");
+    fs::create_dir(&d).unwrap();
+    for i in 0..50_000 {
+        fs::File::create(d.join(format!("f{i:05}"))).unwrap();
+    }
+    let mut names: Vec<String> = fs::read_dir(&d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names.len(), 50_000);
+    names.sort();
+    assert_eq!(names[0], "f00000");
+    assert_eq!(names[49_999], "f49999");
+    assert_eq!(
+        fs::read_dir(m.backing("workspace").join("many"))
+            .unwrap()
+            .count(),
+        50_000
+    );
+}
+
+#[test]
+fn concurrent_readers_and_writers_see_whole_files() {
+    let m = Mounted::start("");
+    let ws = m.ws();
+    let writers: Vec<_> = (0..4)
+        .map(|w| {
+            let ws = ws.clone();
+            std::thread::spawn(move || {
+                for k in 0..50 {
+                    let name = format!("w{w}.txt");
+                    let body = format!("{w}-{k}\n").repeat(1000);
+                    let tmp = ws.join(format!(".{name}.{k}"));
+                    fs::write(&tmp, &body).unwrap();
+                    fs::rename(&tmp, ws.join(&name)).unwrap();
+                }
+            })
+        })
+        .collect();
+    for w in 0..4 {
+        fs::write(ws.join(format!("w{w}.txt")), format!("{w}-init\n")).unwrap();
+    }
+    let readers: Vec<_> = (0..4)
+        .map(|r| {
+            let ws = ws.clone();
+            std::thread::spawn(move || {
+                for _ in 0..100 {
+                    if let Ok(s) = fs::read_to_string(ws.join(format!("w{r}.txt"))) {
+                        let first = s.lines().next().unwrap_or("").to_string();
+                        assert!(s.lines().all(|l| l == first), "torn read");
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in writers.into_iter().chain(readers) {
+        t.join().unwrap();
+    }
+    for w in 0..4 {
+        assert_eq!(
+            fs::read_to_string(ws.join(format!("w{w}.txt"))).unwrap(),
+            format!("{w}-49\n").repeat(1000)
+        );
+    }
+}
+
+#[test]
+fn changes_on_the_backing_dir_show_through_the_mount_within_100ms() {
+    let m = Mounted::start("");
+    let ws = m.ws();
+    let back = m.backing("workspace");
+    fs::write(ws.join("seen.txt"), "old").unwrap();
+    assert_eq!(fs::read_to_string(ws.join("seen.txt")).unwrap(), "old");
+    let _ = fs::metadata(ws.join("new.txt")).is_err(); // cache a negative entry
+    let ls_before: Vec<_> = fs::read_dir(&ws)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(!ls_before.iter().any(|n| n == "new.txt"));
+    let within = |what: &str, check: &dyn Fn() -> bool| {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_millis(100) {
+            if check() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        panic!("{what} did not show through the mount within 100 ms");
+    };
+    // Replace a file's contents in place (as an editor writing the backing dir would).
+    fs::write(back.join("seen.txt"), "new contents").unwrap();
+    within("an in-place rewrite", &|| {
+        fs::read_to_string(ws.join("seen.txt")).ok().as_deref() == Some("new contents")
+    });
+    // Create a file.
+    fs::write(back.join("new.txt"), "hello").unwrap();
+    within("a new file", &|| {
+        fs::read_to_string(ws.join("new.txt")).ok().as_deref() == Some("hello")
+    });
+    // Delete it.
+    fs::remove_file(back.join("new.txt")).unwrap();
+    within("a deletion", &|| !ws.join("new.txt").exists());
+    // A change through the API.
+    m.cli(&["write", "/workspace/seen.txt", "via api"]);
+    within("an API write", &|| {
+        fs::read_to_string(ws.join("seen.txt")).ok().as_deref() == Some("via api")
+    });
+}
+
+#[test]
+fn mount_changes_land_in_the_journal_with_the_caller() {
+    let m = Mounted::start("");
+    let child = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "echo hi > {0}/j.txt && mkdir {0}/jd && mv {0}/j.txt {0}/jd/k.txt",
+            m.ws().display()
+        ))
+        .spawn()
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let log = m.cli(&["--json", "log"]);
+    let v: serde_json::Value = serde_json::from_str(&log).unwrap();
+    let ops: Vec<(String, String)> = v["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["op"].as_str().unwrap().to_string(),
+                e["path"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    for want in [
+        ("create", "j.txt"),
+        ("write", "j.txt"),
+        ("mkdir", "jd"),
+        ("move", "j.txt"),
+    ] {
+        assert!(
+            ops.contains(&(want.0.to_string(), want.1.to_string())),
+            "{want:?} missing from {ops:?}"
+        );
+    }
+    assert!(v["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|e| e["via"] == "fuse" && e["pid"].as_u64().unwrap() > 0));
+}
+
+#[test]
+fn read_only_zones_refuse_writes_with_erofs() {
+    let m = Mounted::start("[zones.cache]\nread_only = true\n");
+    fs::write(m.backing("cache").join("r.txt"), "data").unwrap();
+    assert_eq!(
+        fs::read_to_string(m.mnt.join("cache/r.txt")).unwrap(),
+        "data"
+    );
+    let err = fs::write(m.mnt.join("cache/r.txt"), "x").unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EROFS));
+    let err = fs::create_dir(m.mnt.join("cache/d")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EROFS));
+    let err = fs::remove_file(m.mnt.join("cache/r.txt")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EROFS));
+    assert_eq!(
+        fs::read_to_string(m.backing("cache").join("r.txt")).unwrap(),
+        "data"
+    );
+}
+
+#[test]
+fn sigterm_unmounts_and_a_crash_is_recovered_on_restart() {
+    let mut m = Mounted::start("");
+    fs::write(m.ws().join("keep.txt"), "kept").unwrap();
+    m.stop();
+    assert!(!mounted(&m.mnt), "still mounted after SIGTERM");
+    m.spawn();
+    assert_eq!(fs::read_to_string(m.ws().join("keep.txt")).unwrap(), "kept");
+    m.crash();
+    assert!(mounted(&m.mnt), "a crash leaves the mount behind");
+    m.spawn();
+    assert!(
+        m.log_text().contains("stale mount found"),
+        "{}",
+        m.log_text()
+    );
+    assert_eq!(fs::read_to_string(m.ws().join("keep.txt")).unwrap(), "kept");
+}
