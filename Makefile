@@ -15,7 +15,7 @@ test:
 	.ci/install-deps test
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
-	$(CARGO) test --all-targets
+	$(CARGO) test --all-targets --no-fail-fast
 
 build:
 	$(CARGO) build --release

@@ -4,9 +4,15 @@
 //! to remember a header, so the body is parsed as JSON regardless. A body over the limit is
 //! answered with `TOO_LARGE` (never a dropped connection), a malformed one with
 //! `INVALID_ARGUMENT` naming serde's complaint.
+//!
+//! Answering before the client has finished sending makes the client see a broken pipe instead
+//! of the answer, so a refused body is read to its end and thrown away ([`drain`]), up to
+//! [`DRAIN_CAP`] bytes. A client that announced `Expect: 100-continue` is answered at once: it
+//! has not sent the body yet and will not once it sees the refusal.
 
-use axum::body::Body;
 use axum::extract::{FromRef, FromRequest, Request};
+use axum::http::HeaderMap;
+use futures_util::StreamExt;
 use serde::de::DeserializeOwned;
 
 use super::error::ApiError;
@@ -19,6 +25,29 @@ pub struct JsonBody<T>(pub T);
 
 /// Extra room over `max_write_bytes` for JSON framing and escapes.
 const JSON_SLACK: u64 = 64 * 1024;
+
+/// How much of a refused body is read and discarded so the client sees the answer; past this the
+/// connection is closed instead (a client sending gigabytes after a refusal is not worth serving).
+pub const DRAIN_CAP: u64 = 256 * 1024 * 1024;
+
+/// Whether the client waits for `100 Continue` before sending its body.
+pub fn expects_continue(headers: &HeaderMap) -> bool {
+    headers
+        .get(axum::http::header::EXPECT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("100-continue"))
+}
+
+/// Reads the rest of a refused body and throws it away, up to [`DRAIN_CAP`] bytes in all
+/// (`already` counts what was read before).
+pub async fn drain(mut stream: axum::body::BodyDataStream, mut already: u64) {
+    while already <= DRAIN_CAP {
+        match stream.next().await {
+            Some(Ok(chunk)) => already += chunk.len() as u64,
+            _ => return,
+        }
+    }
+}
 
 impl<S, T> FromRequest<S> for JsonBody<T>
 where
@@ -45,13 +74,30 @@ where
                 key: "limits.max_write_bytes",
             })
         };
+        let waits = expects_continue(req.headers());
+        let mut stream = req.into_body().into_data_stream();
         if let Some(n) = declared.filter(|n| *n > limit) {
+            if !waits && n <= DRAIN_CAP {
+                drain(stream, 0).await;
+            }
             return Err(too_large(n));
         }
-        let body: Body = req.into_body();
-        let bytes = axum::body::to_bytes(body, limit as usize)
-            .await
-            .map_err(|_| too_large(limit + 1))?;
+        let mut bytes = Vec::with_capacity(declared.unwrap_or(0) as usize);
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| {
+                ApiError(FsError::invalid(
+                    "request body",
+                    format!("upload interrupted: {e}"),
+                ))
+            })?;
+            if (bytes.len() + chunk.len()) as u64 > limit {
+                let seen = (bytes.len() + chunk.len()) as u64;
+                drop(bytes);
+                drain(stream, seen).await;
+                return Err(too_large(seen));
+            }
+            bytes.extend_from_slice(&chunk);
+        }
         let value = serde_json::from_slice(&bytes).map_err(|e| {
             ApiError(FsError::invalid(
                 "request body",

@@ -4,14 +4,14 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{ConnectInfo, RawQuery, State};
-use axum::http::header;
+use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 
-use super::body::JsonBody;
+use super::body::{drain, expects_continue, JsonBody};
 use super::error::ApiError;
 use super::peer::Peer;
 use super::AppState;
@@ -122,17 +122,37 @@ async fn raw_put(
     State(app): State<Arc<AppState>>,
     ConnectInfo(peer): ConnectInfo<Peer>,
     q: RawQuery,
+    headers: HeaderMap,
     body: Body,
 ) -> AppResult<crate::core::WriteResult> {
-    let path = path_query(q)?;
-    let zones = app.zones.clone();
-    let mut w = zones.begin_write(&path)?;
     let mut stream = body.into_data_stream();
+    // Refusals are answered after the body has been read (see `body::drain`), so the client sees
+    // the error instead of a broken pipe.
+    let refuse = |stream, seen, e: FsError| async move {
+        if !expects_continue(&headers) {
+            drain(stream, seen).await;
+        }
+        Err(ApiError(e))
+    };
+    let path = match path_query(q) {
+        Ok(p) => p,
+        Err(ApiError(e)) => return refuse(stream, 0, e).await,
+    };
+    let zones = app.zones.clone();
+    let mut w = match zones.begin_write(&path) {
+        Ok(w) => w,
+        Err(e) => return refuse(stream, 0, e).await,
+    };
+    let mut seen = 0u64;
     while let Some(chunk) = stream.next().await {
         let chunk =
             chunk.map_err(|e| FsError::invalid("body", format!("upload interrupted: {e}")))?;
+        seen += chunk.len() as u64;
         // A page-cache write of one chunk; cheap enough not to leave the runtime thread.
-        tokio::task::block_in_place(|| w.write_chunk(&chunk))?;
+        if let Err(e) = tokio::task::block_in_place(|| w.write_chunk(&chunk)) {
+            drop(w);
+            return refuse(stream, seen, e).await;
+        }
     }
     let res = tokio::task::block_in_place(|| w.commit(origin(peer)))?;
     Ok(Json(res))

@@ -187,7 +187,7 @@ impl Zones {
 }
 
 /// Reads the process umask without changing it (from /proc; 0o022 when unavailable).
-fn process_umask() -> u32 {
+pub fn process_umask() -> u32 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {

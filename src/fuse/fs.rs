@@ -67,6 +67,9 @@ pub struct SandFs {
     passthrough: AtomicBool,
     want_passthrough: bool,
     is_root: bool,
+    /// The daemon's own umask, which the kernel applies to our `*at` creations on top of the
+    /// caller's: bits it removed are put back (see `fix_mode`).
+    umask: u32,
     started: SystemTime,
 }
 
@@ -174,6 +177,7 @@ impl SandFs {
             passthrough: AtomicBool::new(false),
             want_passthrough,
             is_root: rustix::process::geteuid().is_root(),
+            umask: crate::core::process_umask(),
             started: SystemTime::now(),
         })
     }
@@ -588,6 +592,7 @@ impl fuser::Filesystem for SandFs {
                     rdev as u64,
                 )
                 .map_err(errno)?;
+                self.fix_mode(&p, name, mode & !umask & 0o7777)?;
             }
             self.record(req, &p, name, "create", None);
             self.do_lookup(parent, name)
@@ -615,6 +620,7 @@ impl fuser::Filesystem for SandFs {
                 let _c = Creds::of(req, self.is_root);
                 rustix::fs::mkdirat(&p.fd, name, Mode::from_raw_mode(mode & !umask & 0o7777))
                     .map_err(errno)?;
+                self.fix_mode(&p, name, mode & !umask & 0o7777)?;
             }
             self.record(req, &p, name, "mkdir", None);
             self.do_lookup(parent, name)
@@ -1166,24 +1172,28 @@ impl fuser::Filesystem for SandFs {
         let res = (|| {
             let p = self.dir_for_change(parent)?;
             let name = plain_name(name)?;
-            let oflags = SandFs::open_flags(flags)
-                | OFlags::CREATE
-                | if flags & libc::O_EXCL != 0 {
-                    OFlags::EXCL
-                } else {
-                    OFlags::empty()
-                }
-                | OFlags::NOFOLLOW
-                | OFlags::CLOEXEC;
+            let base = SandFs::open_flags(flags) | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            let want = mode & !umask & 0o7777;
             let fd = {
                 let _c = Creds::of(req, self.is_root);
-                rustix::fs::openat(
+                match rustix::fs::openat(
                     &p.fd,
                     name,
-                    oflags,
-                    Mode::from_raw_mode(mode & !umask & 0o7777),
-                )
-                .map_err(errno)?
+                    base | OFlags::CREATE | OFlags::EXCL,
+                    Mode::from_raw_mode(want),
+                ) {
+                    Ok(fd) => {
+                        if want & self.umask != 0 {
+                            rustix::fs::fchmod(&fd, Mode::from_raw_mode(want)).map_err(errno)?;
+                        }
+                        fd
+                    }
+                    // It appeared behind the kernel's back; open it unless the caller wanted O_EXCL.
+                    Err(rustix::io::Errno::EXIST) if flags & libc::O_EXCL == 0 => {
+                        rustix::fs::openat(&p.fd, name, base, Mode::empty()).map_err(errno)?
+                    }
+                    Err(e) => return Err(errno(e)),
+                }
             };
             self.record(req, &p, name, "create", Some(0));
             let (inode, attr) = self.do_lookup(parent, name)?;
@@ -1300,6 +1310,20 @@ impl fuser::Filesystem for SandFs {
 }
 
 impl SandFs {
+    /// Gives a just-created node exactly the mode the caller asked for.
+    fn fix_mode(&self, parent: &Inode, name: &OsStr, mode: u32) -> Res<()> {
+        if mode & self.umask != 0 {
+            rustix::fs::chmodat(
+                &parent.fd,
+                name,
+                Mode::from_raw_mode(mode),
+                AtFlags::empty(),
+            )
+            .map_err(errno)?;
+        }
+        Ok(())
+    }
+
     /// Returns the inode's passthrough backing file, registering `open` as it when it has none.
     fn shared_backing(
         inode: &Inode,

@@ -101,7 +101,7 @@ fn health_status_and_errors_are_json() {
 fn oversized_bodies_get_too_large_and_leave_nothing_behind() {
     let d = Daemon::start("[limits]\nmax_write_bytes = 1000\n");
     // Streamed raw upload over the limit: 413, no file, no temp file.
-    let big = vec![b'x'; 50_000];
+    let big = vec![b'x'; 900_000];
     let (status, body) = d.curl("PUT", "/v1/fs/raw?path=/workspace/big.bin", Some(&big));
     let v: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!((status, code(&v)), (413, "TOO_LARGE"));

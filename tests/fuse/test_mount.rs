@@ -434,3 +434,47 @@ fn sigterm_unmounts_and_a_crash_is_recovered_on_restart() {
     );
     assert_eq!(fs::read_to_string(m.ws().join("keep.txt")).unwrap(), "kept");
 }
+
+#[test]
+fn pjdfstest_passes_on_the_mounted_workspace() {
+    assert!(
+        rustix::process::getuid().is_root(),
+        "pjdfstest switches users and must run as root (CI and `make test` do)"
+    );
+    assert!(
+        which("pjdfstest"),
+        "pjdfstest is not installed; run `cargo install pjdfstest --version 0.2.2` (make test does this)"
+    );
+    let m = Mounted::start("");
+    let dir = m.ws().join("pjd");
+    fs::create_dir(&dir).unwrap();
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
+    // The temp dir must be reachable for the unprivileged users pjdfstest switches to.
+    fs::set_permissions(m.dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let conf = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/pjdfstest/pjdfstest.toml"
+    );
+    let out = Command::new("pjdfstest")
+        .args(["-c", conf, "-p"])
+        .arg(&dir)
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let summary = text
+        .lines()
+        .find(|l| l.starts_with("Summary:"))
+        .unwrap_or("no summary line")
+        .to_string();
+    // The CI log shows the suite's own summary line.
+    println!("pjdfstest {summary}");
+    eprintln!("pjdfstest {summary}");
+    let failed: Vec<&str> = text.lines().filter(|l| l.contains("FAILED")).collect();
+    assert!(
+        summary.starts_with("Summary: 0 failed"),
+        "pjdfstest: {summary}\n{}",
+        failed.join("\n")
+    );
+}
