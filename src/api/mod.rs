@@ -38,15 +38,18 @@ pub struct AppState {
     pub metrics: Metrics,
     pub settings: Settings,
     pub started: Instant,
+    /// Whether this daemon mounted the zones (false with `--no-mount`).
+    pub mounted: bool,
 }
 
 impl AppState {
-    pub fn new(zones: Arc<Zones>, settings: Settings) -> Arc<AppState> {
+    pub fn new(zones: Arc<Zones>, settings: Settings, mounted: bool) -> Arc<AppState> {
         Arc::new(AppState {
             zones,
             metrics: Metrics::new(),
             settings,
             started: Instant::now(),
+            mounted,
         })
     }
 }
@@ -170,7 +173,7 @@ async fn status(State(app): State<Arc<AppState>>) -> Result<Json<Status>, ApiErr
             .unwrap_or_else(|| "(embedded default)".into()),
         socket: s.socket.display().to_string(),
         mount: s.mount.display().to_string(),
-        mounted: false,
+        mounted: app.mounted,
         state_db: app.zones.db().path().to_string(),
         journal_rows,
         zones,

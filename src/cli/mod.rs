@@ -56,6 +56,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     Serve(cmd::serve::Args),
+    Doctor(cmd::doctor::Args),
     Read(cmd::read::Args),
     Cat(cmd::cat::Args),
     Write(cmd::write::Args),
@@ -92,6 +93,9 @@ pub fn main() -> ExitCode {
     if let Command::Serve(args) = &cli.command {
         return cmd::serve::run(cli.config.as_deref(), cli.socket.clone(), args);
     }
+    if let Command::Doctor(args) = &cli.command {
+        return cmd::doctor::run(cli.config.as_deref(), cli.socket.clone(), cli.json, args);
+    }
     let socket = match cli.socket.clone() {
         Some(s) => s,
         None => match Settings::load(cli.config.as_deref()) {
@@ -119,7 +123,7 @@ pub fn main() -> ExitCode {
     let result = rt.block_on(async {
         use Command::*;
         match &cli.command {
-            Serve(_) => unreachable!("handled above"),
+            Serve(_) | Doctor(_) => unreachable!("handled above"),
             Read(a) => cmd::read::run(&ctx, a).await,
             Cat(a) => cmd::cat::run(&ctx, a).await,
             Write(a) => cmd::write::run(&ctx, a).await,

@@ -13,8 +13,9 @@ pub mod path;
 mod search;
 pub mod zone;
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use serde::{Deserialize, Serialize};
 
@@ -29,7 +30,7 @@ pub use search::{
 };
 
 use crate::config::{Backing, Limits, Settings};
-use crate::state::{Db, JournalEntry, Origin};
+use crate::state::{Db, JournalEntry, Origin, Via};
 use locks::PathLocks;
 use zone::LocalZone;
 
@@ -74,6 +75,18 @@ pub struct ZoneOpenError {
     pub source: std::io::Error,
 }
 
+/// Told about each change made through the core's operations (the API), after the change and
+/// before its caller hears of it: the FUSE mount uses it to drop the kernel's cached entries, so
+/// that what an API call changed is visible through the mount as soon as the call returns.
+pub trait ChangeListener: Send + Sync {
+    /// `paths` are backing paths: the changed entry, and a move's destination.
+    fn changed(&self, paths: &[PathBuf]);
+}
+
+/// Names a registered [`ChangeListener`], to remove it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListenerId(u64);
+
 /// The zones and the operations on them.
 pub struct Zones {
     zones: [Zone; 2],
@@ -83,6 +96,7 @@ pub struct Zones {
     locks: PathLocks,
     umask: u32,
     tmp_counter: AtomicU64,
+    listeners: RwLock<Vec<(ListenerId, Arc<dyn ChangeListener>)>>,
     /// Runs just before a replacement checks and renames (tests inject concurrent changes here).
     #[cfg(test)]
     pub(crate) before_replace: std::sync::Mutex<Option<Box<dyn Fn() + Send>>>,
@@ -114,6 +128,7 @@ impl Zones {
             locks: PathLocks::new(),
             umask: process_umask(),
             tmp_counter: AtomicU64::new(0),
+            listeners: RwLock::new(Vec::new()),
             #[cfg(test)]
             before_replace: std::sync::Mutex::new(None),
         })
@@ -151,6 +166,37 @@ impl Zones {
         }
     }
 
+    /// Registers a listener for changes made through the operations (not through the mount).
+    pub fn add_listener(&self, l: Arc<dyn ChangeListener>) -> ListenerId {
+        let id = ListenerId(self.tmp_counter.fetch_add(1, Ordering::Relaxed));
+        self.listeners.write().expect("not poisoned").push((id, l));
+        id
+    }
+
+    /// Removes a listener registered with [`Zones::add_listener`].
+    pub fn remove_listener(&self, id: ListenerId) {
+        self.listeners
+            .write()
+            .expect("not poisoned")
+            .retain(|(i, _)| *i != id);
+    }
+
+    fn tell_listeners(&self, vp: &VPath, to: Option<&VPath>) {
+        let listeners = self.listeners.read().expect("not poisoned");
+        if listeners.is_empty() {
+            return;
+        }
+        let backing = |v: &VPath| match self.zone(v.zone()) {
+            Zone::Local(z) if v.is_root() => Some(z.root().to_path_buf()),
+            Zone::Local(z) => Some(z.root().join(v.rel())),
+            Zone::Disabled(_) => None,
+        };
+        let paths: Vec<PathBuf> = std::iter::once(vp).chain(to).filter_map(backing).collect();
+        for (_, l) in listeners.iter() {
+            l.changed(&paths);
+        }
+    }
+
     fn next_tmp_name(&self) -> String {
         let n = self.tmp_counter.fetch_add(1, Ordering::Relaxed);
         format!(".sandfs-tmp-{}-{n}", std::process::id())
@@ -182,6 +228,10 @@ impl Zones {
         // The change itself has happened; a journal failure must not turn it into an error.
         if let Err(e) = self.db.journal_append(&entry) {
             tracing::error!(path = %vp, op, error = %e, "could not record change in the journal");
+        }
+        // The mount saw its own changes; everyone else's must reach its caches.
+        if origin.via != Via::Fuse {
+            self.tell_listeners(vp, to);
         }
     }
 }

@@ -4,6 +4,11 @@
 //! A `notify` watcher (inotify) reports changed paths; a dedicated thread maps each to the inode
 //! numbers the kernel may hold and sends `inval_entry`/`inval_inode`. Notifications are never sent
 //! from a FUSE request thread, where they can deadlock against the kernel.
+//!
+//! Changes made through the core's operations (the API) do not wait for inotify: [`Direct`] is
+//! registered as the core's [`ChangeListener`] and invalidates on the calling (API worker) thread
+//! before the call returns, so a client that wrote through the API and then reads through the
+//! mount sees its write.
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -14,6 +19,22 @@ use fuser::{INodeNo, Notifier};
 use notify::{RecursiveMode, Watcher};
 
 use super::inodes::Inodes;
+use crate::core::ChangeListener;
+
+/// Invalidates synchronously for changes made through the core (never a FUSE request thread:
+/// the core skips listeners for changes that came through the mount).
+pub struct Direct {
+    pub inodes: Arc<Inodes>,
+    pub notifier: Notifier,
+}
+
+impl ChangeListener for Direct {
+    fn changed(&self, paths: &[PathBuf]) {
+        for p in paths {
+            invalidate(&self.inodes, &self.notifier, p);
+        }
+    }
+}
 
 /// A running watcher; dropping it stops the thread.
 pub struct Invalidator {

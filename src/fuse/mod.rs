@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use fuser::{Config, MountOption, SessionACL};
 
-use crate::core::{Zone, ZoneId, Zones};
+use crate::core::{ListenerId, Zone, ZoneId, Zones};
 
 pub use fs::TTL;
 
@@ -34,6 +34,8 @@ pub enum MountError {
 /// A mounted filesystem; unmounted when dropped.
 pub struct Mount {
     session: Option<fuser::BackgroundSession>,
+    zones: Arc<Zones>,
+    listener: Option<ListenerId>,
     _invalidator: Option<invalidate::Invalidator>,
     mountpoint: PathBuf,
 }
@@ -50,6 +52,9 @@ impl Mount {
     }
 
     fn stop(&mut self) -> std::io::Result<()> {
+        if let Some(id) = self.listener.take() {
+            self.zones.remove_listener(id);
+        }
         self._invalidator.take();
         let Some(session) = self.session.take() else {
             return Ok(());
@@ -175,6 +180,10 @@ pub fn mount(zones: Arc<Zones>, mountpoint: &Path, threads: usize) -> Result<Mou
             Zone::Disabled(_) => None,
         })
         .collect();
+    let listener = zones.add_listener(Arc::new(invalidate::Direct {
+        inodes: inodes.clone(),
+        notifier: session.notifier(),
+    }));
     let invalidator = match invalidate::Invalidator::start(&roots, inodes, session.notifier()) {
         Ok(i) => Some(i),
         Err(e) => {
@@ -185,6 +194,8 @@ pub fn mount(zones: Arc<Zones>, mountpoint: &Path, threads: usize) -> Result<Mou
     tracing::info!(mount = %mountpoint.display(), threads, "mounted");
     Ok(Mount {
         session: Some(session),
+        zones,
+        listener: Some(listener),
         _invalidator: invalidator,
         mountpoint: mountpoint.to_path_buf(),
     })

@@ -2,4 +2,5 @@
 //! real tools (git, cargo, coreutils-style syscalls). Every test unmounts, also on failure.
 
 mod support;
+mod test_model;
 mod test_mount;

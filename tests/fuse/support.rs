@@ -144,6 +144,23 @@ impl Mounted {
         }
     }
 
+    /// Runs `sandfs doctor --json` with this daemon's config; returns (exit code, report).
+    pub fn doctor(&self) -> (i32, serde_json::Value) {
+        let out = Command::new(BIN)
+            .arg("--config")
+            .arg(&self.config)
+            .args(["doctor", "--json"])
+            .output()
+            .unwrap();
+        let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "doctor printed no JSON ({e}): {}",
+                String::from_utf8_lossy(&out.stdout)
+            )
+        });
+        (out.status.code().unwrap_or(-1), report)
+    }
+
     /// Runs the CLI against this daemon; returns stdout.
     pub fn cli(&self, args: &[&str]) -> String {
         let out = Command::new(BIN)

@@ -426,6 +426,14 @@ fn sigterm_unmounts_and_a_crash_is_recovered_on_restart() {
     assert_eq!(fs::read_to_string(m.ws().join("keep.txt")).unwrap(), "kept");
     m.crash();
     assert!(mounted(&m.mnt), "a crash leaves the mount behind");
+    let (code, report) = m.doctor();
+    assert_eq!(
+        code, 0,
+        "a stale mount is cleared at start, not a failure: {report}"
+    );
+    let mp = check(&report, "mount point");
+    assert_eq!(mp["level"], "warn", "{mp}");
+    assert!(mp["detail"].as_str().unwrap().contains("stale"), "{mp}");
     m.spawn();
     assert!(
         m.log_text().contains("stale mount found"),
@@ -477,4 +485,52 @@ fn pjdfstest_passes_on_the_mounted_workspace() {
         "pjdfstest: {summary}\n{}",
         failed.join("\n")
     );
+}
+
+/// The check named `name` in a `sandfs doctor --json` report.
+fn check<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == name)
+        .unwrap_or_else(|| panic!("no {name} check in {report}"))
+}
+
+#[test]
+fn doctor_passes_here_and_names_what_to_fix() {
+    let mut m = Mounted::start("");
+    let status: serde_json::Value = serde_json::from_str(&m.cli(&["--json", "status"])).unwrap();
+    assert_eq!(status["mounted"], true, "{status}");
+    let (code, report) = m.doctor();
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["ok"], true);
+    for name in ["/dev/fuse", "fusermount3", "passthrough", "config"] {
+        assert_eq!(check(&report, name)["level"], "ok", "{report}");
+    }
+    assert!(
+        m.log_text().contains("file I/O uses kernel passthrough"),
+        "doctor says passthrough works, the daemon must use it: {}",
+        m.log_text()
+    );
+    let live = check(&report, "mount point");
+    assert!(
+        live["detail"].as_str().unwrap().contains("already mounted"),
+        "{live}"
+    );
+    assert!(check(&report, "daemon")["detail"]
+        .as_str()
+        .unwrap()
+        .contains("running"));
+    m.stop();
+    // A mount point that is a file: FAIL, exit code 8, and the fix names the key.
+    fs::remove_dir(&m.mnt).unwrap();
+    fs::write(&m.mnt, "not a dir").unwrap();
+    let (code, report) = m.doctor();
+    assert_eq!(code, 8, "{report}");
+    assert_eq!(report["ok"], false);
+    let mp = check(&report, "mount point");
+    assert_eq!(mp["level"], "fail", "{mp}");
+    assert!(mp["fix"].as_str().unwrap().contains("`mount`"), "{mp}");
+    fs::remove_file(&m.mnt).unwrap();
 }

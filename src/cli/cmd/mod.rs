@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod cat;
+pub mod doctor;
 pub mod edit;
 pub mod exists;
 pub mod glob;

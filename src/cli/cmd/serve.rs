@@ -62,7 +62,7 @@ fn serve(config: Option<&Path>, socket: Option<PathBuf>, args: &Args) -> anyhow:
     }
     raise_fd_limit();
     // The mount lives until this function returns (after the API has stopped).
-    let _mount = if args.no_mount {
+    let mount = if args.no_mount {
         None
     } else {
         Some(crate::fuse::mount(zones.clone(), &settings.mount, 4)?)
@@ -75,7 +75,7 @@ fn serve(config: Option<&Path>, socket: Option<PathBuf>, args: &Args) -> anyhow:
     rt.block_on(async {
         let listener = PeerListener::bind(&socket, settings.allowed_uids.clone()).await?;
         tracing::info!(socket = %socket.display(), state = %db.path(), "serving the API");
-        let state = AppState::new(zones, settings);
+        let state = AppState::new(zones, settings, mount.is_some());
         let served = crate::api::serve(listener, state, shutdown_signal()).await;
         // Only the daemon that bound the socket removes it.
         let _ = std::fs::remove_file(&socket);
