@@ -534,3 +534,50 @@ fn doctor_passes_here_and_names_what_to_fix() {
     assert!(mp["fix"].as_str().unwrap().contains("`mount`"), "{mp}");
     fs::remove_file(&m.mnt).unwrap();
 }
+
+#[test]
+fn locks_exclude_other_processes() {
+    let m = Mounted::start("");
+    let f = m.ws().join("lockfile");
+    fs::write(&f, "").unwrap();
+    // One process holds an exclusive lock (flock(2)) for a while...
+    let mut holder = Command::new("flock")
+        .arg("-x")
+        .arg(&f)
+        .args(["sleep", "3"])
+        .spawn()
+        .expect("flock (util-linux) is installed");
+    std::thread::sleep(Duration::from_millis(300));
+    // ...so another cannot take it, with flock(2) or with a POSIX fcntl lock (lockf).
+    let st = Command::new("flock")
+        .arg("-n")
+        .arg(&f)
+        .arg("true")
+        .status()
+        .unwrap();
+    assert!(!st.success(), "a second exclusive flock succeeded");
+    holder.wait().unwrap();
+    let st = Command::new("flock")
+        .arg("-n")
+        .arg(&f)
+        .arg("true")
+        .status()
+        .unwrap();
+    assert!(st.success(), "the lock was not released");
+    let file = fs::OpenOptions::new().write(true).open(&f).unwrap();
+    use std::os::fd::AsRawFd;
+    // SAFETY: a valid fd; lockf has no memory effects.
+    assert_eq!(
+        unsafe { libc::lockf(file.as_raw_fd(), libc::F_TLOCK, 0) },
+        0
+    );
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import fcntl,sys\nf=open(sys.argv[1],'w')\ntry:\n fcntl.lockf(f,fcntl.LOCK_EX|fcntl.LOCK_NB)\n print('got')\nexcept OSError:\n print('busy')",
+        ])
+        .arg(&f)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "busy");
+}
