@@ -345,3 +345,37 @@ fn single_mode_disables_cache_with_a_clear_error() {
     assert_eq!(status, 200);
     assert_eq!(std::fs::read_to_string(dir.path().join("x")).unwrap(), "x");
 }
+
+#[test]
+fn docs_api_md_covers_every_route() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let guide = std::fs::read_to_string(format!("{root}/docs/api.md"))
+        .expect("docs/api.md exists (the README links to it)");
+    let openapi: Value = serde_json::from_str(
+        &std::fs::read_to_string(format!("{root}/src/api/openapi.json")).unwrap(),
+    )
+    .unwrap();
+    let paths = openapi["paths"].as_object().expect("openapi has paths");
+    for p in paths.keys() {
+        assert!(guide.contains(p.as_str()), "docs/api.md never mentions {p}");
+    }
+    // One section per route, headed `METHOD /path`.
+    for (m, p) in ROUTES {
+        let heading = format!("## {} {p}", m.to_uppercase());
+        assert!(
+            guide.lines().any(|l| l.trim_end() == heading),
+            "docs/api.md has no section `{heading}`"
+        );
+    }
+    // The errors table lists every code the document declares.
+    let codes = openapi["components"]["schemas"]["ErrorCode"]["enum"]
+        .as_array()
+        .expect("openapi declares the error codes");
+    for c in codes {
+        let c = c.as_str().unwrap();
+        assert!(
+            guide.contains(&format!("`{c}`")),
+            "docs/api.md does not list the error code {c}"
+        );
+    }
+}
