@@ -50,6 +50,8 @@ pub struct ConfigFile {
     pub limits: Limits,
     #[serde(default)]
     pub api: ApiSection,
+    #[serde(default)]
+    pub git: GitSection,
 }
 
 /// How the zones are backed.
@@ -117,6 +119,37 @@ pub struct ApiSection {
     pub allowed_uids: Vec<u32>,
 }
 
+/// `[git]`.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct GitSection {
+    pub token_env: Option<String>,
+    pub token_user: String,
+    pub ssh_key: Option<PathBuf>,
+    pub github_url: String,
+    pub github_api: String,
+    pub author_name: String,
+    pub author_email: String,
+    pub max_diff_bytes: u64,
+    pub allow_push_from_mcp: bool,
+}
+
+impl Default for GitSection {
+    fn default() -> Self {
+        GitSection {
+            token_env: Some("GITHUB_TOKEN".into()),
+            token_user: "x-access-token".into(),
+            ssh_key: None,
+            github_url: "https://github.com".into(),
+            github_api: "https://api.github.com".into(),
+            author_name: "sandfs agent".into(),
+            author_email: "sandfs@localhost".into(),
+            max_diff_bytes: 1 << 20,
+            allow_push_from_mcp: false,
+        }
+    }
+}
+
 /// Where a zone's files are.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Backing {
@@ -146,6 +179,7 @@ pub struct Settings {
     pub zones: Vec<ZoneSettings>,
     pub limits: Limits,
     pub allowed_uids: Vec<u32>,
+    pub git: GitSection,
 }
 
 impl Settings {
@@ -359,6 +393,43 @@ fn resolve(
             allow_hardlinks: z.workspace.allow_hardlinks,
         },
     ];
+    let mut git = file.git;
+    if let Some(name) = &git.token_env {
+        let ok = !name.is_empty()
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && !name.starts_with(|c: char| c.is_ascii_digit());
+        if !ok {
+            // Never echo the value: it may be a token pasted where its variable's name belongs.
+            return Err(bad(
+                "git.token_env",
+                "must be the NAME of an environment variable (letters, digits, _), not a token"
+                    .into(),
+            ));
+        }
+    }
+    for (key, v) in [
+        ("git.github_url", &git.github_url),
+        ("git.github_api", &git.github_api),
+    ] {
+        if !(v.starts_with("https://") || v.starts_with("http://")) {
+            return Err(bad(key, format!("{v:?} must be an http(s):// URL")));
+        }
+    }
+    if git.author_name.trim().is_empty() {
+        return Err(bad("git.author_name", "must not be empty".into()));
+    }
+    if !git.author_email.contains('@') {
+        return Err(bad(
+            "git.author_email",
+            format!("{:?} must be an email address", git.author_email),
+        ));
+    }
+    if git.max_diff_bytes == 0 {
+        return Err(bad("git.max_diff_bytes", "must be at least 1".into()));
+    }
+    if let Some(k) = &git.ssh_key {
+        git.ssh_key = Some(abs("git.ssh_key", k)?);
+    }
     Ok(Settings {
         source,
         state_dir,
@@ -367,6 +438,7 @@ fn resolve(
         zones,
         limits: l,
         allowed_uids: file.api.allowed_uids,
+        git,
     })
 }
 
@@ -450,6 +522,10 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("zones.root") && e.contains("direct"), "{e}");
+        let e = load("[git]\ntoken_env = \"ghp_abc-123\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("git.token_env") && !e.contains("ghp_abc"), "{e}");
         let e = load("[limits]\ngrep_max_results = 0\n")
             .unwrap_err()
             .to_string();

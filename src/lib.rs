@@ -1,12 +1,14 @@
 //! sandfs: a local-first virtual filesystem daemon for AI agents and the people who supervise them.
 //!
 //! Rooms, by noun: [`core`] (zones, paths, operations), [`state`] (SQLite: journal and the rest),
-//! [`api`] (the Unix-socket HTTP API), [`cli`] (the `sandfs` command), [`config`] (`config.toml`).
-//! Dependencies point one way: adapters (`api`, `cli`) → `core` → `state`.
+//! [`fuse`] (the mount), [`git`] (pull, stage, push), [`api`] (the Unix-socket HTTP API), [`cli`]
+//! (the `sandfs` command), [`config`] (`config.toml`).
+//! Dependencies point one way: adapters (`api`, `cli`, `fuse`) → `git` → `core` → `state`.
 
 pub mod api;
 pub mod cli;
 pub mod config;
 pub mod core;
 pub mod fuse;
+pub mod git;
 pub mod state;

@@ -66,7 +66,7 @@ where
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
         let too_large = |size: u64| {
-            ApiError(FsError::TooLarge {
+            ApiError::Fs(FsError::TooLarge {
                 path: req_path(),
                 what: "the request body",
                 size,
@@ -85,7 +85,7 @@ where
         let mut bytes = Vec::with_capacity(declared.unwrap_or(0) as usize);
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|e| {
-                ApiError(FsError::invalid(
+                ApiError::Fs(FsError::invalid(
                     "request body",
                     format!("upload interrupted: {e}"),
                 ))
@@ -99,7 +99,7 @@ where
             bytes.extend_from_slice(&chunk);
         }
         let value = serde_json::from_slice(&bytes).map_err(|e| {
-            ApiError(FsError::invalid(
+            ApiError::Fs(FsError::invalid(
                 "request body",
                 format!("not the expected JSON: {e}"),
             ))

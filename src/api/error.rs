@@ -6,14 +6,55 @@ use axum::Json;
 use serde::Serialize;
 
 use crate::core::{ErrorCode, FsError};
+use crate::git::GitError;
 
-/// An error as the API sends it.
+/// An error as the API sends it: the error of whichever room failed.
 #[derive(Debug)]
-pub struct ApiError(pub FsError);
+pub enum ApiError {
+    Fs(FsError),
+    Git(GitError),
+}
 
 impl From<FsError> for ApiError {
     fn from(e: FsError) -> Self {
-        ApiError(e)
+        ApiError::Fs(e)
+    }
+}
+
+impl From<GitError> for ApiError {
+    fn from(e: GitError) -> Self {
+        ApiError::Git(e)
+    }
+}
+
+impl ApiError {
+    /// Returns the stable code.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            ApiError::Fs(e) => e.code(),
+            ApiError::Git(e) => e.code(),
+        }
+    }
+
+    /// Returns the virtual path the error is about.
+    pub fn path(&self) -> Option<&str> {
+        match self {
+            ApiError::Fs(e) => e.path(),
+            ApiError::Git(e) => e.path(),
+        }
+    }
+
+    /// Returns the message.
+    pub fn message(&self) -> String {
+        match self {
+            ApiError::Fs(e) => e.to_string(),
+            ApiError::Git(e) => e.to_string(),
+        }
+    }
+
+    /// The JSON body.
+    pub fn body(&self) -> serde_json::Value {
+        serde_json::json!({ "code": self.code(), "message": self.message(), "path": self.path() })
     }
 }
 
@@ -45,14 +86,15 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let code = self.0.code();
+        let code = self.code();
+        let message = self.message();
         if code == ErrorCode::Internal {
-            tracing::error!(error = %self.0, "internal error");
+            tracing::error!(error = %message, "internal error");
         }
         let body = ErrorBody {
             code,
-            message: self.0.to_string(),
-            path: self.0.path(),
+            message,
+            path: self.path(),
         };
         let mut resp = (status_of(code), Json(body)).into_response();
         resp.extensions_mut().insert(code);

@@ -54,9 +54,9 @@ where
     let zones = app.zones.clone();
     tokio::task::spawn_blocking(move || f(&zones))
         .await
-        .map_err(|e| ApiError(FsError::Internal(format!("worker failed: {e}"))))?
+        .map_err(|e| ApiError::Fs(FsError::Internal(format!("worker failed: {e}"))))?
         .map(Json)
-        .map_err(ApiError)
+        .map_err(ApiError::Fs)
 }
 
 #[derive(Deserialize)]
@@ -77,7 +77,7 @@ async fn read(
 /// Reads `?path=` strictly: percent-decoding that yields invalid UTF-8 is an error, not a silently
 /// mangled name, and unknown parameters are refused.
 fn path_query(RawQuery(q): RawQuery) -> Result<String, ApiError> {
-    let bad = |rule: String| ApiError(FsError::invalid("query", rule));
+    let bad = |rule: String| ApiError::Fs(FsError::invalid("query", rule));
     let mut path = None;
     for pair in q
         .as_deref()
@@ -105,7 +105,7 @@ async fn raw_get(State(app): State<Arc<AppState>>, q: RawQuery) -> Result<Respon
     let zones = app.zones.clone();
     let (file, size) = tokio::task::spawn_blocking(move || zones.read_binary(&path))
         .await
-        .map_err(|e| ApiError(FsError::Internal(e.to_string())))??;
+        .map_err(|e| ApiError::Fs(FsError::Internal(e.to_string())))??;
     let stream =
         tokio_util::io::ReaderStream::with_capacity(tokio::fs::File::from_std(file), 256 * 1024);
     Ok((
@@ -128,20 +128,20 @@ async fn raw_put(
     let mut stream = body.into_data_stream();
     // Refusals are answered after the body has been read (see `body::drain`), so the client sees
     // the error instead of a broken pipe.
-    let refuse = |stream, seen, e: FsError| async move {
+    let refuse = |stream, seen, e: ApiError| async move {
         if !expects_continue(&headers) {
             drain(stream, seen).await;
         }
-        Err(ApiError(e))
+        Err(e)
     };
     let path = match path_query(q) {
         Ok(p) => p,
-        Err(ApiError(e)) => return refuse(stream, 0, e).await,
+        Err(e) => return refuse(stream, 0, e).await,
     };
     let zones = app.zones.clone();
     let mut w = match zones.begin_write(&path) {
         Ok(w) => w,
-        Err(e) => return refuse(stream, 0, e).await,
+        Err(e) => return refuse(stream, 0, e.into()).await,
     };
     let mut seen = 0u64;
     while let Some(chunk) = stream.next().await {
@@ -151,7 +151,7 @@ async fn raw_put(
         // A page-cache write of one chunk; cheap enough not to leave the runtime thread.
         if let Err(e) = tokio::task::block_in_place(|| w.write_chunk(&chunk)) {
             drop(w);
-            return refuse(stream, seen, e).await;
+            return refuse(stream, seen, e.into()).await;
         }
     }
     let res = tokio::task::block_in_place(|| w.commit(origin(peer)))?;

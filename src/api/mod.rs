@@ -8,6 +8,7 @@
 mod body;
 mod error;
 mod fs;
+mod git;
 mod metrics;
 mod peer;
 
@@ -35,6 +36,7 @@ pub const OPENAPI: &str = include_str!("openapi.json");
 /// What every handler can reach.
 pub struct AppState {
     pub zones: Arc<Zones>,
+    pub git: Arc<crate::git::Git>,
     pub metrics: Metrics,
     pub settings: Settings,
     pub started: Instant,
@@ -45,6 +47,7 @@ pub struct AppState {
 impl AppState {
     pub fn new(zones: Arc<Zones>, settings: Settings, mounted: bool) -> Arc<AppState> {
         Arc::new(AppState {
+            git: Arc::new(crate::git::Git::new(zones.clone(), &settings)),
             zones,
             metrics: Metrics::new(),
             settings,
@@ -63,6 +66,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/log", get(log))
         .route("/metrics", get(metrics_text))
         .merge(fs::routes())
+        .merge(git::routes())
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -99,7 +103,7 @@ async fn metrics_text(State(app): State<Arc<AppState>>) -> impl IntoResponse {
 }
 
 async fn not_found(uri: axum::http::Uri) -> ApiError {
-    ApiError(FsError::invalid(
+    ApiError::Fs(FsError::invalid(
         "route",
         format!(
             "{} is not an API route; see GET /v1/openapi.json",
@@ -195,6 +199,13 @@ async fn log(
     q: Result<Query<LogQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let Query(q) = q.map_err(|e| FsError::invalid("query", e.body_text()))?;
+    if let Some(z) = &q.zone {
+        if crate::core::ZoneId::from_name(z).is_none() {
+            return Err(
+                FsError::invalid("zone", format!("{z:?} is not cache or workspace")).into(),
+            );
+        }
+    }
     let (zone, path_prefix) = match q.path.as_deref() {
         Some(p) => match crate::core::path::parse(p)? {
             crate::core::Target::Top => (q.zone.clone(), None),

@@ -149,6 +149,72 @@ impl Client {
             .map_err(|e| ClientError::Transport(format!("bad answer: {e}")))
     }
 
+    /// POSTs a JSON body asking for progress (`"progress": true`) and reads the answer as NDJSON:
+    /// `{"progress": …}` lines go to `on_progress`, then `{"result": …}` or `{"error": …}`.
+    pub async fn post_progress<T: Serialize, R: DeserializeOwned>(
+        &self,
+        route: &str,
+        body: &T,
+        mut on_progress: impl FnMut(&serde_json::Value),
+    ) -> Result<R, ClientError> {
+        let json = serde_json::to_vec(body).map_err(|e| ClientError::Local(e.to_string()))?;
+        let req = Client::request(Method::POST, route)
+            .header(hyper::header::CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(json)))
+            .map_err(|e| ClientError::Local(e.to_string()))?;
+        let resp = self.send(req).await?;
+        if !resp.status().is_success() {
+            return Client::finish(resp).await.and_then(|b| {
+                serde_json::from_slice(&b)
+                    .map_err(|e| ClientError::Transport(format!("bad answer: {e}")))
+            });
+        }
+        let mut body = resp.into_body();
+        let mut buf: Vec<u8> = Vec::new();
+        let mut last: Option<serde_json::Value> = None;
+        let mut handle = |line: &[u8], last: &mut Option<serde_json::Value>| {
+            if line.iter().all(u8::is_ascii_whitespace) {
+                return;
+            }
+            if let Ok(v) = serde_json::from_slice::<serde_json::Value>(line) {
+                if let Some(p) = v.get("progress") {
+                    on_progress(p);
+                } else {
+                    *last = Some(v);
+                }
+            }
+        };
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| ClientError::Transport(e.to_string()))?;
+            if let Some(data) = frame.data_ref() {
+                buf.extend_from_slice(data);
+                while let Some(nl) = buf.iter().position(|b| *b == b'\n') {
+                    let line: Vec<u8> = buf.drain(..=nl).collect();
+                    handle(&line, &mut last);
+                }
+            }
+        }
+        handle(&buf, &mut last);
+        let mut v = last.ok_or_else(|| {
+            ClientError::Transport("the daemon ended the answer without a result".into())
+        })?;
+        if let Some(e) = v.get_mut("error") {
+            let e: WireError = serde_json::from_value(e.take())
+                .map_err(|e| ClientError::Transport(format!("bad error: {e}")))?;
+            return Err(ClientError::Api {
+                code: e.code,
+                message: e.message,
+                path: e.path,
+            });
+        }
+        let result = v
+            .get_mut("result")
+            .map(serde_json::Value::take)
+            .ok_or_else(|| ClientError::Transport("the answer has no result".into()))?;
+        serde_json::from_value(result)
+            .map_err(|e| ClientError::Transport(format!("bad answer: {e}")))
+    }
+
     /// GETs a route and returns the raw answer.
     pub async fn get_raw(&self, route: &str) -> Result<Bytes, ClientError> {
         let req = Client::request(Method::GET, route)

@@ -72,6 +72,8 @@ pub enum Command {
     Resolve(cmd::resolve::Args),
     Status(cmd::status::Args),
     Log(cmd::log::Args),
+    Git(cmd::git::Args),
+    Staged(cmd::staged::Args),
 }
 
 /// How a subcommand ended.
@@ -139,6 +141,8 @@ pub fn main() -> ExitCode {
             Resolve(a) => cmd::resolve::run(&ctx, a).await,
             Status(a) => cmd::status::run(&ctx, a).await,
             Log(a) => cmd::log::run(&ctx, a).await,
+            Git(a) => cmd::git::run(&ctx, a).await,
+            Staged(a) => cmd::staged::run(&ctx, a).await,
         }
     });
     match result {

@@ -214,6 +214,23 @@ impl Zones {
         self.record(vp, op, bytes, to, origin)
     }
 
+    /// Records an event that is not a file change (a git pull, stage or push) with what happened.
+    pub fn record_event(&self, vp: &VPath, op: &str, detail: &str, origin: Origin) {
+        let entry = JournalEntry {
+            time_ms: self.now_ms(),
+            zone: vp.zone().name(),
+            path: vp.rel(),
+            op,
+            bytes: None,
+            to_path: None,
+            origin,
+            detail: Some(detail),
+        };
+        if let Err(e) = self.db.journal_append(&entry) {
+            tracing::error!(path = %vp, op, error = %e, "could not record an event in the journal");
+        }
+    }
+
     fn record(&self, vp: &VPath, op: &str, bytes: Option<u64>, to: Option<&VPath>, origin: Origin) {
         let to_s = to.map(|t| t.rel().to_string());
         let entry = JournalEntry {
@@ -224,6 +241,7 @@ impl Zones {
             bytes,
             to_path: to_s.as_deref(),
             origin,
+            detail: None,
         };
         // The change itself has happened; a journal failure must not turn it into an error.
         if let Err(e) = self.db.journal_append(&entry) {

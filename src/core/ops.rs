@@ -120,12 +120,19 @@ pub struct AtomicWrite<'z> {
     file: Option<std::fs::File>,
     written: u64,
     limit: u64,
+    /// Permission bits to give the file instead of keeping the old file's.
+    mode: Option<u32>,
 }
 
 impl<'z> AtomicWrite<'z> {
     /// Returns the path that will be replaced (after following symlinks inside the zone).
     pub fn path(&self) -> &VPath {
         &self.vp
+    }
+
+    /// Gives the file these permission bits (masked by the umask) instead of the old file's.
+    pub fn set_mode(&mut self, mode: u32) {
+        self.mode = Some(mode & 0o7777 & !self.zones.umask);
     }
 
     /// Appends bytes, failing with `TOO_LARGE` past the write limit.
@@ -191,6 +198,7 @@ impl<'z> AtomicWrite<'z> {
                     path: self.vp.to_string(),
                 })
             }
+            _ if self.mode.is_some() => self.mode.unwrap_or_default(),
             Some(st) => st.st_mode & 0o7777,
             None => 0o666 & !self.zones.umask,
         };
@@ -452,6 +460,7 @@ impl Zones {
             file: Some(std::fs::File::from(fd)),
             written: 0,
             limit: self.limits.max_write_bytes,
+            mode: None,
         })
     }
 
@@ -549,6 +558,65 @@ impl Zones {
             path: res.path,
             replacements: count,
             bytes: res.bytes,
+        })
+    }
+
+    /// Replaces (or creates) a file with the given bytes and permission bits (masked by the
+    /// umask), atomically; git uses it to write executables as executables.
+    pub fn write_with_mode(
+        &self,
+        path: &str,
+        content: &[u8],
+        mode: u32,
+        origin: Origin,
+    ) -> FsResult<WriteResult> {
+        let mut w = self.begin_write(path)?;
+        w.set_mode(mode);
+        w.write_chunk(content)?;
+        w.commit(origin)
+    }
+
+    /// Creates (or atomically replaces) a symlink at `path` pointing at `target`. The target is
+    /// stored as given; every access through sandfs still resolves beneath the zone.
+    pub fn symlink(&self, path: &str, target: &str, origin: Origin) -> FsResult<()> {
+        let vp = path::parse_entry(path)?;
+        if target.is_empty() || target.contains('\0') {
+            return Err(FsError::invalid(
+                "symlink target",
+                "must be non-empty and contain no NUL",
+            ));
+        }
+        let z = self.writable_local(&vp)?;
+        let name = vp.name().expect("entry");
+        let parent = z.ensure_parent(&vp)?;
+        let _guard = self.locks.lock(&vp);
+        if let Ok(st) = rustix::fs::statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW) {
+            if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+                return Err(FsError::IsDir {
+                    path: vp.to_string(),
+                });
+            }
+        }
+        let tmp = self.next_tmp_name();
+        rustix::fs::symlinkat(target, &parent, tmp.as_str()).map_err(errno_err(&vp, "symlink"))?;
+        if let Err(e) = rustix::fs::renameat(&parent, tmp.as_str(), &parent, name) {
+            let _ = rustix::fs::unlinkat(&parent, tmp.as_str(), AtFlags::empty());
+            return Err(errno_err(&vp, "rename")(e));
+        }
+        self.record(&vp, "symlink", None, None, origin);
+        Ok(())
+    }
+
+    /// Returns the target of the symlink at `path` (not followed).
+    pub fn readlink(&self, path: &str) -> FsResult<String> {
+        let vp = path::parse_entry(path)?;
+        let z = self.local(&vp)?;
+        let parent = z.open_parent(&vp)?;
+        let target = rustix::fs::readlinkat(&parent, vp.name().expect("entry"), Vec::new())
+            .map_err(errno_err(&vp, "readlink"))?;
+        target.into_string().map_err(|_| FsError::Binary {
+            path: vp.to_string(),
+            reason: "the symlink's target is not UTF-8".into(),
         })
     }
 

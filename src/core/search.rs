@@ -280,11 +280,17 @@ impl Zones {
                     .map_err(|e| FsError::invalid("type", e.to_string()))?,
             );
         }
+        for (name, v) in [
+            ("context", opts.context),
+            ("before", opts.before),
+            ("after", opts.after),
+        ] {
+            if v.is_some_and(|v| v > 1000) {
+                return Err(FsError::invalid(name, "must be at most 1000 lines"));
+            }
+        }
         let before = opts.before.or(opts.context).unwrap_or(0);
         let after = opts.after.or(opts.context).unwrap_or(0);
-        if before > 1000 || after > 1000 {
-            return Err(FsError::invalid("context", "must be at most 1000 lines"));
-        }
         let mode = opts.mode;
         let shared = Shared {
             results: Mutex::new(Vec::new()),

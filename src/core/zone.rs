@@ -106,7 +106,8 @@ impl LocalZone {
 
     /// Opens a regular file for reading, enforcing the hard-link rule.
     pub fn open_file_for_read(&self, vp: &VPath) -> FsResult<(std::fs::File, Stat)> {
-        let fd = self.open(vp, OFlags::RDONLY | OFlags::NOCTTY)?;
+        // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
+        let fd = self.open(vp, OFlags::RDONLY | OFlags::NOCTTY | OFlags::NONBLOCK)?;
         let st = rustix::fs::fstat(&fd)
             .map_err(|e| FsError::from_io(&vp.to_string(), "stat", e.into()))?;
         match FileType::from_raw_mode(st.st_mode) {
@@ -124,6 +125,8 @@ impl LocalZone {
             }
         }
         self.check_links(vp, &st)?;
+        rustix::fs::fcntl_setfl(&fd, OFlags::empty())
+            .map_err(|e| FsError::from_io(&vp.to_string(), "open", e.into()))?;
         Ok((std::fs::File::from(fd), st))
     }
 

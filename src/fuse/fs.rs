@@ -52,9 +52,15 @@ struct SetAttr {
     fh: Option<FileHandle>,
 }
 
-/// An open directory: a snapshot of its entries taken at opendir.
+/// A directory listing: name, type, inode number.
+type DirEntries = Vec<(OsString, FileType, u64)>;
+
+/// An open directory: a snapshot of its entries, taken by the first `readdir` (and again when the
+/// caller rewinds to offset 0). Not at opendir: the kernel serves a cached listing without asking
+/// (`FOPEN_CACHE_DIR`), and then the directory is never read.
 struct DirHandle {
-    entries: Vec<(OsString, FileType, u64)>,
+    ino: u64,
+    entries: Mutex<Option<Arc<DirEntries>>>,
 }
 
 /// The mounted filesystem.
@@ -451,7 +457,46 @@ impl SandFs {
         Ok(attr_of(inode.ino, &st))
     }
 
-    fn read_dir_entries(&self, inode: &Inode) -> Res<Vec<(OsString, FileType, u64)>> {
+    /// Lists a directory (the virtual top level or a backing directory).
+    fn list_dir(&self, ino: u64) -> Res<DirEntries> {
+        if ino == ROOT_INO {
+            let mut entries = vec![
+                (OsString::from("."), FileType::Directory, ROOT_INO),
+                (OsString::from(".."), FileType::Directory, ROOT_INO),
+            ];
+            for id in ZoneId::ALL {
+                if self.inodes.get(zone_ino(id)).is_some() {
+                    entries.push((OsString::from(id.name()), FileType::Directory, zone_ino(id)));
+                }
+            }
+            Ok(entries)
+        } else {
+            self.inode(INodeNo(ino))
+                .and_then(|i| self.read_dir_entries(&i))
+        }
+    }
+
+    /// The snapshot of an open directory to answer a `readdir` at `offset` from.
+    fn dir_snapshot(&self, fh: FileHandle, offset: u64) -> Res<Arc<DirEntries>> {
+        let d = self
+            .dirs
+            .lock()
+            .expect("not poisoned")
+            .get(&fh.0)
+            .cloned()
+            .ok_or(Errno::EBADF)?;
+        let mut slot = d.entries.lock().expect("not poisoned");
+        match &*slot {
+            Some(e) if offset != 0 => Ok(e.clone()),
+            _ => {
+                let e = Arc::new(self.list_dir(d.ino)?);
+                *slot = Some(e.clone());
+                Ok(e)
+            }
+        }
+    }
+
+    fn read_dir_entries(&self, inode: &Inode) -> Res<DirEntries> {
         let fd = self.reopen(inode, OFlags::RDONLY | OFlags::DIRECTORY)?;
         let mut out = Vec::new();
         for ent in rustix::fs::Dir::new(fd).map_err(errno)? {
@@ -510,8 +555,21 @@ impl fuser::Filesystem for SandFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        reply!(reply, self.do_lookup(parent, name), |(_, attr)| reply
-            .entry(&TTL, &attr, Generation(0)))
+        match self.do_lookup(parent, name) {
+            Ok((_, attr)) => reply.entry(&TTL, &attr, Generation(0)),
+            // An absent name is answered as a negative entry (inode 0), which the kernel caches for
+            // TTL: tools probe for many names that do not exist (rg and git look for .git,
+            // .gitignore, .ignore in every directory). A name that appears behind the mount's back
+            // is invalidated like any other entry (see `super::invalidate`).
+            Err(Errno::ENOENT) if self.inodes.get(parent.0).is_some() => {
+                let attr = FileAttr {
+                    ino: INodeNo(0),
+                    ..self.root_attr()
+                };
+                reply.entry(&TTL, &attr, Generation(0))
+            }
+            Err(e) => reply.error(e),
+        }
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
@@ -781,9 +839,12 @@ impl fuser::Filesystem for SandFs {
                         if write {
                             self.mark_dirty(fh);
                         }
-                        reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), b)
+                        reply.opened_passthrough(FileHandle(fh), FopenFlags::FOPEN_NOFLUSH, b)
                     }
-                    None => reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE),
+                    None => reply.opened(
+                        FileHandle(fh),
+                        FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_NOFLUSH,
+                    ),
                 }
             }
         }
@@ -899,31 +960,25 @@ impl fuser::Filesystem for SandFs {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let res = if ino.0 == ROOT_INO {
-            let mut entries = vec![
-                (OsString::from("."), FileType::Directory, ROOT_INO),
-                (OsString::from(".."), FileType::Directory, ROOT_INO),
-            ];
-            for id in ZoneId::ALL {
-                if self.inodes.get(zone_ino(id)).is_some() {
-                    entries.push((OsString::from(id.name()), FileType::Directory, zone_ino(id)));
-                }
-            }
-            Ok(entries)
-        } else {
-            self.inode(ino).and_then(|i| self.read_dir_entries(&i))
-        };
-        match res {
-            Err(e) => reply.error(e),
-            Ok(entries) => {
-                let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-                self.dirs
-                    .lock()
-                    .expect("not poisoned")
-                    .insert(fh, Arc::new(DirHandle { entries }));
-                reply.opened(FileHandle(fh), FopenFlags::empty());
+        if ino.0 != ROOT_INO {
+            if let Err(e) = self.inode(ino) {
+                return reply.error(e);
             }
         }
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.dirs.lock().expect("not poisoned").insert(
+            fh,
+            Arc::new(DirHandle {
+                ino: ino.0,
+                entries: Mutex::new(None),
+            }),
+        );
+        // The kernel may keep the listing in its cache across opens: changes through the mount
+        // update it, changes behind its back invalidate it (`inval_inode` on the directory).
+        reply.opened(
+            FileHandle(fh),
+            FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
+        );
     }
 
     fn readdir(
@@ -934,10 +989,11 @@ impl fuser::Filesystem for SandFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let Some(d) = self.dirs.lock().expect("not poisoned").get(&fh.0).cloned() else {
-            return reply.error(Errno::EBADF);
+        let d = match self.dir_snapshot(fh, offset) {
+            Ok(d) => d,
+            Err(e) => return reply.error(e),
         };
-        for (i, (name, kind, ino)) in d.entries.iter().enumerate().skip(offset as usize) {
+        for (i, (name, kind, ino)) in d.iter().enumerate().skip(offset as usize) {
             if reply.add(INodeNo(*ino), (i + 1) as u64, fuse_kind(*kind), name) {
                 break;
             }
@@ -953,10 +1009,11 @@ impl fuser::Filesystem for SandFs {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        let Some(d) = self.dirs.lock().expect("not poisoned").get(&fh.0).cloned() else {
-            return reply.error(Errno::EBADF);
+        let d = match self.dir_snapshot(fh, offset) {
+            Ok(d) => d,
+            Err(e) => return reply.error(e),
         };
-        for (i, (name, _, _)) in d.entries.iter().enumerate().skip(offset as usize) {
+        for (i, (name, _, _)) in d.iter().enumerate().skip(offset as usize) {
             let full = if name == "." || name == ".." {
                 // The kernel takes no reference for these; answer with attributes only.
                 let target = if name == "." { ino.0 } else { ROOT_INO };
@@ -1217,7 +1274,7 @@ impl fuser::Filesystem for SandFs {
                         &attr,
                         Generation(0),
                         FileHandle(fh),
-                        FopenFlags::empty(),
+                        FopenFlags::FOPEN_NOFLUSH,
                         b,
                     ),
                     None => reply.created(
@@ -1225,7 +1282,7 @@ impl fuser::Filesystem for SandFs {
                         &attr,
                         Generation(0),
                         FileHandle(fh),
-                        FopenFlags::empty(),
+                        FopenFlags::FOPEN_NOFLUSH,
                     ),
                 }
             }

@@ -60,6 +60,8 @@ pub struct JournalEntry<'a> {
     pub bytes: Option<u64>,
     pub to_path: Option<&'a str>,
     pub origin: Origin,
+    /// What happened, for events that are not a plain file change (a git push, …).
+    pub detail: Option<&'a str>,
 }
 
 /// A recorded mutation.
@@ -75,6 +77,8 @@ pub struct JournalRow {
     pub via: String,
     pub pid: Option<u32>,
     pub uid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
 }
 
 /// Which rows to return, newest first.
@@ -92,8 +96,8 @@ impl Db {
     pub fn journal_append(&self, e: &JournalEntry<'_>) -> Result<i64, StateError> {
         let conn = self.lock();
         let mut st = conn.prepare_cached(
-            "INSERT INTO journal (time_ms, zone, path, op, bytes, to_path, via, pid, uid)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            "INSERT INTO journal (time_ms, zone, path, op, bytes, to_path, via, pid, uid, detail)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
         )?;
         st.execute(params![
             e.time_ms,
@@ -105,6 +109,7 @@ impl Db {
             e.origin.via.as_str(),
             e.origin.pid,
             e.origin.uid,
+            e.detail,
         ])?;
         Ok(conn.last_insert_rowid())
     }
@@ -120,7 +125,7 @@ impl Db {
             format!("{}/%", escaped.trim_end_matches('/'))
         });
         let mut st = conn.prepare_cached(
-            "SELECT id, time_ms, zone, path, op, bytes, to_path, via, pid, uid FROM journal
+            "SELECT id, time_ms, zone, path, op, bytes, to_path, via, pid, uid, detail FROM journal
              WHERE (?1 IS NULL OR zone = ?1)
                AND (?2 IS NULL OR path = ?2 OR path LIKE ?3 ESCAPE '\\')
                AND (?4 IS NULL OR time_ms >= ?4)
@@ -146,6 +151,7 @@ impl Db {
                     via: r.get(7)?,
                     pid: r.get(8)?,
                     uid: r.get(9)?,
+                    detail: r.get(10)?,
                 })
             },
         )?;
@@ -181,6 +187,7 @@ mod tests {
                     pid: Some(7),
                     uid: Some(0),
                 },
+                detail: None,
             })
             .unwrap();
         }

@@ -4,11 +4,13 @@
 //! connections proceed). Migrations are an ordered list of SQL batches; `user_version` records how
 //! many have run, so opening an older database upgrades it in place and a newer one is refused.
 
+mod git;
 mod journal;
 
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
+pub use git::{FileRow, RepoRow, StagedFileRow, StagedRow};
 pub use journal::{JournalEntry, JournalFilter, JournalRow, Origin, Via};
 
 /// A state database that could not be opened or used.
@@ -51,6 +53,9 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX journal_zone_path ON journal(zone, path);
     CREATE INDEX journal_time ON journal(time_ms);",
+    // 2: git: pulled repos, their files' bases, staged commits; a detail column for journal events.
+    git::MIGRATION,
+    "ALTER TABLE journal ADD COLUMN detail TEXT;",
 ];
 
 /// The state database.

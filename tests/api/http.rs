@@ -379,3 +379,38 @@ fn docs_api_md_covers_every_route() {
         );
     }
 }
+
+#[test]
+fn fifos_and_long_unicode_paths_get_clear_errors_not_hangs_or_panics() {
+    let d = Daemon::start("");
+    let fifo = d.zone_dir("workspace").join("pipe");
+    let st = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    // Reading a FIFO would wait for a writer forever; it is refused at once instead.
+    let (status, v) = d.post("/v1/fs/read", &json!({"path": "/workspace/pipe"}));
+    assert_eq!((status, code(&v)), (400, "INVALID_ARGUMENT"), "{v}");
+    let (status, _) = d.curl("GET", "/v1/fs/raw?path=/workspace/pipe", None);
+    assert_eq!(status, 400);
+    // A path over the length limit whose 64th byte falls inside a character.
+    let long = format!("/workspace/{}", "é".repeat(3000));
+    let (status, v) = d.post("/v1/fs/read", &json!({ "path": long }));
+    assert_eq!((status, code(&v)), (400, "INVALID_PATH"), "{v}");
+    let (status, body) = d.curl(
+        "GET",
+        &format!("/v1/log?path={}", sandfs::cli::client::encode(&long)),
+        None,
+    );
+    assert_eq!(status, 400, "{}", String::from_utf8_lossy(&body));
+    // A bad zone is refused even when the path names a good one.
+    let (status, _) = d.curl("GET", "/v1/log?zone=bogus&path=/workspace", None);
+    assert_eq!(status, 400);
+    // Context over the limit is refused whichever field carries it.
+    let (status, v) = d.post(
+        "/v1/fs/grep",
+        &json!({"pattern": "x", "context": 5000, "before": 1, "after": 1}),
+    );
+    assert_eq!((status, code(&v)), (400, "INVALID_ARGUMENT"), "{v}");
+}

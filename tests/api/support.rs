@@ -162,6 +162,8 @@ impl Daemon {
         let mut cmd = Command::new(curl);
         cmd.args([
             "-sS",
+            "--max-time",
+            "60",
             "-o",
             "-",
             "-w",

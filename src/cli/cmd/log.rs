@@ -43,8 +43,13 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
             (Some(p), Some(u)) => format!(" [{} pid {p} uid {u}]", r.via),
             _ => format!(" [{}]", r.via),
         };
+        let detail = r
+            .detail
+            .as_ref()
+            .map(|d| format!(": {d}"))
+            .unwrap_or_default();
         println!(
-            "{}  {:<6} /{}/{}{to}{bytes}{who}",
+            "{}  {:<6} /{}/{}{to}{bytes}{who}{detail}",
             time(r.time_ms),
             r.op,
             r.zone,

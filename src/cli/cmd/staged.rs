@@ -1,0 +1,276 @@
+//! `sandfs staged`: review staged commits, then push or discard them (a human's decisions).
+
+use std::io::{IsTerminal, Write};
+
+use serde_json::json;
+
+use crate::cli::cmd::git::progress_printer;
+use crate::cli::output::{print_json, time};
+use crate::cli::{ClientError, Ctx, Outcome};
+use crate::git::{DiscardResult, PushResult, StagedCommit};
+
+/// Review staged commits, then push or discard them
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    pub command: StagedCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum StagedCommand {
+    /// List staged commits, newest first
+    List {
+        /// Only those in this state (staged, rebased, pushed, conflicted, rejected, discarded)
+        #[arg(long)]
+        state: Option<String>,
+    },
+    /// Show a staged commit with its diff (paged through $PAGER on a terminal)
+    Show {
+        id: String,
+        /// Only the files and their line counts
+        #[arg(long)]
+        stat: bool,
+        /// Never page or color
+        #[arg(long)]
+        no_pager: bool,
+    },
+    /// Push a staged commit to its branch (rebased first when the remote moved)
+    Push {
+        id: String,
+        /// Push to the branch sandfs/<id> and open a pull request instead
+        #[arg(long, conflicts_with = "direct")]
+        pr: bool,
+        /// Push to the commit's branch (the default)
+        #[arg(long)]
+        direct: bool,
+    },
+    /// Discard a staged commit (its files stay as they are unless --revert)
+    Discard {
+        id: String,
+        /// Also put its files back to how they were pulled
+        #[arg(long)]
+        revert: bool,
+    },
+}
+
+pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
+    match &a.command {
+        StagedCommand::List { state } => {
+            let route = match state {
+                Some(s) => format!("/v1/git/staged?state={}", crate::cli::client::encode(s)),
+                None => "/v1/git/staged".into(),
+            };
+            let raw = ctx.client.get_raw(&route).await?;
+            if ctx.json {
+                print_json(&raw);
+                return Ok(Outcome::Ok);
+            }
+            #[derive(serde::Deserialize)]
+            struct Body {
+                staged: Vec<StagedCommit>,
+            }
+            let b: Body =
+                serde_json::from_slice(&raw).map_err(|e| ClientError::Transport(e.to_string()))?;
+            if b.staged.is_empty() {
+                println!("nothing staged (`sandfs git stage -m MESSAGE`)");
+            }
+            for c in &b.staged {
+                println!(
+                    "{}  {:<10} {:<12} {:>3} files +{:<5} -{:<5} {}  {}",
+                    c.id,
+                    c.state,
+                    c.branch,
+                    c.files.len(),
+                    c.additions,
+                    c.deletions,
+                    time(c.created_at),
+                    c.message.lines().next().unwrap_or("")
+                );
+            }
+            Ok(Outcome::Ok)
+        }
+        StagedCommand::Show { id, stat, no_pager } => {
+            let raw = ctx
+                .client
+                .post_raw("/v1/git/staged/show", &json!({ "id": id }))
+                .await?;
+            if ctx.json {
+                print_json(&raw);
+                return Ok(Outcome::Ok);
+            }
+            let c: StagedCommit =
+                serde_json::from_slice(&raw).map_err(|e| ClientError::Transport(e.to_string()))?;
+            let tty = std::io::stdout().is_terminal() && !no_pager;
+            let text = render(&c, *stat, tty);
+            if tty && !stat {
+                page(&text);
+            } else {
+                print!("{text}");
+            }
+            Ok(Outcome::Ok)
+        }
+        StagedCommand::Push { id, pr, direct: _ } => {
+            let r: PushResult = ctx
+                .client
+                .post_progress(
+                    "/v1/git/push",
+                    &json!({ "id": id, "pr": pr, "progress": true }),
+                    progress_printer(),
+                )
+                .await?;
+            if ctx.json {
+                println!("{}", serde_json::to_string(&r).unwrap_or_default());
+                return Ok(Outcome::Ok);
+            }
+            println!(
+                "pushed {} as {} to {}{}",
+                r.id,
+                &r.commit_sha[..12],
+                r.pushed_ref,
+                if r.rebased {
+                    " (rebased onto the moved branch)"
+                } else {
+                    ""
+                }
+            );
+            if let Some(u) = &r.url {
+                println!("pull request: {u}");
+            }
+            Ok(Outcome::Ok)
+        }
+        StagedCommand::Discard { id, revert } => {
+            let raw = ctx
+                .client
+                .post_raw("/v1/git/discard", &json!({ "id": id, "revert": revert }))
+                .await?;
+            if ctx.json {
+                print_json(&raw);
+                return Ok(Outcome::Ok);
+            }
+            let r: DiscardResult =
+                serde_json::from_slice(&raw).map_err(|e| ClientError::Transport(e.to_string()))?;
+            println!("discarded {}", r.id);
+            for p in &r.reverted {
+                println!("  reverted {p}");
+            }
+            for k in &r.kept {
+                println!("  kept {}: {}", k.path, k.reason);
+            }
+            Ok(Outcome::Ok)
+        }
+    }
+}
+
+/// The commit as text: header, stat, and (unless `stat`) each file's patch.
+fn render(c: &StagedCommit, stat: bool, color: bool) -> String {
+    let paint = |code: &str, s: &str| {
+        if color {
+            format!("\x1b[{code}m{s}\x1b[0m")
+        } else {
+            s.to_string()
+        }
+    };
+    let mut out = String::new();
+    out.push_str(&paint("33", &format!("staged {}", c.id)));
+    out.push_str(&format!(
+        "  [{}]\nrepo:    {} ({})\nbranch:  {}\nbase:    {}\ncommit:  {}\ncreated: {}\n",
+        c.state,
+        c.repo,
+        c.url,
+        c.branch,
+        c.base,
+        c.commit,
+        time(c.created_at)
+    ));
+    if let Some(r) = &c.reason {
+        out.push_str(&format!("why:     {r}\n"));
+    }
+    if let Some(u) = &c.pr_url {
+        out.push_str(&format!("pull request: {u}\n"));
+    }
+    out.push('\n');
+    for line in c.message.lines() {
+        out.push_str(&format!("    {line}\n"));
+    }
+    out.push('\n');
+    for f in &c.files {
+        let note = if f.binary {
+            " (binary)".to_string()
+        } else if f.oversized {
+            " (too large to show)".to_string()
+        } else {
+            format!(
+                " {}{}",
+                paint("32", &format!("+{}", f.additions)),
+                paint("31", &format!(" -{}", f.deletions))
+            )
+        };
+        out.push_str(&format!(" {:<6} {}{note}\n", f.operation, f.path));
+    }
+    out.push_str(&format!(
+        " {} files changed, {} insertions(+), {} deletions(-)\n",
+        c.files.len(),
+        c.additions,
+        c.deletions
+    ));
+    if stat {
+        return out;
+    }
+    for f in &c.files {
+        out.push('\n');
+        match &f.diff {
+            Some(d) => {
+                for line in d.lines() {
+                    let colored = if line.starts_with("diff --git")
+                        || line.starts_with("+++")
+                        || line.starts_with("---")
+                        || line.starts_with("index ")
+                    {
+                        paint("1", line)
+                    } else if line.starts_with('+') {
+                        paint("32", line)
+                    } else if line.starts_with('-') {
+                        paint("31", line)
+                    } else if line.starts_with("@@") {
+                        paint("36", line)
+                    } else {
+                        line.to_string()
+                    };
+                    out.push_str(&colored);
+                    out.push('\n');
+                }
+            }
+            None => out.push_str(&format!(
+                "{}: {}\n",
+                f.path,
+                if f.binary {
+                    "binary file, not shown"
+                } else {
+                    "too large to show (git.max_diff_bytes)"
+                }
+            )),
+        }
+    }
+    out
+}
+
+/// Shows `text` through $PAGER (default `less -FRX`), or prints it when no pager starts.
+fn page(text: &str) {
+    let pager = std::env::var("PAGER")
+        .ok()
+        .filter(|p| !p.trim().is_empty())
+        .unwrap_or_else(|| "less -FRX".into());
+    let child = std::process::Command::new("sh")
+        .args(["-c", &pager])
+        .stdin(std::process::Stdio::piped())
+        .spawn();
+    match child {
+        Ok(mut c) => {
+            if let Some(mut stdin) = c.stdin.take() {
+                let _ = stdin.write_all(text.as_bytes());
+            }
+            let _ = c.wait();
+        }
+        Err(_) => print!("{text}"),
+    }
+}

@@ -1,0 +1,1708 @@
+//! Git sync: pull a branch into the workspace, track what the agent changed, stage the changes as
+//! reviewable commits, and push them (with a lease) once a human says so.
+//!
+//! Each remote has a daemon-owned bare mirror under `<state_dir>/git/`, fetched shallowly (depth
+//! 1). A pull writes the chosen paths into a workspace directory through the core (same path
+//! rules, same journal) and records each file's base blob. `status` re-hashes only the paths the
+//! journal says changed since it last looked. `stage` builds a commit in the mirror's object store
+//! only (blobs → tree update → commit on the base), keeps it at `refs/sandfs/staged/<id>` and
+//! records it with per-file git-format diffs; the workspace and anyone's own checkout are never
+//! touched. `push` fetches the target, rebases with a three-way tree merge when it moved, and
+//! pushes with a lease; [`pr`] opens pull requests. Every step lands in the journal.
+
+pub mod diff;
+pub mod error;
+pub mod pr;
+pub mod remote;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use git2::{ObjectType, Oid, Repository, TreeWalkMode, TreeWalkResult};
+use serde::{Deserialize, Serialize};
+
+pub use error::{GitError, GitResult};
+pub use remote::{OnProgress, Progress};
+
+use crate::config::{GitSection, Settings};
+use crate::core::{EntryKind, ErrorCode, FsError, VPath, Zone, ZoneId, Zones};
+use crate::state::{FileRow, Origin, RepoRow, StagedRow, Via};
+
+const MODE_FILE: u32 = 0o100644;
+const MODE_EXEC: u32 = 0o100755;
+const MODE_LINK: u32 = 0o120000;
+
+/// The git service: one per daemon.
+pub struct Git {
+    zones: Arc<Zones>,
+    settings: GitSection,
+    mirrors: PathBuf,
+    locks: Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>,
+}
+
+/// `pull`'s request.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PullRequest {
+    /// A remote URL (https://, git://, ssh://, user@host:path, a local path) or `owner/repo`.
+    pub remote: String,
+    /// The branch (default: the remote's default branch).
+    #[serde(default)]
+    pub branch: Option<String>,
+    /// Paths of the repository to pull (files or directories; default: all).
+    #[serde(default)]
+    pub paths: Vec<String>,
+    /// The workspace directory to pull into (default: /workspace/<repository name>).
+    #[serde(default)]
+    pub into: Option<String>,
+    /// Stream progress as NDJSON (API only).
+    #[serde(default)]
+    pub progress: bool,
+}
+
+/// One path a pull did not write, and why.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PathNote {
+    pub path: String,
+    pub reason: String,
+}
+
+/// What a pull did.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PullResult {
+    /// The workspace directory (a virtual path).
+    pub repo: String,
+    pub url: String,
+    pub branch: String,
+    pub commit: String,
+    pub previous: Option<String>,
+    pub written: usize,
+    pub deleted: usize,
+    pub unchanged: usize,
+    /// Files changed both upstream and locally: left as they are, reported.
+    pub conflicts: Vec<PathNote>,
+    /// Entries not written (submodules, symlinks pointing out of the repository, …).
+    pub skipped: Vec<PathNote>,
+    pub duration_ms: u64,
+}
+
+/// One changed file in `status`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Change {
+    /// The virtual path.
+    pub path: String,
+    /// `created`, `modified`, `deleted` or `conflict` (changed upstream and locally).
+    pub state: String,
+}
+
+/// The status of one pulled repository.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RepoStatus {
+    pub repo: String,
+    pub url: String,
+    pub branch: String,
+    pub base: String,
+    pub changes: Vec<Change>,
+    /// Paths whose journal entries were examined (0 when nothing changed).
+    pub examined: usize,
+}
+
+/// `status`'s answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StatusResult {
+    pub repos: Vec<RepoStatus>,
+}
+
+/// `stage`'s request.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StageRequest {
+    /// The repository's workspace directory (optional when only one is pulled).
+    #[serde(default)]
+    pub repo: Option<String>,
+    /// Files or directories to stage (virtual paths, or paths inside the repository); default:
+    /// every change not already in a staged commit.
+    #[serde(default)]
+    pub files: Vec<String>,
+    pub message: String,
+    /// The branch to push to (default: the pulled branch).
+    #[serde(default)]
+    pub branch: Option<String>,
+}
+
+/// A staged commit as the API and CLI show it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StagedCommit {
+    pub id: String,
+    /// The repository's workspace directory.
+    pub repo: String,
+    pub url: String,
+    pub branch: String,
+    pub message: String,
+    pub base: String,
+    pub commit: String,
+    pub state: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub conflicts: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pushed_commit: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pushed_ref: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pr_url: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub additions: u64,
+    pub deletions: u64,
+    pub files: Vec<StagedFile>,
+}
+
+/// One file of a staged commit.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StagedFile {
+    pub path: String,
+    pub operation: String,
+    pub additions: u64,
+    pub deletions: u64,
+    pub binary: bool,
+    pub oversized: bool,
+    /// The git-format patch (absent for binary and oversized files, and in lists).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diff: Option<String>,
+    /// The patch's hunks with typed lines (in `show` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hunks: Option<Vec<diff::Hunk>>,
+}
+
+/// `push`'s request.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PushRequest {
+    pub id: String,
+    /// Push to `sandfs/<id>` and open a pull request instead of pushing to the branch.
+    #[serde(default)]
+    pub pr: bool,
+    /// Stream progress as NDJSON (API only).
+    #[serde(default)]
+    pub progress: bool,
+}
+
+/// What a push did.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PushResult {
+    pub id: String,
+    pub state: String,
+    /// The commit that reached the remote.
+    pub commit_sha: String,
+    /// The remote ref it was pushed to.
+    pub pushed_ref: String,
+    /// The pull request, with `pr`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// True when the commit was rebased onto a remote that had moved.
+    pub rebased: bool,
+    pub duration_ms: u64,
+}
+
+/// What a discard did.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DiscardResult {
+    pub id: String,
+    pub reverted: Vec<String>,
+    /// Files `revert` left alone (changed again since staging).
+    pub kept: Vec<PathNote>,
+}
+
+fn origin_git() -> Origin {
+    Origin {
+        via: Via::Git,
+        pid: None,
+        uid: None,
+    }
+}
+
+/// The virtual path of a workspace-relative directory.
+fn vdir(dir: &str) -> String {
+    if dir.is_empty() {
+        "/workspace".into()
+    } else {
+        format!("/workspace/{dir}")
+    }
+}
+
+fn vfile(dir: &str, path: &str) -> String {
+    if dir.is_empty() {
+        format!("/workspace/{path}")
+    } else {
+        format!("/workspace/{dir}/{path}")
+    }
+}
+
+/// Normalizes a repository path given by a user: relative, `/`-separated, no `.`/`..`.
+fn repo_path(name: &str, p: &str) -> GitResult<String> {
+    let t = p.trim_matches('/');
+    if t.is_empty() {
+        return Ok(String::new());
+    }
+    if p.contains('\0') || t.split('/').any(|c| c.is_empty() || c == "." || c == "..") {
+        return Err(GitError::invalid(
+            name,
+            format!("{p:?} must be a path inside the repository, without `.`, `..` or `//`"),
+        ));
+    }
+    Ok(t.to_string())
+}
+
+/// Whether `path` is `prefix` or lies beneath it (`prefix` "" matches everything).
+fn under(path: &str, prefix: &str) -> bool {
+    prefix.is_empty()
+        || path == prefix
+        || (path.len() > prefix.len()
+            && path.starts_with(prefix)
+            && path.as_bytes()[prefix.len()] == b'/')
+}
+
+/// Whether a symlink at `path` (inside the repository) pointing at `target` stays inside it.
+fn link_stays_inside(path: &str, target: &str) -> bool {
+    if target.starts_with('/') {
+        return false;
+    }
+    let mut depth: i64 = path.matches('/').count() as i64;
+    for c in target.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                depth -= 1;
+                if depth < 0 {
+                    return false;
+                }
+            }
+            _ => depth += 1,
+        }
+    }
+    true
+}
+
+impl Git {
+    /// Creates the service; mirrors live under `<state_dir>/git/`.
+    pub fn new(zones: Arc<Zones>, settings: &Settings) -> Git {
+        Git {
+            zones,
+            settings: settings.git.clone(),
+            mirrors: settings.state_dir.join("git"),
+            locks: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn lock_for(&self, mirror: &Path) -> Arc<Mutex<()>> {
+        self.locks
+            .lock()
+            .expect("not poisoned")
+            .entry(mirror.to_path_buf())
+            .or_default()
+            .clone()
+    }
+
+    /// Expands `owner/repo` and refuses URLs carrying a password.
+    pub fn expand_remote(&self, spec: &str) -> GitResult<String> {
+        let spec = spec.trim();
+        if spec.is_empty() {
+            return Err(GitError::invalid("remote", "must not be empty"));
+        }
+        let shorthand = spec.split('/').count() == 2
+            && !spec.contains(':')
+            && !spec.starts_with('.')
+            && !spec.starts_with('/')
+            && spec
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c));
+        if shorthand {
+            return Ok(format!(
+                "{}/{}.git",
+                self.settings.github_url.trim_end_matches('/'),
+                spec.trim_end_matches(".git")
+            ));
+        }
+        if let Some(rest) = spec
+            .strip_prefix("https://")
+            .or_else(|| spec.strip_prefix("http://"))
+        {
+            let authority = rest.split('/').next().unwrap_or("");
+            if let Some((userinfo, _)) = authority.rsplit_once('@') {
+                if userinfo.contains(':') {
+                    return Err(GitError::invalid(
+                        "remote",
+                        format!(
+                            "the URL carries a password; remove it and put the token in the \
+                             environment variable named by git.token_env (now {})",
+                            self.settings.token_env.as_deref().unwrap_or("unset")
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(spec.to_string())
+    }
+
+    fn mirror_path(&self, url: &str) -> PathBuf {
+        let hash = Oid::hash_object(ObjectType::Blob, url.as_bytes())
+            .map(|o| o.to_string()[..16].to_string())
+            .unwrap_or_default();
+        let name: String = repo_name(url)
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        self.mirrors.join(format!("{name}-{hash}.git"))
+    }
+
+    fn open_mirror(&self, path: &Path) -> GitResult<Repository> {
+        if path.join("HEAD").exists() {
+            Repository::open_bare(path)
+                .map_err(GitError::git(format!("open mirror {}", path.display())))
+        } else {
+            std::fs::create_dir_all(path).map_err(|e| {
+                GitError::Fs(FsError::Io {
+                    path: path.display().to_string(),
+                    op: "create mirror",
+                    source: e,
+                })
+            })?;
+            Repository::init_bare(path)
+                .map_err(GitError::git(format!("create mirror {}", path.display())))
+        }
+    }
+
+    /// The workspace-relative directory for a virtual path (which must be in /workspace).
+    fn workspace_dir(&self, name: &str, v: &str) -> GitResult<String> {
+        match crate::core::path::parse(v)? {
+            crate::core::Target::Zone(vp) if vp.zone() == ZoneId::Workspace => {
+                Ok(vp.rel().to_string())
+            }
+            _ => Err(GitError::invalid(
+                name,
+                format!("{v:?} must be a directory in /workspace"),
+            )),
+        }
+    }
+
+    /// Pulls `req.branch` of `req.remote` into the workspace.
+    pub fn pull(&self, req: &PullRequest, progress: OnProgress<'_>) -> GitResult<PullResult> {
+        let started = Instant::now();
+        let url = self.expand_remote(&req.remote)?;
+        if let Some(b) = &req.branch {
+            check_branch(b)?;
+        }
+        let into = match &req.into {
+            Some(v) => v.clone(),
+            None => format!("/workspace/{}", repo_name(&url)),
+        };
+        let dir = self.workspace_dir("into", &into)?;
+        if let Zone::Disabled(reason) = self.zones.zone(ZoneId::Workspace) {
+            return Err(FsError::ZoneUnavailable {
+                path: into,
+                zone: "workspace".into(),
+                reason: reason.clone(),
+            }
+            .into());
+        }
+        let paths: Vec<String> = req
+            .paths
+            .iter()
+            .map(|p| repo_path("paths", p))
+            .collect::<GitResult<_>>()?;
+        let previous = self.zones.db().repo_by_dir(&dir)?;
+        if let Some(prev) = &previous {
+            if prev.url != url {
+                return Err(GitError::Conflict {
+                    reason: format!(
+                        "{} already holds a pull of {}; pull {url} into another directory",
+                        vdir(&dir),
+                        prev.url
+                    ),
+                    paths: vec![vdir(&dir)],
+                });
+            }
+        }
+        let mirror_path = self.mirror_path(&url);
+        let lock = self.lock_for(&mirror_path);
+        let _guard = lock.lock().expect("not poisoned");
+        let mirror = self.open_mirror(&mirror_path)?;
+        let branch = match &req.branch {
+            Some(b) => b.clone(),
+            None => {
+                let (refs, default) = remote::ls_remote(&mirror, &url, &self.settings)?;
+                default
+                    .or_else(|| {
+                        ["main", "master"]
+                            .into_iter()
+                            .find(|b| refs.contains_key(&format!("refs/heads/{b}")))
+                            .map(String::from)
+                    })
+                    .ok_or_else(|| {
+                        GitError::invalid(
+                            "branch",
+                            format!("{url} has no default branch; name one"),
+                        )
+                    })?
+            }
+        };
+        let tracking = format!("refs/sandfs/remote/{branch}");
+        remote::fetch(
+            &mirror,
+            &url,
+            &[format!("+refs/heads/{branch}:{tracking}")],
+            1,
+            &self.settings,
+            progress,
+        )
+        .map_err(|e| match e {
+            GitError::Git { source, .. } if source.message().contains("find remote ref") => {
+                GitError::Fs(FsError::NotFound {
+                    path: format!("{url} branch {branch}"),
+                })
+            }
+            e => e,
+        })?;
+        let tip = mirror.refname_to_id(&tracking).map_err(|_| {
+            GitError::Fs(FsError::NotFound {
+                path: format!("{url} branch {branch}"),
+            })
+        })?;
+        let tip_commit = mirror
+            .find_commit(tip)
+            .map_err(GitError::git("read commit"))?;
+        let tree = tip_commit.tree().map_err(GitError::git("read tree"))?;
+
+        // The upstream files, filtered by `paths`.
+        let mut upstream: BTreeMap<String, (Oid, u32)> = BTreeMap::new();
+        let mut skipped = Vec::new();
+        tree.walk(TreeWalkMode::PreOrder, |root, entry| {
+            let Ok(name) = entry.name() else {
+                return TreeWalkResult::Skip;
+            };
+            let path = format!("{root}{name}");
+            if name == ".git" {
+                return TreeWalkResult::Skip;
+            }
+            let wanted =
+                paths.is_empty() || paths.iter().any(|p| under(&path, p) || under(p, &path));
+            if !wanted {
+                return TreeWalkResult::Skip;
+            }
+            match entry.kind() {
+                Some(ObjectType::Blob)
+                    if paths.is_empty() || paths.iter().any(|p| under(&path, p)) =>
+                {
+                    upstream.insert(path, (entry.id(), entry.filemode() as u32));
+                }
+                Some(ObjectType::Commit) => skipped.push(PathNote {
+                    path: vfile(&dir, &path),
+                    reason: "a submodule; sandfs does not pull submodules".into(),
+                }),
+                _ => {}
+            }
+            TreeWalkResult::Ok
+        })
+        .map_err(GitError::git("walk tree"))?;
+        for p in &paths {
+            if !upstream.keys().any(|k| under(k, p)) {
+                return Err(GitError::Fs(FsError::NotFound {
+                    path: format!("{p} in {url} {branch}"),
+                }));
+            }
+        }
+
+        let journal_mark = self.zones.db().journal_max_id()?;
+        let old_rows: HashMap<String, FileRow> = match &previous {
+            Some(prev) => self
+                .zones
+                .db()
+                .repo_files(prev.id)?
+                .into_iter()
+                .map(|r| (r.path.clone(), r))
+                .collect(),
+            None => HashMap::new(),
+        };
+        let origin = origin_git();
+        let mut rows = Vec::with_capacity(upstream.len());
+        let mut conflicts = Vec::new();
+        let (mut written, mut deleted, mut unchanged) = (0, 0, 0);
+        let total = upstream.len();
+        for (i, (path, (oid, mode))) in upstream.iter().enumerate() {
+            if i % 256 == 0 {
+                progress(&Progress {
+                    phase: "write",
+                    done: i,
+                    total,
+                    bytes: 0,
+                });
+            }
+            let v = vfile(&dir, path);
+            let local = self.local_blob(&v)?;
+            let base = old_rows.get(path).and_then(|r| r.base_oid.clone());
+            let up = (oid.to_string(), *mode);
+            let local_s = local.as_ref().map(|(o, m)| (o.to_string(), *m));
+            let clean_row = |r: &mut Vec<FileRow>| {
+                r.push(FileRow {
+                    path: path.clone(),
+                    base_oid: Some(up.0.clone()),
+                    base_mode: Some(up.1),
+                    state: "clean".into(),
+                    upstream_oid: None,
+                })
+            };
+            if local_s.as_ref() == Some(&up) {
+                unchanged += 1;
+                clean_row(&mut rows);
+                continue;
+            }
+            let untouched = match (&base, &local_s) {
+                (None, None) => true,
+                (Some(b), Some((l, lm))) => {
+                    Some(b) == Some(l) && old_rows.get(path).and_then(|r| r.base_mode) == Some(*lm)
+                }
+                _ => false,
+            };
+            if base.as_deref() == Some(up.0.as_str())
+                && old_rows.get(path).and_then(|r| r.base_mode) == Some(up.1)
+            {
+                // Unchanged upstream: keep the agent's version and what status knew of it.
+                unchanged += 1;
+                rows.push(old_rows[path].clone());
+                continue;
+            }
+            if untouched {
+                let blob = mirror.find_blob(*oid).map_err(GitError::git("read blob"))?;
+                match self.write_entry(&v, path, blob.content(), *mode, origin) {
+                    Ok(()) => {
+                        written += 1;
+                        clean_row(&mut rows);
+                    }
+                    Err(reason) => skipped.push(PathNote { path: v, reason }),
+                }
+            } else {
+                conflicts.push(PathNote {
+                    path: v,
+                    reason: match (&base, &local_s) {
+                        (_, None) => "deleted locally, changed upstream".into(),
+                        (None, Some(_)) => {
+                            "created locally and upstream with different contents".into()
+                        }
+                        _ => "changed locally and upstream".into(),
+                    },
+                });
+                rows.push(FileRow {
+                    path: path.clone(),
+                    base_oid: Some(up.0.clone()),
+                    base_mode: Some(up.1),
+                    state: "conflict".into(),
+                    upstream_oid: Some(up.0.clone()),
+                });
+            }
+        }
+        // Files gone upstream (or no longer chosen).
+        for (path, row) in &old_rows {
+            if upstream.contains_key(path) {
+                continue;
+            }
+            let v = vfile(&dir, path);
+            let local = self.local_blob(&v)?;
+            let local_s = local.map(|(o, m)| (o.to_string(), m));
+            match (&row.base_oid, &local_s) {
+                (None, _) => rows.push(row.clone()), // created by the agent: still theirs
+                (Some(_), None) => {}
+                (Some(b), Some((l, lm))) if b == l && row.base_mode == Some(*lm) => {
+                    self.zones.delete(&v, false, origin)?;
+                    self.prune_empty_parents(&dir, path, origin);
+                    deleted += 1;
+                }
+                (Some(_), Some(_)) => {
+                    conflicts.push(PathNote {
+                        path: v,
+                        reason: "changed locally, deleted upstream".into(),
+                    });
+                    rows.push(FileRow {
+                        path: path.clone(),
+                        base_oid: None,
+                        base_mode: None,
+                        state: "created".into(),
+                        upstream_oid: None,
+                    });
+                }
+            }
+        }
+        mirror
+            .reference(&base_ref(&dir), tip, true, "sandfs: pulled")
+            .map_err(GitError::git("pin base"))?;
+        let repo = RepoRow {
+            id: previous.as_ref().map(|p| p.id).unwrap_or(0),
+            url: url.clone(),
+            branch: branch.clone(),
+            dir: dir.clone(),
+            mirror: mirror_path.display().to_string(),
+            base: tip.to_string(),
+            paths: paths.clone(),
+            pulled_at: self.zones.now_ms(),
+            status_journal_id: journal_mark,
+        };
+        self.zones.db().record_pull(&repo, &rows)?;
+        let result = PullResult {
+            repo: vdir(&dir),
+            url: url.clone(),
+            branch: branch.clone(),
+            commit: tip.to_string(),
+            previous: previous.map(|p| p.base),
+            written,
+            deleted,
+            unchanged,
+            conflicts,
+            skipped,
+            duration_ms: started.elapsed().as_millis() as u64,
+        };
+        self.event(
+            &dir,
+            "git-pull",
+            &format!(
+                "{url} {branch} at {}: {written} written, {deleted} deleted, {} conflicts",
+                remote::short(tip),
+                result.conflicts.len()
+            ),
+        );
+        Ok(result)
+    }
+
+    fn event(&self, dir: &str, op: &str, detail: &str) {
+        if let Ok(vp) = VPath::new(ZoneId::Workspace, dir) {
+            self.zones.record_event(&vp, op, detail, origin_git());
+        }
+    }
+
+    /// Removes directories left empty by deleting `path` (best effort, up to the repo dir).
+    fn prune_empty_parents(&self, dir: &str, path: &str, origin: Origin) {
+        let mut p = path;
+        while let Some((parent, _)) = p.rsplit_once('/') {
+            if self
+                .zones
+                .delete(&vfile(dir, parent), false, origin)
+                .is_err()
+            {
+                break;
+            }
+            p = parent;
+        }
+    }
+
+    /// Writes one pulled entry; `Err` says why it was not written.
+    fn write_entry(
+        &self,
+        v: &str,
+        path: &str,
+        content: &[u8],
+        mode: u32,
+        origin: Origin,
+    ) -> Result<(), String> {
+        let res = if mode == MODE_LINK {
+            let Ok(target) = std::str::from_utf8(content) else {
+                return Err("a symlink whose target is not UTF-8".into());
+            };
+            if !link_stays_inside(path, target) {
+                return Err(format!(
+                    "a symlink to {target:?}, outside the repository; not written"
+                ));
+            }
+            self.zones.symlink(v, target, origin)
+        } else {
+            let perm = if mode == MODE_EXEC { 0o755 } else { 0o644 };
+            self.zones
+                .write_with_mode(v, content, perm, origin)
+                .map(|_| ())
+        };
+        res.map_err(|e| e.to_string())
+    }
+
+    /// The blob id and git mode of what is at `v` now (None: nothing, or a directory).
+    fn local_blob(&self, v: &str) -> GitResult<Option<(Oid, u32)>> {
+        Ok(self
+            .local_content(v)?
+            .map(|(bytes, mode)| (hash_blob(&bytes), mode)))
+    }
+
+    /// The bytes (a symlink's target) and git mode of what is at `v` now.
+    fn local_content(&self, v: &str) -> GitResult<Option<(Vec<u8>, u32)>> {
+        let st = match self.zones.stat(v) {
+            Ok(st) => st,
+            Err(e) if matches!(e.code(), ErrorCode::NotFound | ErrorCode::NotDir) => {
+                return Ok(None)
+            }
+            Err(e) => return Err(e.into()),
+        };
+        match st.kind {
+            EntryKind::File => {
+                use std::io::Read;
+                let (mut f, size) = self.zones.read_binary(v)?;
+                let mut bytes = Vec::with_capacity(size as usize);
+                f.read_to_end(&mut bytes).map_err(|e| FsError::Io {
+                    path: v.into(),
+                    op: "read",
+                    source: e,
+                })?;
+                let mode = if st.mode & 0o111 != 0 {
+                    MODE_EXEC
+                } else {
+                    MODE_FILE
+                };
+                Ok(Some((bytes, mode)))
+            }
+            EntryKind::Symlink => Ok(Some((self.zones.readlink(v)?.into_bytes(), MODE_LINK))),
+            _ => Ok(None),
+        }
+    }
+
+    /// Finds the repo `v` (a virtual path) belongs to, or the only repo when `v` is None.
+    pub fn repo_for(&self, v: Option<&str>) -> GitResult<RepoRow> {
+        let repos = self.zones.db().repos()?;
+        match v {
+            Some(v) => {
+                let rel = self.workspace_dir("repo", v)?;
+                repos
+                    .into_iter()
+                    .filter(|r| under(&rel, &r.dir))
+                    .max_by_key(|r| r.dir.len())
+                    .ok_or(GitError::NoRepo { dir: v.to_string() })
+            }
+            None => match repos.len() {
+                0 => Err(GitError::NoRepo {
+                    dir: "/workspace".into(),
+                }),
+                1 => Ok(repos.into_iter().next().expect("one")),
+                _ => Err(GitError::WhichRepo(format!(
+                    "several repositories are pulled ({}); name one",
+                    repos
+                        .iter()
+                        .map(|r| vdir(&r.dir))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))),
+            },
+        }
+    }
+
+    /// Lists created, modified and deleted files of every pulled repo (or the one holding `v`).
+    /// Only paths the journal mentions since the last look are re-hashed; `rescan` re-hashes
+    /// everything (for changes made beside sandfs, which the journal cannot see).
+    pub fn status(&self, v: Option<&str>, rescan: bool) -> GitResult<StatusResult> {
+        let repos = match v {
+            Some(_) => vec![self.repo_for(v)?],
+            None => self.zones.db().repos()?,
+        };
+        let mut out = Vec::with_capacity(repos.len());
+        for repo in repos {
+            out.push(self.refresh(&repo, rescan)?);
+        }
+        Ok(StatusResult { repos: out })
+    }
+
+    fn refresh(&self, repo: &RepoRow, rescan: bool) -> GitResult<RepoStatus> {
+        let db = self.zones.db();
+        let (paths, last) = db.journal_paths_since(repo.status_journal_id, &repo.dir)?;
+        let mut candidates: HashSet<String> = HashSet::new();
+        let mut full = rescan;
+        for p in &paths {
+            if under(&repo.dir, p) {
+                full = true; // the repo dir itself (or a parent) changed
+                break;
+            }
+            let rel = if repo.dir.is_empty() {
+                p.as_str()
+            } else {
+                &p[repo.dir.len() + 1..]
+            };
+            candidates.insert(rel.to_string());
+        }
+        let examined = if full { usize::MAX } else { candidates.len() };
+        let mut expanded: HashSet<String> = HashSet::new();
+        if full {
+            expanded.extend(db.repo_files(repo.id)?.into_iter().map(|r| r.path));
+            expanded.extend(self.walk_files(&repo.dir, "")?);
+        } else {
+            for c in &candidates {
+                expanded.insert(c.clone());
+                expanded.extend(db.repo_files_under(repo.id, c)?.into_iter().map(|r| r.path));
+                expanded.extend(self.walk_files(&repo.dir, c)?);
+            }
+        }
+        if !expanded.is_empty() || last > repo.status_journal_id {
+            let rows: HashMap<String, FileRow> = if expanded.len() > 64 {
+                db.repo_files(repo.id)?
+                    .into_iter()
+                    .map(|r| (r.path.clone(), r))
+                    .collect()
+            } else {
+                let mut m = HashMap::new();
+                for p in &expanded {
+                    for r in db.repo_files_under(repo.id, p)? {
+                        if &r.path == p {
+                            m.insert(r.path.clone(), r);
+                        }
+                    }
+                }
+                m
+            };
+            let ignore = self.ignore_matcher(&repo.dir);
+            let mut states = Vec::with_capacity(expanded.len());
+            for p in expanded {
+                let local = self.local_blob(&vfile(&repo.dir, &p))?;
+                let row = rows.get(&p);
+                let state = match (row.and_then(|r| r.base_oid.as_ref()), local) {
+                    (None, None) => None,
+                    (None, Some(_)) => {
+                        if ignore
+                            .as_ref()
+                            .is_some_and(|g| g.matched_path_or_any_parents(&p, false).is_ignore())
+                        {
+                            None
+                        } else {
+                            Some("created")
+                        }
+                    }
+                    (Some(_), None) => Some("deleted"),
+                    (Some(b), Some((o, m))) => {
+                        if *b == o.to_string() && row.and_then(|r| r.base_mode) == Some(m) {
+                            Some("clean")
+                        } else {
+                            Some("modified")
+                        }
+                    }
+                };
+                states.push((p, state.map(String::from)));
+            }
+            db.update_status(repo.id, &states, last)?;
+        }
+        let changes = db
+            .repo_changes(repo.id)?
+            .into_iter()
+            .map(|r| Change {
+                path: vfile(&repo.dir, &r.path),
+                state: r.state,
+            })
+            .collect();
+        Ok(RepoStatus {
+            repo: vdir(&repo.dir),
+            url: repo.url.clone(),
+            branch: repo.branch.clone(),
+            base: repo.base.clone(),
+            changes,
+            examined: if examined == usize::MAX { 0 } else { examined },
+        })
+    }
+
+    /// The repo's root `.gitignore`, as a matcher.
+    fn ignore_matcher(&self, dir: &str) -> Option<ignore::gitignore::Gitignore> {
+        let Zone::Local(z) = self.zones.zone(ZoneId::Workspace) else {
+            return None;
+        };
+        let root = if dir.is_empty() {
+            z.root().to_path_buf()
+        } else {
+            z.root().join(dir)
+        };
+        let mut b = ignore::gitignore::GitignoreBuilder::new(&root);
+        b.add(root.join(".gitignore"));
+        b.build().ok()
+    }
+
+    /// Files (and symlinks) at `sub` or beneath it in the repo dir, as repository paths.
+    fn walk_files(&self, dir: &str, sub: &str) -> GitResult<Vec<String>> {
+        let Zone::Local(z) = self.zones.zone(ZoneId::Workspace) else {
+            return Ok(Vec::new());
+        };
+        let base = if dir.is_empty() {
+            z.root().to_path_buf()
+        } else {
+            z.root().join(dir)
+        };
+        let start = if sub.is_empty() {
+            base.clone()
+        } else {
+            base.join(sub)
+        };
+        match std::fs::symlink_metadata(&start) {
+            Ok(md) if md.is_dir() => {}
+            _ => return Ok(Vec::new()),
+        }
+        let mut out = Vec::new();
+        let walker = ignore::WalkBuilder::new(&start)
+            .hidden(false)
+            .git_ignore(false)
+            .git_exclude(false)
+            .git_global(false)
+            .ignore(false)
+            .parents(false)
+            .follow_links(false)
+            .filter_entry(|e| e.file_name() != ".git")
+            .build();
+        for e in walker.flatten() {
+            let Some(ft) = e.file_type() else { continue };
+            if ft.is_dir() {
+                continue;
+            }
+            if let Ok(rel) = e.path().strip_prefix(&base) {
+                if let Some(s) = rel.to_str() {
+                    if !s.contains(".sandfs-tmp-") {
+                        out.push(s.to_string());
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Marks a conflicted file (reported by a pull) as resolved.
+    pub fn resolve(&self, v: &str) -> GitResult<Change> {
+        let repo = self.repo_for(Some(v))?;
+        let rel = self.workspace_dir("path", v)?;
+        let path = if repo.dir.is_empty() {
+            rel
+        } else {
+            rel[repo.dir.len()..].trim_start_matches('/').to_string()
+        };
+        if !self.zones.db().resolve_conflict(repo.id, &path)? {
+            return Err(GitError::Nothing(format!(
+                "{v} is not in conflict (`sandfs git status` lists conflicts)"
+            )));
+        }
+        Ok(Change {
+            path: v.into(),
+            state: "modified".into(),
+        })
+    }
+
+    /// Builds a commit of the chosen changes on the repo's base, in the mirror only.
+    pub fn stage(&self, req: &StageRequest) -> GitResult<StagedCommit> {
+        let message = req.message.trim();
+        if message.is_empty() {
+            return Err(GitError::invalid(
+                "message",
+                "must not be empty; say what the change does",
+            ));
+        }
+        let repo = self.repo_for(req.repo.as_deref())?;
+        let branch = req.branch.clone().unwrap_or_else(|| repo.branch.clone());
+        check_branch(&branch)?;
+        let st = self.refresh(&repo, false)?;
+        let changes: Vec<(String, String)> = st
+            .changes
+            .iter()
+            .map(|c| {
+                let rel = c.path[vdir(&repo.dir).len()..].trim_start_matches('/');
+                (rel.to_string(), c.state.clone())
+            })
+            .collect();
+        let mut chosen: Vec<(String, String)> = Vec::new();
+        if req.files.is_empty() {
+            chosen = changes.clone();
+        } else {
+            for f in &req.files {
+                let rel = if f.starts_with('/') {
+                    let r = self.workspace_dir("files", f)?;
+                    if !under(&r, &repo.dir) {
+                        return Err(GitError::invalid(
+                            "files",
+                            format!("{f} is not in {}", vdir(&repo.dir)),
+                        ));
+                    }
+                    if repo.dir.is_empty() {
+                        r
+                    } else {
+                        r[repo.dir.len()..].trim_start_matches('/').to_string()
+                    }
+                } else {
+                    repo_path("files", f)?
+                };
+                let hits: Vec<_> = changes.iter().filter(|(p, _)| under(p, &rel)).collect();
+                if hits.is_empty() {
+                    return Err(GitError::Nothing(format!(
+                        "{} has no changes to stage",
+                        vfile(&repo.dir, &rel)
+                    )));
+                }
+                for h in hits {
+                    if !chosen.contains(h) {
+                        chosen.push(h.clone());
+                    }
+                }
+            }
+        }
+        let conflicted: Vec<String> = chosen
+            .iter()
+            .filter(|(_, s)| s == "conflict")
+            .map(|(p, _)| vfile(&repo.dir, p))
+            .collect();
+        if !conflicted.is_empty() {
+            return Err(GitError::Conflict {
+                reason: "these files changed upstream too (see the last pull); merge the upstream \
+                         change into them, then `sandfs git resolve PATH`"
+                    .into(),
+                paths: conflicted,
+            });
+        }
+        let mirror_path = PathBuf::from(&repo.mirror);
+        let lock = self.lock_for(&mirror_path);
+        let _guard = lock.lock().expect("not poisoned");
+        let mirror = self.open_mirror(&mirror_path)?;
+        let base_oid = Oid::from_str(&repo.base).map_err(GitError::git("base id"))?;
+        let base = mirror
+            .find_commit(base_oid)
+            .map_err(GitError::git("read base"))?;
+        let base_tree = base.tree().map_err(GitError::git("read base tree"))?;
+        let already: HashSet<(String, Option<String>)> = if req.files.is_empty() {
+            self.zones
+                .db()
+                .staged_blobs(repo.id, &repo.base)?
+                .into_iter()
+                .collect()
+        } else {
+            HashSet::new()
+        };
+        let mut update = git2::build::TreeUpdateBuilder::new();
+        let mut n = 0;
+        for (path, _) in &chosen {
+            match self.local_content(&vfile(&repo.dir, path))? {
+                Some((bytes, mode)) => {
+                    let oid = mirror.blob(&bytes).map_err(GitError::git("write blob"))?;
+                    if already.contains(&(path.clone(), Some(oid.to_string()))) {
+                        continue;
+                    }
+                    update.upsert(path.as_str(), oid, file_mode(mode));
+                }
+                None => {
+                    if already.contains(&(path.clone(), None)) {
+                        continue;
+                    }
+                    update.remove(path.as_str());
+                }
+            }
+            n += 1;
+        }
+        if n == 0 {
+            return Err(GitError::Nothing(if changes.is_empty() {
+                format!("nothing to stage: {} has no changes", vdir(&repo.dir))
+            } else {
+                "nothing to stage: every change is already in a staged commit (`sandfs staged list`)"
+                    .into()
+            }));
+        }
+        let tree_oid = update
+            .create_updated(&mirror, &base_tree)
+            .map_err(GitError::git("build tree"))?;
+        if tree_oid == base_tree.id() {
+            return Err(GitError::Nothing(
+                "nothing to stage: the files equal their base".into(),
+            ));
+        }
+        let tree = mirror
+            .find_tree(tree_oid)
+            .map_err(GitError::git("read tree"))?;
+        let now = self.zones.now_ms();
+        let sig = self.signature(now)?;
+        let commit = mirror
+            .commit(None, &sig, &sig, message, &tree, &[&base])
+            .map_err(GitError::git("commit"))?;
+        let id = commit.to_string()[..10].to_string();
+        mirror
+            .reference(&staged_ref(&id), commit, true, "sandfs: staged")
+            .map_err(GitError::git("keep staged commit"))?;
+        let files = diff::file_patches(&mirror, &base_tree, &tree, self.settings.max_diff_bytes)?;
+        let row = StagedRow {
+            id: id.clone(),
+            repo_id: repo.id,
+            url: repo.url.clone(),
+            branch,
+            message: message.to_string(),
+            base: repo.base.clone(),
+            commit: commit.to_string(),
+            state: "staged".into(),
+            reason: None,
+            conflicts: Vec::new(),
+            pushed_commit: None,
+            pushed_ref: None,
+            url_pr: None,
+            created_at: now,
+            updated_at: now,
+        };
+        self.zones
+            .db()
+            .insert_staged(&row, &files)
+            .map_err(|e| match e {
+                crate::state::StateError::Sql(ref s) if s.to_string().contains("UNIQUE") => {
+                    GitError::Conflict {
+                        reason: "an identical commit is already staged".into(),
+                        paths: vec![id.clone()],
+                    }
+                }
+                e => e.into(),
+            })?;
+        self.event(
+            &repo.dir,
+            "git-stage",
+            &format!("{id}: {} files: {message}", files.len()),
+        );
+        self.show(&id, false)
+    }
+
+    fn signature(&self, now_ms: i64) -> GitResult<git2::Signature<'static>> {
+        git2::Signature::new(
+            &self.settings.author_name,
+            &self.settings.author_email,
+            &git2::Time::new(now_ms / 1000, 0),
+        )
+        .map_err(GitError::git("signature"))
+    }
+
+    /// Lists staged commits, newest first (only those in `state` when given).
+    pub fn list(&self, state: Option<&str>) -> GitResult<Vec<StagedCommit>> {
+        let rows = self.zones.db().staged_list(state)?;
+        rows.into_iter().map(|r| self.view(r, false)).collect()
+    }
+
+    /// Shows a staged commit; `full` includes each file's patch and hunks.
+    pub fn show(&self, id: &str, full: bool) -> GitResult<StagedCommit> {
+        let row = self
+            .zones
+            .db()
+            .staged(id)?
+            .ok_or_else(|| GitError::NoStaged { id: id.into() })?;
+        self.view(row, full)
+    }
+
+    fn view(&self, r: StagedRow, full: bool) -> GitResult<StagedCommit> {
+        let repo = self.zones.db().repo(r.repo_id)?;
+        let files: Vec<StagedFile> = self
+            .zones
+            .db()
+            .staged_files(&r.id)?
+            .into_iter()
+            .map(|f| {
+                let dir = repo.as_ref().map(|x| x.dir.as_str()).unwrap_or("");
+                StagedFile {
+                    path: vfile(dir, &f.path),
+                    operation: f.operation,
+                    additions: f.additions,
+                    deletions: f.deletions,
+                    binary: f.binary,
+                    oversized: f.oversized,
+                    hunks: if full {
+                        f.diff.as_deref().map(diff::hunks)
+                    } else {
+                        None
+                    },
+                    diff: if full { f.diff } else { None },
+                }
+            })
+            .collect();
+        Ok(StagedCommit {
+            id: r.id,
+            repo: repo.map(|x| vdir(&x.dir)).unwrap_or_default(),
+            url: r.url,
+            branch: r.branch,
+            message: r.message,
+            base: r.base,
+            commit: r.commit,
+            state: r.state,
+            reason: r.reason,
+            conflicts: r.conflicts,
+            pushed_commit: r.pushed_commit,
+            pushed_ref: r.pushed_ref,
+            pr_url: r.url_pr,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+            additions: files.iter().map(|f| f.additions).sum(),
+            deletions: files.iter().map(|f| f.deletions).sum(),
+            files,
+        })
+    }
+
+    /// Pushes a staged commit (a human's decision): to its branch, or with `pr` to
+    /// `sandfs/<id>` with a pull request. A remote that moved is merged into (three-way); a
+    /// conflict, a rejection or a lease broken twice leaves nothing pushed.
+    pub fn push(&self, req: &PushRequest, progress: OnProgress<'_>) -> GitResult<PushResult> {
+        let started = Instant::now();
+        let row = self
+            .zones
+            .db()
+            .staged(&req.id)?
+            .ok_or_else(|| GitError::NoStaged { id: req.id.clone() })?;
+        if !matches!(row.state.as_str(), "staged" | "rebased" | "rejected") {
+            return Err(GitError::WrongState {
+                id: row.id,
+                state: row.state.clone(),
+                rule: match row.state.as_str() {
+                    "pushed" => "it was pushed already".into(),
+                    "discarded" => "it was discarded".into(),
+                    _ => "stage the change again after resolving the conflict".into(),
+                },
+            });
+        }
+        let repo = self
+            .zones
+            .db()
+            .repo(row.repo_id)?
+            .ok_or_else(|| GitError::NoRepo {
+                dir: "(repository of this staged commit)".into(),
+            })?;
+        let mirror_path = PathBuf::from(&repo.mirror);
+        let lock = self.lock_for(&mirror_path);
+        let _guard = lock.lock().expect("not poisoned");
+        let mirror = self.open_mirror(&mirror_path)?;
+        let target = if req.pr {
+            format!("refs/heads/sandfs/{}", row.id)
+        } else {
+            format!("refs/heads/{}", row.branch)
+        };
+        let src = staged_ref(&row.id);
+        let mut attempt = 0;
+        let outcome = loop {
+            attempt += 1;
+            let r = self.push_once(&mirror, &repo, &row, &target, &src, req.pr, progress);
+            match r {
+                Err(GitError::RemoteMoved { .. }) if attempt < 2 => continue,
+                other => break other,
+            }
+        };
+        let now = self.zones.now_ms();
+        let db = self.zones.db();
+        let (commit, rebased) = match outcome {
+            Ok(v) => v,
+            Err(e) => {
+                let (state, conflicts) = match &e {
+                    GitError::Conflict { paths, .. } => ("conflicted", paths.clone()),
+                    GitError::Rejected { .. } => ("rejected", Vec::new()),
+                    GitError::NeedsReview { .. } => ("rebased", Vec::new()),
+                    _ => (row.state.as_str(), row.conflicts.clone()),
+                };
+                db.set_staged_state(
+                    &row.id,
+                    state,
+                    Some(&e.to_string()),
+                    &conflicts,
+                    None,
+                    None,
+                    None,
+                    None,
+                    now,
+                )?;
+                self.event(&repo.dir, "git-push", &format!("{}: failed: {e}", row.id));
+                return Err(e);
+            }
+        };
+        let mut url = None;
+        if req.pr {
+            let files = db.staged_files(&row.id)?;
+            url = Some(pr::open(
+                &self.settings,
+                &repo.url,
+                &row,
+                &format!("sandfs/{}", row.id),
+                &files,
+            )?);
+        }
+        db.set_staged_state(
+            &row.id,
+            "pushed",
+            None,
+            &[],
+            Some(&commit.to_string()),
+            Some(&commit.to_string()),
+            Some(&target),
+            url.as_deref(),
+            now,
+        )?;
+        // A direct push of a commit built on the workspace's base moves the base: its files are
+        // clean now. After a rebase the workspace lacks the upstream changes; a pull brings them.
+        if !req.pr && !rebased && row.base == repo.base {
+            let files: Vec<(String, Option<String>, Option<u32>)> = db
+                .staged_files(&row.id)?
+                .into_iter()
+                .map(|f| {
+                    let mode = f.oid.as_ref().and_then(|_| {
+                        mirror
+                            .find_commit(commit)
+                            .ok()
+                            .and_then(|c| c.tree().ok())
+                            .and_then(|t| t.get_path(Path::new(&f.path)).ok())
+                            .map(|e| e.filemode() as u32)
+                    });
+                    (f.path, f.oid, mode)
+                })
+                .collect();
+            db.advance_base(repo.id, &commit.to_string(), &files)?;
+            mirror
+                .reference(&base_ref(&repo.dir), commit, true, "sandfs: pushed")
+                .map_err(GitError::git("pin base"))?;
+        }
+        self.event(
+            &repo.dir,
+            "git-push",
+            &format!(
+                "{}: {} to {target}{}",
+                row.id,
+                remote::short(commit),
+                url.as_ref().map(|u| format!(" ({u})")).unwrap_or_default()
+            ),
+        );
+        Ok(PushResult {
+            id: row.id,
+            state: "pushed".into(),
+            commit_sha: commit.to_string(),
+            pushed_ref: target,
+            url,
+            rebased,
+            duration_ms: started.elapsed().as_millis() as u64,
+        })
+    }
+
+    /// One push attempt: fetch the target, rebase when it moved, push with a lease.
+    #[allow(clippy::too_many_arguments)]
+    fn push_once(
+        &self,
+        mirror: &Repository,
+        repo: &RepoRow,
+        row: &StagedRow,
+        target: &str,
+        src: &str,
+        pr: bool,
+        progress: OnProgress<'_>,
+    ) -> GitResult<(Oid, bool)> {
+        let (refs, _) = remote::ls_remote(mirror, &repo.url, &self.settings)?;
+        let remote_tip = refs.get(target).copied().unwrap_or(Oid::ZERO_SHA1);
+        let staged = mirror
+            .refname_to_id(src)
+            .map_err(GitError::git("find staged commit"))?;
+        let base = Oid::from_str(&row.base).map_err(GitError::git("base id"))?;
+        let mut commit = staged;
+        let mut rebased = false;
+        if !pr && !remote_tip.is_zero() && remote_tip != base {
+            let staged_commit = mirror.find_commit(staged).map_err(GitError::git("read"))?;
+            if staged_commit.parent_id(0).ok() == Some(remote_tip) {
+                // Already rebased onto this tip (a re-reviewed commit).
+            } else {
+                let tracking = format!("refs/sandfs/remote/{}", row.branch);
+                remote::fetch(
+                    mirror,
+                    &repo.url,
+                    &[format!("+{target}:{tracking}")],
+                    1,
+                    &self.settings,
+                    progress,
+                )?;
+                let tip = mirror
+                    .refname_to_id(&tracking)
+                    .map_err(GitError::git("tip"))?;
+                let (new_commit, overlap) = self.rebase(mirror, base, tip, staged_commit)?;
+                mirror
+                    .reference(src, new_commit, true, "sandfs: rebased")
+                    .map_err(GitError::git("keep rebased commit"))?;
+                // The rebased commit is what will be reviewed and pushed from now on.
+                let tip_tree = mirror
+                    .find_commit(tip)
+                    .and_then(|c| c.tree())
+                    .map_err(GitError::git("read tip"))?;
+                let new_tree = mirror
+                    .find_commit(new_commit)
+                    .and_then(|c| c.tree())
+                    .map_err(GitError::git("read rebased"))?;
+                let files =
+                    diff::file_patches(mirror, &tip_tree, &new_tree, self.settings.max_diff_bytes)?;
+                self.zones.db().rebase_staged(
+                    &row.id,
+                    &tip.to_string(),
+                    &new_commit.to_string(),
+                    &files,
+                    self.zones.now_ms(),
+                )?;
+                if !overlap.is_empty() {
+                    return Err(GitError::NeedsReview {
+                        id: row.id.clone(),
+                        paths: overlap,
+                    });
+                }
+                commit = new_commit;
+                rebased = true;
+                // Push against the tip we merged with.
+                return remote::push(
+                    mirror,
+                    &repo.url,
+                    src,
+                    target,
+                    tip,
+                    &self.settings,
+                    progress,
+                )
+                .map(|_| (commit, rebased));
+            }
+            commit = staged;
+        }
+        remote::push(
+            mirror,
+            &repo.url,
+            src,
+            target,
+            remote_tip,
+            &self.settings,
+            progress,
+        )?;
+        Ok((commit, rebased))
+    }
+
+    /// Three-way merges `staged` (built on `base`) onto `tip`; returns the new commit and the
+    /// paths both sides changed. A conflict is an error naming the paths.
+    fn rebase(
+        &self,
+        mirror: &Repository,
+        base: Oid,
+        tip: Oid,
+        staged: git2::Commit<'_>,
+    ) -> GitResult<(Oid, Vec<String>)> {
+        let read_tree = |o: Oid| {
+            mirror
+                .find_commit(o)
+                .and_then(|c| c.tree())
+                .map_err(GitError::git("read tree"))
+        };
+        let base_tree = read_tree(base)?;
+        let tip_tree = read_tree(tip)?;
+        let staged_tree = staged.tree().map_err(GitError::git("read tree"))?;
+        let mut index = mirror
+            .merge_trees(&base_tree, &tip_tree, &staged_tree, None)
+            .map_err(GitError::git("merge"))?;
+        if index.has_conflicts() {
+            let mut paths: Vec<String> = index
+                .conflicts()
+                .map_err(GitError::git("merge"))?
+                .flatten()
+                .filter_map(|c| c.our.or(c.their).or(c.ancestor))
+                .map(|e| String::from_utf8_lossy(&e.path).into_owned())
+                .collect();
+            paths.sort();
+            paths.dedup();
+            return Err(GitError::Conflict {
+                reason: format!(
+                    "the remote branch moved to {} and changed the same lines; nothing was pushed",
+                    remote::short(tip)
+                ),
+                paths,
+            });
+        }
+        let changed = |a: &git2::Tree<'_>, b: &git2::Tree<'_>| -> GitResult<HashSet<String>> {
+            let d = mirror
+                .diff_tree_to_tree(Some(a), Some(b), None)
+                .map_err(GitError::git("diff"))?;
+            Ok(d.deltas()
+                .filter_map(|x| x.new_file().path().or_else(|| x.old_file().path()))
+                .map(|p| p.to_string_lossy().into_owned())
+                .collect())
+        };
+        let upstream = changed(&base_tree, &tip_tree)?;
+        let ours = changed(&base_tree, &staged_tree)?;
+        let mut overlap: Vec<String> = upstream.intersection(&ours).cloned().collect();
+        overlap.sort();
+        let tree_oid = index
+            .write_tree_to(mirror)
+            .map_err(GitError::git("write merged tree"))?;
+        let tree = mirror.find_tree(tree_oid).map_err(GitError::git("read"))?;
+        let tip_commit = mirror.find_commit(tip).map_err(GitError::git("read tip"))?;
+        let committer = self.signature(self.zones.now_ms())?;
+        let new = mirror
+            .commit(
+                None,
+                &staged.author(),
+                &committer,
+                staged.message().unwrap_or(""),
+                &tree,
+                &[&tip_commit],
+            )
+            .map_err(GitError::git("commit"))?;
+        Ok((new, overlap))
+    }
+
+    /// Discards a staged commit; with `revert`, puts its files back to their base (files changed
+    /// again since staging are kept and reported).
+    pub fn discard(&self, id: &str, revert: bool) -> GitResult<DiscardResult> {
+        let row = self
+            .zones
+            .db()
+            .staged(id)?
+            .ok_or_else(|| GitError::NoStaged { id: id.into() })?;
+        if row.state == "pushed" {
+            return Err(GitError::WrongState {
+                id: id.into(),
+                state: row.state,
+                rule: "a pushed commit cannot be discarded".into(),
+            });
+        }
+        let repo = self.zones.db().repo(row.repo_id)?.ok_or(GitError::NoRepo {
+            dir: "(repository of this staged commit)".into(),
+        })?;
+        let mirror_path = PathBuf::from(&repo.mirror);
+        let lock = self.lock_for(&mirror_path);
+        let _guard = lock.lock().expect("not poisoned");
+        let mirror = self.open_mirror(&mirror_path)?;
+        let mut reverted = Vec::new();
+        let mut kept = Vec::new();
+        if revert {
+            let base_tree = Oid::from_str(&row.base)
+                .and_then(|o| mirror.find_commit(o))
+                .and_then(|c| c.tree())
+                .map_err(GitError::git("read base"))?;
+            for f in self.zones.db().staged_files(id)? {
+                let v = vfile(&repo.dir, &f.path);
+                let now = self.local_blob(&v)?.map(|(o, _)| o.to_string());
+                if now != f.oid {
+                    kept.push(PathNote {
+                        path: v,
+                        reason: "changed again since it was staged; left as it is".into(),
+                    });
+                    continue;
+                }
+                match base_tree.get_path(Path::new(&f.path)) {
+                    Ok(entry) => {
+                        let blob = mirror
+                            .find_blob(entry.id())
+                            .map_err(GitError::git("read blob"))?;
+                        if let Err(reason) = self.write_entry(
+                            &v,
+                            &f.path,
+                            blob.content(),
+                            entry.filemode() as u32,
+                            origin_git(),
+                        ) {
+                            kept.push(PathNote { path: v, reason });
+                            continue;
+                        }
+                    }
+                    Err(_) => {
+                        if now.is_some() {
+                            self.zones.delete(&v, false, origin_git())?;
+                            self.prune_empty_parents(&repo.dir, &f.path, origin_git());
+                        }
+                    }
+                }
+                reverted.push(v);
+            }
+        }
+        if let Ok(mut r) = mirror.find_reference(&staged_ref(id)) {
+            r.delete().map_err(GitError::git("delete staged ref"))?;
+        }
+        self.zones.db().set_staged_state(
+            id,
+            "discarded",
+            None,
+            &[],
+            None,
+            None,
+            None,
+            None,
+            self.zones.now_ms(),
+        )?;
+        self.event(
+            &repo.dir,
+            "git-discard",
+            &format!("{id}{}", if revert { " (files reverted)" } else { "" }),
+        );
+        Ok(DiscardResult {
+            id: id.into(),
+            reverted,
+            kept,
+        })
+    }
+}
+
+fn file_mode(mode: u32) -> git2::FileMode {
+    match mode {
+        MODE_EXEC => git2::FileMode::BlobExecutable,
+        MODE_LINK => git2::FileMode::Link,
+        _ => git2::FileMode::Blob,
+    }
+}
+
+fn hash_blob(bytes: &[u8]) -> Oid {
+    Oid::hash_object(ObjectType::Blob, bytes).expect("hashing memory cannot fail")
+}
+
+fn staged_ref(id: &str) -> String {
+    format!("refs/sandfs/staged/{id}")
+}
+
+fn base_ref(dir: &str) -> String {
+    let h = hash_blob(dir.as_bytes()).to_string();
+    format!("refs/sandfs/base/{}", &h[..16])
+}
+
+/// The repository's name: the last path segment of its URL, without `.git`.
+pub fn repo_name(url: &str) -> String {
+    let last = url
+        .trim_end_matches('/')
+        .rsplit(['/', ':'])
+        .next()
+        .unwrap_or("repo");
+    let name = last.trim_end_matches(".git");
+    if name.is_empty() {
+        "repo".into()
+    } else {
+        name.into()
+    }
+}
+
+fn check_branch(b: &str) -> GitResult<()> {
+    let bad = b.is_empty()
+        || b.starts_with('-')
+        || b.starts_with('/')
+        || b.ends_with('/')
+        || b.ends_with(".lock")
+        || b.contains("..")
+        || b.contains("//")
+        || b.contains("@{")
+        || b.chars()
+            .any(|c| c.is_ascii_control() || " ~^:?*[\\".contains(c));
+    if bad {
+        return Err(GitError::invalid(
+            "branch",
+            format!("{b:?} is not a valid branch name"),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_links_and_paths() {
+        assert_eq!(repo_name("https://h/o/r.git"), "r");
+        assert_eq!(repo_name("git@h:o/r.git"), "r");
+        assert_eq!(repo_name("/srv/r/"), "r");
+        assert!(link_stays_inside("a/b", "c"));
+        assert!(link_stays_inside("a/b", "../c"));
+        assert!(!link_stays_inside("a/b", "../../c"));
+        assert!(!link_stays_inside("b", "/etc/passwd"));
+        assert!(link_stays_inside("a/b", "./x/../y"));
+        assert!(repo_path("p", "../x").is_err());
+        assert_eq!(repo_path("p", "/src/").unwrap(), "src");
+        assert!(check_branch("main").is_ok());
+        assert!(check_branch("feat/x").is_ok());
+        assert!(check_branch("a..b").is_err());
+        assert!(check_branch("-x").is_err());
+        assert!(under("a/b", "a") && !under("ab", "a") && under("x", ""));
+    }
+}

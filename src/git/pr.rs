@@ -1,0 +1,159 @@
+//! Pull requests through GitHub's REST API (octocrab), with a configurable base URI for GitHub
+//! Enterprise or a test server. A pull request that already exists for the branch (422) is found
+//! and reused. The token comes from the variable named by `git.token_env` and goes nowhere else.
+
+use super::error::{GitError, GitResult};
+use crate::config::GitSection;
+use crate::state::{StagedFileRow, StagedRow};
+
+/// `owner` and `repo` from a remote URL (`https://github.com/o/r.git`, `git@github.com:o/r`).
+pub fn owner_repo(url: &str) -> GitResult<(String, String)> {
+    let trimmed = url.trim_end_matches('/').trim_end_matches(".git");
+    let mut parts = trimmed.rsplit(['/', ':']);
+    match (parts.next(), parts.next()) {
+        (Some(r), Some(o)) if !r.is_empty() && !o.is_empty() && !o.contains('@') => {
+            Ok((o.to_string(), r.to_string()))
+        }
+        _ => Err(GitError::invalid(
+            "remote",
+            format!("{url} does not name an owner/repository for a pull request"),
+        )),
+    }
+}
+
+/// The pull request's body: the message's body and a diffstat.
+pub fn body(row: &StagedRow, files: &[StagedFileRow]) -> String {
+    let mut out = String::new();
+    if let Some((_, rest)) = row.message.split_once('\n') {
+        let rest = rest.trim();
+        if !rest.is_empty() {
+            out.push_str(rest);
+            out.push_str("\n\n");
+        }
+    }
+    let (adds, dels): (u64, u64) = files
+        .iter()
+        .fold((0, 0), |(a, d), f| (a + f.additions, d + f.deletions));
+    out.push_str(&format!(
+        "{} files changed, {adds} insertions(+), {dels} deletions(-)\n\n",
+        files.len()
+    ));
+    out.push_str("| file | change | + | - |\n|---|---|---|---|\n");
+    for f in files {
+        let kind = if f.binary {
+            format!("{} (binary)", f.operation)
+        } else if f.oversized {
+            format!("{} (large)", f.operation)
+        } else {
+            f.operation.clone()
+        };
+        out.push_str(&format!(
+            "| `{}` | {kind} | {} | {} |\n",
+            f.path, f.additions, f.deletions
+        ));
+    }
+    out.push_str("\nStaged and reviewed with sandfs.\n");
+    out
+}
+
+/// Opens (or finds) the pull request of `head` into the staged commit's branch; returns its URL.
+pub fn open(
+    settings: &GitSection,
+    url: &str,
+    row: &StagedRow,
+    head: &str,
+    files: &[StagedFileRow],
+) -> GitResult<String> {
+    let (owner, repo) = owner_repo(url)?;
+    let var = settings.token_env.as_deref().ok_or_else(|| {
+        GitError::PullRequestAuth("git.token_env names no variable holding a token".into())
+    })?;
+    let token = std::env::var(var)
+        .ok()
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| {
+            GitError::PullRequestAuth(format!(
+                "set ${var} (git.token_env) in the daemon's environment"
+            ))
+        })?;
+    let title = row.message.lines().next().unwrap_or("sandfs change").trim();
+    let body = body(row, files);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| GitError::PullRequest(format!("cannot start a runtime: {e}")))?;
+    rt.block_on(async {
+        let gh = octocrab::Octocrab::builder()
+            .base_uri(settings.github_api.as_str())
+            .map_err(|e| GitError::invalid("git.github_api", e.to_string()))?
+            .personal_token(token)
+            .build()
+            .map_err(|e| GitError::PullRequest(e.to_string()))?;
+        let pulls = gh.pulls(&owner, &repo);
+        match pulls
+            .create(title, head, &row.branch)
+            .body(body)
+            .send()
+            .await
+        {
+            Ok(pr) => Ok(pr
+                .html_url
+                .map(|u| u.to_string())
+                .unwrap_or_else(|| format!("{owner}/{repo}#{}", pr.number))),
+            Err(octocrab::Error::GitHub { source, .. }) if source.status_code.as_u16() == 422 => {
+                // Already exists: find it.
+                let list = pulls
+                    .list()
+                    .head(format!("{owner}:{head}"))
+                    .state(octocrab::params::State::All)
+                    .send()
+                    .await
+                    .map_err(gh_error)?;
+                list.items
+                    .into_iter()
+                    .next()
+                    .and_then(|p| p.html_url.map(|u| u.to_string()))
+                    .ok_or_else(|| {
+                        GitError::PullRequest(format!(
+                            "GitHub refused to create it ({}) and none exists for {head}",
+                            source.message
+                        ))
+                    })
+            }
+            Err(e) => Err(gh_error(e)),
+        }
+    })
+}
+
+fn gh_error(e: octocrab::Error) -> GitError {
+    match e {
+        octocrab::Error::GitHub { source, .. }
+            if matches!(source.status_code.as_u16(), 401 | 403) =>
+        {
+            GitError::PullRequestAuth(source.message)
+        }
+        octocrab::Error::GitHub { source, .. } => GitError::PullRequest(format!(
+            "GitHub answered {}: {}",
+            source.status_code, source.message
+        )),
+        other => GitError::PullRequest(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::owner_repo;
+
+    #[test]
+    fn owners_and_repos_from_urls() {
+        assert_eq!(
+            owner_repo("https://github.com/o/r.git").unwrap(),
+            ("o".into(), "r".into())
+        );
+        assert_eq!(
+            owner_repo("git@github.com:o/r").unwrap(),
+            ("o".into(), "r".into())
+        );
+        assert!(owner_repo("r").is_err());
+    }
+}

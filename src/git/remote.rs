@@ -1,0 +1,304 @@
+//! Talking to remotes: fetch, ls-remote and push with credentials, progress and a lease.
+//!
+//! Credentials come from the environment variable named by `git.token_env` (HTTPS), ssh-agent or
+//! `git.ssh_key` (ssh); the callback gives up after [`MAX_AUTH_ATTEMPTS`] (libgit2 keeps asking
+//! otherwise) and the token is never put in a URL, a log line or the database. A push carries a
+//! lease: `push_negotiation` checks that the remote ref still points where we last saw it, and a
+//! `push_update_reference` status is a rejection even though libgit2 reports success.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+
+use git2::{Cred, CredentialType, Direction, FetchOptions, Oid, PushOptions, RemoteCallbacks};
+use serde::Serialize;
+
+use super::error::{GitError, GitResult};
+use crate::config::GitSection;
+
+/// How many times the credential callback answers before giving up.
+pub const MAX_AUTH_ATTEMPTS: u32 = 3;
+
+/// Progress of a fetch or push.
+#[derive(Debug, Clone, Serialize)]
+pub struct Progress {
+    /// `fetch`, `push` or `write` (files written into the workspace).
+    pub phase: &'static str,
+    pub done: usize,
+    pub total: usize,
+    pub bytes: usize,
+}
+
+/// Where progress goes (called often; cheap to call).
+pub type OnProgress<'a> = &'a (dyn Fn(&Progress) + Sync);
+
+/// What the callbacks saw, read after the operation.
+#[derive(Default)]
+struct Seen {
+    attempts: Cell<u32>,
+    auth_problem: RefCell<Option<String>>,
+    remote_text: RefCell<String>,
+    moved: RefCell<Option<(Oid, Oid)>>,
+    rejected: RefCell<Option<(String, String)>>,
+}
+
+fn callbacks<'a>(
+    settings: &'a GitSection,
+    seen: &'a Seen,
+    progress: OnProgress<'a>,
+) -> RemoteCallbacks<'a> {
+    let mut cb = RemoteCallbacks::new();
+    cb.credentials(move |_url, user_from_url, allowed| {
+        let n = seen.attempts.get() + 1;
+        seen.attempts.set(n);
+        let give_up = |why: String| {
+            *seen.auth_problem.borrow_mut() = Some(why.clone());
+            Err(git2::Error::from_str(&why))
+        };
+        if n > MAX_AUTH_ATTEMPTS {
+            return give_up(format!(
+                "the remote refused the credentials {MAX_AUTH_ATTEMPTS} times; giving up"
+            ));
+        }
+        if allowed.contains(CredentialType::USER_PASS_PLAINTEXT) {
+            let Some(var) = settings.token_env.as_deref() else {
+                return give_up(
+                    "the remote wants a token and git.token_env names no variable".into(),
+                );
+            };
+            let token = match std::env::var(var) {
+                Ok(t) if !t.is_empty() => t,
+                _ => {
+                    return give_up(format!(
+                        "the remote wants a token; set ${var} (git.token_env) in the daemon's environment"
+                    ))
+                }
+            };
+            if n > 1 {
+                return give_up(format!("the remote refused the token in ${var}"));
+            }
+            let user = user_from_url.unwrap_or(&settings.token_user);
+            return Cred::userpass_plaintext(user, &token);
+        }
+        if allowed.contains(CredentialType::SSH_KEY) {
+            let user = user_from_url.unwrap_or("git");
+            match (n, &settings.ssh_key) {
+                (1, _) => return Cred::ssh_key_from_agent(user),
+                (2, Some(key)) => return Cred::ssh_key(user, None, key, None),
+                _ => {
+                    return give_up(
+                        "no ssh key was accepted (ssh-agent, then git.ssh_key)".into(),
+                    )
+                }
+            }
+        }
+        if allowed.contains(CredentialType::USERNAME) {
+            return Cred::username(user_from_url.unwrap_or("git"));
+        }
+        give_up(format!("the remote asks for credentials of a kind sandfs does not have ({allowed:?})"))
+    });
+    cb.transfer_progress(move |p| {
+        progress(&Progress {
+            phase: "fetch",
+            done: p.received_objects(),
+            total: p.total_objects(),
+            bytes: p.received_bytes(),
+        });
+        true
+    });
+    cb.push_transfer_progress(move |done, total, bytes| {
+        progress(&Progress {
+            phase: "push",
+            done,
+            total,
+            bytes,
+        });
+    });
+    cb.sideband_progress(move |text| {
+        let mut t = seen.remote_text.borrow_mut();
+        if t.len() < 16 * 1024 {
+            t.push_str(&String::from_utf8_lossy(text));
+        }
+        true
+    });
+    cb
+}
+
+/// Turns a failed network operation into the error a user can act on.
+fn failed(url: &str, op: &str, seen: &Seen, e: git2::Error) -> GitError {
+    if let Some(why) = seen.auth_problem.borrow_mut().take() {
+        return GitError::AuthFailed {
+            url: url.into(),
+            reason: why,
+        };
+    }
+    let msg = e.message().to_ascii_lowercase();
+    if e.code() == git2::ErrorCode::Auth
+        || msg.contains("401")
+        || msg.contains("authentication")
+        || msg.contains("unauthorized")
+    {
+        return GitError::AuthFailed {
+            url: url.into(),
+            reason: e.message().into(),
+        };
+    }
+    match e.class() {
+        git2::ErrorClass::Net | git2::ErrorClass::Os | git2::ErrorClass::Ssl => {
+            GitError::Unreachable {
+                url: url.into(),
+                reason: e.message().into(),
+            }
+        }
+        _ => GitError::Git {
+            op: format!("{op} {url}"),
+            source: e,
+        },
+    }
+}
+
+/// Fetches `refspecs` from `url` into `repo` (shallow when `depth > 0`).
+pub fn fetch(
+    repo: &git2::Repository,
+    url: &str,
+    refspecs: &[String],
+    depth: i32,
+    settings: &GitSection,
+    progress: OnProgress<'_>,
+) -> GitResult<()> {
+    let seen = Seen::default();
+    let mut remote = repo
+        .remote_anonymous(url)
+        .map_err(GitError::git(format!("remote {url}")))?;
+    let mut fo = FetchOptions::new();
+    fo.remote_callbacks(callbacks(settings, &seen, progress));
+    fo.download_tags(git2::AutotagOption::None);
+    if depth > 0 {
+        fo.depth(depth);
+    }
+    match remote.fetch(refspecs, Some(&mut fo), None) {
+        // libgit2's local transport (paths, file://) cannot fetch shallowly: fetch it whole.
+        Err(e) if depth > 0 && e.message().contains("shallow fetch is not supported") => {
+            fetch(repo, url, refspecs, 0, settings, progress)
+        }
+        r => r.map_err(|e| failed(url, "fetch", &seen, e)),
+    }
+}
+
+/// Lists the remote's refs (`git ls-remote`) and its default branch.
+pub fn ls_remote(
+    repo: &git2::Repository,
+    url: &str,
+    settings: &GitSection,
+) -> GitResult<(HashMap<String, Oid>, Option<String>)> {
+    let seen = Seen::default();
+    let noop = |_: &Progress| {};
+    let mut remote = repo
+        .remote_anonymous(url)
+        .map_err(GitError::git(format!("remote {url}")))?;
+    let conn = remote
+        .connect_auth(
+            Direction::Fetch,
+            Some(callbacks(settings, &seen, &noop)),
+            None,
+        )
+        .map_err(|e| failed(url, "connect to", &seen, e))?;
+    let refs = conn
+        .list()
+        .map_err(|e| failed(url, "list", &seen, e))?
+        .iter()
+        .map(|h| (h.name().to_string(), h.oid()))
+        .collect();
+    let default = conn.default_branch().ok().and_then(|b| {
+        b.as_str()
+            .ok()
+            .map(|s| s.trim_start_matches("refs/heads/").to_string())
+    });
+    Ok((refs, default))
+}
+
+/// Pushes local ref `src` to remote ref `dst`, provided the remote ref is still `expected`
+/// (`Oid::ZERO_SHA1`: it must not exist).
+#[allow(clippy::too_many_arguments)]
+pub fn push(
+    repo: &git2::Repository,
+    url: &str,
+    src: &str,
+    dst: &str,
+    expected: Oid,
+    settings: &GitSection,
+    progress: OnProgress<'_>,
+) -> GitResult<()> {
+    let dst_owned = dst.to_string();
+    let seen = Seen::default();
+    let mut remote = repo
+        .remote_anonymous(url)
+        .map_err(GitError::git(format!("remote {url}")))?;
+    let mut cb = callbacks(settings, &seen, progress);
+    cb.push_negotiation(|updates| {
+        for u in updates {
+            if u.dst_refname() == Ok(dst_owned.as_str()) && u.src() != expected {
+                *seen.moved.borrow_mut() = Some((expected, u.src()));
+                return Err(git2::Error::from_str("the remote ref moved (lease broken)"));
+            }
+        }
+        Ok(())
+    });
+    cb.push_update_reference(|refname, status| {
+        if let Some(reason) = status {
+            *seen.rejected.borrow_mut() = Some((refname.to_string(), reason.to_string()));
+        }
+        Ok(())
+    });
+    let mut po = PushOptions::new();
+    po.remote_callbacks(cb);
+    let refspec = format!("+{src}:{dst}");
+    let result = remote.push(&[refspec.as_str()], Some(&mut po));
+    drop(po);
+    if let Some((exp, found)) = seen.moved.borrow_mut().take() {
+        return Err(GitError::RemoteMoved {
+            branch: dst.trim_start_matches("refs/heads/").into(),
+            expected: short(exp),
+            found: short(found),
+        });
+    }
+    let remote_text = seen.remote_text.borrow().clone();
+    if let Some((refname, reason)) = seen.rejected.borrow_mut().take() {
+        return Err(GitError::Rejected {
+            refname,
+            reason: with_remote_text(reason, &remote_text),
+        });
+    }
+    result.map_err(|e| {
+        let msg = e.message().to_string();
+        if msg.contains("hook declined") || msg.contains("rejected") {
+            GitError::Rejected {
+                refname: dst.into(),
+                reason: with_remote_text(msg, &remote_text),
+            }
+        } else {
+            failed(url, "push to", &seen, e)
+        }
+    })
+}
+
+fn with_remote_text(reason: String, remote_text: &str) -> String {
+    let text: Vec<&str> = remote_text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    if text.is_empty() {
+        reason
+    } else {
+        format!("{reason} (remote said: {})", text.join(" / "))
+    }
+}
+
+/// An abbreviated commit id ("none" for the zero id).
+pub fn short(oid: Oid) -> String {
+    if oid.is_zero() {
+        "none".into()
+    } else {
+        oid.to_string()[..12].to_string()
+    }
+}
