@@ -533,6 +533,11 @@ impl Git {
                 .collect(),
             None => HashMap::new(),
         };
+        // Local versions that were pushed already are upstream's business now, not conflicts.
+        let pushed: HashSet<(String, String)> = match &previous {
+            Some(prev) => self.zones.db().pushed_blobs(prev.id)?.into_iter().collect(),
+            None => HashSet::new(),
+        };
         let origin = origin_git();
         let mut rows = Vec::with_capacity(upstream.len());
         let mut conflicts = Vec::new();
@@ -569,7 +574,9 @@ impl Git {
             let untouched = match (&base, &local_s) {
                 (None, None) => true,
                 (Some(b), Some((l, lm))) => {
-                    Some(b) == Some(l) && old_rows.get(path).and_then(|r| r.base_mode) == Some(*lm)
+                    (Some(b) == Some(l)
+                        && old_rows.get(path).and_then(|r| r.base_mode) == Some(*lm))
+                        || pushed.contains(&(path.clone(), l.clone()))
                 }
                 _ => false,
             };

@@ -6,14 +6,21 @@ use super::error::{GitError, GitResult};
 use crate::config::GitSection;
 use crate::state::{StagedFileRow, StagedRow};
 
-/// `owner` and `repo` from a remote URL (`https://github.com/o/r.git`, `git@github.com:o/r`).
+/// `owner` and `repo` from a remote URL (`https://github.com/o/r.git`, `git@github.com:o/r`): the
+/// last two segments of its path.
 pub fn owner_repo(url: &str) -> GitResult<(String, String)> {
-    let trimmed = url.trim_end_matches('/').trim_end_matches(".git");
-    let mut parts = trimmed.rsplit(['/', ':']);
-    match (parts.next(), parts.next()) {
-        (Some(r), Some(o)) if !r.is_empty() && !o.is_empty() && !o.contains('@') => {
-            Ok((o.to_string(), r.to_string()))
-        }
+    let path = match url.split_once("://") {
+        Some((_, rest)) => rest.split_once('/').map(|(_, p)| p).unwrap_or(""),
+        None => url.split_once(':').map(|(_, p)| p).unwrap_or(url),
+    };
+    let segs: Vec<&str> = path
+        .trim_end_matches('/')
+        .trim_end_matches(".git")
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
+    match segs.as_slice() {
+        [.., o, r] => Ok((o.to_string(), r.to_string())),
         _ => Err(GitError::invalid(
             "remote",
             format!("{url} does not name an owner/repository for a pull request"),
@@ -154,6 +161,10 @@ mod tests {
             owner_repo("git@github.com:o/r").unwrap(),
             ("o".into(), "r".into())
         );
-        assert!(owner_repo("r").is_err());
+        assert_eq!(
+            owner_repo("git://127.0.0.1:9418/o/r.git").unwrap(),
+            ("o".into(), "r".into())
+        );
+        assert!(owner_repo("git://127.0.0.1:9418/r.git").is_err());
     }
 }

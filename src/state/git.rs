@@ -404,8 +404,8 @@ impl Db {
         {
             let mut st = tx.prepare(
                 "INSERT INTO staged_files (commit_id, path, operation, additions, deletions,
-                     binary, oversized, oid, diff)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                     binary, oversized, oid, orig_oid, diff)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9)",
             )?;
             for f in files {
                 st.execute(params![
@@ -499,12 +499,19 @@ impl Db {
             "UPDATE staged_commits SET base = ?2, commit_oid = ?3, updated_at = ?4 WHERE id = ?1",
             params![id, base, commit, now],
         )?;
+        // The agent's own versions (orig_oid) outlive rebases: a later pull recognizes them.
+        let orig: std::collections::HashMap<String, Option<String>> = {
+            let mut st =
+                tx.prepare("SELECT path, orig_oid FROM staged_files WHERE commit_id = ?1")?;
+            let rows = st.query_map([id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            rows.collect::<Result<_, _>>()?
+        };
         tx.execute("DELETE FROM staged_files WHERE commit_id = ?1", [id])?;
         {
             let mut st = tx.prepare(
                 "INSERT INTO staged_files (commit_id, path, operation, additions, deletions,
-                     binary, oversized, oid, diff)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                     binary, oversized, oid, orig_oid, diff)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
             )?;
             for f in files {
                 st.execute(params![
@@ -516,12 +523,27 @@ impl Db {
                     f.binary,
                     f.oversized,
                     f.oid,
+                    orig.get(&f.path).cloned().flatten().or(f.oid.clone()),
                     f.diff
                 ])?;
             }
         }
         tx.commit()?;
         Ok(())
+    }
+
+    /// Returns (path, blob) of every file in a repo's pushed commits (changes already upstream).
+    pub fn pushed_blobs(&self, repo_id: i64) -> Result<Vec<(String, String)>, StateError> {
+        let conn = self.lock();
+        let mut st = conn.prepare_cached(
+            "SELECT f.path, f.oid FROM staged_files f JOIN staged_commits s ON s.id = f.commit_id
+             WHERE s.repo_id = ?1 AND s.state = 'pushed' AND f.oid IS NOT NULL
+             UNION SELECT f.path, f.orig_oid FROM staged_files f
+                JOIN staged_commits s ON s.id = f.commit_id
+             WHERE s.repo_id = ?1 AND s.state = 'pushed' AND f.orig_oid IS NOT NULL",
+        )?;
+        let rows = st.query_map(params![repo_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
     }
 
     /// Sets a staged commit's state and the fields that go with it.
@@ -609,6 +631,7 @@ pub(super) const MIGRATION: &str = "
         binary INTEGER NOT NULL,
         oversized INTEGER NOT NULL,
         oid TEXT,
+        orig_oid TEXT,
         diff TEXT,
         PRIMARY KEY (commit_id, path)
     );";
