@@ -1,7 +1,7 @@
 //! A sandfs daemon for the git tests: private config, socket, state and a hermetic environment
 //! (temp HOME, no user git config, the token variable only when a test sets it); killed on drop.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -104,11 +104,6 @@ impl Daemon {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// The state database's path.
-    pub fn state_db(&self) -> PathBuf {
-        self.dir.path().join("state/state.db")
-    }
-
     /// The backing directory of /workspace.
     pub fn workspace(&self) -> PathBuf {
         self.dir.path().join("root/workspace")
@@ -200,9 +195,4 @@ impl Drop for Daemon {
 /// Whether `hay` contains `needle`.
 pub fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
-}
-
-/// The path of a file under a dir, for messages.
-pub fn show(p: &Path) -> String {
-    p.display().to_string()
 }

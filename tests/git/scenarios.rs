@@ -170,7 +170,7 @@ fn pull_edit_stage_review_push_lands_exactly_that_commit() {
     let sha = p["commit_sha"].as_str().unwrap();
     assert_eq!(p["rebased"], false);
     assert_eq!(repo.head("main").unwrap(), sha);
-    assert_eq!(repo.parents(sha), [seed.clone()]);
+    assert_eq!(repo.parents(sha), std::slice::from_ref(&seed));
     assert_eq!(repo.log("main")[0].1, "Shout line two");
     assert_eq!(
         repo.read_file("main", "src/lib.rs").unwrap(),
@@ -215,7 +215,7 @@ fn a_moved_remote_is_rebased_onto_or_reported() {
     assert_eq!(p["rebased"], true);
     let head = repo.head("main").unwrap();
     assert_eq!(head, p["commit_sha"].as_str().unwrap());
-    assert_eq!(repo.parents(&head), [theirs.clone()]);
+    assert_eq!(repo.parents(&head), std::slice::from_ref(&theirs));
     assert_eq!(repo.read_file("main", "other.txt").unwrap(), b"upstream\n");
     assert!(
         String::from_utf8(repo.read_file("main", "src/lib.rs").unwrap())
