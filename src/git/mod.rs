@@ -651,6 +651,12 @@ impl Git {
         mirror
             .reference(&base_ref(&dir), tip, true, "sandfs: pulled")
             .map_err(GitError::git("pin base"))?;
+        // The pull's own writes agree with the rows just computed: status need not look at them,
+        // unless someone else wrote meanwhile.
+        let journal_mark = self
+            .zones
+            .db()
+            .journal_mark_after_own(journal_mark, "git")?;
         let repo = RepoRow {
             id: previous.as_ref().map(|p| p.id).unwrap_or(0),
             url: url.clone(),
@@ -837,23 +843,41 @@ impl Git {
             candidates.insert(rel.to_string());
         }
         let examined = if full { usize::MAX } else { candidates.len() };
+        // Many candidates: read every row once; few: ask the index for each.
+        let all: Option<BTreeMap<String, FileRow>> = if full || candidates.len() > 64 {
+            Some(
+                db.repo_files(repo.id)?
+                    .into_iter()
+                    .map(|r| (r.path.clone(), r))
+                    .collect(),
+            )
+        } else {
+            None
+        };
         let mut expanded: HashSet<String> = HashSet::new();
         if full {
-            expanded.extend(db.repo_files(repo.id)?.into_iter().map(|r| r.path));
+            expanded.extend(all.iter().flat_map(|m| m.keys().cloned()));
             expanded.extend(self.walk_files(&repo.dir, "")?);
         } else {
             for c in &candidates {
                 expanded.insert(c.clone());
-                expanded.extend(db.repo_files_under(repo.id, c)?.into_iter().map(|r| r.path));
+                match &all {
+                    Some(m) => expanded.extend(
+                        m.range::<str, _>((
+                            std::ops::Bound::Excluded(format!("{c}/").as_str()),
+                            std::ops::Bound::Excluded(format!("{c}0").as_str()),
+                        ))
+                        .map(|(k, _)| k.clone()),
+                    ),
+                    None => expanded
+                        .extend(db.repo_files_under(repo.id, c)?.into_iter().map(|r| r.path)),
+                }
                 expanded.extend(self.walk_files(&repo.dir, c)?);
             }
         }
         if !expanded.is_empty() || last > repo.status_journal_id {
-            let rows: HashMap<String, FileRow> = if expanded.len() > 64 {
-                db.repo_files(repo.id)?
-                    .into_iter()
-                    .map(|r| (r.path.clone(), r))
-                    .collect()
+            let rows: HashMap<String, FileRow> = if let Some(m) = all {
+                m.into_iter().collect()
             } else {
                 let mut m = HashMap::new();
                 for p in &expanded {
@@ -1390,6 +1414,19 @@ impl Git {
         pr: bool,
         progress: OnProgress<'_>,
     ) -> GitResult<(Oid, bool)> {
+        if mirror.is_shallow() {
+            // libgit2 cannot build a pack on top of a shallow boundary (it walks the base's
+            // missing parents): fetch the branch's history once, at the first push.
+            let b = &repo.branch;
+            remote::fetch(
+                mirror,
+                &repo.url,
+                &[format!("+refs/heads/{b}:refs/sandfs/remote/{b}")],
+                remote::UNSHALLOW,
+                &self.settings,
+                progress,
+            )?;
+        }
         let (refs, _) = remote::ls_remote(mirror, &repo.url, &self.settings)?;
         let remote_tip = refs.get(target).copied().unwrap_or(Oid::ZERO_SHA1);
         let staged = mirror

@@ -18,6 +18,10 @@ use crate::config::GitSection;
 /// How many times the credential callback answers before giving up.
 pub const MAX_AUTH_ATTEMPTS: u32 = 3;
 
+/// The fetch depth that turns a shallow repository into a complete one (libgit2's
+/// `GIT_FETCH_DEPTH_UNSHALLOW`).
+pub const UNSHALLOW: i32 = i32::MAX;
+
 /// Progress of a fetch or push.
 #[derive(Debug, Clone, Serialize)]
 pub struct Progress {

@@ -240,7 +240,7 @@ impl Db {
         let conn = self.lock();
         let mut st = conn.prepare_cached(
             "SELECT path, base_oid, base_mode, state, upstream_oid FROM workspace_files
-             WHERE repo_id = ?1 AND (?2 = '' OR path = ?2 OR substr(path, 1, length(?2) + 1) = ?2 || '/')",
+             WHERE repo_id = ?1 AND (?2 = '' OR path = ?2 OR (path > ?2 || '/' AND path < ?2 || '0'))",
         )?;
         let rows = st.query_map(params![repo_id, path], file_from)?;
         Ok(rows.collect::<Result<_, _>>()?)
@@ -327,6 +327,19 @@ impl Db {
         }
         tx.commit()?;
         Ok(())
+    }
+
+    /// Returns the last journal row id if every row after `mark` came through `via` (the caller's
+    /// own writes), else `mark`.
+    pub fn journal_mark_after_own(&self, mark: i64, via: &str) -> Result<i64, StateError> {
+        let conn = self.lock();
+        let (max, others): (i64, i64) = conn.query_row(
+            "SELECT coalesce(max(id), ?1), count(*) FILTER (WHERE via != ?2)
+             FROM journal WHERE id > ?1",
+            params![mark, via],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        Ok(if others == 0 { max } else { mark })
     }
 
     /// Returns the highest journal row id (0 when empty).

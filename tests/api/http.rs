@@ -28,6 +28,14 @@ const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/fs/glob"),
     ("post", "/v1/fs/grep"),
     ("post", "/v1/fs/resolve"),
+    ("post", "/v1/git/pull"),
+    ("post", "/v1/git/status"),
+    ("post", "/v1/git/stage"),
+    ("post", "/v1/git/resolve"),
+    ("get", "/v1/git/staged"),
+    ("post", "/v1/git/staged/show"),
+    ("post", "/v1/git/push"),
+    ("post", "/v1/git/discard"),
 ];
 
 #[test]

@@ -25,6 +25,11 @@ fn seeded() -> BareRepo {
     }
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(w.join("bin/run.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // Some history below the tip: a shallow mirror must still push on top of it.
+    std::fs::write(w.join("HISTORY.md"), "v0\n").unwrap();
+    crate::servers::run_git(w, &["add", "-A"]);
+    crate::servers::run_git(w, &["commit", "-qm", "older commit"]);
+    std::fs::remove_file(w.join("HISTORY.md")).unwrap();
     crate::servers::run_git(w, &["add", "-A"]);
     crate::servers::run_git(w, &["commit", "-qm", "initial commit"]);
     crate::servers::run_git(w, &["push", "-q", repo.path().to_str().unwrap(), "main"]);
