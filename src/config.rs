@@ -131,7 +131,6 @@ pub struct GitSection {
     pub author_name: String,
     pub author_email: String,
     pub max_diff_bytes: u64,
-    pub allow_push_from_mcp: bool,
 }
 
 impl Default for GitSection {
@@ -145,7 +144,6 @@ impl Default for GitSection {
             author_name: "sandfs agent".into(),
             author_email: "sandfs@localhost".into(),
             max_diff_bytes: 1 << 20,
-            allow_push_from_mcp: false,
         }
     }
 }

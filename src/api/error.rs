@@ -79,6 +79,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         NoMatch | NotUnique | Binary => StatusCode::UNPROCESSABLE_ENTITY,
         AuthFailed => StatusCode::UNAUTHORIZED,
         ZoneUnavailable | SandboxUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+        RemoteUnavailable => StatusCode::BAD_GATEWAY,
         NoSpace => StatusCode::INSUFFICIENT_STORAGE,
         Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }

@@ -30,7 +30,7 @@ Exit codes:
   5  edit failed: no match, not unique, conflict
   6  refused: outside the zone, read-only, permission denied
   7  too large, binary, no space
-  8  daemon not running, zone or sandbox unavailable
+  8  daemon not running, zone, sandbox or git remote unavailable
   9  internal error
 
 Start the daemon with `sandfs serve`; the other commands find its socket from --socket,
@@ -97,6 +97,11 @@ pub fn main() -> ExitCode {
     }
     if let Command::Doctor(args) = &cli.command {
         return cmd::doctor::run(cli.config.as_deref(), cli.socket.clone(), cli.json, args);
+    }
+    // Like other Unix tools, die quietly when the reader of our output goes away (`| head`).
+    // SAFETY: resetting a signal disposition to its default before any thread is started.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
     let socket = match cli.socket.clone() {
         Some(s) => s,
@@ -187,7 +192,7 @@ pub fn exit_code(e: &ClientError) -> u8 {
             NoMatch | NotUnique | Conflict | RemoteMoved => 5,
             OutsideZone | ReadOnly | PermissionDenied | AuthFailed | Rejected => 6,
             TooLarge | Binary | NoSpace => 7,
-            ZoneUnavailable | SandboxUnavailable => 8,
+            ZoneUnavailable | SandboxUnavailable | RemoteUnavailable => 8,
             Internal => 9,
         },
     }

@@ -30,6 +30,7 @@ pub enum ErrorCode {
     RemoteMoved,
     Rejected,
     SandboxUnavailable,
+    RemoteUnavailable,
     Binary,
     InvalidArgument,
     PermissionDenied,
@@ -39,7 +40,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in documentation order.
-    pub const ALL: [ErrorCode; 22] = [
+    pub const ALL: [ErrorCode; 23] = [
         ErrorCode::NotFound,
         ErrorCode::Exists,
         ErrorCode::IsDir,
@@ -57,6 +58,7 @@ impl ErrorCode {
         ErrorCode::RemoteMoved,
         ErrorCode::Rejected,
         ErrorCode::SandboxUnavailable,
+        ErrorCode::RemoteUnavailable,
         ErrorCode::Binary,
         ErrorCode::InvalidArgument,
         ErrorCode::PermissionDenied,
@@ -84,6 +86,7 @@ impl ErrorCode {
             ErrorCode::RemoteMoved => "REMOTE_MOVED",
             ErrorCode::Rejected => "REJECTED",
             ErrorCode::SandboxUnavailable => "SANDBOX_UNAVAILABLE",
+            ErrorCode::RemoteUnavailable => "REMOTE_UNAVAILABLE",
             ErrorCode::Binary => "BINARY",
             ErrorCode::InvalidArgument => "INVALID_ARGUMENT",
             ErrorCode::PermissionDenied => "PERMISSION_DENIED",

@@ -18,6 +18,10 @@ pub enum GitError {
     },
     #[error("cannot reach {url}: {reason}")]
     Unreachable { url: String, reason: String },
+    #[error("{url} has no branch {branch:?}")]
+    NoBranch { url: String, branch: String },
+    #[error("{url} is not a git remote sandfs can use: {reason}")]
+    BadRemote { url: String, reason: String },
     #[error("{url}: authentication failed: {reason}")]
     AuthFailed { url: String, reason: String },
     #[error(
@@ -32,6 +36,8 @@ pub enum GitError {
     Invalid { name: String, rule: String },
     #[error("{0}")]
     Nothing(String),
+    #[error("staged commit {id} was discarded already")]
+    Discarded { id: String },
     #[error("{reason}: {}", paths.join(", "))]
     Conflict { reason: String, paths: Vec<String> },
     #[error("staged commit {id} is {state}: {rule}")]
@@ -67,15 +73,18 @@ impl GitError {
                 git2::ErrorCode::NotFound => ErrorCode::NotFound,
                 _ => ErrorCode::Internal,
             },
-            GitError::Unreachable { .. } => ErrorCode::Internal,
+            GitError::Unreachable { .. } => ErrorCode::RemoteUnavailable,
+            GitError::NoBranch { .. } => ErrorCode::NotFound,
+            GitError::BadRemote { .. } => ErrorCode::InvalidArgument,
             GitError::AuthFailed { .. } | GitError::PullRequestAuth(_) => ErrorCode::AuthFailed,
             GitError::NoRepo { .. } | GitError::NoStaged { .. } => ErrorCode::NotFound,
             GitError::WhichRepo(_) | GitError::Invalid { .. } => ErrorCode::InvalidArgument,
             GitError::Nothing(_) => ErrorCode::NoMatch,
+            GitError::Discarded { .. } => ErrorCode::Conflict,
             GitError::Conflict { .. } | GitError::WrongState { .. } => ErrorCode::Conflict,
             GitError::RemoteMoved { .. } | GitError::NeedsReview { .. } => ErrorCode::RemoteMoved,
             GitError::Rejected { .. } => ErrorCode::Rejected,
-            GitError::PullRequest(_) => ErrorCode::Internal,
+            GitError::PullRequest(_) => ErrorCode::RemoteUnavailable,
         }
     }
 

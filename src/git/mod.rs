@@ -69,6 +69,16 @@ pub struct PathNote {
     pub reason: String,
 }
 
+/// A file changed both upstream and locally, left as it is.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PullConflict {
+    pub path: String,
+    pub reason: String,
+    /// Where the upstream version can be read, to merge it (in /cache).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<String>,
+}
+
 /// What a pull did.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PullResult {
@@ -82,7 +92,7 @@ pub struct PullResult {
     pub deleted: usize,
     pub unchanged: usize,
     /// Files changed both upstream and locally: left as they are, reported.
-    pub conflicts: Vec<PathNote>,
+    pub conflicts: Vec<PullConflict>,
     /// Entries not written (submodules, symlinks pointing out of the repository, …).
     pub skipped: Vec<PathNote>,
     pub duration_ms: u64,
@@ -105,7 +115,7 @@ pub struct RepoStatus {
     pub branch: String,
     pub base: String,
     pub changes: Vec<Change>,
-    /// Paths whose journal entries were examined (0 when nothing changed).
+    /// Paths re-hashed (0 when nothing changed since the last look).
     pub examined: usize,
 }
 
@@ -467,17 +477,19 @@ impl Git {
         )
         .map_err(|e| match e {
             GitError::Git { source, .. } if source.message().contains("find remote ref") => {
-                GitError::Fs(FsError::NotFound {
-                    path: format!("{url} branch {branch}"),
-                })
+                GitError::NoBranch {
+                    url: url.clone(),
+                    branch: branch.clone(),
+                }
             }
             e => e,
         })?;
-        let tip = mirror.refname_to_id(&tracking).map_err(|_| {
-            GitError::Fs(FsError::NotFound {
-                path: format!("{url} branch {branch}"),
-            })
-        })?;
+        let tip = mirror
+            .refname_to_id(&tracking)
+            .map_err(|_| GitError::NoBranch {
+                url: url.clone(),
+                branch: branch.clone(),
+            })?;
         let tip_commit = mirror
             .find_commit(tip)
             .map_err(GitError::git("read commit"))?;
@@ -598,8 +610,11 @@ impl Git {
                     Err(reason) => skipped.push(PathNote { path: v, reason }),
                 }
             } else {
-                conflicts.push(PathNote {
+                let blob = mirror.find_blob(*oid).map_err(GitError::git("read blob"))?;
+                let upstream_copy = self.save_upstream(&dir, path, blob.content());
+                conflicts.push(PullConflict {
                     path: v,
+                    upstream: upstream_copy,
                     reason: match (&base, &local_s) {
                         (_, None) => "deleted locally, changed upstream".into(),
                         (None, Some(_)) => {
@@ -634,9 +649,10 @@ impl Git {
                     deleted += 1;
                 }
                 (Some(_), Some(_)) => {
-                    conflicts.push(PathNote {
+                    conflicts.push(PullConflict {
                         path: v,
                         reason: "changed locally, deleted upstream".into(),
+                        upstream: None,
                     });
                     rows.push(FileRow {
                         path: path.clone(),
@@ -692,6 +708,23 @@ impl Git {
             ),
         );
         Ok(result)
+    }
+
+    /// Keeps the upstream version of a conflicted file in /cache (so an agent can read and merge
+    /// it); returns its virtual path, or None when /cache cannot take it.
+    fn save_upstream(&self, dir: &str, path: &str, content: &[u8]) -> Option<String> {
+        let v = if dir.is_empty() {
+            format!("/cache/.sandfs-upstream/{path}")
+        } else {
+            format!("/cache/.sandfs-upstream/{dir}/{path}")
+        };
+        match self.zones.write_bytes(&v, content, origin_git()) {
+            Ok(_) => Some(v),
+            Err(e) => {
+                tracing::warn!(path = %v, error = %e, "cannot keep the upstream version of a conflicted file");
+                None
+            }
+        }
     }
 
     fn event(&self, dir: &str, op: &str, detail: &str) {
@@ -842,7 +875,7 @@ impl Git {
             };
             candidates.insert(rel.to_string());
         }
-        let examined = if full { usize::MAX } else { candidates.len() };
+        let mut examined = candidates.len();
         // Many candidates: read every row once; few: ask the index for each.
         let all: Option<BTreeMap<String, FileRow>> = if full || candidates.len() > 64 {
             Some(
@@ -874,6 +907,9 @@ impl Git {
                 }
                 expanded.extend(self.walk_files(&repo.dir, c)?);
             }
+        }
+        if full {
+            examined = expanded.len();
         }
         if !expanded.is_empty() || last > repo.status_journal_id {
             let rows: HashMap<String, FileRow> = if let Some(m) = all {
@@ -933,7 +969,7 @@ impl Git {
             branch: repo.branch.clone(),
             base: repo.base.clone(),
             changes,
-            examined: if examined == usize::MAX { 0 } else { examined },
+            examined,
         })
     }
 
@@ -1218,6 +1254,7 @@ impl Git {
 
     fn view(&self, r: StagedRow, full: bool) -> GitResult<StagedCommit> {
         let repo = self.zones.db().repo(r.repo_id)?;
+        let repo_dir = repo.as_ref().map(|x| x.dir.clone());
         let files: Vec<StagedFile> = self
             .zones
             .db()
@@ -1251,7 +1288,11 @@ impl Git {
             commit: r.commit,
             state: r.state,
             reason: r.reason,
-            conflicts: r.conflicts,
+            conflicts: r
+                .conflicts
+                .iter()
+                .map(|p| vfile(repo_dir.as_deref().unwrap_or(""), p))
+                .collect(),
             pushed_commit: r.pushed_commit,
             pushed_ref: r.pushed_ref,
             pr_url: r.url_pr,
@@ -1300,6 +1341,12 @@ impl Git {
         } else {
             format!("refs/heads/{}", row.branch)
         };
+        // Everything a pull request needs is checked before anything is pushed.
+        let pr_target = if req.pr {
+            Some(pr::Target::new(&self.settings, &repo.url)?)
+        } else {
+            None
+        };
         let src = staged_ref(&row.id);
         let mut attempt = 0;
         let outcome = loop {
@@ -1313,7 +1360,7 @@ impl Git {
         let now = self.zones.now_ms();
         let db = self.zones.db();
         let (commit, rebased) = match outcome {
-            Ok(v) => v,
+            Ok((c, r)) => (c, r || row.state == "rebased"),
             Err(e) => {
                 let (state, conflicts) = match &e {
                     GitError::Conflict { paths, .. } => ("conflicted", paths.clone()),
@@ -1337,15 +1384,28 @@ impl Git {
             }
         };
         let mut url = None;
-        if req.pr {
+        if let Some(t) = &pr_target {
             let files = db.staged_files(&row.id)?;
-            url = Some(pr::open(
-                &self.settings,
-                &repo.url,
-                &row,
-                &format!("sandfs/{}", row.id),
-                &files,
-            )?);
+            match t.open(&self.settings, &row, &format!("sandfs/{}", row.id), &files) {
+                Ok(u) => url = Some(u),
+                Err(e) => {
+                    // The branch is on the remote; say so, so that a retry is understood.
+                    db.set_staged_state(
+                        &row.id,
+                        &row.state,
+                        Some(&format!(
+                            "pushed to {target}, but the pull request failed: {e}"
+                        )),
+                        &[],
+                        Some(&commit.to_string()),
+                        None,
+                        Some(&target),
+                        None,
+                        now,
+                    )?;
+                    return Err(e);
+                }
+            }
         }
         db.set_staged_state(
             &row.id,
@@ -1593,6 +1653,9 @@ impl Git {
                 state: row.state,
                 rule: "a pushed commit cannot be discarded".into(),
             });
+        }
+        if row.state == "discarded" {
+            return Err(GitError::Discarded { id: id.into() });
         }
         let repo = self.zones.db().repo(row.repo_id)?.ok_or(GitError::NoRepo {
             dir: "(repository of this staged commit)".into(),

@@ -63,73 +63,91 @@ pub fn body(row: &StagedRow, files: &[StagedFileRow]) -> String {
     out
 }
 
-/// Opens (or finds) the pull request of `head` into the staged commit's branch; returns its URL.
-pub fn open(
-    settings: &GitSection,
-    url: &str,
-    row: &StagedRow,
-    head: &str,
-    files: &[StagedFileRow],
-) -> GitResult<String> {
-    let (owner, repo) = owner_repo(url)?;
-    let var = settings.token_env.as_deref().ok_or_else(|| {
-        GitError::PullRequestAuth("git.token_env names no variable holding a token".into())
-    })?;
-    let token = std::env::var(var)
-        .ok()
-        .filter(|t| !t.is_empty())
-        .ok_or_else(|| {
-            GitError::PullRequestAuth(format!(
-                "set ${var} (git.token_env) in the daemon's environment"
-            ))
+/// Where a pull request goes, checked before anything is pushed.
+pub struct Target {
+    owner: String,
+    repo: String,
+    token: String,
+}
+
+impl Target {
+    /// Checks that `url` names an owner/repository and that the token is set.
+    pub fn new(settings: &GitSection, url: &str) -> GitResult<Target> {
+        let (owner, repo) = owner_repo(url)?;
+        let var = settings.token_env.as_deref().ok_or_else(|| {
+            GitError::PullRequestAuth("git.token_env names no variable holding a token".into())
         })?;
-    let title = row.message.lines().next().unwrap_or("sandfs change").trim();
-    let body = body(row, files);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| GitError::PullRequest(format!("cannot start a runtime: {e}")))?;
-    rt.block_on(async {
-        let gh = octocrab::Octocrab::builder()
-            .base_uri(settings.github_api.as_str())
-            .map_err(|e| GitError::invalid("git.github_api", e.to_string()))?
-            .personal_token(token)
+        let token = std::env::var(var)
+            .ok()
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| {
+                GitError::PullRequestAuth(format!(
+                    "set ${var} (git.token_env) in the daemon's environment"
+                ))
+            })?;
+        Ok(Target { owner, repo, token })
+    }
+
+    /// Opens (or finds) the pull request of `head` into the staged commit's branch; returns its
+    /// URL.
+    pub fn open(
+        &self,
+        settings: &GitSection,
+        row: &StagedRow,
+        head: &str,
+        files: &[StagedFileRow],
+    ) -> GitResult<String> {
+        let (owner, repo) = (&self.owner, &self.repo);
+        let title = row.message.lines().next().unwrap_or("sandfs change").trim();
+        let body = body(row, files);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
             .build()
-            .map_err(|e| GitError::PullRequest(e.to_string()))?;
-        let pulls = gh.pulls(&owner, &repo);
-        match pulls
-            .create(title, head, &row.branch)
-            .body(body)
-            .send()
-            .await
-        {
-            Ok(pr) => Ok(pr
-                .html_url
-                .map(|u| u.to_string())
-                .unwrap_or_else(|| format!("{owner}/{repo}#{}", pr.number))),
-            Err(octocrab::Error::GitHub { source, .. }) if source.status_code.as_u16() == 422 => {
-                // Already exists: find it.
-                let list = pulls
-                    .list()
-                    .head(format!("{owner}:{head}"))
-                    .state(octocrab::params::State::All)
-                    .send()
-                    .await
-                    .map_err(gh_error)?;
-                list.items
-                    .into_iter()
-                    .next()
-                    .and_then(|p| p.html_url.map(|u| u.to_string()))
-                    .ok_or_else(|| {
-                        GitError::PullRequest(format!(
-                            "GitHub refused to create it ({}) and none exists for {head}",
-                            source.message
-                        ))
-                    })
+            .map_err(|e| GitError::PullRequest(format!("cannot start a runtime: {e}")))?;
+        rt.block_on(async {
+            let gh = octocrab::Octocrab::builder()
+                .base_uri(settings.github_api.as_str())
+                .map_err(|e| GitError::invalid("git.github_api", e.to_string()))?
+                .personal_token(self.token.clone())
+                .build()
+                .map_err(|e| GitError::PullRequest(e.to_string()))?;
+            let pulls = gh.pulls(owner, repo);
+            match pulls
+                .create(title, head, &row.branch)
+                .body(body)
+                .send()
+                .await
+            {
+                Ok(pr) => Ok(pr
+                    .html_url
+                    .map(|u| u.to_string())
+                    .unwrap_or_else(|| format!("{owner}/{repo}#{}", pr.number))),
+                Err(octocrab::Error::GitHub { source, .. })
+                    if source.status_code.as_u16() == 422 =>
+                {
+                    // Already exists: find it.
+                    let list = pulls
+                        .list()
+                        .head(format!("{owner}:{head}"))
+                        .state(octocrab::params::State::All)
+                        .send()
+                        .await
+                        .map_err(gh_error)?;
+                    list.items
+                        .into_iter()
+                        .next()
+                        .and_then(|p| p.html_url.map(|u| u.to_string()))
+                        .ok_or_else(|| {
+                            GitError::PullRequest(format!(
+                                "GitHub refused to create it ({}) and none exists for {head}",
+                                source.message
+                            ))
+                        })
+                }
+                Err(e) => Err(gh_error(e)),
             }
-            Err(e) => Err(gh_error(e)),
-        }
-    })
+        })
+    }
 }
 
 fn gh_error(e: octocrab::Error) -> GitError {

@@ -146,13 +146,25 @@ fn failed(url: &str, op: &str, seen: &Seen, e: git2::Error) -> GitError {
             reason: e.message().into(),
         };
     }
+    if msg.contains("unsupported url protocol")
+        || msg.contains("failed to resolve path")
+        || msg.contains("could not find repository")
+        || msg.contains("not a git repository")
+    {
+        return GitError::BadRemote {
+            url: url.into(),
+            reason: e.message().into(),
+        };
+    }
     match e.class() {
-        git2::ErrorClass::Net | git2::ErrorClass::Os | git2::ErrorClass::Ssl => {
-            GitError::Unreachable {
-                url: url.into(),
-                reason: e.message().into(),
-            }
-        }
+        git2::ErrorClass::Net
+        | git2::ErrorClass::Os
+        | git2::ErrorClass::Ssl
+        | git2::ErrorClass::Ssh
+        | git2::ErrorClass::Http => GitError::Unreachable {
+            url: url.into(),
+            reason: e.message().into(),
+        },
         _ => GitError::Git {
             op: format!("{op} {url}"),
             source: e,

@@ -289,7 +289,7 @@ fn a_moved_remote_is_rebased_onto_or_reported() {
     );
     let c = state_of(&d, &c3);
     assert_eq!(c["state"], "conflicted");
-    assert_eq!(c["conflicts"], json!(["src/lib.rs"]));
+    assert_eq!(c["conflicts"], json!(["/workspace/proj/src/lib.rs"]));
     let (code, _) = d.err("/v1/git/push", json!({ "id": c3 }));
     assert_eq!(code, ErrorCode::Conflict);
 }
@@ -351,6 +351,23 @@ fn http_credentials_come_from_the_environment_and_never_leak() {
     let (code, msg) = none.err("/v1/git/pull", json!({ "remote": url }));
     assert_eq!(code, ErrorCode::AuthFailed, "{msg}");
     assert!(msg.contains(crate::daemon::TOKEN_VAR), "{msg}");
+    // A branch that does not exist, a remote that is not there, a path that is no repository.
+    let (code, msg) = d.err(
+        "/v1/git/pull",
+        json!({ "remote": url, "branch": "nope", "into": "/workspace/p3" }),
+    );
+    assert_eq!(code, ErrorCode::NotFound, "{msg}");
+    assert!(msg.contains("nope"), "{msg}");
+    let (code, msg) = d.err(
+        "/v1/git/pull",
+        json!({ "remote": "http://127.0.0.1:9/x.git", "into": "/workspace/p4" }),
+    );
+    assert_eq!(code, ErrorCode::RemoteUnavailable, "{msg}");
+    let (code, msg) = d.err(
+        "/v1/git/pull",
+        json!({ "remote": "/nonexistent/repo.git", "into": "/workspace/p5" }),
+    );
+    assert_eq!(code, ErrorCode::InvalidArgument, "{msg}");
     // A password in the URL is refused, and not echoed.
     let with_pw = url.replace("http://", "http://sandfs:hunter2@");
     let (code, msg) = d.err(
@@ -379,6 +396,8 @@ fn discard_keeps_or_reverts_and_staged_commits_survive_a_restart() {
     assert!(r["reverted"].as_array().unwrap().is_empty());
     assert_eq!(d.read("proj/README.md").unwrap(), b"# changed\n");
     assert_eq!(state_of(&d, &a)["state"], "discarded");
+    let (code, _) = d.err("/v1/git/discard", json!({ "id": a }));
+    assert_eq!(code, ErrorCode::Conflict, "discarded twice");
     let (code, _) = d.err("/v1/git/push", json!({ "id": a }));
     assert_eq!(code, ErrorCode::Conflict);
     // With revert: back to the base (a created file removed, a deleted one restored).
@@ -481,6 +500,13 @@ fn pulling_again_fast_forwards_untouched_files_and_reports_conflicts() {
     assert_eq!(
         r["conflicts"][0]["path"], "/workspace/proj/src/lib.rs",
         "{r}"
+    );
+    // The upstream version is kept in /cache for the merge.
+    let up = r["conflicts"][0]["upstream"].as_str().unwrap();
+    let read = d.ok("/v1/fs/read", json!({ "path": up }));
+    assert!(
+        read["content"].as_str().unwrap().starts_with("theirs\n"),
+        "{read}"
     );
     assert_eq!(
         changes(&d),
@@ -671,6 +697,20 @@ fn pull_requests_are_opened_found_again_or_refused() {
         "{msg}"
     );
     assert!(!contains(&d.everything_written(), b"gh-test-token"));
+    // Without a token nothing is pushed at all.
+    let no_token = Daemon::start(&format!("github_api = \"{}\"\n", gh.server.uri()), None);
+    no_token.ok(
+        "/v1/git/pull",
+        json!({ "remote": url, "into": "/workspace/q" }),
+    );
+    no_token.write("/workspace/q/e.txt", "e\n");
+    let e = stage(&no_token, "Add e");
+    let (code, msg) = no_token.err("/v1/git/push", json!({ "id": e, "pr": true }));
+    assert_eq!(code, ErrorCode::AuthFailed, "{msg}");
+    assert!(
+        !repo.branches().contains(&format!("sandfs/{e}")),
+        "pushed before checking"
+    );
 }
 
 #[test]
