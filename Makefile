@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: run test lint build bench
+.PHONY: run test lint build bench bench-api bench-fuse bench-git
 
 ## make run: install what is missing, build, and start the daemon on the embedded default
 run:
@@ -23,3 +23,17 @@ build:
 ## make bench: measure against rg, fd and native I/O (see docs/benchmarks.md)
 bench:
 	bash benches/run.sh
+	bash benches/fuse.sh
+	bash benches/git.sh
+
+## make bench-api: grep/glob against rg/fd, API round trips against native I/O
+bench-api:
+	bash benches/run.sh
+
+## make bench-fuse: the FUSE mount against the native backing dir and bindfs (fio, metadata, rg; root)
+bench-fuse:
+	bash benches/fuse.sh
+
+## make bench-git: git pull/stage/status on a 10,000-file repository against git clone --depth 1
+bench-git:
+	bash benches/git.sh
