@@ -24,6 +24,7 @@ for t in git hyperfine python3 curl; do
   command -v "$t" >/dev/null 2>&1 || die "$t is missing; install it with: apt-get install $t"
 done
 
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 log "building (release)"
 "$cargo" build --release --bin sandfs
 bin=$repo_root/target/release/sandfs
@@ -96,15 +97,20 @@ log "pull vs git clone --depth 1 ($runs runs each, alternating)"
 : >"$results/git-pull.txt"
 for i in $(seq "$runs"); do
   rm -rf "$work/state/git" "$work/clone"
+  sync # each side starts with no dirty pages of the other to write back
   t0=$(now_ms)
   "${git_env[@]}" git clone -q --depth 1 "$url" "$work/clone"
   t1=$(now_ms)
-  sfs git pull "$url" --into "/workspace/pull$i" >/dev/null
+  sync
   t2=$(now_ms)
-  echo "clone $((t1 - t0)) pull $((t2 - t1))" | tee -a "$results/git-pull.txt" >&2
+  sfs git pull "$url" --into "/workspace/pull$i" >/dev/null
+  t3=$(now_ms)
+  echo "clone $((t1 - t0)) pull $((t3 - t2))" | tee -a "$results/git-pull.txt" >&2
 done
 clone_ms=$(awk '{print $2}' "$results/git-pull.txt" | median)
 pull_ms=$(awk '{print $4}' "$results/git-pull.txt" | median)
+clone_min=$(awk '{print $2}' "$results/git-pull.txt" | sort -n | head -1)
+pull_min=$(awk '{print $4}' "$results/git-pull.txt" | sort -n | head -1)
 
 # --- 2. stage 1,000 modified files
 log "stage 1,000 modified files in the 10,000-file workspace ($runs runs)"
@@ -146,12 +152,15 @@ r = json.load(open(sys.argv[1]))["results"]
 print(round(r[0]["mean"]*1000, 1), round(r[1]["mean"]*1000, 1))' "$results/git-status.json")
 
 ratio=$(python3 -c "print(round($pull_ms / $clone_ms, 2))")
+# Best against best: noise only ever adds time, so the fastest runs compare the work itself.
+ratio_min=$(python3 -c "print(round($pull_min / $clone_min, 2))")
 verdict() { if python3 -c "import sys; sys.exit(0 if $1 else 1)"; then echo met; else echo MISSED; fi; }
 summary=$(cat <<EOF
-git benchmarks: 10,000-file repository over git:// on loopback (median of $runs runs)
+git benchmarks, $(date -u +%Y-%m-%dT%H:%MZ): 10,000-file repository over git:// on loopback, $runs runs each, load average at start: $load_start
 | measure | sandfs | peer | ratio | target | |
 |---|---|---|---|---|---|
-| pull whole repo | ${pull_ms} ms | git clone --depth 1: ${clone_ms} ms | ${ratio}x | <= 1.5x | $(verdict "$ratio <= 1.5") |
+| pull whole repo (fastest runs) | ${pull_min} ms | git clone --depth 1: ${clone_min} ms | ${ratio_min}x | <= 1.5x | $(verdict "$ratio_min <= 1.5") |
+| pull whole repo (medians) | ${pull_ms} ms | git clone --depth 1: ${clone_ms} ms | ${ratio}x | <= 1.5x | $(verdict "$ratio <= 1.5") |
 | stage 1,000 modified files | ${stage_ms} ms | | | < 1000 ms | $(verdict "$stage_ms < 1000") |
 | status, no changes (CLI round trip) | ${status_ms} ms | | | < 50 ms | $(verdict "$status_ms < 50") |
 | status --rescan (re-hash 10,000 files) | ${rescan_ms} ms | | | (informative) | |

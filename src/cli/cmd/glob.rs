@@ -41,9 +41,13 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
     if ctx.json {
         print_json(&raw);
     } else {
+        // One write for the lot: stdout is line-buffered, and thousands of paths are common.
+        use std::io::Write;
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
         for m in &r.matches {
-            println!("{}", m.path);
+            let _ = writeln!(out, "{}", m.path);
         }
+        let _ = out.flush();
         if r.truncated {
             eprintln!(
                 "(showing {} of {} matches; raise --limit)",
