@@ -1,6 +1,8 @@
 # The two commands of the README, and a few helpers.
 SHELL := /bin/bash
 CARGO ?= cargo
+# Where cargo builds (honours $CARGO_TARGET_DIR like cargo does).
+TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 
 .PHONY: run test lint build bench bench-api bench-fuse bench-git
 
@@ -8,16 +10,16 @@ CARGO ?= cargo
 run:
 	.ci/install-deps run
 	$(CARGO) build --release
-	./target/release/sandfs serve
+	$(TARGET_DIR)/release/sandfs serve
 
 ## make test: install the test dependencies and run every test (what CI runs)
 test:
 	.ci/install-deps test
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
-	rm -f target/tmp/pjdfstest-summary.txt
+	rm -f $(TARGET_DIR)/tmp/pjdfstest-summary.txt
 	$(CARGO) test --all-targets --no-fail-fast; status=$$?; \
-	  cat target/tmp/pjdfstest-summary.txt 2>/dev/null || echo "pjdfstest: no summary (the FUSE tests did not reach it)"; \
+	  cat $(TARGET_DIR)/tmp/pjdfstest-summary.txt 2>/dev/null || echo "pjdfstest: no summary (the FUSE tests did not reach it)"; \
 	  exit $$status
 
 build:
