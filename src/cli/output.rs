@@ -2,6 +2,10 @@
 
 use std::io::Write;
 
+use serde::de::DeserializeOwned;
+
+use crate::cli::ClientError;
+
 /// Prints raw JSON bytes followed by a newline.
 pub fn print_json(bytes: &[u8]) {
     let mut out = std::io::stdout().lock();
@@ -29,4 +33,9 @@ pub fn size(n: u64) -> String {
     } else {
         format!("{v:.1} {}", UNITS[u])
     }
+}
+
+/// Decodes the daemon's JSON answer.
+pub fn decode<T: DeserializeOwned>(raw: &[u8]) -> Result<T, ClientError> {
+    serde_json::from_slice(raw).map_err(|e| ClientError::Transport(format!("bad answer: {e}")))
 }

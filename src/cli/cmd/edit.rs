@@ -26,8 +26,7 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
     if ctx.json {
         print_json(&raw);
     } else {
-        let r: EditResult =
-            serde_json::from_slice(&raw).map_err(|e| ClientError::Transport(e.to_string()))?;
+        let r: EditResult = crate::cli::output::decode(&raw)?;
         println!(
             "{}: replaced {} occurrence{}",
             r.path,

@@ -18,8 +18,7 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
         .client
         .post_raw("/v1/fs/exists", &json!({ "path": a.path }))
         .await?;
-    let r: ExistsResult =
-        serde_json::from_slice(&raw).map_err(|e| ClientError::Transport(e.to_string()))?;
+    let r: ExistsResult = crate::cli::output::decode(&raw)?;
     if ctx.json {
         print_json(&raw);
     } else {

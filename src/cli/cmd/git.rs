@@ -139,8 +139,7 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
                 print_json(&raw);
                 return Ok(Outcome::Ok);
             }
-            let s: StatusResult =
-                serde_json::from_slice(&raw).map_err(|e| ClientError::Transport(e.to_string()))?;
+            let s: StatusResult = crate::cli::output::decode(&raw)?;
             if s.repos.is_empty() {
                 println!("no repository is pulled (`sandfs git pull URL`)");
             }
@@ -189,8 +188,7 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
                 print_json(&raw);
                 return Ok(Outcome::Ok);
             }
-            let c: StagedCommit =
-                serde_json::from_slice(&raw).map_err(|e| ClientError::Transport(e.to_string()))?;
+            let c: StagedCommit = crate::cli::output::decode(&raw)?;
             println!(
                 "staged {}: {} files (+{} -{}) for {} of {}",
                 c.id,

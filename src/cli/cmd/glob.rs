@@ -36,8 +36,7 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
         limit: a.limit,
     };
     let raw = ctx.client.post_raw("/v1/fs/glob", &opts).await?;
-    let r: GlobResult =
-        serde_json::from_slice(&raw).map_err(|e| ClientError::Transport(e.to_string()))?;
+    let r: GlobResult = crate::cli::output::decode(&raw)?;
     if ctx.json {
         print_json(&raw);
     } else {

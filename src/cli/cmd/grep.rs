@@ -77,8 +77,7 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
         hidden: a.hidden,
     };
     let raw = ctx.client.post_raw("/v1/fs/grep", &opts).await?;
-    let r: GrepResult =
-        serde_json::from_slice(&raw).map_err(|e| ClientError::Transport(e.to_string()))?;
+    let r: GrepResult = crate::cli::output::decode(&raw)?;
     if ctx.json {
         print_json(&raw);
         return Ok(if r.total == 0 {

@@ -30,8 +30,7 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
         print_json(&raw);
         return Ok(Outcome::Ok);
     }
-    let body: LogBody =
-        serde_json::from_slice(&raw).map_err(|e| ClientError::Transport(e.to_string()))?;
+    let body: LogBody = crate::cli::output::decode(&raw)?;
     for r in &body.entries {
         let to = r
             .to_path

@@ -26,8 +26,7 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
         print_json(&raw);
         return Ok(Outcome::Ok);
     }
-    let r: ListResult =
-        serde_json::from_slice(&raw).map_err(|e| ClientError::Transport(e.to_string()))?;
+    let r: ListResult = crate::cli::output::decode(&raw)?;
     for e in &r.entries {
         let suffix = match e.kind {
             EntryKind::Dir => "/",

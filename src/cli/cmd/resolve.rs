@@ -21,8 +21,7 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
     if ctx.json {
         print_json(&raw);
     } else {
-        let r: ResolveResult =
-            serde_json::from_slice(&raw).map_err(|e| ClientError::Transport(e.to_string()))?;
+        let r: ResolveResult = crate::cli::output::decode(&raw)?;
         println!("{}", r.real_path);
     }
     Ok(Outcome::Ok)

@@ -69,8 +69,7 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
             struct Body {
                 staged: Vec<StagedCommit>,
             }
-            let b: Body =
-                serde_json::from_slice(&raw).map_err(|e| ClientError::Transport(e.to_string()))?;
+            let b: Body = crate::cli::output::decode(&raw)?;
             if b.staged.is_empty() {
                 println!("nothing staged (`sandfs git stage -m MESSAGE`)");
             }
@@ -98,8 +97,7 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
                 print_json(&raw);
                 return Ok(Outcome::Ok);
             }
-            let c: StagedCommit =
-                serde_json::from_slice(&raw).map_err(|e| ClientError::Transport(e.to_string()))?;
+            let c: StagedCommit = crate::cli::output::decode(&raw)?;
             let tty = std::io::stdout().is_terminal() && !no_pager;
             let text = render(&c, *stat, tty);
             if tty && !stat {
@@ -147,8 +145,7 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
                 print_json(&raw);
                 return Ok(Outcome::Ok);
             }
-            let r: DiscardResult =
-                serde_json::from_slice(&raw).map_err(|e| ClientError::Transport(e.to_string()))?;
+            let r: DiscardResult = crate::cli::output::decode(&raw)?;
             println!("discarded {}", r.id);
             for p in &r.reverted {
                 println!("  reverted {p}");

@@ -22,8 +22,7 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
         print_json(&raw);
         return Ok(Outcome::Ok);
     }
-    let s: StatResult =
-        serde_json::from_slice(&raw).map_err(|e| ClientError::Transport(e.to_string()))?;
+    let s: StatResult = crate::cli::output::decode(&raw)?;
     println!("path:  {}", s.path);
     println!(
         "kind:  {}",

@@ -14,8 +14,7 @@ pub async fn run(ctx: &Ctx, _: &Args) -> Result<Outcome, ClientError> {
         print_json(&raw);
         return Ok(Outcome::Ok);
     }
-    let s: Status =
-        serde_json::from_slice(&raw).map_err(|e| ClientError::Transport(e.to_string()))?;
+    let s: Status = crate::cli::output::decode(&raw)?;
     println!("sandfs {} (pid {}, up {}s)", s.version, s.pid, s.uptime_s);
     println!("config:  {}", s.config);
     println!("socket:  {}", s.socket);

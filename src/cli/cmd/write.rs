@@ -24,7 +24,7 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
                 print_json(&raw);
                 return Ok(Outcome::Ok);
             }
-            serde_json::from_slice(&raw).map_err(|e| ClientError::Transport(e.to_string()))?
+            crate::cli::output::decode(&raw)?
         }
         None => ctx.client.upload(&a.path, tokio::io::stdin()).await?,
     };
