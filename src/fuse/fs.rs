@@ -22,6 +22,7 @@ use fuser::{
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat, Timespec, Timestamps};
 
 use super::inodes::{zone_ino, Inode, Inodes, ROOT_INO};
+use super::invalidate::OwnChanges;
 use crate::core::{Zone, ZoneId, Zones};
 use crate::state::{Origin, Via};
 
@@ -39,6 +40,8 @@ struct Handle {
     origin: Origin,
     written: AtomicU64,
     dirty: AtomicBool,
+    /// The backing file's `(st_dev, st_ino)` when open for writing (counted in [`OwnChanges`]).
+    writer_key: Option<(u64, u64)>,
 }
 
 /// The attributes a `setattr` call changes.
@@ -67,6 +70,8 @@ struct DirHandle {
 pub struct SandFs {
     zones: Arc<Zones>,
     pub(super) inodes: Arc<Inodes>,
+    /// Changes made through the mount, which the watcher must not invalidate.
+    pub(super) own: Arc<OwnChanges>,
     handles: RwLock<HashMap<u64, Arc<Handle>>>,
     dirs: Mutex<HashMap<u64, Arc<DirHandle>>>,
     next_fh: AtomicU64,
@@ -177,6 +182,7 @@ impl SandFs {
         Ok(SandFs {
             zones,
             inodes,
+            own: Arc::new(OwnChanges::default()),
             handles: RwLock::new(HashMap::new()),
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
@@ -258,8 +264,22 @@ impl SandFs {
         )
         .map_err(errno)?;
         let st = rustix::fs::fstat(&fd).map_err(errno)?;
-        let inode = self.inodes.remember(p.zone, fd, &st);
+        let inode = self.inodes.remember(p.zone, fd, &st, parent.0, name);
         Ok((inode.clone(), attr_of(inode.ino, &st)))
+    }
+
+    /// Notes a change the mount made to `name` in `dir` (and to `dir`), so the watcher leaves
+    /// the kernel's view of them alone.
+    fn mark(&self, dir: &Inode, name: Option<&OsStr>) {
+        self.own.note_entry(&dir.fd, name);
+    }
+
+    /// The backing `(st_dev, st_ino)` of `name` in `dir`, taken before removing or replacing it
+    /// (see [`OwnChanges::forget`]).
+    fn key_at(dir: &Inode, name: &OsStr) -> Option<(u64, u64)> {
+        rustix::fs::statat(&dir.fd, name, AtFlags::SYMLINK_NOFOLLOW)
+            .ok()
+            .map(|st| (st.st_dev, st.st_ino))
     }
 
     /// Records a change under `parent/name` in the journal.
@@ -311,6 +331,13 @@ impl SandFs {
         backing: Option<Arc<BackingId>>,
     ) -> u64 {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        let writer_key = writable
+            .then(|| rustix::fs::fstat(&file).ok())
+            .flatten()
+            .map(|st| (st.st_dev, st.st_ino));
+        if let Some((dev, ino)) = writer_key {
+            self.own.writer_opened(dev, ino);
+        }
         self.handles.write().expect("not poisoned").insert(
             fh,
             Arc::new(Handle {
@@ -321,6 +348,7 @@ impl SandFs {
                 origin: SandFs::origin(req),
                 written: AtomicU64::new(0),
                 dirty: AtomicBool::new(false),
+                writer_key,
             }),
         );
         fh
@@ -454,6 +482,7 @@ impl SandFs {
             }
         }
         let st = inode.stat().map_err(errno)?;
+        self.own.note(&st);
         Ok(attr_of(inode.ino, &st))
     }
 
@@ -652,6 +681,7 @@ impl fuser::Filesystem for SandFs {
                 .map_err(errno)?;
                 self.fix_mode(&p, name, mode & !umask & 0o7777)?;
             }
+            self.mark(&p, Some(name));
             self.record(req, &p, name, "create", None);
             self.do_lookup(parent, name)
         })();
@@ -680,6 +710,7 @@ impl fuser::Filesystem for SandFs {
                     .map_err(errno)?;
                 self.fix_mode(&p, name, mode & !umask & 0o7777)?;
             }
+            self.mark(&p, Some(name));
             self.record(req, &p, name, "mkdir", None);
             self.do_lookup(parent, name)
         })();
@@ -694,7 +725,12 @@ impl fuser::Filesystem for SandFs {
         let res = (|| {
             let p = self.dir_for_change(parent)?;
             let name = plain_name(name)?;
+            let gone = SandFs::key_at(&p, name);
             rustix::fs::unlinkat(&p.fd, name, AtFlags::empty()).map_err(errno)?;
+            self.mark(&p, None);
+            if let Some(k) = gone {
+                self.own.forget(k);
+            }
             self.record(req, &p, name, "delete", None);
             Ok(())
         })();
@@ -705,7 +741,12 @@ impl fuser::Filesystem for SandFs {
         let res = (|| {
             let p = self.dir_for_change(parent)?;
             let name = plain_name(name)?;
+            let gone = SandFs::key_at(&p, name);
             rustix::fs::unlinkat(&p.fd, name, AtFlags::REMOVEDIR).map_err(errno)?;
+            self.mark(&p, None);
+            if let Some(k) = gone {
+                self.own.forget(k);
+            }
             self.record(req, &p, name, "delete", None);
             Ok(())
         })();
@@ -727,6 +768,7 @@ impl fuser::Filesystem for SandFs {
                 let _c = Creds::of(req, self.is_root);
                 rustix::fs::symlinkat(target, &p.fd, name).map_err(errno)?;
             }
+            self.mark(&p, Some(name));
             self.record(req, &p, name, "symlink", None);
             self.do_lookup(parent, name)
         })();
@@ -761,7 +803,21 @@ impl fuser::Filesystem for SandFs {
             if flags.contains(RenameFlags::RENAME_WHITEOUT) {
                 return Err(Errno::EINVAL);
             }
+            let replaced = SandFs::key_at(&np, newname);
             rustix::fs::renameat_with(&p.fd, name, &np.fd, newname, rf).map_err(errno)?;
+            if let Some(k) = replaced.filter(|_| !rf.contains(rustix::fs::RenameFlags::EXCHANGE)) {
+                self.own.forget(k);
+            }
+            self.mark(&p, Some(name));
+            self.mark(&np, Some(newname));
+            // The kernel now knows the moved inode(s) under the new name(s).
+            for (dir, n, kernel_dir) in [(&np, newname, newparent.0), (&p, name, parent.0)] {
+                if let Ok(st) = rustix::fs::statat(&dir.fd, n, AtFlags::SYMLINK_NOFOLLOW) {
+                    if let Some(ino) = self.inodes.known_number(st.st_dev, st.st_ino) {
+                        self.inodes.seen_as(ino, kernel_dir, n);
+                    }
+                }
+            }
             let from = self
                 .vpath(&p)
                 .and_then(|v| v.join(&name.to_string_lossy()).ok());
@@ -800,6 +856,7 @@ impl fuser::Filesystem for SandFs {
                 AtFlags::SYMLINK_FOLLOW,
             )
             .map_err(errno)?;
+            self.mark(&np, Some(name));
             self.record(req, &np, name, "link", None);
             self.do_lookup(newparent, name)
         })();
@@ -931,9 +988,17 @@ impl fuser::Filesystem for SandFs {
     ) {
         let h = self.handles.write().expect("not poisoned").remove(&fh.0);
         if let Some(h) = h {
+            let st = h
+                .writer_key
+                .is_some()
+                .then(|| rustix::fs::fstat(&h.file).ok())
+                .flatten();
+            if let Some((dev, ino)) = h.writer_key {
+                self.own.writer_closed(dev, ino, st.as_ref());
+            }
             if h.dirty.load(Ordering::Relaxed) {
                 if let Some(vp) = self.inodes.get(h.ino).and_then(|i| self.vpath(&i)) {
-                    let size = rustix::fs::fstat(&h.file).ok().map(|st| st.st_size as u64);
+                    let size = st.as_ref().map(|st| st.st_size as u64);
                     self.zones.record_change(&vp, "write", size, None, h.origin);
                 }
             }
@@ -1133,6 +1198,9 @@ impl fuser::Filesystem for SandFs {
                 rustix::fs::XattrFlags::from_bits_retain(flags as _),
             )
             .map_err(errno)?;
+            if let Ok(st) = i.stat() {
+                self.own.note(&st);
+            }
             if let Some(vp) = self.vpath(&i) {
                 self.zones
                     .record_change(&vp, "setxattr", None, None, SandFs::origin(req));
@@ -1190,6 +1258,9 @@ impl fuser::Filesystem for SandFs {
             let i = self.inode(ino)?;
             self.writable(i.zone)?;
             rustix::fs::removexattr(i.proc_path().as_str(), name).map_err(errno)?;
+            if let Ok(st) = i.stat() {
+                self.own.note(&st);
+            }
             if let Some(vp) = self.vpath(&i) {
                 self.zones
                     .record_change(&vp, "setxattr", None, None, SandFs::origin(req));
@@ -1252,6 +1323,7 @@ impl fuser::Filesystem for SandFs {
                     Err(e) => return Err(errno(e)),
                 }
             };
+            self.mark(&p, Some(name));
             self.record(req, &p, name, "create", Some(0));
             let (inode, attr) = self.do_lookup(parent, name)?;
             Ok((inode, attr, fd))

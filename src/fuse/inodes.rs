@@ -5,11 +5,18 @@
 //! open a single component), so no lookup can leave a zone. Numbers are assigned per backing
 //! `(st_dev, st_ino)` and kept for the life of the mount, so hard links share an inode and a file
 //! looked up again after `forget` gets the number it had before.
+//!
+//! The descriptors are budgeted: the kernel keeps inodes as long as their dentries stay cached
+//! (our TTLs are long), and each pins one fd here. When the table passes its high-water mark
+//! (three quarters of `RLIMIT_NOFILE`), the table asks for the least recently looked-up entries to
+//! be dropped from the kernel's cache (`inval_entry` on the name they were last seen under, sent by
+//! the invalidation thread); the kernel then forgets them and their fds close.
 
 use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 
 use rustix::fs::{AtFlags, FileType, Stat};
 
@@ -37,6 +44,10 @@ pub struct Inode {
     nlookup: AtomicU64,
     /// The kernel wants one backing file per inode for passthrough: shared by all open handles.
     pub backing: Mutex<Weak<fuser::BackingId>>,
+    /// Where the kernel last looked it up: (parent inode, name), for evicting it.
+    seen_as: Mutex<(u64, OsString)>,
+    /// The table's clock at the last lookup (least recently used are evicted first).
+    used: AtomicU64,
 }
 
 impl Inode {
@@ -55,19 +66,87 @@ impl Inode {
     }
 }
 
+/// Asks the invalidation thread to evict entries (see [`Inodes::evict_plan`]).
+pub type PressureHook = Box<dyn Fn() + Send + Sync>;
+
 /// The table of live inodes.
-#[derive(Default)]
 pub struct Inodes {
     live: RwLock<HashMap<u64, Arc<Inode>>>,
     numbers: Mutex<HashMap<(u64, u64), u64>>,
     next: AtomicU64,
+    clock: AtomicU64,
+    /// Live inodes above this ask for eviction; eviction goes down to `low`.
+    high: usize,
+    low: usize,
+    evicting: AtomicBool,
+    on_pressure: OnceLock<PressureHook>,
+}
+
+impl Default for Inodes {
+    fn default() -> Self {
+        Inodes::new()
+    }
 }
 
 impl Inodes {
+    /// A table budgeted to the process's fd limit.
     pub fn new() -> Inodes {
+        let lim = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+        let fds = lim.current.unwrap_or(1 << 20).min(1 << 20) as usize;
+        Inodes::with_budget(fds / 4 * 3)
+    }
+
+    /// A table that asks for eviction above `high` live inodes.
+    pub fn with_budget(high: usize) -> Inodes {
+        let high = high.max(64);
         Inodes {
+            live: RwLock::default(),
+            numbers: Mutex::default(),
             next: AtomicU64::new(16),
-            ..Default::default()
+            clock: AtomicU64::new(0),
+            high,
+            low: high / 3 * 2,
+            evicting: AtomicBool::new(false),
+            on_pressure: OnceLock::new(),
+        }
+    }
+
+    /// Sets what to call when the table passes its high-water mark (once; later calls are ignored).
+    pub fn set_pressure_hook(&self, hook: PressureHook) {
+        let _ = self.on_pressure.set(hook);
+    }
+
+    /// Returns the number of live inodes (zone roots included).
+    pub fn live_count(&self) -> usize {
+        self.live.read().expect("not poisoned").len()
+    }
+
+    /// The entries to drop from the kernel's cache, least recently looked up first, to bring the
+    /// table down to its low-water mark: (parent inode, name). Ends the eviction request.
+    pub fn evict_plan(&self) -> Vec<(u64, OsString)> {
+        let live = self.live.read().expect("not poisoned");
+        let excess = live.len().saturating_sub(self.low);
+        let mut plan: Vec<(u64, u64, OsString)> = Vec::new();
+        if excess > 0 {
+            plan = live
+                .values()
+                .filter(|i| i.ino > 3)
+                .map(|i| {
+                    let (parent, name) = i.seen_as.lock().expect("not poisoned").clone();
+                    (i.used.load(Ordering::Relaxed), parent, name)
+                })
+                .collect();
+            plan.sort_unstable_by_key(|(used, _, _)| *used);
+            plan.truncate(excess);
+        }
+        self.evicting.store(false, Ordering::Release);
+        plan.into_iter().map(|(_, p, n)| (p, n)).collect()
+    }
+
+    /// Notes that the kernel now knows `ino` as `name` in `parent` (after a rename).
+    pub fn seen_as(&self, ino: u64, parent: u64, name: &OsStr) {
+        if let Some(i) = self.get(ino) {
+            *i.seen_as.lock().expect("not poisoned") = (parent, name.to_owned());
         }
     }
 
@@ -89,6 +168,8 @@ impl Inodes {
                 dev: st.st_dev,
                 nlookup: AtomicU64::new(1),
                 backing: Mutex::new(Weak::new()),
+                seen_as: Mutex::new((ROOT_INO, OsString::from(zone.name()))),
+                used: AtomicU64::new(0),
             }),
         );
         Ok(())
@@ -118,13 +199,29 @@ impl Inodes {
             .copied()
     }
 
-    /// Records one kernel lookup of the backing file behind `fd` (whose stat is `st`); returns its
-    /// inode. A second fd for an inode already live is dropped.
-    pub fn remember(&self, zone: ZoneId, fd: OwnedFd, st: &Stat) -> Arc<Inode> {
+    /// True when the kernel holds an inode for the backing file.
+    pub fn is_live(&self, dev: u64, backing_ino: u64) -> bool {
+        self.known_number(dev, backing_ino)
+            .is_some_and(|n| self.live.read().expect("not poisoned").contains_key(&n))
+    }
+
+    /// Records one kernel lookup of the backing file behind `fd` (whose stat is `st`), found as
+    /// `name` in `parent`; returns its inode. A second fd for an inode already live is dropped.
+    pub fn remember(
+        &self,
+        zone: ZoneId,
+        fd: OwnedFd,
+        st: &Stat,
+        parent: u64,
+        name: &OsStr,
+    ) -> Arc<Inode> {
         let ino = self.number_of(st.st_dev, st.st_ino);
+        let now = self.clock.fetch_add(1, Ordering::Relaxed);
         let mut live = self.live.write().expect("not poisoned");
         if let Some(existing) = live.get(&ino) {
             existing.nlookup.fetch_add(1, Ordering::Relaxed);
+            existing.used.store(now, Ordering::Relaxed);
+            *existing.seen_as.lock().expect("not poisoned") = (parent, name.to_owned());
             return existing.clone();
         }
         let inode = Arc::new(Inode {
@@ -135,8 +232,18 @@ impl Inodes {
             dev: st.st_dev,
             nlookup: AtomicU64::new(1),
             backing: Mutex::new(Weak::new()),
+            seen_as: Mutex::new((parent, name.to_owned())),
+            used: AtomicU64::new(now),
         });
         live.insert(ino, inode.clone());
+        let pressure = live.len() > self.high;
+        drop(live);
+        if pressure && !self.evicting.swap(true, Ordering::AcqRel) {
+            match self.on_pressure.get() {
+                Some(hook) => hook(),
+                None => self.evicting.store(false, Ordering::Release),
+            }
+        }
         inode
     }
 

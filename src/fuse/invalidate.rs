@@ -9,17 +9,143 @@
 //! registered as the core's [`ChangeListener`] and invalidates on the calling (API worker) thread
 //! before the call returns, so a client that wrote through the API and then reads through the
 //! mount sees its write.
+//!
+//! The watcher also sees the mount's *own* changes, which the kernel already knows about;
+//! invalidating those would throw away the entries and attributes the kernel has just learned
+//! (a `stat` after a `create` would cost a round trip). [`OwnChanges`] records the backing inode's
+//! ctime right after each change made through the mount, and the watcher skips an event whose
+//! inode still has it (or that is open for writing through the mount, where the kernel does the
+//! writes itself). Recording the ctime means querying it, so with multigrain timestamps the next
+//! change by anyone else gets a different one. Events that change nothing (opens, reads,
+//! `close` of a file opened read-only) are skipped too.
+//!
+//! The same thread evicts entries when the inode table passes its fd budget (see
+//! [`super::inodes`]).
 
-use std::ffi::OsStr;
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use fuser::{INodeNo, Notifier};
-use notify::{RecursiveMode, Watcher};
+use notify::event::{AccessKind, AccessMode};
+use notify::{EventKind, RecursiveMode, Watcher};
+use rustix::fs::{AtFlags, Stat};
 
 use super::inodes::Inodes;
 use crate::core::ChangeListener;
+
+/// Marks older than this are dropped once the table is large (an event that arrives later is
+/// treated as someone else's change: one needless invalidation, never a missed one).
+const MARK_LIFETIME: Duration = Duration::from_secs(30);
+const MARKS_BEFORE_PRUNE: usize = 1 << 16;
+
+/// A backing inode's ctime as the mount left it, and when that was recorded.
+struct Mark {
+    ctime: (i64, u64),
+    at: Instant,
+}
+
+/// Backing inodes the mount changed itself, by `(st_dev, st_ino)`.
+#[derive(Default)]
+pub struct OwnChanges {
+    marks: Mutex<HashMap<(u64, u64), Mark>>,
+    /// Open for writing through the mount, with the number of such handles.
+    writers: Mutex<HashMap<(u64, u64), u32>>,
+}
+
+fn ctime(st: &Stat) -> (i64, u64) {
+    (st.st_ctime, st.st_ctime_nsec)
+}
+
+impl OwnChanges {
+    /// Records `st` (taken after a change through the mount) as the mount's own.
+    pub fn note(&self, st: &Stat) {
+        let mut marks = self.marks.lock().expect("not poisoned");
+        if marks.len() >= MARKS_BEFORE_PRUNE {
+            marks.retain(|_, m| m.at.elapsed() < MARK_LIFETIME);
+        }
+        marks.insert(
+            (st.st_dev, st.st_ino),
+            Mark {
+                ctime: ctime(st),
+                at: Instant::now(),
+            },
+        );
+    }
+
+    /// Records the entry `name` in `dir` (if it exists) and `dir` itself.
+    pub fn note_entry(&self, dir: impl AsFd, name: Option<&OsStr>) {
+        let dir = dir.as_fd();
+        if let Some(name) = name {
+            if let Ok(st) = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+                self.note(&st);
+            }
+        }
+        if let Ok(st) = rustix::fs::fstat(dir) {
+            self.note(&st);
+        }
+    }
+
+    /// Drops what is recorded of a backing inode the mount has removed: its inode number may be
+    /// reused by a file created elsewhere.
+    pub fn forget(&self, key: (u64, u64)) {
+        self.marks.lock().expect("not poisoned").remove(&key);
+    }
+
+    /// Counts a handle open for writing through the mount.
+    pub fn writer_opened(&self, dev: u64, ino: u64) {
+        *self
+            .writers
+            .lock()
+            .expect("not poisoned")
+            .entry((dev, ino))
+            .or_default() += 1;
+    }
+
+    /// Ends a handle counted by [`OwnChanges::writer_opened`]; `st` is the file's state after it.
+    pub fn writer_closed(&self, dev: u64, ino: u64, st: Option<&Stat>) {
+        if let Some(st) = st {
+            self.note(st);
+        }
+        let mut w = self.writers.lock().expect("not poisoned");
+        if let Some(n) = w.get_mut(&(dev, ino)) {
+            *n -= 1;
+            if *n == 0 {
+                w.remove(&(dev, ino));
+            }
+        }
+    }
+
+    /// True when `st` is as the mount left it, or the file is open for writing through it.
+    fn is_own(&self, st: &Stat) -> bool {
+        let key = (st.st_dev, st.st_ino);
+        if self
+            .writers
+            .lock()
+            .expect("not poisoned")
+            .contains_key(&key)
+        {
+            return true;
+        }
+        self.marks
+            .lock()
+            .expect("not poisoned")
+            .get(&key)
+            .is_some_and(|m| m.ctime == ctime(st))
+    }
+}
+
+/// What the invalidation thread is asked to do.
+enum Job {
+    /// Something changed at this backing path.
+    Changed(PathBuf),
+    /// The inode table is over its fd budget.
+    Evict,
+}
 
 /// Invalidates synchronously for changes made through the core (never a FUSE request thread:
 /// the core skips listeners for changes that came through the mount).
@@ -32,7 +158,24 @@ impl ChangeListener for Direct {
     fn changed(&self, paths: &[PathBuf]) {
         for p in paths {
             invalidate(&self.inodes, &self.notifier, p);
+            invalidate_new_ancestors(&self.inodes, &self.notifier, p);
         }
+    }
+}
+
+/// A change may have created the directories above `path` (`mkdir -p`): the kernel may hold
+/// negative entries for them. Walks up to the first directory the kernel holds and drops its
+/// entry for the new one below it.
+fn invalidate_new_ancestors(inodes: &Inodes, notifier: &Notifier, path: &Path) {
+    let mut cur = path.parent();
+    while let Some(dir) = cur {
+        if let Some((dev, ino)) = key(dir) {
+            if inodes.is_live(dev, ino) {
+                break;
+            }
+            invalidate(inodes, notifier, dir);
+        }
+        cur = dir.parent();
     }
 }
 
@@ -43,32 +186,51 @@ pub struct Invalidator {
 }
 
 impl Invalidator {
-    /// Watches `roots` and invalidates through `notifier`.
+    /// Watches `roots` and invalidates through `notifier`, skipping the mount's `own` changes;
+    /// evicts entries when `inodes` passes its budget.
     pub fn start(
         roots: &[PathBuf],
         inodes: Arc<Inodes>,
+        own: Arc<OwnChanges>,
         notifier: Notifier,
     ) -> notify::Result<Invalidator> {
-        let (tx, rx) = mpsc::channel::<PathBuf>();
-        let mut watcher =
-            notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
-                if let Ok(ev) = res {
-                    for p in ev.paths {
-                        let _ = tx.send(p);
-                    }
+        let (tx, rx) = mpsc::channel::<Job>();
+        let evict_tx = Mutex::new(tx.clone());
+        inodes.set_pressure_hook(Box::new(move || {
+            let _ = evict_tx.lock().expect("not poisoned").send(Job::Evict);
+        }));
+        let mut watcher = notify::recommended_watcher(
+            move |res: notify::Result<notify::Event>| {
+                let Ok(ev) = res else { return };
+                // Opening, reading and closing a file opened read-only change nothing.
+                if matches!(ev.kind, EventKind::Access(k) if k != AccessKind::Close(AccessMode::Write))
+                {
+                    return;
                 }
-            })?;
+                for p in ev.paths {
+                    let _ = tx.send(Job::Changed(p));
+                }
+            },
+        )?;
         for r in roots {
             watcher.watch(r, RecursiveMode::Recursive)?;
         }
         let thread = std::thread::Builder::new()
             .name("sandfs-inval".into())
             .spawn(move || {
-                while let Ok(path) = rx.recv() {
-                    invalidate(&inodes, &notifier, &path);
+                let run = |job: Job| match job {
+                    Job::Changed(path) => {
+                        if !is_own_change(&own, &path) {
+                            invalidate(&inodes, &notifier, &path);
+                        }
+                    }
+                    Job::Evict => evict(&inodes, &notifier),
+                };
+                while let Ok(job) = rx.recv() {
+                    run(job);
                     // Coalesce a burst: drain what is already queued.
-                    while let Ok(p) = rx.try_recv() {
-                        invalidate(&inodes, &notifier, &p);
+                    while let Ok(job) = rx.try_recv() {
+                        run(job);
                     }
                 }
             })
@@ -87,6 +249,32 @@ impl Drop for Invalidator {
             drop(t);
         }
     }
+}
+
+/// True when the change at `path` was the mount's own: the entry is as the mount left it, or,
+/// when it is gone, its directory is.
+fn is_own_change(own: &OwnChanges, path: &Path) -> bool {
+    match rustix::fs::lstat(path) {
+        Ok(st) => own.is_own(&st),
+        Err(_) => path
+            .parent()
+            .and_then(|p| rustix::fs::lstat(p).ok())
+            .is_some_and(|st| own.is_own(&st)),
+    }
+}
+
+/// Drops the least recently used entries from the kernel's cache; it then forgets their inodes.
+fn evict(inodes: &Inodes, notifier: &Notifier) {
+    let plan: Vec<(u64, OsString)> = inodes.evict_plan();
+    let n = plan.len();
+    for (parent, name) in plan {
+        let _ = notifier.inval_entry(INodeNo(parent), &name);
+    }
+    tracing::debug!(
+        evicted = n,
+        live = inodes.live_count(),
+        "inode table over its fd budget: dropped least recently used entries from the kernel's cache"
+    );
 }
 
 fn key(path: &Path) -> Option<(u64, u64)> {

@@ -153,6 +153,7 @@ pub fn mount(zones: Arc<Zones>, mountpoint: &Path, threads: usize) -> Result<Mou
         source: e,
     })?;
     let inodes = fs.inodes.clone();
+    let own = fs.own.clone();
     let root = rustix::process::geteuid().is_root();
     let mut config = Config::default();
     config.mount_options = vec![
@@ -184,7 +185,8 @@ pub fn mount(zones: Arc<Zones>, mountpoint: &Path, threads: usize) -> Result<Mou
         inodes: inodes.clone(),
         notifier: session.notifier(),
     }));
-    let invalidator = match invalidate::Invalidator::start(&roots, inodes, session.notifier()) {
+    let invalidator = match invalidate::Invalidator::start(&roots, inodes, own, session.notifier())
+    {
         Ok(i) => Some(i),
         Err(e) => {
             tracing::warn!(error = %e, "cannot watch the backing dirs; changes made outside the mount may show late");

@@ -14,6 +14,8 @@ pub struct Mounted {
     pub socket: PathBuf,
     config: PathBuf,
     log: PathBuf,
+    /// `RLIMIT_NOFILE` (soft and hard) for the daemon, when lowered.
+    nofile: Option<u64>,
 }
 
 fn mounted_at(path: &Path) -> bool {
@@ -32,6 +34,15 @@ fn mounted_at(path: &Path) -> bool {
 impl Mounted {
     /// Starts a daemon (sandboxed zones under the temp dir) mounted at `<tmp>/mnt`.
     pub fn start(extra: &str) -> Mounted {
+        Mounted::start_with(extra, None)
+    }
+
+    /// Starts a daemon whose fd limit (soft and hard) is `nofile`.
+    pub fn start_with_fd_limit(extra: &str, nofile: u64) -> Mounted {
+        Mounted::start_with(extra, Some(nofile))
+    }
+
+    fn start_with(extra: &str, nofile: Option<u64>) -> Mounted {
         assert!(
             Path::new("/dev/fuse").exists(),
             "/dev/fuse is missing: FUSE tests need the fuse kernel module and `apt-get install fuse3`"
@@ -62,6 +73,7 @@ impl Mounted {
             mnt,
             socket,
             config,
+            nofile,
         };
         m.spawn();
         m
@@ -70,16 +82,26 @@ impl Mounted {
     /// Starts the daemon (again) and waits until the mount answers.
     pub fn spawn(&mut self) {
         let log = std::fs::File::create(&self.log).unwrap();
-        self.child = Some(
-            Command::new(BIN)
-                .args(["serve", "--config"])
-                .arg(&self.config)
-                .env("RUST_LOG", "info")
-                .stdout(Stdio::null())
-                .stderr(log)
-                .spawn()
-                .unwrap(),
-        );
+        let mut cmd = Command::new(BIN);
+        cmd.args(["serve", "--config"])
+            .arg(&self.config)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log);
+        if let Some(n) = self.nofile {
+            let lim = rustix::process::Rlimit {
+                current: Some(n),
+                maximum: Some(n),
+            };
+            // SAFETY: setrlimit is async-signal-safe and touches no memory of the parent.
+            unsafe {
+                std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+                    rustix::process::setrlimit(rustix::process::Resource::Nofile, lim)
+                        .map_err(std::io::Error::from)
+                });
+            }
+        }
+        self.child = Some(cmd.spawn().unwrap());
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
             // statfs is never answered from cache, and the socket must accept: a stale mount and a

@@ -265,6 +265,33 @@ fn fifty_thousand_files_in_one_directory() {
 }
 
 #[test]
+fn more_files_than_the_fd_limit_can_be_looked_up_and_read() {
+    // Each inode the kernel keeps pins one descriptor in the daemon: with 512 descriptors it
+    // must drop old entries from the kernel's cache to read 3,000 files.
+    let m = Mounted::start_with_fd_limit("", 512);
+    let back = m.backing("workspace");
+    for d in 0..10 {
+        fs::create_dir(back.join(format!("d{d}"))).unwrap();
+        for f in 0..300 {
+            fs::write(back.join(format!("d{d}/f{f}")), format!("{d}/{f}")).unwrap();
+        }
+    }
+    for pass in 0..2 {
+        for d in 0..10 {
+            for f in 0..300 {
+                let p = m.ws().join(format!("d{d}/f{f}"));
+                let got = fs::read_to_string(&p)
+                    .unwrap_or_else(|e| panic!("pass {pass}: {}: {e}", p.display()));
+                assert_eq!(got, format!("{d}/{f}"));
+            }
+        }
+    }
+    // The daemon still works: it can open new files and answer the API.
+    fs::write(m.ws().join("after.txt"), "ok").unwrap();
+    assert_eq!(m.cli(&["read", "/workspace/after.txt"]).trim_end(), "ok");
+}
+
+#[test]
 fn concurrent_readers_and_writers_see_whole_files() {
     let m = Mounted::start("");
     let ws = m.ws();
@@ -342,6 +369,17 @@ fn changes_on_the_backing_dir_show_through_the_mount_within_100ms() {
     within("a new file", &|| {
         fs::read_to_string(ws.join("new.txt")).ok().as_deref() == Some("hello")
     });
+    // Rewrite, from outside and with the same size, a file the mount has just written and
+    // stat'ed: the watcher must not take the outside change for the mount's own.
+    for round in 0..20 {
+        let (mine, theirs) = (format!("mine{round:02}"), format!("them{round:02}"));
+        fs::write(ws.join("twice.txt"), &mine).unwrap();
+        assert_eq!(fs::read_to_string(ws.join("twice.txt")).unwrap(), mine);
+        fs::write(back.join("twice.txt"), &theirs).unwrap();
+        within("an outside rewrite right after the mount's own", &|| {
+            fs::read_to_string(ws.join("twice.txt")).ok().as_deref() == Some(theirs.as_str())
+        });
+    }
     // Delete it.
     fs::remove_file(back.join("new.txt")).unwrap();
     within("a deletion", &|| !ws.join("new.txt").exists());
