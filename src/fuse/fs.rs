@@ -10,7 +10,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
@@ -32,7 +32,11 @@ pub const TTL: Duration = Duration::from_secs(60);
 
 /// An open file.
 struct Handle {
-    file: std::fs::File,
+    /// The daemon's own descriptor, for the calls the kernel does not pass through (fsync, lseek,
+    /// fallocate, …): opened with the caller's flags, at open or on first use.
+    file: OnceLock<std::fs::File>,
+    flags: OFlags,
+    inode: Arc<Inode>,
     ino: u64,
     backing: Option<Arc<BackingId>>,
     writable: bool,
@@ -42,6 +46,17 @@ struct Handle {
     dirty: AtomicBool,
     /// The backing file's `(st_dev, st_ino)` when open for writing (counted in [`OwnChanges`]).
     writer_key: Option<(u64, u64)>,
+}
+
+impl Handle {
+    /// The daemon's descriptor of the file, opened now if the handle has none yet.
+    fn file(&self, fs: &SandFs) -> Res<&std::fs::File> {
+        if let Some(f) = self.file.get() {
+            return Ok(f);
+        }
+        let f = std::fs::File::from(fs.reopen(&self.inode, self.flags)?);
+        Ok(self.file.get_or_init(|| f))
+    }
 }
 
 /// The attributes a `setattr` call changes.
@@ -321,19 +336,21 @@ impl SandFs {
             .ok_or(Errno::EBADF)
     }
 
-    /// Registers an open file and answers `open`/`create` (with kernel passthrough when possible).
+    /// Registers an open file (`file`: the daemon's descriptor, if it opened one with `flags`).
     fn new_handle(
         &self,
         req: &Request,
-        inode: &Inode,
-        file: std::fs::File,
+        inode: &Arc<Inode>,
+        file: Option<std::fs::File>,
+        flags: OFlags,
         writable: bool,
         backing: Option<Arc<BackingId>>,
     ) -> u64 {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        let writer_key = writable
-            .then(|| rustix::fs::fstat(&file).ok())
-            .flatten()
+        let writer_key = file
+            .as_ref()
+            .filter(|_| writable)
+            .and_then(|f| rustix::fs::fstat(f).ok())
             .map(|st| (st.st_dev, st.st_ino));
         if let Some((dev, ino)) = writer_key {
             self.own.writer_opened(dev, ino);
@@ -341,7 +358,9 @@ impl SandFs {
         self.handles.write().expect("not poisoned").insert(
             fh,
             Arc::new(Handle {
-                file,
+                file: file.map(OnceLock::from).unwrap_or_default(),
+                flags,
+                inode: inode.clone(),
                 ino: inode.ino,
                 backing,
                 writable,
@@ -460,7 +479,7 @@ impl SandFs {
                 .and_then(|fh| self.handle(fh).ok())
                 .filter(|h| h.writable)
             {
-                Some(h) => rustix::fs::ftruncate(&h.file, size).map_err(errno)?,
+                Some(h) => rustix::fs::ftruncate(h.file(self)?, size).map_err(errno)?,
                 None => {
                     let fd = self.reopen(inode, OFlags::WRONLY)?;
                     rustix::fs::ftruncate(&fd, size).map_err(errno)?;
@@ -868,42 +887,47 @@ impl fuser::Filesystem for SandFs {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let i = match self.inode(ino) {
+            Ok(i) => i,
+            Err(e) => return reply.error(e),
+        };
+        let write = SandFs::is_write(flags.0);
+        let oflags = SandFs::open_flags(flags.0);
+        // A file read through passthrough before: the kernel already has its backing file, so
+        // there is nothing to open here (our own descriptor is opened if a later call needs it).
+        if !write && i.kind == FileType::RegularFile && self.passthrough.load(Ordering::Relaxed) {
+            let known = i.backing.lock().expect("not poisoned").clone();
+            if let Some(b) = known {
+                let fh = self.new_handle(req, &i, None, oflags, false, Some(b.clone()));
+                return reply.opened_passthrough(FileHandle(fh), FopenFlags::FOPEN_NOFLUSH, &b);
+            }
+        }
         let res = (|| {
-            let i = self.inode(ino)?;
-            let write = SandFs::is_write(flags.0);
             if write {
                 self.writable(i.zone)?;
             }
-            let fd = self.reopen(&i, SandFs::open_flags(flags.0))?;
-            Ok((i, fd, write))
+            self.reopen(&i, oflags)
         })();
-        match res {
-            Err(e) => reply.error(e),
-            Ok((i, fd, write)) => {
-                let file = std::fs::File::from(fd);
-                let backing = (self.passthrough.load(Ordering::Relaxed)
-                    && i.kind == FileType::RegularFile)
-                    .then(|| SandFs::shared_backing(&i, || reply.open_backing(file.as_fd())))
-                    .flatten();
-                let fh = self.new_handle(req, &i, file, write, backing);
-                if write && flags.0 & libc::O_TRUNC != 0 {
-                    self.mark_dirty(fh);
-                }
-                let h = self.handle(FileHandle(fh)).expect("just inserted");
-                match &h.backing {
-                    Some(b) => {
-                        // The kernel does the I/O; count the file as changed when it was opened for writing.
-                        if write {
-                            self.mark_dirty(fh);
-                        }
-                        reply.opened_passthrough(FileHandle(fh), FopenFlags::FOPEN_NOFLUSH, b)
-                    }
-                    None => reply.opened(
-                        FileHandle(fh),
-                        FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_NOFLUSH,
-                    ),
-                }
-            }
+        let fd = match res {
+            Ok(fd) => fd,
+            Err(e) => return reply.error(e),
+        };
+        let file = std::fs::File::from(fd);
+        let backing = (self.passthrough.load(Ordering::Relaxed) && i.kind == FileType::RegularFile)
+            .then(|| SandFs::shared_backing(&i, || reply.open_backing(file.as_fd())))
+            .flatten();
+        let fh = self.new_handle(req, &i, Some(file), oflags, write, backing.clone());
+        // Count the file as changed when truncated, or opened for writing with the kernel doing
+        // the writes (the daemon never sees them).
+        if write && (backing.is_some() || flags.0 & libc::O_TRUNC != 0) {
+            self.mark_dirty(fh);
+        }
+        match &backing {
+            Some(b) => reply.opened_passthrough(FileHandle(fh), FopenFlags::FOPEN_NOFLUSH, b),
+            None => reply.opened(
+                FileHandle(fh),
+                FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_NOFLUSH,
+            ),
         }
     }
 
@@ -922,8 +946,8 @@ impl fuser::Filesystem for SandFs {
             let mut buf = vec![0u8; size as usize];
             let mut n = 0;
             while n < buf.len() {
-                let r =
-                    rustix::io::pread(&h.file, &mut buf[n..], offset + n as u64).map_err(errno)?;
+                let r = rustix::io::pread(h.file(self)?, &mut buf[n..], offset + n as u64)
+                    .map_err(errno)?;
                 if r == 0 {
                     break;
                 }
@@ -951,9 +975,9 @@ impl fuser::Filesystem for SandFs {
             let mut n = 0;
             while n < data.len() {
                 let r = if flags.0 & libc::O_APPEND != 0 {
-                    rustix::io::write(&h.file, &data[n..])
+                    rustix::io::write(h.file(self)?, &data[n..])
                 } else {
-                    rustix::io::pwrite(&h.file, &data[n..], offset + n as u64)
+                    rustix::io::pwrite(h.file(self)?, &data[n..], offset + n as u64)
                 }
                 .map_err(errno)?;
                 n += r;
@@ -991,7 +1015,7 @@ impl fuser::Filesystem for SandFs {
             let st = h
                 .writer_key
                 .is_some()
-                .then(|| rustix::fs::fstat(&h.file).ok())
+                .then(|| h.file.get().and_then(|f| rustix::fs::fstat(f).ok()))
                 .flatten();
             if let Some((dev, ino)) = h.writer_key {
                 self.own.writer_closed(dev, ino, st.as_ref());
@@ -1016,9 +1040,9 @@ impl fuser::Filesystem for SandFs {
     ) {
         let res = self.handle(fh).and_then(|h| {
             if datasync {
-                rustix::fs::fdatasync(&h.file).map_err(errno)
+                rustix::fs::fdatasync(h.file(self)?).map_err(errno)
             } else {
-                rustix::fs::fsync(&h.file).map_err(errno)
+                rustix::fs::fsync(h.file(self)?).map_err(errno)
             }
         });
         reply!(reply, res, |()| reply.ok())
@@ -1337,7 +1361,8 @@ impl fuser::Filesystem for SandFs {
                     .load(Ordering::Relaxed)
                     .then(|| SandFs::shared_backing(&inode, || reply.open_backing(file.as_fd())))
                     .flatten();
-                let fh = self.new_handle(req, &inode, file, true, backing);
+                let oflags = SandFs::open_flags(flags);
+                let fh = self.new_handle(req, &inode, Some(file), oflags, true, backing);
                 self.mark_dirty(fh);
                 let h = self.handle(FileHandle(fh)).expect("just inserted");
                 match &h.backing {
@@ -1373,7 +1398,7 @@ impl fuser::Filesystem for SandFs {
     ) {
         let res = self.handle(fh).and_then(|h| {
             rustix::fs::fallocate(
-                &h.file,
+                h.file(self)?,
                 rustix::fs::FallocateFlags::from_bits_retain(mode as _),
                 offset,
                 length,
@@ -1402,7 +1427,7 @@ impl fuser::Filesystem for SandFs {
                 libc::SEEK_CUR => rustix::fs::SeekFrom::Current(offset),
                 _ => rustix::fs::SeekFrom::Start(offset as u64),
             };
-            rustix::fs::seek(&h.file, pos).map_err(errno)
+            rustix::fs::seek(h.file(self)?, pos).map_err(errno)
         });
         reply!(reply, res, |p| reply.offset(p as i64))
     }
@@ -1424,9 +1449,9 @@ impl fuser::Filesystem for SandFs {
             let o = self.handle(fh_out)?;
             let (mut oi, mut oo) = (offset_in, offset_out);
             let n = rustix::fs::copy_file_range(
-                &i.file,
+                i.file(self)?,
                 Some(&mut oi),
-                &o.file,
+                o.file(self)?,
                 Some(&mut oo),
                 len as usize,
             )
@@ -1459,13 +1484,13 @@ impl SandFs {
         open: impl FnOnce() -> std::io::Result<BackingId>,
     ) -> Option<Arc<BackingId>> {
         let mut slot = inode.backing.lock().expect("not poisoned");
-        if let Some(b) = slot.upgrade() {
-            return Some(b);
+        if let Some(b) = &*slot {
+            return Some(b.clone());
         }
         match open() {
             Ok(b) => {
                 let b = Arc::new(b);
-                *slot = Arc::downgrade(&b);
+                *slot = Some(b.clone());
                 Some(b)
             }
             Err(e) => {

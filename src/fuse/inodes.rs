@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use rustix::fs::{AtFlags, FileType, Stat};
 
@@ -42,8 +42,9 @@ pub struct Inode {
     pub kind: FileType,
     pub dev: u64,
     nlookup: AtomicU64,
-    /// The kernel wants one backing file per inode for passthrough: shared by all open handles.
-    pub backing: Mutex<Weak<fuser::BackingId>>,
+    /// The kernel wants one backing file per inode for passthrough: registered at the first open
+    /// and kept for the inode's life, so later opens need neither a reopen nor an ioctl.
+    pub backing: Mutex<Option<Arc<fuser::BackingId>>>,
     /// Where the kernel last looked it up: (parent inode, name), for evicting it.
     seen_as: Mutex<(u64, OsString)>,
     /// The table's clock at the last lookup (least recently used are evicted first).
@@ -167,7 +168,7 @@ impl Inodes {
                 kind: FileType::Directory,
                 dev: st.st_dev,
                 nlookup: AtomicU64::new(1),
-                backing: Mutex::new(Weak::new()),
+                backing: Mutex::new(None),
                 seen_as: Mutex::new((ROOT_INO, OsString::from(zone.name()))),
                 used: AtomicU64::new(0),
             }),
@@ -231,7 +232,7 @@ impl Inodes {
             kind: FileType::from_raw_mode(st.st_mode),
             dev: st.st_dev,
             nlookup: AtomicU64::new(1),
-            backing: Mutex::new(Weak::new()),
+            backing: Mutex::new(None),
             seen_as: Mutex::new((parent, name.to_owned())),
             used: AtomicU64::new(now),
         });

@@ -17,7 +17,7 @@
 //! inode still has it (or that is open for writing through the mount, where the kernel does the
 //! writes itself). Recording the ctime means querying it, so with multigrain timestamps the next
 //! change by anyone else gets a different one. Events that change nothing (opens, reads,
-//! `close` of a file opened read-only) are skipped too.
+//! `close`) are not watched at all.
 //!
 //! The same thread evicts entries when the inode table passes its fd budget (see
 //! [`super::inodes`]).
@@ -31,7 +31,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fuser::{INodeNo, Notifier};
-use notify::event::{AccessKind, AccessMode};
 use notify::{EventKind, RecursiveMode, Watcher};
 use rustix::fs::{AtFlags, Stat};
 
@@ -199,18 +198,21 @@ impl Invalidator {
         inodes.set_pressure_hook(Box::new(move || {
             let _ = evict_tx.lock().expect("not poisoned").send(Job::Evict);
         }));
-        let mut watcher = notify::recommended_watcher(
+        // Only changes: no IN_OPEN / IN_CLOSE_NOWRITE, which the daemon's own opens of backing
+        // files would queue by the thousand (each one a wake-up of the watcher thread).
+        let config = notify::Config::default().with_event_kinds(notify::EventKindMask::CORE);
+        let mut watcher = notify::RecommendedWatcher::new(
             move |res: notify::Result<notify::Event>| {
                 let Ok(ev) = res else { return };
-                // Opening, reading and closing a file opened read-only change nothing.
-                if matches!(ev.kind, EventKind::Access(k) if k != AccessKind::Close(AccessMode::Write))
-                {
+                // Opening, reading and closing change nothing (should the mask let one through).
+                if matches!(ev.kind, EventKind::Access(_)) {
                     return;
                 }
                 for p in ev.paths {
                     let _ = tx.send(Job::Changed(p));
                 }
             },
+            config,
         )?;
         for r in roots {
             watcher.watch(r, RecursiveMode::Recursive)?;
