@@ -8,7 +8,8 @@
 //!
 //! The descriptors are budgeted: the kernel keeps inodes as long as their dentries stay cached
 //! (our TTLs are long), and each pins one fd here. When the table passes its high-water mark
-//! (three quarters of `RLIMIT_NOFILE`), the table asks for the least recently looked-up entries to
+//! (three quarters of `RLIMIT_NOFILE`), the table asks for the least recently looked-up entries (files
+//! before directories) to
 //! be dropped from the kernel's cache (`inval_entry` on the name they were last seen under, sent by
 //! the invalidation thread); the kernel then forgets them and their fds close.
 
@@ -122,22 +123,26 @@ impl Inodes {
         self.live.read().expect("not poisoned").len()
     }
 
-    /// The entries to drop from the kernel's cache, least recently looked up first, to bring the
-    /// table down to its low-water mark: (parent inode, name). Ends the eviction request.
+    /// The entries to drop from the kernel's cache, least recently looked up first (files before
+    /// directories), to bring the table down to its low-water mark: (parent inode, name). Ends the
+    /// eviction request.
     pub fn evict_plan(&self) -> Vec<(u64, OsString)> {
         let live = self.live.read().expect("not poisoned");
         let excess = live.len().saturating_sub(self.low);
-        let mut plan: Vec<(u64, u64, OsString)> = Vec::new();
+        let mut plan: Vec<((bool, u64), u64, OsString)> = Vec::new();
         if excess > 0 {
             plan = live
                 .values()
                 .filter(|i| i.ino > 3)
                 .map(|i| {
                     let (parent, name) = i.seen_as.lock().expect("not poisoned").clone();
-                    (i.used.load(Ordering::Relaxed), parent, name)
+                    // Directories last: dropping one drops everything cached beneath it (its
+                    // listing, its children, the names known not to exist in it).
+                    let dir = i.kind == FileType::Directory;
+                    ((dir, i.used.load(Ordering::Relaxed)), parent, name)
                 })
                 .collect();
-            plan.sort_unstable_by_key(|(used, _, _)| *used);
+            plan.sort_unstable_by_key(|(key, _, _)| *key);
             plan.truncate(excess);
         }
         self.evicting.store(false, Ordering::Release);
