@@ -3,6 +3,8 @@
 //! [`Zones`] is the one value the FUSE adapter, the socket API and tests call into. It knows no
 //! socket, no mount, no git and no sandbox; it reads paths through [`path`], reaches files through
 //! [`zone`], records every mutation in the state journal, and reports failures as [`FsError`].
+//! [`remote`] defines what a directory inside a remote sandbox must offer ([`remote::RemoteFs`]);
+//! the providers that offer it live in `crate::sandbox`.
 
 pub mod error;
 mod locks;
@@ -10,6 +12,7 @@ mod locks;
 mod model_tests;
 mod ops;
 pub mod path;
+pub mod remote;
 mod search;
 pub mod zone;
 

@@ -1,0 +1,457 @@
+//! The HTTP transport to one `sandbox-agent` server, and the one place its answers become
+//! [`RemoteError`]s.
+//!
+//! Every request carries the bearer token (a header marked sensitive, so it never appears in
+//! debug output) and runs under a deadline: a server that is down answers `Unavailable` at once,
+//! one that hangs answers `TimedOut` when the deadline passes — never a hang. Connections are
+//! pooled (HTTP/1.1 keep-alive); `https` URLs use the system's root certificates.
+//!
+//! The server reports errors as `application/problem+json` (`{type, title, status, detail}`)
+//! whose only machine-readable part beyond the status is the text of `detail`. So, and only
+//! here, errors are classified from that text: `path not found:` (HTTP 400, sandbox-agent never
+//! answers 404 for a path), `path is not a file:`, `path is not a directory:`, `destination
+//! already exists:`, and `(os error N)` in a 502 (the errno of the failed system call).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Full};
+use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
+use hyper::{Method, Request, StatusCode};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use serde::Deserialize;
+
+use crate::core::remote::{RemoteError, RemoteResult};
+
+/// Characters of a query value sent as they are (the rest is percent-encoded).
+const QUERY_VALUE: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'/')
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
+/// Returns `value` encoded for a query string.
+pub(super) fn query_value(value: &str) -> String {
+    utf8_percent_encode(value, QUERY_VALUE).to_string()
+}
+
+/// A body to send and its content type.
+pub(super) struct Body {
+    pub data: Bytes,
+    pub content_type: &'static str,
+}
+
+impl Body {
+    pub fn json(value: &serde_json::Value) -> Body {
+        Body {
+            data: Bytes::from(value.to_string()),
+            content_type: "application/json",
+        }
+    }
+
+    pub fn bytes(data: Bytes) -> Body {
+        Body {
+            data,
+            content_type: "application/octet-stream",
+        }
+    }
+
+    pub fn tar(data: Vec<u8>) -> Body {
+        Body {
+            data: Bytes::from(data),
+            content_type: "application/x-tar",
+        }
+    }
+}
+
+/// An answer with a success status.
+pub(super) struct Reply {
+    pub body: Bytes,
+}
+
+/// Counts of what went over the wire, for tests and progress reports.
+#[derive(Debug, Default)]
+pub(super) struct Counters {
+    pub requests: AtomicU64,
+    pub bytes_sent: AtomicU64,
+}
+
+/// A client bound to one server (base URL and token).
+pub(super) struct Transport {
+    base: String,
+    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    auth: Option<HeaderValue>,
+    pub timeout: Duration,
+    pub counters: Counters,
+}
+
+impl Transport {
+    /// Builds a transport for `url` (`http://host:port` or `https://…`, optionally with a path
+    /// prefix). Nothing is sent yet.
+    pub fn new(
+        url: &str,
+        token: Option<&str>,
+        timeout: Duration,
+        connect_timeout: Duration,
+    ) -> RemoteResult<Transport> {
+        let invalid = |rule: &str| RemoteError::InvalidConfig {
+            name: format!("sandbox url {url:?}"),
+            rule: rule.to_string(),
+        };
+        let uri: hyper::Uri = url
+            .parse()
+            .map_err(|e| invalid(&format!("not a URL ({e})")))?;
+        let scheme = uri.scheme_str().unwrap_or("");
+        if scheme != "http" && scheme != "https" {
+            return Err(invalid("it must start with http:// or https://"));
+        }
+        if uri.host().is_none() {
+            return Err(invalid("it names no host"));
+        }
+        if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
+            return Err(invalid(
+                "it must not hold credentials; put the token in the environment variable named by token_env",
+            ));
+        }
+        if uri.query().is_some() {
+            return Err(invalid("it must not have a query string"));
+        }
+        let base = url.trim_end_matches('/').to_string();
+
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_nodelay(true);
+        http.set_connect_timeout(Some(connect_timeout));
+        let builder = hyper_rustls::HttpsConnectorBuilder::new();
+        let connector = if scheme == "https" {
+            builder
+                .with_native_roots()
+                .map_err(|e| RemoteError::Unavailable {
+                    url: base.clone(),
+                    reason: format!("no root certificates for https: {e}"),
+                })?
+                .https_or_http()
+                .enable_http1()
+                .wrap_connector(http)
+        } else {
+            // Plain http never reaches the TLS layer, so no root certificates are needed.
+            let config = rustls_config_without_roots();
+            builder
+                .with_tls_config(config)
+                .https_or_http()
+                .enable_http1()
+                .wrap_connector(http)
+        };
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .pool_timer(TokioTimer::new())
+            .build(connector);
+
+        let auth = match token {
+            Some(token) => {
+                let mut value =
+                    HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
+                        RemoteError::InvalidConfig {
+                            name: "sandbox token".into(),
+                            rule: "it must be printable ASCII".into(),
+                        }
+                    })?;
+                value.set_sensitive(true);
+                Some(value)
+            }
+            None => None,
+        };
+        Ok(Transport {
+            base,
+            client,
+            auth,
+            timeout,
+            counters: Counters::default(),
+        })
+    }
+
+    /// Returns the server's base URL (never with credentials: the token travels in a header).
+    pub fn url(&self) -> &str {
+        &self.base
+    }
+
+    /// Sends one request to `path_and_query` (`/v1/fs/stat?path=…`) and returns the answer when
+    /// its status is a success; otherwise the classified error. `path` names the remote path the
+    /// request is about, for error messages.
+    pub async fn send(
+        &self,
+        op: &'static str,
+        path: &str,
+        method: Method,
+        path_and_query: &str,
+        body: Option<Body>,
+        timeout: Duration,
+    ) -> RemoteResult<Reply> {
+        let uri = format!("{}{}", self.base, path_and_query);
+        let mut req = Request::builder().method(method).uri(&uri);
+        if let Some(auth) = &self.auth {
+            req = req.header(AUTHORIZATION, auth.clone());
+        }
+        let (data, sent) = match body {
+            Some(body) => {
+                req = req.header(CONTENT_TYPE, body.content_type);
+                let sent = body.data.len() as u64;
+                (body.data, sent)
+            }
+            None => (Bytes::new(), 0),
+        };
+        let req = req
+            .body(Full::new(data))
+            .map_err(|e| RemoteError::Protocol {
+                url: self.base.clone(),
+                op,
+                reason: format!("cannot build the request: {e}"),
+            })?;
+        self.counters.requests.fetch_add(1, Ordering::Relaxed);
+        self.counters.bytes_sent.fetch_add(sent, Ordering::Relaxed);
+
+        let exchange = async {
+            let resp = self.client.request(req).await.map_err(|e| chain(&e))?;
+            let status = resp.status();
+            let body = resp
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| chain(&e))?
+                .to_bytes();
+            Ok::<_, String>((status, body))
+        };
+        let (status, body) = match tokio::time::timeout(timeout, exchange).await {
+            Err(_) => {
+                return Err(RemoteError::TimedOut {
+                    url: self.base.clone(),
+                    op: op.to_string(),
+                    after: timeout,
+                })
+            }
+            Ok(Err(reason)) => {
+                return Err(RemoteError::Unavailable {
+                    url: self.base.clone(),
+                    reason,
+                })
+            }
+            Ok(Ok(answer)) => answer,
+        };
+        if status.is_success() {
+            tracing::trace!(op, path, status = status.as_u16(), "sandbox-agent");
+            return Ok(Reply { body });
+        }
+        let err = self.classify(op, path, status, &body, sent);
+        tracing::debug!(op, path, status = status.as_u16(), error = %err, "sandbox-agent");
+        Err(err)
+    }
+
+    /// Turns a failed answer into the error it means.
+    fn classify(
+        &self,
+        op: &'static str,
+        path: &str,
+        status: StatusCode,
+        body: &[u8],
+        sent: u64,
+    ) -> RemoteError {
+        let detail = problem_detail(body);
+        let path_or = |named: &str| {
+            let named = named.trim();
+            if named.is_empty() { path } else { named }.to_string()
+        };
+        match status.as_u16() {
+            401 | 403 => RemoteError::AuthFailed {
+                url: self.base.clone(),
+                status: status.as_u16(),
+                reason: detail,
+            },
+            413 => RemoteError::TooLarge {
+                path: path.to_string(),
+                what: "request body",
+                size: sent,
+                limit: super::MAX_BODY_BYTES,
+            },
+            400 => {
+                let text = detail.strip_prefix("invalid request: ").unwrap_or(&detail);
+                if let Some(named) = text.strip_prefix("path not found:") {
+                    RemoteError::NotFound {
+                        path: path_or(named),
+                    }
+                } else if let Some(named) = text.strip_prefix("path is not a file:") {
+                    RemoteError::IsDir {
+                        path: path_or(named),
+                    }
+                } else if let Some(named) = text.strip_prefix("path is not a directory:") {
+                    RemoteError::NotDir {
+                        path: path_or(named),
+                    }
+                } else if let Some(named) = text.strip_prefix("destination already exists:") {
+                    RemoteError::Exists {
+                        path: path_or(named),
+                    }
+                } else if let Some(named) = text.strip_prefix("invalid relative path:") {
+                    RemoteError::InvalidPath {
+                        path: path_or(named),
+                        rule: "the sandbox refused it as a relative path".into(),
+                    }
+                } else {
+                    self.other(op, path, status, detail)
+                }
+            }
+            502 => match os_errno(&detail) {
+                Some(errno) => from_errno(errno, path).unwrap_or_else(|| RemoteError::Remote {
+                    op,
+                    path: path.to_string(),
+                    status: status.as_u16(),
+                    detail,
+                }),
+                None => self.other(op, path, status, detail),
+            },
+            _ => self.other(op, path, status, detail),
+        }
+    }
+
+    fn other(
+        &self,
+        op: &'static str,
+        path: &str,
+        status: StatusCode,
+        detail: String,
+    ) -> RemoteError {
+        RemoteError::Remote {
+            op,
+            path: path.to_string(),
+            status: status.as_u16(),
+            detail,
+        }
+    }
+}
+
+/// The error document of sandbox-agent (RFC 9457 problem details).
+#[derive(Deserialize)]
+struct Problem {
+    #[serde(default)]
+    title: Option<String>,
+    #[serde(default)]
+    detail: Option<String>,
+}
+
+/// Returns the human text of an error body: the problem's `detail` (or `title`), or the body
+/// itself when it is not a problem document (413 and 422 answers are plain text).
+fn problem_detail(body: &[u8]) -> String {
+    if let Ok(problem) = serde_json::from_slice::<Problem>(body) {
+        if let Some(text) = problem.detail.or(problem.title) {
+            return text;
+        }
+    }
+    let text = String::from_utf8_lossy(body);
+    let text = text.trim();
+    if text.len() > 500 {
+        format!("{}…", &text[..text.floor_char_boundary_compat(500)])
+    } else {
+        text.to_string()
+    }
+}
+
+/// `str::floor_char_boundary` is not stable on the crate's minimum Rust.
+trait FloorCharBoundary {
+    fn floor_char_boundary_compat(&self, at: usize) -> usize;
+}
+
+impl FloorCharBoundary for str {
+    fn floor_char_boundary_compat(&self, at: usize) -> usize {
+        (0..=at.min(self.len()))
+            .rev()
+            .find(|&i| self.is_char_boundary(i))
+            .unwrap_or(0)
+    }
+}
+
+/// Returns N from the first `(os error N)` in `text` (how Rust's `io::Error` prints an errno).
+fn os_errno(text: &str) -> Option<i32> {
+    let start = text.find("(os error ")? + "(os error ".len();
+    let digits: String = text[start..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
+    digits.parse().ok()
+}
+
+/// Returns the error an errno means for `path`, when it has a code of its own.
+pub(super) fn from_errno(errno: i32, path: &str) -> Option<RemoteError> {
+    let path = path.to_string();
+    Some(match errno {
+        libc::ENOENT => RemoteError::NotFound { path },
+        libc::EEXIST => RemoteError::Exists { path },
+        libc::EISDIR => RemoteError::IsDir { path },
+        libc::ENOTDIR => RemoteError::NotDir { path },
+        libc::ENOTEMPTY => RemoteError::NotEmpty { path },
+        libc::EACCES | libc::EPERM | libc::EROFS => RemoteError::PermissionDenied { path },
+        libc::ENOSPC | libc::EDQUOT => RemoteError::NoSpace { path },
+        _ => return None,
+    })
+}
+
+/// Returns an error and its sources as one line (`client error (Connect): tcp connect error:
+/// Connection refused (os error 111)`).
+fn chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(e) = source {
+        let part = e.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        source = e.source();
+    }
+    text
+}
+
+/// A TLS configuration with no trusted roots, for connectors that only ever speak plain http.
+fn rustls_config_without_roots() -> rustls::ClientConfig {
+    rustls::ClientConfig::builder()
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errno_is_read_from_the_detail() {
+        assert_eq!(
+            os_errno("stream error: Directory not empty (os error 39)"),
+            Some(39)
+        );
+        assert_eq!(os_errno("stream error: failed to unpack `x`"), None);
+        assert!(matches!(
+            from_errno(libc::ENOTEMPTY, "/a"),
+            Some(RemoteError::NotEmpty { .. })
+        ));
+        assert!(from_errno(libc::EIO, "/a").is_none());
+    }
+
+    #[test]
+    fn problem_documents_and_plain_text_give_their_detail() {
+        let body = br#"{"type":"urn:sandbox-agent:error:invalid_request","title":"Invalid Request","status":400,"detail":"invalid request: path not found: /x"}"#;
+        assert_eq!(problem_detail(body), "invalid request: path not found: /x");
+        assert_eq!(
+            problem_detail(b"Failed to buffer the request body: length limit exceeded"),
+            "Failed to buffer the request body: length limit exceeded"
+        );
+    }
+
+    #[test]
+    fn query_values_keep_slashes_and_encode_the_rest() {
+        assert_eq!(query_value("/a b/c&d=é"), "/a%20b/c%26d%3D%C3%A9");
+    }
+}

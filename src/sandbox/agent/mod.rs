@@ -1,0 +1,810 @@
+//! The `sandbox-agent` provider: a directory inside any sandbox that runs the open-source
+//! `sandbox-agent` server (Daytona, E2B, Vercel, Modal, a VM), over its HTTP API.
+//!
+//! Routes used (measured on 0.4.2): `GET /v1/health`, `GET /v1/fs/stat|entries|file?path=`,
+//! `PUT /v1/fs/file?path=` (raw bytes; creates parents), `POST /v1/fs/mkdir?path=` (like
+//! `mkdir -p`), `DELETE /v1/fs/entry?path=[&recursive=true]`, `POST /v1/fs/move`
+//! `{from, to, overwrite}`, `POST /v1/fs/upload-batch?path=` (a plain tar,
+//! `Content-Type: application/x-tar`) and `POST /v1/processes/run`. The agent and ACP routes
+//! are never called (they download coding agents).
+//!
+//! What the server really does, and how this provider copes:
+//! * Request bodies over 2 MiB are refused (413): larger files are uploaded as 2 MiB parts
+//!   beside the destination and joined in the sandbox by one command (`cat`, then `mv` over the
+//!   destination), so the file appears whole or not at all; many small items travel as tar
+//!   batches of at most 2 MiB.
+//! * A missing path is HTTP 400 `path not found:` (never 404); other failed system calls are
+//!   502 with the errno in the text. Both become the matching [`RemoteError`].
+//! * `stat` and listings follow symlinks and carry no modes, so [`RemoteFs::walk`] runs
+//!   `find -printf` through exec; a dangling symlink is "not found" to the fs routes, so removing
+//!   or renaming one falls back to `rm`/`mv` through exec.
+//! * `move` with `overwrite: true` deletes a directory in the way, contents and all: it is sent
+//!   only after checking that the destination is not a directory.
+//!
+//! The bearer token comes from the environment variable named in the config, is read once when
+//! the provider is built, travels only in a header marked sensitive, and is never logged,
+//! printed or stored.
+
+mod batch;
+mod http;
+mod walk;
+mod wire;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use hyper::Method;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use crate::core::remote::{
+    check_relative_path, check_remote_path, command_result, join_remote, walk_by_listing,
+    BatchItem, BatchReport, BoxFuture, Caps, ExecOutput, ExecRequest, HashAlgo, Limits, MetaUpdate,
+    RemoteEntry, RemoteError, RemoteFs, RemoteMeta, RemoteResult, WalkEntry,
+};
+use crate::core::EntryKind;
+use http::{query_value, Body, Transport};
+
+/// The largest request body sandbox-agent 0.4.2 accepts (`413 Payload Too Large` above).
+pub const MAX_BODY_BYTES: u64 = 2 * 1024 * 1024;
+/// The most standard output `/v1/processes/run` returns before truncating.
+pub const MAX_EXEC_OUTPUT_BYTES: u64 = 1024 * 1024;
+/// The longest run `/v1/processes/run` allows (`maxRunTimeoutMs`).
+const MAX_EXEC_TIMEOUT: Duration = Duration::from_secs(300);
+const PROVIDER: &str = "sandbox-agent";
+
+/// Exit code of the helper scripts for "is a directory" (EISDIR).
+const EXIT_IS_DIR: i32 = 21;
+/// Exit code of the helper scripts for "not there".
+const EXIT_MISSING: i32 = walk::EXIT_NOT_FOUND;
+
+/// How to reach one sandbox-agent server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxAgentConfig {
+    /// Base URL (`http://127.0.0.1:2468`, `https://sandbox.example/agent`).
+    pub url: String,
+    /// The environment variable holding the bearer token; `None` for a server started with
+    /// `--no-token`.
+    pub token_env: Option<String>,
+    /// Longest time one request may take (exec adds its own run time to this).
+    pub request_timeout: Duration,
+    /// Longest time opening a connection may take.
+    pub connect_timeout: Duration,
+    /// Default time limit of a command run with exec (capped at the server's 300 s).
+    pub exec_timeout: Duration,
+}
+
+impl SandboxAgentConfig {
+    /// Returns a config for `url` with the default timeouts (30 s per request, 5 s to connect,
+    /// 120 s per command) and no token.
+    pub fn new(url: impl Into<String>) -> SandboxAgentConfig {
+        SandboxAgentConfig {
+            url: url.into(),
+            token_env: None,
+            request_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+            exec_timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+/// A bearer token. Its `Debug` output hides it; it is never logged or stored.
+pub struct Token(String);
+
+impl Token {
+    /// Wraps a token.
+    pub fn new(token: impl Into<String>) -> Token {
+        Token(token.into())
+    }
+}
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Token(***)")
+    }
+}
+
+/// A connection to one sandbox-agent server, implementing [`RemoteFs`].
+pub struct SandboxAgent {
+    http: Transport,
+    exec_timeout: Duration,
+    /// Set once `b3sum` turned out to be missing in the sandbox.
+    no_b3sum: AtomicBool,
+    /// Makes the names of chunk files unique within this process.
+    nonce: AtomicU64,
+}
+
+impl std::fmt::Debug for SandboxAgent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SandboxAgent")
+            .field("url", &self.http.url())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SandboxAgent {
+    /// Builds the provider for `config`, reading the token from the environment variable it
+    /// names. Nothing is sent until the first operation ([`RemoteFs::check`] to test the
+    /// connection).
+    pub fn connect(config: &SandboxAgentConfig) -> RemoteResult<SandboxAgent> {
+        let token = match &config.token_env {
+            Some(var) => match std::env::var(var) {
+                Ok(token) if !token.is_empty() => Some(Token(token)),
+                _ => {
+                    return Err(RemoteError::TokenMissing {
+                        url: config.url.clone(),
+                        var: var.clone(),
+                    })
+                }
+            },
+            None => None,
+        };
+        SandboxAgent::with_token(config, token)
+    }
+
+    /// Builds the provider for `config` with an explicit token (`token_env` is ignored).
+    pub fn with_token(
+        config: &SandboxAgentConfig,
+        token: Option<Token>,
+    ) -> RemoteResult<SandboxAgent> {
+        let http = Transport::new(
+            &config.url,
+            token.as_ref().map(|t| t.0.as_str()),
+            config.request_timeout,
+            config.connect_timeout,
+        )?;
+        Ok(SandboxAgent {
+            http,
+            exec_timeout: config.exec_timeout.min(MAX_EXEC_TIMEOUT),
+            no_b3sum: AtomicBool::new(false),
+            nonce: AtomicU64::new(0),
+        })
+    }
+
+    /// Returns the server's base URL.
+    pub fn url(&self) -> &str {
+        self.http.url()
+    }
+
+    /// Returns how many HTTP requests this provider has sent.
+    pub fn requests(&self) -> u64 {
+        self.http.counters.requests.load(Ordering::Relaxed)
+    }
+
+    /// Returns how many request-body bytes this provider has sent.
+    pub fn bytes_sent(&self) -> u64 {
+        self.http.counters.bytes_sent.load(Ordering::Relaxed)
+    }
+
+    fn fs_route(route: &str, path: &str) -> String {
+        format!("/v1/fs/{route}?path={}", query_value(path))
+    }
+
+    async fn send(
+        &self,
+        op: &'static str,
+        path: &str,
+        method: Method,
+        route: &str,
+        body: Option<Body>,
+    ) -> RemoteResult<Bytes> {
+        let reply = self
+            .http
+            .send(op, path, method, route, body, self.http.timeout)
+            .await?;
+        Ok(reply.body)
+    }
+
+    async fn get_json<T: DeserializeOwned>(
+        &self,
+        op: &'static str,
+        path: &str,
+        route: &str,
+    ) -> RemoteResult<T> {
+        let body = self.send(op, path, Method::GET, route, None).await?;
+        self.decode(op, &body)
+    }
+
+    fn decode<T: DeserializeOwned>(&self, op: &'static str, body: &[u8]) -> RemoteResult<T> {
+        serde_json::from_slice(body).map_err(|e| RemoteError::Protocol {
+            url: self.url().to_string(),
+            op,
+            reason: format!("unexpected JSON ({e})"),
+        })
+    }
+
+    /// Runs `script` with `sh -c` in the sandbox, `args` as `$1…`.
+    async fn sh(
+        &self,
+        op: &'static str,
+        path: &str,
+        script: &str,
+        args: &[&str],
+    ) -> RemoteResult<ExecOutput> {
+        let mut all = vec!["-c", script, "sh"];
+        all.extend_from_slice(args);
+        self.run(op, path, ExecRequest::new("sh", all)).await
+    }
+
+    /// Runs a command through `/v1/processes/run`.
+    async fn run(
+        &self,
+        op: &'static str,
+        path: &str,
+        req: ExecRequest,
+    ) -> RemoteResult<ExecOutput> {
+        let limit = req
+            .timeout
+            .unwrap_or(self.exec_timeout)
+            .min(MAX_EXEC_TIMEOUT);
+        let mut body = json!({
+            "command": req.command,
+            "args": req.args,
+            "timeoutMs": limit.as_millis() as u64,
+        });
+        if let Some(cwd) = &req.cwd {
+            body["cwd"] = json!(cwd);
+        }
+        if !req.env.is_empty() {
+            let env: serde_json::Map<String, serde_json::Value> =
+                req.env.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
+            body["env"] = serde_json::Value::Object(env);
+        }
+        let reply = self
+            .http
+            .send(
+                op,
+                path,
+                Method::POST,
+                "/v1/processes/run",
+                Some(Body::json(&body)),
+                limit + self.http.timeout,
+            )
+            .await?;
+        let out: wire::RunOutput = self.decode(op, &reply.body)?;
+        Ok(out.into())
+    }
+
+    /// Removes `path` when it is a symlink, through exec; returns whether it was one.
+    async fn remove_link(&self, path: &str) -> RemoteResult<bool> {
+        let out = self
+            .sh(
+                "remove",
+                path,
+                "[ -L \"$1\" ] || exit 66\nrm -f \"$1\"",
+                &[path],
+            )
+            .await?;
+        if out.exit_code == Some(EXIT_MISSING) {
+            return Ok(false);
+        }
+        command_result("remove", path, "rm", &out).map(|()| true)
+    }
+
+    /// Returns a name part no other upload of this process uses.
+    fn unique(&self) -> String {
+        let n = self.nonce.fetch_add(1, Ordering::Relaxed);
+        let t = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        format!("{:x}-{:x}-{n}", std::process::id(), t)
+    }
+
+    /// Writes a file over the body limit: parts beside it, joined and moved into place by one
+    /// command, so the destination changes only once, completely.
+    async fn write_chunked(&self, path: &str, data: Bytes) -> RemoteResult<()> {
+        let (parent, name) = split_parent(path);
+        let stem = format!(
+            "{}/.{name}.sandfs-{}",
+            parent.trim_end_matches('/'),
+            self.unique()
+        );
+        let chunk = MAX_BODY_BYTES as usize;
+        let mut parts = Vec::new();
+        for (i, piece) in data.chunks(chunk).enumerate() {
+            let part = format!("{stem}.part{i:05}");
+            let sent = self
+                .send(
+                    "write",
+                    path,
+                    Method::PUT,
+                    &Self::fs_route("file", &part),
+                    Some(Body::bytes(data.slice_ref(piece))),
+                )
+                .await;
+            parts.push(part);
+            if let Err(e) = sent {
+                self.discard(&parts).await;
+                return Err(e);
+            }
+        }
+        const JOIN: &str = r#"set -e
+dest=$1; tmp=$2; size=$3; shift 3
+trap 'rm -f "$tmp" "$@"' EXIT
+if [ -d "$dest" ] && [ ! -L "$dest" ]; then echo "$dest: is a directory" >&2; exit 21; fi
+cat "$@" > "$tmp"
+got=$(wc -c < "$tmp"); got=$((got))
+if [ "$got" -ne "$size" ]; then echo "joined $got bytes, expected $size" >&2; exit 72; fi
+if [ -e "$dest" ]; then chmod "$(stat -c %a "$dest")" "$tmp"; fi
+mv -f "$tmp" "$dest""#;
+        let tmp = format!("{stem}.tmp");
+        let size = data.len().to_string();
+        let mut args = vec![path, tmp.as_str(), size.as_str()];
+        args.extend(parts.iter().map(String::as_str));
+        let out = match self.sh("write", path, JOIN, &args).await {
+            Ok(out) => out,
+            Err(e) => {
+                self.discard(&parts).await;
+                return Err(e);
+            }
+        };
+        if out.exit_code == Some(EXIT_IS_DIR) {
+            return Err(RemoteError::IsDir {
+                path: path.to_string(),
+            });
+        }
+        command_result("write", path, "cat/mv", &out)
+    }
+
+    /// Deletes uploaded parts after a failure, as far as the server still answers.
+    async fn discard(&self, parts: &[String]) {
+        for part in parts {
+            let _ = self
+                .send(
+                    "write",
+                    part,
+                    Method::DELETE,
+                    &Self::fs_route("entry", part),
+                    None,
+                )
+                .await;
+        }
+    }
+
+    /// Sends one tar archive to `upload-batch` below `root`.
+    async fn upload_archive(&self, root: &str, items: &[BatchItem]) -> RemoteResult<()> {
+        let archive = batch::archive(items)?;
+        self.send(
+            "put_batch",
+            root,
+            Method::POST,
+            &Self::fs_route("upload-batch", root),
+            Some(Body::tar(archive)),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Walks with `find` writing to a temp file in the sandbox, then downloads that file: for
+    /// listings larger than the exec output or holding bytes that are not UTF-8.
+    async fn walk_via_file(&self, root: &str) -> RemoteResult<Vec<WalkEntry>> {
+        let out = self
+            .sh("walk", root, walk::WALK_SCRIPT, &[root, "file"])
+            .await?;
+        self.walk_status(root, &out)?;
+        let listing = out.stdout.trim().to_string();
+        check_remote_path(&listing)?;
+        let data = self.read(&listing).await;
+        let _ = self.remove(&listing, false).await;
+        walk::parse(&data?).map_err(|reason| self.walk_protocol(reason))
+    }
+
+    fn walk_status(&self, root: &str, out: &ExecOutput) -> RemoteResult<()> {
+        match out.exit_code {
+            Some(walk::EXIT_NOT_FOUND) => Err(RemoteError::NotFound {
+                path: root.to_string(),
+            }),
+            Some(walk::EXIT_NOT_DIR) => Err(RemoteError::NotDir {
+                path: root.to_string(),
+            }),
+            _ => command_result("walk", root, "find", out),
+        }
+    }
+
+    fn walk_protocol(&self, reason: String) -> RemoteError {
+        RemoteError::Protocol {
+            url: self.url().to_string(),
+            op: "walk",
+            reason,
+        }
+    }
+}
+
+/// Splits an absolute path into its parent directory and its last name.
+fn split_parent(path: &str) -> (&str, &str) {
+    match path.rsplit_once('/') {
+        Some(("", name)) => ("/", name),
+        Some((parent, name)) => (parent, name),
+        None => (".", path),
+    }
+}
+
+impl RemoteFs for SandboxAgent {
+    fn provider(&self) -> &'static str {
+        PROVIDER
+    }
+
+    fn caps(&self) -> Caps {
+        Caps {
+            exec: true,
+            batch: true,
+            walk_sees_links: true,
+            stat_sees_links: false,
+            watch: false,
+            remote_hashes: vec![HashAlgo::Sha256],
+        }
+    }
+
+    fn limits(&self) -> Limits {
+        Limits {
+            max_request_bytes: MAX_BODY_BYTES,
+            max_exec_output_bytes: MAX_EXEC_OUTPUT_BYTES,
+            request_timeout: self.http.timeout,
+            exec_timeout: self.exec_timeout,
+        }
+    }
+
+    fn check(&self) -> BoxFuture<'_, RemoteResult<()>> {
+        Box::pin(async move {
+            self.send("check", "/", Method::GET, "/v1/health", None)
+                .await
+                .map(|_| ())
+        })
+    }
+
+    fn stat<'a>(&'a self, path: &'a str) -> BoxFuture<'a, RemoteResult<RemoteMeta>> {
+        Box::pin(async move {
+            check_remote_path(path)?;
+            let entry: wire::FsEntry = self
+                .get_json("stat", path, &Self::fs_route("stat", path))
+                .await?;
+            Ok(entry.meta())
+        })
+    }
+
+    fn list<'a>(&'a self, path: &'a str) -> BoxFuture<'a, RemoteResult<Vec<RemoteEntry>>> {
+        Box::pin(async move {
+            check_remote_path(path)?;
+            let entries: Vec<wire::FsEntry> = self
+                .get_json("list", path, &Self::fs_route("entries", path))
+                .await?;
+            let mut entries: Vec<RemoteEntry> = entries
+                .into_iter()
+                .filter_map(wire::FsEntry::into_entry)
+                .collect();
+            entries.sort_by(|a, b| a.name.cmp(&b.name));
+            Ok(entries)
+        })
+    }
+
+    fn read<'a>(&'a self, path: &'a str) -> BoxFuture<'a, RemoteResult<Bytes>> {
+        Box::pin(async move {
+            check_remote_path(path)?;
+            self.send(
+                "read",
+                path,
+                Method::GET,
+                &Self::fs_route("file", path),
+                None,
+            )
+            .await
+        })
+    }
+
+    fn write<'a>(&'a self, path: &'a str, data: Bytes) -> BoxFuture<'a, RemoteResult<()>> {
+        Box::pin(async move {
+            check_remote_path(path)?;
+            if data.len() as u64 > MAX_BODY_BYTES {
+                return self.write_chunked(path, data).await;
+            }
+            self.send(
+                "write",
+                path,
+                Method::PUT,
+                &Self::fs_route("file", path),
+                Some(Body::bytes(data)),
+            )
+            .await
+            .map(|_| ())
+        })
+    }
+
+    fn mkdir_p<'a>(&'a self, path: &'a str) -> BoxFuture<'a, RemoteResult<()>> {
+        Box::pin(async move {
+            check_remote_path(path)?;
+            self.send(
+                "mkdir",
+                path,
+                Method::POST,
+                &Self::fs_route("mkdir", path),
+                None,
+            )
+            .await
+            .map(|_| ())
+        })
+    }
+
+    fn remove<'a>(&'a self, path: &'a str, recursive: bool) -> BoxFuture<'a, RemoteResult<()>> {
+        Box::pin(async move {
+            check_remote_path(path)?;
+            if path == "/" {
+                return Err(RemoteError::InvalidPath {
+                    path: path.into(),
+                    rule: "sandfs never removes the sandbox's root".into(),
+                });
+            }
+            let mut route = Self::fs_route("entry", path);
+            if recursive {
+                route.push_str("&recursive=true");
+            }
+            match self
+                .send("remove", path, Method::DELETE, &route, None)
+                .await
+            {
+                Ok(_) => Ok(()),
+                // A dangling symlink is "not found" to the server, and a symlink to a directory
+                // "not a directory" without `recursive`: both are removed as links.
+                Err(e @ (RemoteError::NotFound { .. } | RemoteError::NotDir { .. })) => {
+                    if self.remove_link(path).await? {
+                        Ok(())
+                    } else {
+                        Err(e)
+                    }
+                }
+                Err(e) => Err(e),
+            }
+        })
+    }
+
+    fn rename<'a>(&'a self, from: &'a str, to: &'a str) -> BoxFuture<'a, RemoteResult<()>> {
+        Box::pin(async move {
+            check_remote_path(from)?;
+            check_remote_path(to)?;
+            let mv = |overwrite: bool| {
+                let body = json!({ "from": from, "to": to, "overwrite": overwrite });
+                self.send(
+                    "rename",
+                    from,
+                    Method::POST,
+                    "/v1/fs/move",
+                    Some(Body::json(&body)),
+                )
+            };
+            match mv(false).await {
+                Ok(_) => Ok(()),
+                Err(RemoteError::Exists { .. }) => {
+                    // `overwrite` deletes a directory in the way with all it holds: only a
+                    // non-directory may be replaced.
+                    match self.stat(to).await {
+                        Ok(meta) if meta.kind == EntryKind::Dir => Err(RemoteError::Exists {
+                            path: to.to_string(),
+                        }),
+                        Ok(_) | Err(RemoteError::NotFound { .. }) => mv(true).await.map(|_| ()),
+                        Err(e) => Err(e),
+                    }
+                }
+                Err(e @ RemoteError::NotFound { .. }) => {
+                    // Maybe a dangling symlink, which only `mv` can see.
+                    const MV_LINK: &str = r#"[ -L "$1" ] || exit 66
+if [ -d "$2" ] && [ ! -L "$2" ]; then exit 21; fi
+mkdir -p "$(dirname "$2")"
+mv -fT "$1" "$2""#;
+                    let out = self.sh("rename", from, MV_LINK, &[from, to]).await?;
+                    match out.exit_code {
+                        Some(EXIT_MISSING) => Err(e),
+                        Some(EXIT_IS_DIR) => Err(RemoteError::Exists {
+                            path: to.to_string(),
+                        }),
+                        _ => command_result("rename", from, "mv", &out),
+                    }
+                }
+                Err(e) => Err(e),
+            }
+        })
+    }
+
+    fn put_batch<'a>(
+        &'a self,
+        root: &'a str,
+        items: Vec<BatchItem>,
+    ) -> BoxFuture<'a, RemoteResult<BatchReport>> {
+        Box::pin(async move {
+            check_remote_path(root)?;
+            for item in &items {
+                check_relative_path(item.path())?;
+            }
+            let mut report = BatchReport {
+                items: items.len(),
+                bytes: items
+                    .iter()
+                    .map(|i| match i {
+                        BatchItem::File { data, .. } => data.len() as u64,
+                        _ => 0,
+                    })
+                    .sum(),
+                requests: 0,
+            };
+            if items.is_empty() {
+                self.mkdir_p(root).await?;
+                report.requests = 1;
+                return Ok(report);
+            }
+            let plan = batch::plan(items, MAX_BODY_BYTES);
+            for item in &plan.large {
+                if let BatchItem::File {
+                    path,
+                    data,
+                    mode,
+                    mtime,
+                } = item
+                {
+                    let full = join_remote(root, path);
+                    self.write(&full, data.clone()).await?;
+                    let meta = MetaUpdate {
+                        mode: Some(*mode),
+                        mtime: *mtime,
+                    };
+                    self.set_meta(&full, meta).await?;
+                    let len = data.len() as u64;
+                    let writes = if len > MAX_BODY_BYTES {
+                        len.div_ceil(MAX_BODY_BYTES) as usize + 1
+                    } else {
+                        1
+                    };
+                    report.requests += writes + 1;
+                }
+            }
+            for archive in &plan.archives {
+                self.upload_archive(root, archive).await?;
+                report.requests += 1;
+            }
+            Ok(report)
+        })
+    }
+
+    fn walk<'a>(&'a self, root: &'a str) -> BoxFuture<'a, RemoteResult<Vec<WalkEntry>>> {
+        Box::pin(async move {
+            check_remote_path(root)?;
+            let out = self.sh("walk", root, walk::WALK_SCRIPT, &[root]).await?;
+            if let Err(e) = self.walk_status(root, &out) {
+                if matches!(e, RemoteError::CommandFailed { .. })
+                    && (out.exit_code == Some(127) || out.stderr.contains("printf"))
+                {
+                    tracing::warn!(
+                        url = self.url(),
+                        root,
+                        "the sandbox has no GNU find; walking by listing (symlinks look like files)"
+                    );
+                    return walk_by_listing(self, root).await;
+                }
+                return Err(e);
+            }
+            if out.stdout_truncated || out.stdout.contains('\u{FFFD}') {
+                return self.walk_via_file(root).await;
+            }
+            walk::parse(out.stdout.as_bytes()).map_err(|reason| self.walk_protocol(reason))
+        })
+    }
+
+    fn symlink<'a>(&'a self, target: &'a str, path: &'a str) -> BoxFuture<'a, RemoteResult<()>> {
+        Box::pin(async move {
+            check_remote_path(path)?;
+            let (parent, name) = split_parent(path);
+            let item = BatchItem::Symlink {
+                path: name.to_string(),
+                target: target.to_string(),
+            };
+            match self
+                .upload_archive(parent, std::slice::from_ref(&item))
+                .await
+            {
+                Ok(()) => Ok(()),
+                Err(e) if e.is_unavailable() => Err(e),
+                Err(e) => match self.stat(path).await {
+                    // The server cannot put a link where a directory is.
+                    Ok(meta) if meta.kind == EntryKind::Dir => Err(RemoteError::Exists {
+                        path: path.to_string(),
+                    }),
+                    _ => Err(e),
+                },
+            }
+        })
+    }
+
+    fn hash<'a>(&'a self, path: &'a str, algo: HashAlgo) -> BoxFuture<'a, RemoteResult<String>> {
+        Box::pin(async move {
+            check_remote_path(path)?;
+            let tool = match algo {
+                HashAlgo::Sha256 => "sha256sum",
+                HashAlgo::Blake3 if !self.no_b3sum.load(Ordering::Relaxed) => "b3sum",
+                HashAlgo::Blake3 => {
+                    let data = self.read(path).await?;
+                    return Ok(algo.digest(&data));
+                }
+            };
+            const HASH: &str = r#"if [ ! -f "$2" ]; then if [ -d "$2" ]; then exit 21; fi; exit 66; fi
+command -v "$1" >/dev/null 2>&1 || exit 127
+"$1" "$2""#;
+            let out = self.sh("hash", path, HASH, &[tool, path]).await?;
+            match out.exit_code {
+                Some(EXIT_MISSING) => Err(RemoteError::NotFound {
+                    path: path.to_string(),
+                }),
+                Some(EXIT_IS_DIR) => Err(RemoteError::IsDir {
+                    path: path.to_string(),
+                }),
+                Some(127) if algo == HashAlgo::Blake3 => {
+                    self.no_b3sum.store(true, Ordering::Relaxed);
+                    let data = self.read(path).await?;
+                    Ok(algo.digest(&data))
+                }
+                _ => {
+                    command_result("hash", path, tool, &out)?;
+                    let hex = out.stdout.split_whitespace().next().unwrap_or("");
+                    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                        return Err(RemoteError::Protocol {
+                            url: self.url().to_string(),
+                            op: "hash",
+                            reason: format!("`{tool}` printed {:?}", out.stdout.trim()),
+                        });
+                    }
+                    Ok(hex.to_ascii_lowercase())
+                }
+            }
+        })
+    }
+
+    fn exec(&self, req: ExecRequest) -> BoxFuture<'_, RemoteResult<ExecOutput>> {
+        Box::pin(async move {
+            let command = req.command.clone();
+            self.run("exec", &command, req).await
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parents_split_off() {
+        assert_eq!(split_parent("/a/b/c"), ("/a/b", "c"));
+        assert_eq!(split_parent("/c"), ("/", "c"));
+    }
+
+    #[test]
+    fn tokens_never_print() {
+        assert_eq!(format!("{:?}", Token::new("s3cret")), "Token(***)");
+    }
+
+    #[test]
+    fn urls_are_checked() {
+        for bad in [
+            "ftp://h/",
+            "127.0.0.1:80",
+            "http://h/?q=1",
+            "http://u:secret@h/",
+        ] {
+            let err = SandboxAgent::with_token(&SandboxAgentConfig::new(bad), None).unwrap_err();
+            assert!(
+                matches!(err, RemoteError::InvalidConfig { .. }),
+                "{bad}: {err}"
+            );
+        }
+        let ok = SandboxAgent::with_token(&SandboxAgentConfig::new("http://127.0.0.1:9/"), None);
+        assert_eq!(ok.unwrap().url(), "http://127.0.0.1:9");
+    }
+
+    #[test]
+    fn a_missing_token_variable_is_named() {
+        let mut config = SandboxAgentConfig::new("http://127.0.0.1:9");
+        config.token_env = Some("SANDFS_TEST_TOKEN_THAT_IS_NEVER_SET".into());
+        let err = SandboxAgent::connect(&config).unwrap_err();
+        assert!(err
+            .to_string()
+            .contains("SANDFS_TEST_TOKEN_THAT_IS_NEVER_SET"));
+        assert_eq!(err.code(), crate::core::ErrorCode::AuthFailed);
+    }
+}
