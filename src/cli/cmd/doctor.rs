@@ -277,7 +277,10 @@ fn fd_limit() -> Check {
         Some(n) if n >= 65_536 => ok(C, format!("hard limit {n}")),
         Some(n) => warn(
             C,
-            format!("hard limit {n}: the mount holds one descriptor per file the kernel remembers"),
+            format!(
+                "hard limit {n}: the mount keeps one descriptor per file the kernel caches, so it caches at most ~{} files and looks the rest up again",
+                n / 4 * 3
+            ),
             "raise it (`ulimit -Hn 1048576`, LimitNOFILE= in the systemd unit, or /etc/security/limits.conf)",
         ),
     }
