@@ -52,6 +52,8 @@ pub struct ConfigFile {
     pub api: ApiSection,
     #[serde(default)]
     pub git: GitSection,
+    #[serde(default)]
+    pub journal: JournalSection,
 }
 
 /// How the zones are backed.
@@ -148,6 +150,20 @@ impl Default for GitSection {
     }
 }
 
+/// `[journal]`.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct JournalSection {
+    /// Days a journal row (and a discarded staged commit) is kept; 0 keeps them forever.
+    pub keep_days: u32,
+}
+
+impl Default for JournalSection {
+    fn default() -> Self {
+        JournalSection { keep_days: 30 }
+    }
+}
+
 /// Where a zone's files are.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Backing {
@@ -178,6 +194,7 @@ pub struct Settings {
     pub limits: Limits,
     pub allowed_uids: Vec<u32>,
     pub git: GitSection,
+    pub journal: JournalSection,
 }
 
 impl Settings {
@@ -428,6 +445,15 @@ fn resolve(
     if let Some(k) = &git.ssh_key {
         git.ssh_key = Some(abs("git.ssh_key", k)?);
     }
+    if file.journal.keep_days > 36_500 {
+        return Err(bad(
+            "journal.keep_days",
+            format!(
+                "{} must be at most 36500 (100 years); 0 keeps rows forever",
+                file.journal.keep_days
+            ),
+        ));
+    }
     Ok(Settings {
         source,
         state_dir,
@@ -437,6 +463,7 @@ fn resolve(
         limits: l,
         allowed_uids: file.api.allowed_uids,
         git,
+        journal: file.journal,
     })
 }
 
@@ -495,6 +522,92 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("max_read_bytes"), "{e}");
+    }
+
+    /// Returns every key of the config format as `section.key`, read from serde's own list of
+    /// expected fields (so a new field cannot be missed), descending into fields that are tables.
+    fn format_keys(section: &str) -> Vec<String> {
+        let header = if section.is_empty() {
+            String::new()
+        } else {
+            format!("[{section}]\n")
+        };
+        let err = toml::from_str::<ConfigFile>(&format!("{header}zz_probe = 1\n"))
+            .unwrap_err()
+            .to_string();
+        let list = err
+            .split_once("expected one of ")
+            .or_else(|| err.split_once("expected "))
+            .unwrap_or_else(|| panic!("no field list for [{section}]: {err}"))
+            .1;
+        let mut keys = Vec::new();
+        for field in list.split('`').skip(1).step_by(2) {
+            let key = if section.is_empty() {
+                field.to_string()
+            } else {
+                format!("{section}.{field}")
+            };
+            let as_table = toml::from_str::<ConfigFile>(&format!("[{key}]\nzz_probe = 1\n"))
+                .unwrap_err()
+                .to_string();
+            if as_table.contains("unknown field `zz_probe`") {
+                keys.extend(format_keys(&key));
+            } else {
+                keys.push(key);
+            }
+        }
+        keys
+    }
+
+    #[test]
+    fn every_key_is_documented_in_docs_and_the_default_config() {
+        let keys = format_keys("");
+        assert!(keys.contains(&"journal.keep_days".to_string()), "{keys:?}");
+        assert!(
+            keys.contains(&"zones.cache.read_only".to_string()),
+            "{keys:?}"
+        );
+        let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/config.md"))
+            .expect("docs/config.md exists");
+        for key in &keys {
+            assert!(
+                docs.contains(&format!("`{key}`")),
+                "docs/config.md does not document `{key}`"
+            );
+            // The default config shows the key (commented out when its default is computed) in
+            // its own section.
+            let (section, name) = key.rsplit_once('.').unwrap_or(("", key));
+            let mut current = String::new();
+            let shown = DEFAULT_CONFIG.lines().any(|line| {
+                let l = line.trim();
+                if let Some(h) = l.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+                    current = h.to_string();
+                    return false;
+                }
+                let l = l.trim_start_matches('#').trim_start();
+                current == section && l.starts_with(&format!("{name} ="))
+            });
+            assert!(shown, "config.toml does not show `{name}` in [{section}]");
+        }
+    }
+
+    #[test]
+    fn journal_keep_days_is_bounded() {
+        assert_eq!(load(DEFAULT_CONFIG).unwrap().journal.keep_days, 30);
+        assert_eq!(
+            load("[journal]\nkeep_days = 0\n")
+                .unwrap()
+                .journal
+                .keep_days,
+            0
+        );
+        let e = load("[journal]\nkeep_days = 40000\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("journal.keep_days") && e.contains("36500"),
+            "{e}"
+        );
     }
 
     #[test]

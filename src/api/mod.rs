@@ -8,6 +8,7 @@
 mod body;
 mod error;
 mod fs;
+pub mod gc;
 mod git;
 mod metrics;
 mod peer;
@@ -23,6 +24,7 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
 pub use error::{status_of, ApiError, ErrorBody};
+pub use gc::GcReport;
 pub use metrics::Metrics;
 pub use peer::{BindError, Peer, PeerListener};
 
@@ -67,6 +69,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/metrics", get(metrics_text))
         .merge(fs::routes())
         .merge(git::routes())
+        .merge(gc::routes())
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),

@@ -74,6 +74,9 @@ pub enum Command {
     Log(cmd::log::Args),
     Git(cmd::git::Args),
     Staged(cmd::staged::Args),
+    Gc(cmd::gc::Args),
+    Completions(cmd::completions::Args),
+    InstallService(cmd::install_service::Args),
 }
 
 /// How a subcommand ended.
@@ -97,6 +100,12 @@ pub fn main() -> ExitCode {
     }
     if let Command::Doctor(args) = &cli.command {
         return cmd::doctor::run(cli.config.as_deref(), cli.socket.clone(), cli.json, args);
+    }
+    if let Command::Completions(args) = &cli.command {
+        return cmd::completions::run(args);
+    }
+    if let Command::InstallService(args) = &cli.command {
+        return cmd::install_service::run(cli.config.as_deref(), cli.json, args);
     }
     // Like other Unix tools, die quietly when the reader of our output goes away (`| head`).
     // SAFETY: resetting a signal disposition to its default before any thread is started.
@@ -130,7 +139,9 @@ pub fn main() -> ExitCode {
     let result = rt.block_on(async {
         use Command::*;
         match &cli.command {
-            Serve(_) | Doctor(_) => unreachable!("handled above"),
+            Serve(_) | Doctor(_) | Completions(_) | InstallService(_) => {
+                unreachable!("handled above")
+            }
             Read(a) => cmd::read::run(&ctx, a).await,
             Cat(a) => cmd::cat::run(&ctx, a).await,
             Write(a) => cmd::write::run(&ctx, a).await,
@@ -148,6 +159,7 @@ pub fn main() -> ExitCode {
             Log(a) => cmd::log::run(&ctx, a).await,
             Git(a) => cmd::git::run(&ctx, a).await,
             Staged(a) => cmd::staged::run(&ctx, a).await,
+            Gc(a) => cmd::gc::run(&ctx, a).await,
         }
     });
     match result {

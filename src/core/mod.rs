@@ -7,6 +7,7 @@
 //! the providers that offer it live in `crate::sandbox`.
 
 pub mod error;
+pub mod gc;
 mod locks;
 #[cfg(test)]
 mod model_tests;

@@ -12,6 +12,7 @@
 
 pub mod diff;
 pub mod error;
+pub mod gc;
 pub mod pr;
 pub mod remote;
 

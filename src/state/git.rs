@@ -586,6 +586,29 @@ impl Db {
     }
 }
 
+impl Db {
+    /// Deletes discarded staged commits (and their files) last changed before `before_ms`;
+    /// returns their ids.
+    pub fn staged_prune_discarded(&self, before_ms: i64) -> Result<Vec<String>, StateError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        let ids: Vec<String> = {
+            let mut st = tx.prepare(
+                "SELECT id FROM staged_commits WHERE state = 'discarded' AND updated_at < ?1
+                 ORDER BY id",
+            )?;
+            let rows = st.query_map(params![before_ms], |r| r.get(0))?;
+            rows.collect::<Result<_, _>>()?
+        };
+        for id in &ids {
+            tx.execute("DELETE FROM staged_files WHERE commit_id = ?1", params![id])?;
+            tx.execute("DELETE FROM staged_commits WHERE id = ?1", params![id])?;
+        }
+        tx.commit()?;
+        Ok(ids)
+    }
+}
+
 fn file_from(r: &rusqlite::Row<'_>) -> rusqlite::Result<FileRow> {
     Ok(FileRow {
         path: r.get(0)?,

@@ -158,6 +158,14 @@ impl Db {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
+    /// Deletes the journal rows recorded before `before_ms`; returns how many went.
+    pub fn journal_prune(&self, before_ms: i64) -> Result<u64, StateError> {
+        let n = self
+            .lock()
+            .execute("DELETE FROM journal WHERE time_ms < ?1", params![before_ms])?;
+        Ok(n as u64)
+    }
+
     /// Returns the number of journal rows.
     pub fn journal_len(&self) -> Result<u64, StateError> {
         Ok(self
@@ -202,5 +210,17 @@ mod tests {
         assert_eq!(paths, ["a/b/c", "a/b"]);
         assert_eq!(db.journal_len().unwrap(), 4);
         assert_eq!(rows[0].pid, Some(7));
+        // Rows at times 0 and 1 are older than 2; the rows at 2 and 3 stay.
+        assert_eq!(db.journal_prune(2).unwrap(), 2);
+        let left: Vec<_> = db
+            .journal_query(&JournalFilter {
+                limit: 10,
+                ..Default::default()
+            })
+            .unwrap()
+            .into_iter()
+            .map(|r| r.time_ms)
+            .collect();
+        assert_eq!(left, [3, 2]);
     }
 }

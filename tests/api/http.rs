@@ -14,6 +14,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/status"),
     ("get", "/v1/log"),
     ("get", "/metrics"),
+    ("post", "/v1/gc"),
     ("post", "/v1/fs/read"),
     ("get", "/v1/fs/raw"),
     ("put", "/v1/fs/raw"),

@@ -6,4 +6,5 @@ mod concurrency;
 mod escape;
 mod http;
 mod parity;
+mod service;
 mod support;

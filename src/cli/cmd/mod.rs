@@ -1,12 +1,15 @@
 //! One module per subcommand.
 
 pub mod cat;
+pub mod completions;
 pub mod doctor;
 pub mod edit;
 pub mod exists;
+pub mod gc;
 pub mod git;
 pub mod glob;
 pub mod grep;
+pub mod install_service;
 pub mod log;
 pub mod ls;
 pub mod mkdir;

@@ -1,4 +1,9 @@
 //! `sandfs serve`: run the daemon in the foreground.
+//!
+//! Under systemd (`Type=notify`, see `systemd/sandfs.service`) it sends `READY=1` once the API
+//! socket listens and the mount is up, and `STOPPING=1` when SIGINT or SIGTERM starts the
+//! shutdown, which stops the API and then unmounts. Garbage collection (`sandfs gc`) runs once at
+//! start and then every [`GC_EVERY`].
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -8,6 +13,9 @@ use crate::api::{AppState, PeerListener};
 use crate::config::Settings;
 use crate::core::{system_clock, Zone, Zones};
 use crate::state::Db;
+
+/// How often the daemon collects garbage (old journal rows, discarded refs, temp files).
+pub const GC_EVERY: std::time::Duration = std::time::Duration::from_secs(60 * 60);
 
 /// Run the daemon in the foreground: mount the zones and serve the API (logs: stderr, RUST_LOG)
 #[derive(Debug, clap::Args)]
@@ -73,10 +81,20 @@ fn serve(config: Option<&Path>, socket: Option<PathBuf>, args: &Args) -> anyhow:
         .build()?;
     let socket = settings.socket.clone();
     rt.block_on(async {
+        // Handlers before the socket exists: a SIGTERM as soon as a client (or systemd) sees the
+        // daemon must shut it down cleanly, not kill it with the mount and socket left behind.
+        let signals = Signals::install()?;
         let listener = PeerListener::bind(&socket, settings.allowed_uids.clone()).await?;
         tracing::info!(socket = %socket.display(), state = %db.path(), "serving the API");
         let state = AppState::new(zones, settings, mount.is_some());
-        let served = crate::api::serve(listener, state, shutdown_signal()).await;
+        // The socket listens and the mount (when asked for) is up: tell systemd, if it is asking.
+        // The variable stays set so STOPPING=1 can be sent later.
+        if let Err(e) = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]) {
+            tracing::warn!("cannot tell systemd the daemon is ready: {e}");
+        }
+        let gc_task = tokio::spawn(collect_garbage(state.clone()));
+        let served = crate::api::serve(listener, state, signals.recv()).await;
+        gc_task.abort();
         // Only the daemon that bound the socket removes it.
         let _ = std::fs::remove_file(&socket);
         tracing::info!("stopped");
@@ -98,11 +116,49 @@ fn raise_fd_limit() {
     }
 }
 
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).expect("install SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
-        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+/// The signals that stop the daemon, with their handlers installed.
+struct Signals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals {
+            int: signal(SignalKind::interrupt())?,
+            term: signal(SignalKind::terminate())?,
+        })
+    }
+
+    /// Completes at the first SIGINT or SIGTERM, after telling systemd the daemon is stopping.
+    async fn recv(mut self) {
+        tokio::select! {
+            _ = self.int.recv() => tracing::info!("SIGINT: shutting down"),
+            _ = self.term.recv() => tracing::info!("SIGTERM: shutting down"),
+        }
+        let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);
+    }
+}
+
+/// Runs a garbage collection pass now and then every [`GC_EVERY`], logging what it removed.
+async fn collect_garbage(state: Arc<AppState>) {
+    let mut every = tokio::time::interval(GC_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        let app = state.clone();
+        match tokio::task::spawn_blocking(move || crate::api::gc::collect(&app)).await {
+            Ok(Ok(r)) if r.is_empty() => tracing::debug!("gc: nothing to remove"),
+            Ok(Ok(r)) => tracing::info!(
+                journal_rows = r.journal_rows,
+                staged_commits = r.staged_commits.len(),
+                refs = r.refs.len(),
+                temp_files = r.temp_files.len(),
+                "gc: removed old state"
+            ),
+            Ok(Err(e)) => tracing::warn!("gc failed: {}", e.message()),
+            Err(e) => tracing::warn!("gc worker failed: {e}"),
+        }
     }
 }

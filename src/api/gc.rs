@@ -1,0 +1,82 @@
+//! `POST /v1/gc`: the daemon's garbage collection, also run on a schedule by `sandfs serve`.
+//!
+//! One pass deletes journal rows older than `[journal] keep_days`, the rows of discarded staged
+//! commits older than that, staged refs no live commit owns, and `.sandfs-tmp-*` files older
+//! than an hour in the zones. "Now" is the core's clock, read once per pass.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::routing::post;
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+
+use super::body::JsonBody;
+use super::error::ApiError;
+use super::AppState;
+use crate::core::{gc, FsError};
+
+/// What one garbage collection pass removed.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct GcReport {
+    /// The retention in force (`[journal] keep_days`; 0 keeps rows forever).
+    pub keep_days: u32,
+    /// Rows older than this time (ms since the epoch) were deleted; `null` when kept forever.
+    pub before_ms: Option<i64>,
+    /// Journal rows deleted.
+    pub journal_rows: u64,
+    /// Ids of discarded staged commits whose rows were deleted.
+    pub staged_commits: Vec<String>,
+    /// Staged refs deleted, as `<mirror path>:<ref>`.
+    pub refs: Vec<String>,
+    /// Leftover temporary files deleted, as virtual paths.
+    pub temp_files: Vec<String>,
+}
+
+/// The body of `POST /v1/gc` (no fields yet; `{}`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GcReq {}
+
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new().route("/v1/gc", post(run_route))
+}
+
+async fn run_route(
+    State(app): State<Arc<AppState>>,
+    JsonBody(_): JsonBody<GcReq>,
+) -> Result<Json<GcReport>, ApiError> {
+    let report = tokio::task::spawn_blocking(move || collect(&app))
+        .await
+        .map_err(|e| ApiError::Fs(FsError::Internal(format!("worker failed: {e}"))))??;
+    Ok(Json(report))
+}
+
+/// Runs one garbage collection pass (blocking: call it on the blocking pool).
+pub fn collect(app: &AppState) -> Result<GcReport, ApiError> {
+    let keep_days = app.settings.journal.keep_days;
+    let now = app.zones.now_ms();
+    let before_ms = gc::cutoff_ms(now, keep_days);
+    let journal_rows = gc::prune_journal(&app.zones, now, keep_days)
+        .map_err(|e| FsError::Internal(e.to_string()))?;
+    let git = app.git.gc(before_ms).map_err(ApiError::Git)?;
+    let temp_files = gc::sweep_temp_files(&app.zones, now);
+    Ok(GcReport {
+        keep_days,
+        before_ms,
+        journal_rows,
+        staged_commits: git.staged_commits,
+        refs: git.refs,
+        temp_files,
+    })
+}
+
+impl GcReport {
+    /// Returns whether the pass removed nothing.
+    pub fn is_empty(&self) -> bool {
+        self.journal_rows == 0
+            && self.staged_commits.is_empty()
+            && self.refs.is_empty()
+            && self.temp_files.is_empty()
+    }
+}
