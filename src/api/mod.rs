@@ -139,6 +139,8 @@ pub struct Status {
     pub mounted: bool,
     pub state_db: String,
     pub journal_rows: u64,
+    /// Staged commits waiting for a human (staged, rebased, conflicted or rejected).
+    pub staged_awaiting_review: u64,
     pub zones: Vec<ZoneStatus>,
 }
 
@@ -148,6 +150,11 @@ async fn status(State(app): State<Arc<AppState>>) -> Result<Json<Status>, ApiErr
         .zones
         .db()
         .journal_len()
+        .map_err(|e| FsError::Internal(e.to_string()))?;
+    let staged_awaiting_review = app
+        .zones
+        .db()
+        .staged_awaiting_review()
         .map_err(|e| FsError::Internal(e.to_string()))?;
     let zones = s
         .zones
@@ -183,6 +190,7 @@ async fn status(State(app): State<Arc<AppState>>) -> Result<Json<Status>, ApiErr
         mounted: app.mounted,
         state_db: app.zones.db().path().to_string(),
         journal_rows,
+        staged_awaiting_review,
         zones,
     }))
 }

@@ -448,6 +448,17 @@ impl Db {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
+    /// Counts the staged commits that wait for a human: staged, rebased, conflicted or rejected.
+    pub fn staged_awaiting_review(&self) -> Result<u64, StateError> {
+        let conn = self.lock();
+        Ok(conn.query_row(
+            "SELECT COUNT(*) FROM staged_commits
+             WHERE state IN ('staged', 'rebased', 'conflicted', 'rejected')",
+            [],
+            |r| r.get::<_, i64>(0),
+        )? as u64)
+    }
+
     /// Returns one staged commit.
     pub fn staged(&self, id: &str) -> Result<Option<StagedRow>, StateError> {
         let conn = self.lock();

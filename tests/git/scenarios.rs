@@ -390,9 +390,12 @@ fn discard_keeps_or_reverts_and_staged_commits_survive_a_restart() {
         "/v1/fs/delete",
         json!({"path": "/workspace/proj/docs/old.md"}),
     );
+    assert_eq!(d.get("/v1/status")["staged_awaiting_review"], 0);
     let a = stage(&d, "to discard");
+    assert_eq!(d.get("/v1/status")["staged_awaiting_review"], 1);
     // Without revert: the files stay as they are.
     let r = d.ok("/v1/git/discard", json!({ "id": a }));
+    assert_eq!(d.get("/v1/status")["staged_awaiting_review"], 0);
     assert!(r["reverted"].as_array().unwrap().is_empty());
     assert_eq!(d.read("proj/README.md").unwrap(), b"# changed\n");
     assert_eq!(state_of(&d, &a)["state"], "discarded");

@@ -24,6 +24,15 @@ pub async fn run(ctx: &Ctx, _: &Args) -> Result<Outcome, ClientError> {
         if s.mounted { "mounted" } else { "not mounted" }
     );
     println!("state:   {} ({} journal rows)", s.state_db, s.journal_rows);
+    println!(
+        "staged:  {} commit(s) awaiting review{}",
+        s.staged_awaiting_review,
+        if s.staged_awaiting_review > 0 {
+            " (`sandfs staged list`)"
+        } else {
+            ""
+        }
+    );
     for z in &s.zones {
         match (&z.root, &z.reason) {
             (Some(root), _) => println!(
