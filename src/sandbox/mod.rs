@@ -7,6 +7,7 @@
 //! nothing here keeps state beyond one provider's connection pool and request counters.
 
 pub mod agent;
+pub mod mirror;
 
 pub use crate::core::remote::{
     BatchItem, BatchReport, BoxFuture, Caps, ExecOutput, ExecRequest, HashAlgo, Limits, MetaUpdate,

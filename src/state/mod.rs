@@ -6,12 +6,14 @@
 
 mod git;
 mod journal;
+mod mirror;
 
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
 pub use git::{FileRow, RepoRow, StagedFileRow, StagedRow};
 pub use journal::{JournalEntry, JournalFilter, JournalRow, Origin, Via};
+pub use mirror::MirrorEntryRow;
 
 /// A state database that could not be opened or used.
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +58,8 @@ const MIGRATIONS: &[&str] = &[
     // 2: git: pulled repos, their files' bases, staged commits; a detail column for journal events.
     git::MIGRATION,
     "ALTER TABLE journal ADD COLUMN detail TEXT;",
+    // 4: mirrors of zones into sandboxes and their manifests.
+    mirror::MIGRATION,
 ];
 
 /// The state database.

@@ -1,0 +1,290 @@
+//! The local side of a mirror: walking, reading and writing a zone directory beneath its fd.
+//!
+//! Every access starts from the directory fd and resolves with `openat2(RESOLVE_BENEATH)`, like
+//! the rest of the core, so a symlink inside the zone can never make the mirror read or write
+//! outside it. Names are acted on with the `*at` calls, which never follow a final symlink.
+
+use std::collections::BTreeMap;
+use std::io::{self, Read as _, Write as _};
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
+
+use crate::core::zone::openat2_beneath;
+
+/// The prefix of the temp files an atomic write leaves beside its destination until it renames.
+pub const TMP_PREFIX: &str = ".sandfs-tmp-";
+
+static TMP_SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// What a walk found at one path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LocalKind {
+    File,
+    Dir,
+    Symlink(String),
+}
+
+/// One entry of a local walk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalItem {
+    pub kind: LocalKind,
+    pub size: u64,
+    pub mtime_ns: i64,
+    pub mode: u32,
+}
+
+impl LocalItem {
+    fn from_stat(kind: LocalKind, st: &Stat) -> LocalItem {
+        LocalItem {
+            kind,
+            size: st.st_size as u64,
+            mtime_ns: st.st_mtime * 1_000_000_000 + st.st_mtime_nsec as i64,
+            mode: st.st_mode & 0o7777,
+        }
+    }
+}
+
+/// A zone directory opened for mirroring.
+pub struct LocalTree {
+    root: OwnedFd,
+}
+
+impl LocalTree {
+    /// Opens the directory `path`.
+    pub fn open(path: &Path) -> io::Result<LocalTree> {
+        let root = rustix::fs::open(
+            path,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        Ok(LocalTree { root })
+    }
+
+    fn open_dir(&self, rel: &str) -> io::Result<OwnedFd> {
+        openat2_beneath(
+            self.root.as_fd(),
+            if rel.is_empty() { "." } else { rel },
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW,
+            Mode::empty(),
+        )
+    }
+
+    fn open_parent(&self, rel: &str) -> io::Result<(OwnedFd, String)> {
+        let (parent, name) = split(rel);
+        let fd = openat2_beneath(
+            self.root.as_fd(),
+            if parent.is_empty() { "." } else { parent },
+            OFlags::PATH | OFlags::DIRECTORY,
+            Mode::empty(),
+        )?;
+        Ok((fd, name.to_string()))
+    }
+
+    /// Returns every file, directory and symlink below the root, by relative path. Temp files
+    /// of atomic writes, other file types and names that are not UTF-8 are left out.
+    pub fn walk(&self) -> io::Result<BTreeMap<String, LocalItem>> {
+        let mut out = BTreeMap::new();
+        let mut pending = vec![String::new()];
+        while let Some(dir_rel) = pending.pop() {
+            let fd = self.open_dir(&dir_rel)?;
+            let listing = rustix::fs::Dir::new(fd.try_clone()?)?;
+            for ent in listing {
+                let ent = ent?;
+                let Ok(name) = ent.file_name().to_str() else {
+                    tracing::warn!(dir = %dir_rel, "mirror skips a name that is not UTF-8");
+                    continue;
+                };
+                if name == "." || name == ".." || name.starts_with(TMP_PREFIX) {
+                    continue;
+                }
+                let rel = join(&dir_rel, name);
+                let st = match rustix::fs::statat(&fd, name, AtFlags::SYMLINK_NOFOLLOW) {
+                    Ok(st) => st,
+                    Err(rustix::io::Errno::NOENT) => continue,
+                    Err(e) => return Err(e.into()),
+                };
+                let kind = match FileType::from_raw_mode(st.st_mode) {
+                    FileType::RegularFile => LocalKind::File,
+                    FileType::Directory => {
+                        pending.push(rel.clone());
+                        LocalKind::Dir
+                    }
+                    FileType::Symlink => {
+                        let target = rustix::fs::readlinkat(&fd, name, Vec::new())?;
+                        match target.into_string() {
+                            Ok(t) => LocalKind::Symlink(t),
+                            Err(_) => {
+                                tracing::warn!(path = %rel, "mirror skips a symlink whose target is not UTF-8");
+                                continue;
+                            }
+                        }
+                    }
+                    _ => continue,
+                };
+                out.insert(rel, LocalItem::from_stat(kind, &st));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Returns the item at `rel` (not following a final symlink), `None` when absent.
+    pub fn lstat(&self, rel: &str) -> io::Result<Option<LocalItem>> {
+        let (parent, name) = match self.open_parent(rel) {
+            Ok(p) => p,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let st = match rustix::fs::statat(&parent, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            Err(rustix::io::Errno::NOENT) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let kind = match FileType::from_raw_mode(st.st_mode) {
+            FileType::RegularFile => LocalKind::File,
+            FileType::Directory => LocalKind::Dir,
+            FileType::Symlink => {
+                let t = rustix::fs::readlinkat(&parent, name.as_str(), Vec::new())?;
+                LocalKind::Symlink(t.to_string_lossy().into_owned())
+            }
+            _ => return Ok(None),
+        };
+        Ok(Some(LocalItem::from_stat(kind, &st)))
+    }
+
+    /// Reads the regular file `rel`, returning its content and the stat it was read with.
+    pub fn read(&self, rel: &str) -> io::Result<(Vec<u8>, LocalItem)> {
+        let fd = openat2_beneath(
+            self.root.as_fd(),
+            rel,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NOCTTY | OFlags::NONBLOCK,
+            Mode::empty(),
+        )?;
+        let st = rustix::fs::fstat(&fd)?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a regular file",
+            ));
+        }
+        let mut file = std::fs::File::from(fd);
+        let mut data = Vec::with_capacity(st.st_size as usize);
+        file.read_to_end(&mut data)?;
+        Ok((data, LocalItem::from_stat(LocalKind::File, &st)))
+    }
+
+    /// Creates the directory `rel` and its missing parents.
+    pub fn mkdir_p(&self, rel: &str, mode: u32) -> io::Result<()> {
+        let mut done = String::new();
+        for part in rel.split('/') {
+            let fd = self.open_dir(&done)?;
+            match rustix::fs::mkdirat(&fd, part, Mode::from_raw_mode(mode)) {
+                Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                Err(e) => return Err(e.into()),
+            }
+            done = join(&done, part);
+        }
+        // The last component must now be a real directory (not a symlink or a file).
+        self.open_dir(rel).map(|_| ())
+    }
+
+    /// Replaces `rel` with a file holding `data` with permission bits `mode`, through a temp
+    /// file renamed into place, creating missing parents; returns the new file's stat.
+    pub fn write_atomic(&self, rel: &str, data: &[u8], mode: u32) -> io::Result<LocalItem> {
+        let (parent_rel, _) = split(rel);
+        if !parent_rel.is_empty() {
+            self.mkdir_p(parent_rel, 0o755)?;
+        }
+        let (parent, name) = self.open_parent(rel)?;
+        if let Ok(st) = rustix::fs::statat(&parent, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+            if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+                return Err(io::Error::new(
+                    io::ErrorKind::IsADirectory,
+                    "a directory is in the way",
+                ));
+            }
+        }
+        let dir = self.open_dir(parent_rel)?;
+        let tmp = tmp_name();
+        let fd = rustix::fs::openat(
+            &dir,
+            tmp.as_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )?;
+        let result = (|| {
+            let mut file = std::fs::File::from(fd);
+            file.write_all(data)?;
+            rustix::fs::fchmod(&file, Mode::from_raw_mode(mode & 0o7777))?;
+            file.sync_data()?;
+            rustix::fs::renameat(&dir, tmp.as_str(), &dir, name.as_str())?;
+            Ok::<_, io::Error>(())
+        })();
+        if let Err(e) = result {
+            let _ = rustix::fs::unlinkat(&dir, tmp.as_str(), AtFlags::empty());
+            return Err(e);
+        }
+        let st = rustix::fs::statat(&dir, name.as_str(), AtFlags::SYMLINK_NOFOLLOW)?;
+        Ok(LocalItem::from_stat(LocalKind::File, &st))
+    }
+
+    /// Replaces `rel` with a symlink to `target` (through a temp name renamed into place).
+    pub fn symlink_atomic(&self, rel: &str, target: &str) -> io::Result<LocalItem> {
+        let (parent_rel, _) = split(rel);
+        if !parent_rel.is_empty() {
+            self.mkdir_p(parent_rel, 0o755)?;
+        }
+        let dir = self.open_dir(parent_rel)?;
+        let (_, name) = split(rel);
+        let tmp = tmp_name();
+        rustix::fs::symlinkat(target, &dir, tmp.as_str())?;
+        if let Err(e) = rustix::fs::renameat(&dir, tmp.as_str(), &dir, name) {
+            let _ = rustix::fs::unlinkat(&dir, tmp.as_str(), AtFlags::empty());
+            return Err(e.into());
+        }
+        let st = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
+        Ok(LocalItem::from_stat(
+            LocalKind::Symlink(target.to_string()),
+            &st,
+        ))
+    }
+
+    /// Removes the file or symlink `rel` (or the empty directory, with `dir`); absent is fine.
+    pub fn remove(&self, rel: &str, dir: bool) -> io::Result<()> {
+        let (parent, name) = match self.open_parent(rel) {
+            Ok(p) => p,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let flags = if dir {
+            AtFlags::REMOVEDIR
+        } else {
+            AtFlags::empty()
+        };
+        match rustix::fs::unlinkat(&parent, name.as_str(), flags) {
+            Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+fn tmp_name() -> String {
+    let n = TMP_SEQ.fetch_add(1, Ordering::Relaxed);
+    format!("{TMP_PREFIX}{}-m{n}", std::process::id())
+}
+
+/// Splits a relative path into its parent ("" for the root) and its last name.
+pub fn split(rel: &str) -> (&str, &str) {
+    rel.rsplit_once('/').unwrap_or(("", rel))
+}
+
+/// Joins a relative directory ("" for the root) and a name.
+pub fn join(dir: &str, name: &str) -> String {
+    if dir.is_empty() {
+        name.to_string()
+    } else {
+        format!("{dir}/{name}")
+    }
+}

@@ -1,0 +1,889 @@
+//! The mirror: keeps a zone directory and a directory inside a sandbox in step, on demand.
+//!
+//! Per (zone, sandbox, remote root) a [`Manifest`] records what the remote holds as far as
+//! sandfs knows: per path the BLAKE3 hash, size, mode and link target last transferred, the local
+//! stat that hash was taken from (so an unchanged file is recognised without reading it) and the
+//! remote fingerprint (size, remote mtime) right after the transfer. Local and remote mtimes are
+//! never compared with each other: each side is only compared with its own earlier reading.
+//!
+//! [`push`] sends only what changed locally (in tar batches through [`RemoteFs::put_batch`]),
+//! sends renames as renames (same hash, old path gone), deletes explicitly, and writes the
+//! manifest after each batch the remote accepted: the manifest is never ahead of the remote, so a
+//! push cut short by a dead sandbox is simply completed by the next one. (Files of a batch are
+//! marked in flight — no hash — while it travels, so a torn file is overwritten, not taken for
+//! a change made in the sandbox.) [`pull`] finds remote
+//! changes by fingerprint, confirms them by hash, downloads only those and writes them atomically.
+//! A path changed on both sides is a conflict: reported, never overwritten; on pull the remote
+//! copy is kept beside the local one as `name.sandbox-<sandbox>`.
+
+mod local;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use serde::Serialize;
+
+use crate::core::remote::{join_remote, BatchItem, HashAlgo, RemoteError, RemoteFs, RemoteMeta};
+use crate::core::EntryKind;
+use crate::state::{Db, MirrorEntryRow, StateError};
+pub use local::TMP_PREFIX;
+use local::{LocalItem, LocalKind, LocalTree};
+
+const KIND_FILE: &str = "file";
+const KIND_DIR: &str = "dir";
+const KIND_LINK: &str = "symlink";
+
+/// A failed push or pull. What was confirmed before the failure is in the manifest.
+#[derive(Debug, thiserror::Error)]
+pub enum MirrorError {
+    #[error(transparent)]
+    Remote(#[from] RemoteError),
+    #[error("{path}: {op} in the zone directory failed: {source}")]
+    Local {
+        path: String,
+        op: &'static str,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    State(#[from] StateError),
+}
+
+fn local_err(path: &str, op: &'static str) -> impl FnOnce(std::io::Error) -> MirrorError {
+    let path = path.to_string();
+    move |source| MirrorError::Local { path, op, source }
+}
+
+/// What sandfs knows the remote holds, per path relative to the mirror's roots.
+pub struct Manifest {
+    entries: BTreeMap<String, MirrorEntryRow>,
+    store: Option<(Arc<Db>, i64)>,
+}
+
+impl Manifest {
+    /// Returns an empty manifest that lives only in memory.
+    pub fn in_memory() -> Manifest {
+        Manifest {
+            entries: BTreeMap::new(),
+            store: None,
+        }
+    }
+
+    /// Loads the manifest of (zone, sandbox, remote root) from the state database, creating
+    /// the mirror at `now_ms` when it is new; changes are written back as they are confirmed.
+    pub fn load(
+        db: Arc<Db>,
+        zone: &str,
+        sandbox: &str,
+        remote_root: &str,
+        now_ms: i64,
+    ) -> Result<Manifest, MirrorError> {
+        let id = db.mirror_id(zone, sandbox, remote_root, now_ms)?;
+        let entries = db
+            .mirror_entries(id)?
+            .into_iter()
+            .map(|e| (e.path.clone(), e))
+            .collect();
+        Ok(Manifest {
+            entries,
+            store: Some((db, id)),
+        })
+    }
+
+    /// Returns the entries, by path.
+    pub fn entries(&self) -> &BTreeMap<String, MirrorEntryRow> {
+        &self.entries
+    }
+
+    /// Returns the entry of `path`.
+    pub fn get(&self, path: &str) -> Option<&MirrorEntryRow> {
+        self.entries.get(path)
+    }
+
+    /// Records confirmed changes: the database first, then memory.
+    fn commit(
+        &mut self,
+        upserts: Vec<MirrorEntryRow>,
+        removed: Vec<String>,
+    ) -> Result<(), MirrorError> {
+        if upserts.is_empty() && removed.is_empty() {
+            return Ok(());
+        }
+        if let Some((db, id)) = &self.store {
+            db.update_mirror_entries(*id, &upserts, &removed)?;
+        }
+        for path in removed {
+            self.entries.remove(&path);
+        }
+        for e in upserts {
+            self.entries.insert(e.path.clone(), e);
+        }
+        Ok(())
+    }
+
+    fn touch(&self, pushed: bool, now_ms: i64) -> Result<(), MirrorError> {
+        if let Some((db, id)) = &self.store {
+            db.touch_mirror(*id, pushed, now_ms)?;
+        }
+        Ok(())
+    }
+}
+
+/// How to run a push or a pull.
+#[derive(Debug, Clone)]
+pub struct MirrorOptions {
+    /// The sandbox's name, for conflict copies (`name.sandbox-<sandbox>`).
+    pub sandbox: String,
+    /// The caller's clock, recorded as the time of the push or pull.
+    pub now_ms: i64,
+}
+
+/// A path changed on both sides, left as it is on both.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Conflict {
+    pub path: String,
+    pub reason: String,
+    /// Where the remote copy was saved locally (pull only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote_copy: Option<String>,
+}
+
+/// What a push did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct PushSummary {
+    /// Files and symlinks sent.
+    pub files_sent: u64,
+    /// Bytes of file content sent.
+    pub bytes_sent: u64,
+    pub deleted: u64,
+    pub renamed: u64,
+    pub conflicts: Vec<Conflict>,
+    pub duration_ms: u64,
+}
+
+/// What a pull did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct PullSummary {
+    /// Files and symlinks written locally.
+    pub files_received: u64,
+    pub bytes_received: u64,
+    pub deleted: u64,
+    pub conflicts: Vec<Conflict>,
+    pub duration_ms: u64,
+}
+
+/// How one manifest path stands on one side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Same,
+    Changed,
+    Gone,
+}
+
+fn is_provider_temp(path: &str) -> bool {
+    let name = local::split(path).1;
+    name.starts_with(TMP_PREFIX) || (name.starts_with('.') && name.contains(".sandfs-"))
+}
+
+fn fingerprint_same(m: &MirrorEntryRow, r: &RemoteMeta) -> bool {
+    m.remote_size == Some(r.size) && m.remote_mtime_ns.is_some() && m.remote_mtime_ns == r.mtime_ns
+}
+
+/// Returns the BLAKE3 of a remote file, hashed in the sandbox when it can, else downloaded
+/// (the content is returned too then, so a caller that needs it does not download twice).
+async fn remote_blake3(
+    remote: &dyn RemoteFs,
+    path: &str,
+) -> Result<(String, Option<Bytes>), RemoteError> {
+    if remote.caps().remote_hashes.contains(&HashAlgo::Blake3) {
+        return Ok((remote.hash(path, HashAlgo::Blake3).await?, None));
+    }
+    let data = remote.read(path).await?;
+    Ok((HashAlgo::Blake3.digest(&data), Some(data)))
+}
+
+/// Classifies the remote side of a manifest entry; `refresh` gets entries whose fingerprint
+/// moved while the content stayed (a touch in the sandbox).
+async fn remote_side(
+    remote: &dyn RemoteFs,
+    remote_root: &str,
+    m: &MirrorEntryRow,
+    r: Option<&RemoteMeta>,
+    refresh: &mut Vec<MirrorEntryRow>,
+) -> Result<Side, MirrorError> {
+    let Some(r) = r else { return Ok(Side::Gone) };
+    if m.kind == KIND_FILE && m.hash.is_none() {
+        // In flight when a push was cut short: whatever is there is a torn copy of ours.
+        return Ok(Side::Same);
+    }
+    Ok(match m.kind.as_str() {
+        KIND_DIR if r.kind == EntryKind::Dir => Side::Same,
+        KIND_LINK if r.kind == EntryKind::Symlink && r.link_target == m.link_target => Side::Same,
+        KIND_FILE if r.kind == EntryKind::File => {
+            if fingerprint_same(m, r) {
+                Side::Same
+            } else {
+                let (hash, _) = remote_blake3(remote, &join_remote(remote_root, &m.path)).await?;
+                if Some(&hash) == m.hash.as_ref() {
+                    let mut e = m.clone();
+                    e.remote_size = Some(r.size);
+                    e.remote_mtime_ns = r.mtime_ns;
+                    refresh.push(e);
+                    Side::Same
+                } else {
+                    Side::Changed
+                }
+            }
+        }
+        _ => Side::Changed,
+    })
+}
+
+/// A local file read for a push.
+struct Read {
+    data: Vec<u8>,
+    hash: String,
+    item: LocalItem,
+}
+
+/// Classifies the local side of a manifest entry, reading the file only when its stat moved.
+fn local_side(
+    tree: &LocalTree,
+    m: &MirrorEntryRow,
+    l: Option<&LocalItem>,
+    refresh: &mut Vec<MirrorEntryRow>,
+) -> Result<(Side, Option<Read>), MirrorError> {
+    let Some(l) = l else {
+        return Ok((Side::Gone, None));
+    };
+    Ok(match (&l.kind, m.kind.as_str()) {
+        (LocalKind::Dir, KIND_DIR) => (Side::Same, None),
+        (LocalKind::Symlink(t), KIND_LINK) if Some(t) == m.link_target.as_ref() => {
+            (Side::Same, None)
+        }
+        (LocalKind::File, KIND_FILE) => {
+            if m.local_size == Some(l.size)
+                && m.local_mtime_ns == Some(l.mtime_ns)
+                && m.mode == l.mode
+            {
+                return Ok((Side::Same, None));
+            }
+            let (data, item) = tree.read(&m.path).map_err(local_err(&m.path, "read"))?;
+            let hash = blake3::hash(&data).to_hex().to_string();
+            if Some(&hash) == m.hash.as_ref() && item.mode == m.mode {
+                let mut e = m.clone();
+                e.local_size = Some(item.size);
+                e.local_mtime_ns = Some(item.mtime_ns);
+                refresh.push(e);
+                (Side::Same, None)
+            } else {
+                (Side::Changed, Some(Read { data, hash, item }))
+            }
+        }
+        _ => (Side::Changed, None),
+    })
+}
+
+/// Returns the manifest row for a file with this content that the remote now holds.
+fn file_row(path: &str, read: &Read, remote_mtime_ns: Option<i64>) -> MirrorEntryRow {
+    MirrorEntryRow {
+        path: path.to_string(),
+        kind: KIND_FILE.into(),
+        hash: Some(read.hash.clone()),
+        size: read.data.len() as u64,
+        mode: read.item.mode,
+        link_target: None,
+        local_size: Some(read.item.size),
+        local_mtime_ns: Some(read.item.mtime_ns),
+        remote_size: Some(read.data.len() as u64),
+        remote_mtime_ns,
+    }
+}
+
+fn other_row(path: &str, item: &LocalItem) -> MirrorEntryRow {
+    let (kind, target) = match &item.kind {
+        LocalKind::Dir => (KIND_DIR, None),
+        LocalKind::Symlink(t) => (KIND_LINK, Some(t.clone())),
+        LocalKind::File => (KIND_FILE, None),
+    };
+    MirrorEntryRow {
+        path: path.to_string(),
+        kind: kind.into(),
+        hash: None,
+        size: item.size,
+        mode: item.mode,
+        link_target: target,
+        local_size: Some(item.size),
+        local_mtime_ns: Some(item.mtime_ns),
+        remote_size: None,
+        remote_mtime_ns: None,
+    }
+}
+
+/// Walks the remote root; a missing root is an empty tree.
+async fn remote_tree(
+    remote: &dyn RemoteFs,
+    remote_root: &str,
+) -> Result<HashMap<String, RemoteMeta>, MirrorError> {
+    match remote.walk(remote_root).await {
+        Ok(entries) => Ok(entries
+            .into_iter()
+            .filter(|e| !is_provider_temp(&e.path))
+            .map(|e| (e.path, e.meta))
+            .collect()),
+        Err(RemoteError::NotFound { .. }) => Ok(HashMap::new()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// One item waiting to be sent, with the manifest row to record once the remote has it.
+struct Pending {
+    item: BatchItem,
+    row: MirrorEntryRow,
+    bytes: u64,
+}
+
+/// Pushes what changed in the zone directory `local_root` to `remote_root` in the sandbox.
+///
+/// Compares the local tree with `manifest` (stat first, hash to confirm), walks the remote once
+/// to see what the sandbox changed since the last push, then deletes, renames and sends (tar
+/// batches no larger than the provider's body limit) what changed locally only. A path changed
+/// on both sides is reported in [`PushSummary::conflicts`] and left alone.
+pub async fn push(
+    local_root: &Path,
+    remote: &dyn RemoteFs,
+    remote_root: &str,
+    manifest: &mut Manifest,
+    opts: &MirrorOptions,
+) -> Result<PushSummary, MirrorError> {
+    let started = Instant::now();
+    let mut summary = PushSummary::default();
+    let root_shown = local_root.display().to_string();
+    let tree = LocalTree::open(local_root).map_err(local_err(&root_shown, "open"))?;
+    let local = tree.walk().map_err(local_err(&root_shown, "walk"))?;
+    let remote_map = remote_tree(remote, remote_root).await?;
+
+    // 1. Manifest paths: what changed on each side.
+    let mut refresh = Vec::new();
+    let mut gone_locally: Vec<(MirrorEntryRow, Side)> = Vec::new();
+    let mut changed: BTreeMap<String, Option<Read>> = BTreeMap::new();
+    let entries: Vec<MirrorEntryRow> = manifest.entries.values().cloned().collect();
+    for m in &entries {
+        let (lside, read) = local_side(&tree, m, local.get(&m.path), &mut refresh)?;
+        if lside == Side::Same {
+            continue;
+        }
+        let rside = remote_side(
+            remote,
+            remote_root,
+            m,
+            remote_map.get(&m.path),
+            &mut refresh,
+        )
+        .await?;
+        if rside == Side::Changed {
+            summary.conflicts.push(Conflict {
+                path: m.path.clone(),
+                reason: if lside == Side::Gone {
+                    "deleted locally and changed in the sandbox".into()
+                } else {
+                    "changed locally and in the sandbox".into()
+                },
+                remote_copy: None,
+            });
+            continue;
+        }
+        let type_changed = local
+            .get(&m.path)
+            .is_some_and(|l| kind_name(&l.kind) != m.kind);
+        if lside == Side::Gone || type_changed {
+            gone_locally.push((m.clone(), rside));
+        }
+        if lside == Side::Changed {
+            changed.insert(m.path.clone(), read);
+        }
+    }
+    manifest.commit(std::mem::take(&mut refresh), Vec::new())?;
+
+    // 2. New local paths, and changed ones whose kind changed.
+    let conflicted: std::collections::HashSet<String> =
+        summary.conflicts.iter().map(|c| c.path.clone()).collect();
+    let mut to_send: Vec<(String, Option<Read>)> = Vec::new();
+    for (path, l) in &local {
+        if conflicted.contains(path) {
+            continue;
+        }
+        if manifest.get(path).is_none() {
+            let mut read = None;
+            if l.kind == LocalKind::File {
+                let (data, item) = tree.read(path).map_err(local_err(path, "read"))?;
+                let hash = blake3::hash(&data).to_hex().to_string();
+                read = Some(Read { data, hash, item });
+            }
+            // Something the sandbox created at the same path: the same content is adopted,
+            // other content is a conflict.
+            if let (Some(r), Some(rd)) = (remote_map.get(path), read.as_ref()) {
+                if r.kind != EntryKind::Dir {
+                    let same = r.kind == EntryKind::File
+                        && r.size == rd.data.len() as u64
+                        && remote_blake3(remote, &join_remote(remote_root, path))
+                            .await?
+                            .0
+                            == rd.hash;
+                    if !same {
+                        summary.conflicts.push(Conflict {
+                            path: path.clone(),
+                            reason: "created locally and in the sandbox with different content"
+                                .into(),
+                            remote_copy: None,
+                        });
+                        continue;
+                    }
+                }
+            }
+            to_send.push((path.clone(), read));
+        } else if let Some(read) = changed.remove(path) {
+            let read = match (read, &l.kind) {
+                (None, LocalKind::File) => {
+                    let (data, item) = tree.read(path).map_err(local_err(path, "read"))?;
+                    let hash = blake3::hash(&data).to_hex().to_string();
+                    Some(Read { data, hash, item })
+                }
+                (r, _) => r,
+            };
+            to_send.push((path.clone(), read));
+        }
+    }
+
+    // 3. Renames: a path gone locally whose content reappeared at a new path.
+    let mut renames: Vec<(MirrorEntryRow, usize)> = Vec::new();
+    {
+        let mut by_hash: HashMap<(String, u32), usize> = HashMap::new();
+        for (i, (path, read)) in to_send.iter().enumerate() {
+            if let Some(rd) = read {
+                if manifest.get(path).is_none() && !remote_map.contains_key(path) {
+                    by_hash.entry((rd.hash.clone(), rd.item.mode)).or_insert(i);
+                }
+            }
+        }
+        gone_locally.retain(|(m, rside)| {
+            if *rside != Side::Same || m.kind != KIND_FILE || local.contains_key(&m.path) {
+                return true;
+            }
+            let Some(hash) = m.hash.clone() else {
+                return true;
+            };
+            match by_hash.remove(&(hash, m.mode)) {
+                Some(i) => {
+                    renames.push((m.clone(), i));
+                    false
+                }
+                None => true,
+            }
+        });
+    }
+
+    // 4. Deletions: files and links first, then directories, deepest first.
+    gone_locally.sort_by_key(|(m, _)| {
+        (
+            m.kind == KIND_DIR,
+            std::cmp::Reverse(m.path.matches('/').count()),
+        )
+    });
+    for (m, rside) in &gone_locally {
+        if *rside == Side::Same {
+            let full = join_remote(remote_root, &m.path);
+            match remote.remove(&full, false).await {
+                Ok(()) | Err(RemoteError::NotFound { .. }) => {}
+                Err(RemoteError::NotEmpty { .. }) => {
+                    summary.conflicts.push(Conflict {
+                        path: m.path.clone(),
+                        reason: "deleted locally; the sandbox added files to the directory".into(),
+                        remote_copy: None,
+                    });
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            }
+            summary.deleted += 1;
+        }
+        manifest.commit(Vec::new(), vec![m.path.clone()])?;
+    }
+
+    // 5. Renames, each confirmed before it is recorded.
+    let mut renamed_to = std::collections::HashSet::new();
+    for (m, i) in renames {
+        let (new_path, read) = &to_send[i];
+        let read = read.as_ref().expect("renames are files");
+        remote
+            .rename(
+                &join_remote(remote_root, &m.path),
+                &join_remote(remote_root, new_path),
+            )
+            .await?;
+        let mut row = file_row(new_path, read, m.remote_mtime_ns);
+        row.remote_size = m.remote_size;
+        manifest.commit(vec![row], vec![m.path.clone()])?;
+        summary.renamed += 1;
+        renamed_to.insert(i);
+    }
+
+    // 6. Sends, in batches no larger than the provider takes in one request.
+    let mut pending: Vec<Pending> = Vec::new();
+    for (i, (path, read)) in to_send.into_iter().enumerate() {
+        if renamed_to.contains(&i) {
+            continue;
+        }
+        let l = &local[&path];
+        let p = match (&l.kind, read) {
+            (LocalKind::Dir, _) => Pending {
+                item: BatchItem::Dir {
+                    path: path.clone(),
+                    mode: l.mode,
+                },
+                row: other_row(&path, l),
+                bytes: 0,
+            },
+            (LocalKind::Symlink(t), _) => Pending {
+                item: BatchItem::Symlink {
+                    path: path.clone(),
+                    target: t.clone(),
+                },
+                row: other_row(&path, l),
+                bytes: 0,
+            },
+            (LocalKind::File, Some(read)) => {
+                // The tar carries whole seconds: that is the mtime the remote will have.
+                let secs = read.item.mtime_ns.div_euclid(1_000_000_000).max(0);
+                let row = file_row(&path, &read, Some(secs * 1_000_000_000));
+                Pending {
+                    bytes: read.data.len() as u64,
+                    item: BatchItem::File {
+                        path: path.clone(),
+                        data: Bytes::from(read.data),
+                        mode: read.item.mode,
+                        mtime: Some(secs as u64),
+                    },
+                    row,
+                }
+            }
+            (LocalKind::File, None) => unreachable!("files are read before sending"),
+        };
+        pending.push(p);
+    }
+    // Directories first, so parents exist before what they hold.
+    pending.sort_by_key(|p| !matches!(p.item, BatchItem::Dir { .. }));
+    let budget = remote.limits().max_request_bytes;
+    let mut batch: Vec<Pending> = Vec::new();
+    let mut batch_bytes = 0u64;
+    let mut iter = pending.into_iter().peekable();
+    while let Some(p) = iter.next() {
+        let cost = 512 + p.bytes.div_ceil(512) * 512;
+        if !batch.is_empty() && batch_bytes + cost + 1024 > budget {
+            send_batch(
+                remote,
+                remote_root,
+                manifest,
+                std::mem::take(&mut batch),
+                &mut summary,
+            )
+            .await?;
+            batch_bytes = 0;
+        }
+        batch_bytes += cost;
+        batch.push(p);
+        if iter.peek().is_none() {
+            send_batch(
+                remote,
+                remote_root,
+                manifest,
+                std::mem::take(&mut batch),
+                &mut summary,
+            )
+            .await?;
+        }
+    }
+    manifest.touch(true, opts.now_ms)?;
+    summary.duration_ms = started.elapsed().as_millis() as u64;
+    Ok(summary)
+}
+
+fn kind_name(k: &LocalKind) -> &'static str {
+    match k {
+        LocalKind::File => KIND_FILE,
+        LocalKind::Dir => KIND_DIR,
+        LocalKind::Symlink(_) => KIND_LINK,
+    }
+}
+
+/// Sends one batch and records its rows once the remote accepted it.
+async fn send_batch(
+    remote: &dyn RemoteFs,
+    remote_root: &str,
+    manifest: &mut Manifest,
+    batch: Vec<Pending>,
+    summary: &mut PushSummary,
+) -> Result<(), MirrorError> {
+    let mut items = Vec::with_capacity(batch.len());
+    let mut rows = Vec::with_capacity(batch.len());
+    let mut files = 0;
+    let mut bytes = 0;
+    for p in batch {
+        if !matches!(p.item, BatchItem::Dir { .. }) {
+            files += 1;
+        }
+        bytes += p.bytes;
+        items.push(p.item);
+        rows.push(p.row);
+    }
+    // Files are marked in flight first (no hash, no fingerprint: nothing claimed about the
+    // remote content), so a torn file left by a cut-short batch is overwritten by the next push
+    // rather than taken for a change made in the sandbox.
+    let in_flight: Vec<MirrorEntryRow> = rows
+        .iter()
+        .filter(|r| r.kind == KIND_FILE)
+        .map(|r| MirrorEntryRow {
+            hash: None,
+            local_size: None,
+            local_mtime_ns: None,
+            remote_size: None,
+            remote_mtime_ns: None,
+            ..r.clone()
+        })
+        .collect();
+    manifest.commit(in_flight, Vec::new())?;
+    remote.put_batch(remote_root, items).await?;
+    manifest.commit(rows, Vec::new())?;
+    summary.files_sent += files;
+    summary.bytes_sent += bytes;
+    Ok(())
+}
+
+/// Pulls what changed in the sandbox below `remote_root` into the zone directory `local_root`.
+///
+/// Walks the remote, takes paths whose fingerprint moved since the manifest, confirms the change
+/// by hash and downloads only those, writing each atomically. A path also changed locally is a
+/// conflict: the remote copy is saved beside it as `name.sandbox-<sandbox>`. Paths deleted in
+/// the sandbox are deleted locally only when unchanged locally. A missing remote root is an
+/// error (never "everything was deleted").
+pub async fn pull(
+    local_root: &Path,
+    remote: &dyn RemoteFs,
+    remote_root: &str,
+    manifest: &mut Manifest,
+    opts: &MirrorOptions,
+) -> Result<PullSummary, MirrorError> {
+    let started = Instant::now();
+    let mut summary = PullSummary::default();
+    let root_shown = local_root.display().to_string();
+    let tree = LocalTree::open(local_root).map_err(local_err(&root_shown, "open"))?;
+    let remote_entries = remote.walk(remote_root).await?;
+    let mut remote_map: BTreeMap<String, RemoteMeta> = BTreeMap::new();
+    for e in remote_entries {
+        if !is_provider_temp(&e.path) {
+            remote_map.insert(e.path, e.meta);
+        }
+    }
+    let suffix = format!(".sandbox-{}", opts.sandbox);
+
+    for (path, r) in &remote_map {
+        if path.ends_with(&suffix) && manifest.get(path).is_none() {
+            continue;
+        }
+        let m = manifest.get(path).cloned();
+        let l = tree.lstat(path).map_err(local_err(path, "stat"))?;
+        match r.kind {
+            EntryKind::Dir => {
+                match &l {
+                    None => tree
+                        .mkdir_p(path, r.mode.unwrap_or(0o755))
+                        .map_err(local_err(path, "mkdir"))?,
+                    Some(l) if l.kind == LocalKind::Dir => {}
+                    Some(_) => {
+                        summary.conflicts.push(Conflict {
+                            path: path.clone(),
+                            reason: "a directory in the sandbox, not one locally".into(),
+                            remote_copy: None,
+                        });
+                        continue;
+                    }
+                }
+                if m.as_ref().is_none_or(|m| m.kind != KIND_DIR) {
+                    let item = tree
+                        .lstat(path)
+                        .map_err(local_err(path, "stat"))?
+                        .expect("just made");
+                    manifest.commit(vec![other_row(path, &item)], Vec::new())?;
+                }
+            }
+            EntryKind::Symlink => {
+                let target = r.link_target.clone().unwrap_or_default();
+                if m.as_ref()
+                    .is_some_and(|m| m.kind == KIND_LINK && m.link_target.as_ref() == Some(&target))
+                {
+                    continue;
+                }
+                let local_same = local_unchanged(&tree, m.as_ref(), l.as_ref())?;
+                let already = matches!(&l, Some(LocalItem { kind: LocalKind::Symlink(t), .. }) if *t == target);
+                if already {
+                    let item = l.clone().expect("present");
+                    manifest.commit(vec![other_row(path, &item)], Vec::new())?;
+                } else if local_same {
+                    let item = tree
+                        .symlink_atomic(path, &target)
+                        .map_err(local_err(path, "symlink"))?;
+                    manifest.commit(vec![other_row(path, &item)], Vec::new())?;
+                    summary.files_received += 1;
+                } else {
+                    let copy = format!("{path}{suffix}");
+                    tree.symlink_atomic(&copy, &target)
+                        .map_err(local_err(&copy, "symlink"))?;
+                    summary.conflicts.push(Conflict {
+                        path: path.clone(),
+                        reason: "changed locally and in the sandbox".into(),
+                        remote_copy: Some(copy),
+                    });
+                }
+            }
+            EntryKind::File => {
+                if let Some(m) = &m {
+                    // Unchanged, or in flight from a cut-short push (the next push settles it).
+                    if m.kind == KIND_FILE && (fingerprint_same(m, r) || m.hash.is_none()) {
+                        continue;
+                    }
+                }
+                let full = join_remote(remote_root, path);
+                let (hash, data) = remote_blake3(remote, &full).await?;
+                let fresh = |row: &mut MirrorEntryRow| {
+                    row.remote_size = Some(r.size);
+                    row.remote_mtime_ns = r.mtime_ns;
+                };
+                if let Some(m) = &m {
+                    if m.kind == KIND_FILE && m.hash.as_ref() == Some(&hash) {
+                        // Touched, not changed.
+                        let mut row = m.clone();
+                        fresh(&mut row);
+                        manifest.commit(vec![row], Vec::new())?;
+                        continue;
+                    }
+                }
+                let local_same = local_unchanged(&tree, m.as_ref(), l.as_ref())?;
+                let local_hash = match &l {
+                    Some(LocalItem {
+                        kind: LocalKind::File,
+                        ..
+                    }) => {
+                        let (data, _) = tree.read(path).map_err(local_err(path, "read"))?;
+                        Some(blake3::hash(&data).to_hex().to_string())
+                    }
+                    _ => None,
+                };
+                let data = match data {
+                    Some(d) => d,
+                    None => remote.read(&full).await?,
+                };
+                let mode = r.mode.unwrap_or(0o644);
+                if local_hash.as_ref() == Some(&hash) {
+                    // Both sides already hold it.
+                    let (d, item) = tree.read(path).map_err(local_err(path, "read"))?;
+                    let read = Read {
+                        data: d,
+                        hash,
+                        item,
+                    };
+                    let mut row = file_row(path, &read, r.mtime_ns);
+                    fresh(&mut row);
+                    manifest.commit(vec![row], Vec::new())?;
+                } else if local_same {
+                    let item = tree
+                        .write_atomic(path, &data, mode)
+                        .map_err(local_err(path, "write"))?;
+                    summary.files_received += 1;
+                    summary.bytes_received += data.len() as u64;
+                    let read = Read {
+                        data: data.to_vec(),
+                        hash,
+                        item,
+                    };
+                    let mut row = file_row(path, &read, r.mtime_ns);
+                    fresh(&mut row);
+                    manifest.commit(vec![row], Vec::new())?;
+                } else {
+                    let copy = format!("{path}{suffix}");
+                    tree.write_atomic(&copy, &data, mode)
+                        .map_err(local_err(&copy, "write"))?;
+                    summary.bytes_received += data.len() as u64;
+                    summary.conflicts.push(Conflict {
+                        path: path.clone(),
+                        reason: "changed locally and in the sandbox".into(),
+                        remote_copy: Some(copy),
+                    });
+                }
+            }
+            EntryKind::Other => {}
+        }
+    }
+
+    // Deleted in the sandbox: deleted here only when unchanged here. Directories last, deepest
+    // first.
+    let mut gone: Vec<MirrorEntryRow> = manifest
+        .entries
+        .values()
+        .filter(|m| !remote_map.contains_key(&m.path))
+        .cloned()
+        .collect();
+    gone.sort_by_key(|m| {
+        (
+            m.kind == KIND_DIR,
+            std::cmp::Reverse(m.path.matches('/').count()),
+        )
+    });
+    for m in gone {
+        let l = tree.lstat(&m.path).map_err(local_err(&m.path, "stat"))?;
+        if l.is_some() {
+            if m.kind == KIND_DIR {
+                if l.as_ref().is_some_and(|l| l.kind == LocalKind::Dir) {
+                    // Files of its own keep it (and are pushed next time).
+                    if tree.remove(&m.path, true).is_ok() {
+                        summary.deleted += 1;
+                    }
+                }
+            } else if local_unchanged(&tree, Some(&m), l.as_ref())? {
+                tree.remove(&m.path, false)
+                    .map_err(local_err(&m.path, "delete"))?;
+                summary.deleted += 1;
+            } else {
+                summary.conflicts.push(Conflict {
+                    path: m.path.clone(),
+                    reason:
+                        "deleted in the sandbox and changed locally (kept; the next push sends it)"
+                            .into(),
+                    remote_copy: None,
+                });
+            }
+        }
+        manifest.commit(Vec::new(), vec![m.path.clone()])?;
+    }
+    manifest.touch(false, opts.now_ms)?;
+    summary.duration_ms = started.elapsed().as_millis() as u64;
+    Ok(summary)
+}
+
+/// Returns true when the local path still is what the manifest says (or is absent and the
+/// manifest has nothing there).
+fn local_unchanged(
+    tree: &LocalTree,
+    m: Option<&MirrorEntryRow>,
+    l: Option<&LocalItem>,
+) -> Result<bool, MirrorError> {
+    match (m, l) {
+        (None, None) => Ok(true),
+        (None, Some(_)) | (Some(_), None) => Ok(false),
+        (Some(m), Some(l)) => {
+            let mut refresh = Vec::new();
+            Ok(local_side(tree, m, Some(l), &mut refresh)?.0 == Side::Same)
+        }
+    }
+}

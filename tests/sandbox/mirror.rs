@@ -1,0 +1,347 @@
+//! The mirror (`sandfs::sandbox::mirror`) against the real sandbox-agent: push, incremental
+//! push, delete and rename, pull, conflicts, and a server killed in the middle of a push. What
+//! reached the sandbox is checked with `std::fs` on the server's directory.
+
+use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sandfs::sandbox::mirror::{self, Manifest, MirrorOptions};
+use sandfs::sandbox::{ExecRequest, RemoteFs};
+use sandfs::state::Db;
+
+use crate::support::{noise, AgentServer};
+
+fn opts() -> MirrorOptions {
+    MirrorOptions {
+        sandbox: "dev".into(),
+        now_ms: 1_700_000_000_000,
+    }
+}
+
+fn mode_of(path: &Path) -> u32 {
+    std::fs::symlink_metadata(path)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
+/// Builds the tree of the first push: nested dirs, a 5 MiB file, a symlink, an executable and
+/// an empty dir.
+fn sample_tree(dir: &Path) {
+    std::fs::create_dir_all(dir.join("src/deep/er")).unwrap();
+    std::fs::create_dir_all(dir.join("empty")).unwrap();
+    std::fs::write(dir.join("src/lib.rs"), b"pub fn x() {}\n").unwrap();
+    std::fs::write(dir.join("src/deep/er/notes.txt"), b"notes\n").unwrap();
+    std::fs::write(dir.join("README"), b"read me\n").unwrap();
+    std::fs::write(dir.join("big.bin"), noise(5 * 1024 * 1024, 7)).unwrap();
+    std::fs::write(dir.join("run.sh"), b"#!/bin/sh\necho hi\n").unwrap();
+    std::fs::set_permissions(dir.join("run.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::symlink("src/lib.rs", dir.join("link")).unwrap();
+}
+
+async fn sh(fs: &dyn RemoteFs, script: &str) {
+    let out = fs
+        .exec(ExecRequest::new("sh", ["-c", script]))
+        .await
+        .unwrap();
+    assert!(out.success(), "{script}: {out:?}");
+}
+
+#[tokio::test]
+async fn push_sends_the_tree_then_only_what_changed() {
+    let server = AgentServer::start();
+    let fs = server.provider();
+    let local = tempfile::tempdir().unwrap();
+    sample_tree(local.path());
+    let remote_root = format!("{}/dst", server.root());
+    let dst = server.work().join("dst");
+    let mut manifest = Manifest::in_memory();
+
+    let first = mirror::push(local.path(), &fs, &remote_root, &mut manifest, &opts())
+        .await
+        .unwrap();
+    assert_eq!(first.files_sent, 6, "{first:?}");
+    assert!(first.conflicts.is_empty());
+    assert_eq!(
+        std::fs::read(dst.join("src/lib.rs")).unwrap(),
+        b"pub fn x() {}\n"
+    );
+    assert_eq!(
+        std::fs::read(dst.join("src/deep/er/notes.txt")).unwrap(),
+        b"notes\n"
+    );
+    assert_eq!(
+        std::fs::read(dst.join("big.bin")).unwrap(),
+        noise(5 * 1024 * 1024, 7)
+    );
+    assert_eq!(mode_of(&dst.join("run.sh")), 0o755);
+    assert_eq!(
+        std::fs::read_link(dst.join("link")).unwrap().to_str(),
+        Some("src/lib.rs")
+    );
+    assert!(dst.join("empty").is_dir());
+
+    // The fingerprints recorded are what the sandbox reports.
+    let walked: HashMap<_, _> = fs
+        .walk(&remote_root)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.path, e.meta))
+        .collect();
+    for (path, e) in manifest.entries() {
+        if e.kind == "file" {
+            assert_eq!(e.remote_size, Some(walked[path].size), "{path}");
+            assert_eq!(e.remote_mtime_ns, walked[path].mtime_ns, "{path}");
+        }
+    }
+
+    // Nothing changed: one walk, nothing sent.
+    let before = fs.requests();
+    let idle = mirror::push(local.path(), &fs, &remote_root, &mut manifest, &opts())
+        .await
+        .unwrap();
+    assert_eq!((idle.files_sent, idle.deleted, idle.renamed), (0, 0, 0));
+    assert_eq!(fs.requests() - before, 1, "an idle push is one walk");
+
+    // One edit: exactly one file, in one request besides the walk.
+    std::fs::write(local.path().join("src/deep/er/notes.txt"), b"more notes\n").unwrap();
+    let before = fs.requests();
+    let sent_before = fs.bytes_sent();
+    let one = mirror::push(local.path(), &fs, &remote_root, &mut manifest, &opts())
+        .await
+        .unwrap();
+    assert_eq!(one.files_sent, 1, "{one:?}");
+    assert_eq!(one.bytes_sent, 11);
+    assert_eq!(fs.requests() - before, 2, "walk + one batch");
+    assert!(
+        fs.bytes_sent() - sent_before < 8 * 1024,
+        "only the one file travelled"
+    );
+    assert_eq!(
+        std::fs::read(dst.join("src/deep/er/notes.txt")).unwrap(),
+        b"more notes\n"
+    );
+
+    // Delete one file, rename another, remove the empty dir.
+    std::fs::remove_file(local.path().join("README")).unwrap();
+    std::fs::rename(
+        local.path().join("big.bin"),
+        local.path().join("src/big2.bin"),
+    )
+    .unwrap();
+    std::fs::remove_dir(local.path().join("empty")).unwrap();
+    let before = fs.bytes_sent();
+    let moved = mirror::push(local.path(), &fs, &remote_root, &mut manifest, &opts())
+        .await
+        .unwrap();
+    assert_eq!(moved.renamed, 1, "{moved:?}");
+    assert_eq!(moved.deleted, 2, "{moved:?}");
+    assert_eq!(moved.files_sent, 0, "{moved:?}");
+    assert!(
+        fs.bytes_sent() - before < 64 * 1024,
+        "the rename sent no content"
+    );
+    assert!(!dst.join("README").exists());
+    assert!(!dst.join("big.bin").exists());
+    assert!(!dst.join("empty").exists());
+    assert_eq!(
+        std::fs::read(dst.join("src/big2.bin")).unwrap(),
+        noise(5 * 1024 * 1024, 7)
+    );
+    assert!(manifest.get("big.bin").is_none() && manifest.get("src/big2.bin").is_some());
+}
+
+#[tokio::test]
+async fn pull_takes_sandbox_changes_and_keeps_both_sides_of_a_conflict() {
+    let server = AgentServer::start();
+    let fs = server.provider();
+    let local = tempfile::tempdir().unwrap();
+    let l = local.path();
+    std::fs::create_dir_all(l.join("d")).unwrap();
+    std::fs::write(l.join("d/f"), b"one\n").unwrap();
+    std::fs::write(l.join("g"), b"base\n").unwrap();
+    std::fs::write(l.join("h"), b"doomed\n").unwrap();
+    let remote_root = format!("{}/dst", server.root());
+    let dst = server.work().join("dst");
+    let db = Arc::new(Db::open_in_memory().unwrap());
+    let mut manifest = Manifest::load(db.clone(), "workspace", "dev", &remote_root, 1).unwrap();
+    mirror::push(l, &fs, &remote_root, &mut manifest, &opts())
+        .await
+        .unwrap();
+
+    // The sandbox changes f (its exec), changes g, creates n, deletes h; we change g too.
+    sh(
+        &fs,
+        &format!("cd '{remote_root}' && echo x >> d/f && echo theirs > g && echo new > n && rm h"),
+    )
+    .await;
+    std::fs::write(l.join("g"), b"ours\n").unwrap();
+
+    let pulled = mirror::pull(l, &fs, &remote_root, &mut manifest, &opts())
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read(l.join("d/f")).unwrap(), b"one\nx\n");
+    assert_eq!(std::fs::read(l.join("n")).unwrap(), b"new\n");
+    assert!(
+        !l.join("h").exists(),
+        "deleted in the sandbox, unchanged here"
+    );
+    assert_eq!(pulled.files_received, 2, "{pulled:?}");
+    assert_eq!(pulled.deleted, 1, "{pulled:?}");
+    assert_eq!(pulled.conflicts.len(), 1, "{pulled:?}");
+    assert_eq!(pulled.conflicts[0].path, "g");
+    assert_eq!(
+        std::fs::read(l.join("g")).unwrap(),
+        b"ours\n",
+        "local copy kept"
+    );
+    assert_eq!(
+        std::fs::read(l.join("g.sandbox-dev")).unwrap(),
+        b"theirs\n",
+        "remote copy saved beside it"
+    );
+
+    // A second pull downloads nothing.
+    let before = fs.requests();
+    let again = mirror::pull(l, &fs, &remote_root, &mut manifest, &opts())
+        .await
+        .unwrap();
+    assert_eq!(again.files_received, 0, "{again:?}");
+    assert_eq!(
+        fs.requests() - before,
+        2,
+        "one walk, and the unresolved conflict on g confirmed again by hash"
+    );
+
+    // Push reports the conflict and leaves the sandbox's g alone.
+    let pushed = mirror::push(l, &fs, &remote_root, &mut manifest, &opts())
+        .await
+        .unwrap();
+    assert!(pushed.conflicts.iter().any(|c| c.path == "g"), "{pushed:?}");
+    assert_eq!(std::fs::read(dst.join("g")).unwrap(), b"theirs\n");
+
+    // The manifest in the database is the one in memory.
+    let reloaded = Manifest::load(db, "workspace", "dev", &remote_root, 2).unwrap();
+    assert_eq!(reloaded.entries(), manifest.entries());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_cut_short_leaves_only_confirmed_entries_and_the_next_completes() {
+    let mut server = AgentServer::start();
+    let local = tempfile::tempdir().unwrap();
+    let files = 40;
+    for i in 0..files {
+        std::fs::create_dir_all(local.path().join(format!("d{}", i % 4))).unwrap();
+        std::fs::write(
+            local.path().join(format!("d{}/f{i:03}", i % 4)),
+            noise(300 * 1024, i as u64 + 1),
+        )
+        .unwrap();
+    }
+    let remote_root = format!("{}/dst", server.root());
+    let dst = server.work().join("dst");
+    let db = Arc::new(Db::open_in_memory().unwrap());
+    let manifest = Manifest::load(db.clone(), "workspace", "dev", &remote_root, 1).unwrap();
+
+    let fs = server.provider();
+    let root = local.path().to_path_buf();
+    let rr = remote_root.clone();
+    let task = tokio::spawn(async move {
+        let mut manifest = manifest;
+        let r = mirror::push(&root, &fs, &rr, &mut manifest, &opts()).await;
+        (r, manifest)
+    });
+    // Kill the server once the first batches have landed.
+    let count = |dir: &Path| walkdir_files(dir);
+    let mut waited = 0;
+    while count(&dst) < 8 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        waited += 1;
+        assert!(waited < 4000, "the push never started");
+    }
+    server.kill();
+    let (result, manifest) = task.await.unwrap();
+    let err = result.expect_err("the push cannot finish without the server");
+    assert!(
+        matches!(err, mirror::MirrorError::Remote(ref e) if e.is_unavailable()),
+        "{err}"
+    );
+    let in_flight = manifest
+        .entries()
+        .values()
+        .filter(|e| e.kind == "file" && e.hash.is_none())
+        .count();
+    let landed = count(&dst);
+    assert!(landed < files, "the kill came too late to test anything");
+
+    // Every manifest entry is on the remote, with the content it records.
+    let reloaded = Manifest::load(db.clone(), "workspace", "dev", &remote_root, 2).unwrap();
+    assert_eq!(reloaded.entries(), manifest.entries());
+    let recorded: Vec<_> = manifest
+        .entries()
+        .values()
+        .filter(|e| e.kind == "file" && e.hash.is_some())
+        .cloned()
+        .collect();
+    assert!(!recorded.is_empty(), "some batches were confirmed");
+    assert!(in_flight <= files - recorded.len());
+    for e in &recorded {
+        let data = std::fs::read(dst.join(&e.path)).unwrap();
+        assert_eq!(
+            Some(blake3::hash(&data).to_hex().to_string()),
+            e.hash,
+            "{}",
+            e.path
+        );
+    }
+
+    // The sandbox comes back (a new server over a copy of what the old one had) and the next
+    // push completes, sending only what was missing.
+    let server2 = AgentServer::start();
+    let status = std::process::Command::new("cp")
+        .args(["-a"])
+        .arg(&dst)
+        .arg(server2.work())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let fs2 = server2.provider();
+    let remote_root2 = format!("{}/dst", server2.root());
+    let mut manifest = manifest;
+    let done = mirror::push(local.path(), &fs2, &remote_root2, &mut manifest, &opts())
+        .await
+        .unwrap();
+    assert!(done.conflicts.is_empty(), "{done:?}");
+    assert_eq!(done.files_sent as usize, files - recorded.len(), "{done:?}");
+    assert_eq!(walkdir_files(&server2.work().join("dst")), files);
+    for i in 0..files {
+        let p = format!("dst/d{}/f{i:03}", i % 4);
+        assert_eq!(
+            std::fs::read(server2.work().join(&p)).unwrap(),
+            noise(300 * 1024, i as u64 + 1),
+            "{p}"
+        );
+    }
+}
+
+/// Counts the regular files below `dir` whose names are not provider temp files.
+fn walkdir_files(dir: &Path) -> usize {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut n = 0;
+    for e in rd.flatten() {
+        let ty = e.file_type().unwrap();
+        if ty.is_dir() {
+            n += walkdir_files(&e.path());
+        } else if ty.is_file() && !e.file_name().to_string_lossy().starts_with('.') {
+            n += 1;
+        }
+    }
+    n
+}
