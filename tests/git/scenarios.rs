@@ -780,3 +780,60 @@ fn pull_and_push_stream_progress_and_the_cli_drives_it_all() {
     let out = d.cli(&["staged", "show", "nope"]);
     assert_eq!(out.status.code(), Some(3));
 }
+
+#[test]
+fn gc_drops_old_discarded_commits_and_stray_refs_and_keeps_live_ones() {
+    let repo = seeded();
+    let server = GitDaemon::serve(&repo);
+    let d = Daemon::start("[journal]\nkeep_days = 1\n", None);
+    pull(&d, &server.url("proj"));
+    d.write("/workspace/proj/README.md", "# old discard\n");
+    let old = stage(&d, "discarded two days ago");
+    d.ok("/v1/git/discard", json!({ "id": old }));
+    d.write("/workspace/proj/README.md", "# recent discard\n");
+    let recent = stage(&d, "discarded just now");
+    d.ok("/v1/git/discard", json!({ "id": recent }));
+    d.write("/workspace/proj/README.md", "# live\n");
+    let live = stage(&d, "waiting for review");
+
+    // Age the first discard by two days, and leave a ref behind as a daemon stopped between a
+    // discard's two steps would.
+    let db = rusqlite::Connection::open(d.dir.path().join("state/state.db")).unwrap();
+    db.busy_timeout(std::time::Duration::from_secs(5)).unwrap();
+    let aged = db
+        .execute(
+            "UPDATE staged_commits SET updated_at = updated_at - 2 * 86400000 WHERE id = ?1",
+            [&old],
+        )
+        .unwrap();
+    assert_eq!(aged, 1);
+    let mirror: String = db
+        .query_row("SELECT mirror FROM repos", [], |r| r.get(0))
+        .unwrap();
+    let m = git2::Repository::open_bare(&mirror).unwrap();
+    let live_ref = format!("refs/sandfs/staged/{live}");
+    let target = m.refname_to_id(&live_ref).unwrap();
+    m.reference("refs/sandfs/staged/stray", target, false, "test")
+        .unwrap();
+
+    let out = d.cli(&["gc", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["staged_commits"], json!([old]), "{r}");
+    assert_eq!(
+        r["refs"],
+        json!([format!("{mirror}:refs/sandfs/staged/stray")]),
+        "{r}"
+    );
+    // The recent discard's row and the live commit (row and ref) stay.
+    assert_eq!(state_of(&d, &recent)["state"], "discarded");
+    assert_eq!(state_of(&d, &live)["state"], "staged");
+    assert!(m.refname_to_id(&live_ref).is_ok());
+    assert!(m.refname_to_id("refs/sandfs/staged/stray").is_err());
+    let (code, _) = d.err("/v1/git/staged/show", json!({ "id": old }));
+    assert_eq!(code, ErrorCode::NotFound);
+}
