@@ -4,7 +4,7 @@ CARGO ?= cargo
 # Where cargo builds (honours $CARGO_TARGET_DIR like cargo does).
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: run test lint build bench bench-api bench-fuse bench-git
+.PHONY: run test lint build bench bench-api bench-fuse bench-git bench-sandbox
 
 ## make run: install what is missing, build, and start the daemon on the embedded default
 run:
@@ -33,6 +33,7 @@ bench:
 	bash benches/run.sh
 	bash benches/fuse.sh
 	bash benches/git.sh
+	bash benches/sandbox.sh
 
 ## make bench-api: grep/glob against rg/fd, API round trips against native I/O
 bench-api:
@@ -45,3 +46,7 @@ bench-fuse:
 ## make bench-git: git pull/stage/status on a 10,000-file repository against git clone --depth 1
 bench-git:
 	bash benches/git.sh
+
+## make bench-sandbox: mirror pushes into the real sandbox-agent against hand-made tar/curl uploads (root)
+bench-sandbox:
+	bash benches/sandbox.sh
