@@ -4,7 +4,9 @@
 //! fully resolved result the daemon and the CLI use. Every rejected value names its key and the
 //! rule it broke. The repository's `config.toml` is the embedded default, byte for byte.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::Deserialize;
 
@@ -54,6 +56,11 @@ pub struct ConfigFile {
     pub git: GitSection,
     #[serde(default)]
     pub journal: JournalSection,
+    #[serde(default)]
+    pub mcp: McpSection,
+    /// `[sandboxes.<name>]`: remote sandboxes, by name.
+    #[serde(default)]
+    pub sandboxes: BTreeMap<String, SandboxSection>,
 }
 
 /// How the zones are backed.
@@ -164,6 +171,210 @@ impl Default for JournalSection {
     }
 }
 
+/// `[mcp]`: the MCP server (`sandfs mcp`).
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct McpSection {
+    /// Offer the `git_push` tool. Pushing is a person's decision, so it is off by default.
+    pub allow_push: bool,
+}
+
+/// When a sandbox is attached (health-checked and connected).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum SandboxMode {
+    /// On first use.
+    #[default]
+    Lazy,
+    /// When the daemon starts.
+    Warm,
+}
+
+impl SandboxMode {
+    /// Returns the name used in the config and the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxMode::Lazy => "lazy",
+            SandboxMode::Warm => "warm",
+        }
+    }
+
+    /// Parses `lazy` or `warm`.
+    pub fn from_name(s: &str) -> Option<SandboxMode> {
+        match s {
+            "lazy" => Some(SandboxMode::Lazy),
+            "warm" => Some(SandboxMode::Warm),
+            _ => None,
+        }
+    }
+}
+
+/// `[sandboxes.<name>]`.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxSection {
+    pub provider: String,
+    pub url: String,
+    pub token_env: Option<String>,
+    pub root: Option<String>,
+    #[serde(default)]
+    pub mode: SandboxMode,
+    pub idle_ttl_minutes: Option<u64>,
+    pub retries: Option<u32>,
+    pub retry_backoff_ms: Option<u64>,
+    pub request_timeout_secs: Option<u64>,
+}
+
+/// The only provider so far.
+pub const PROVIDER_SANDBOX_AGENT: &str = "sandbox-agent";
+/// The remote directory mirrored to when a sandbox names none.
+pub const DEFAULT_SANDBOX_ROOT: &str = "/workspace";
+
+/// One sandbox, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxSettings {
+    pub name: String,
+    /// Always `sandbox-agent` for now.
+    pub provider: String,
+    pub url: String,
+    /// The NAME of the environment variable holding the token (never the token).
+    pub token_env: Option<String>,
+    /// The remote directory (absolute).
+    pub root: String,
+    pub mode: SandboxMode,
+    /// Idle time after which the connection is dropped (0: never).
+    pub idle_ttl: Duration,
+    /// Health-check attempts after the first one fails with the sandbox unreachable.
+    pub retries: u32,
+    /// The first wait between attempts; it doubles each time.
+    pub retry_backoff: Duration,
+    /// Longest time one request may take.
+    pub request_timeout: Duration,
+}
+
+impl SandboxSettings {
+    /// Validates one sandbox definition; `key` is how errors name it (`sandboxes.dev`).
+    pub fn validate(
+        name: &str,
+        s: &SandboxSection,
+        key: &str,
+    ) -> Result<SandboxSettings, (String, String)> {
+        let bad = |field: &str, rule: String| Err((format!("{key}.{field}"), rule));
+        if let Err(rule) = check_sandbox_name(name) {
+            return Err((key.to_string(), rule));
+        }
+        if s.provider != PROVIDER_SANDBOX_AGENT {
+            return bad(
+                "provider",
+                format!(
+                    "{:?} is not a known provider (known: {PROVIDER_SANDBOX_AGENT})",
+                    s.provider
+                ),
+            );
+        }
+        let url = s.url.trim_end_matches('/');
+        let host = url
+            .strip_prefix("http://")
+            .or_else(|| url.strip_prefix("https://"))
+            .unwrap_or("");
+        if host.is_empty() || host.starts_with('/') {
+            return bad(
+                "url",
+                format!("{:?} must be an http(s):// URL with a host", s.url),
+            );
+        }
+        if let Some(var) = &s.token_env {
+            if !is_env_name(var) {
+                // Never echo the value: it may be a token pasted where its variable's name belongs.
+                return bad(
+                    "token_env",
+                    "must be the NAME of an environment variable (letters, digits, _), not a token"
+                        .into(),
+                );
+            }
+        }
+        let root = s
+            .root
+            .clone()
+            .unwrap_or_else(|| DEFAULT_SANDBOX_ROOT.to_string());
+        if !root.starts_with('/')
+            || root.contains('\0')
+            || root.split('/').any(|c| c == "." || c == "..")
+        {
+            return bad(
+                "root",
+                format!("{root:?} must be an absolute path without `.` or `..`"),
+            );
+        }
+        let root = if root.len() > 1 {
+            root.trim_end_matches('/').to_string()
+        } else {
+            root
+        };
+        let ttl = s.idle_ttl_minutes.unwrap_or(30);
+        if ttl > 10_080 {
+            return bad(
+                "idle_ttl_minutes",
+                format!("{ttl} must be at most 10080 (a week); 0 never detaches"),
+            );
+        }
+        let retries = s.retries.unwrap_or(3);
+        if retries > 20 {
+            return bad("retries", format!("{retries} must be at most 20"));
+        }
+        let backoff = s.retry_backoff_ms.unwrap_or(500);
+        if backoff == 0 || backoff > 60_000 {
+            return bad(
+                "retry_backoff_ms",
+                format!("{backoff} must be between 1 and 60000"),
+            );
+        }
+        let timeout = s.request_timeout_secs.unwrap_or(30);
+        if timeout == 0 || timeout > 3600 {
+            return bad(
+                "request_timeout_secs",
+                format!("{timeout} must be between 1 and 3600"),
+            );
+        }
+        Ok(SandboxSettings {
+            name: name.to_string(),
+            provider: s.provider.clone(),
+            url: url.to_string(),
+            token_env: s.token_env.clone(),
+            root,
+            mode: s.mode,
+            idle_ttl: Duration::from_secs(ttl * 60),
+            retries,
+            retry_backoff: Duration::from_millis(backoff),
+            request_timeout: Duration::from_secs(timeout),
+        })
+    }
+}
+
+/// Checks a sandbox name: 1 to 64 of letters, digits, `-` and `_`, starting with a letter or digit.
+pub fn check_sandbox_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric());
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "sandbox name {name:?} must be 1 to 64 letters, digits, `-` or `_`, starting with a letter or digit"
+        ))
+    }
+}
+
+/// Returns true when `name` can be an environment variable's name.
+pub fn is_env_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+}
+
 /// Where a zone's files are.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Backing {
@@ -195,6 +406,9 @@ pub struct Settings {
     pub allowed_uids: Vec<u32>,
     pub git: GitSection,
     pub journal: JournalSection,
+    pub mcp: McpSection,
+    /// The sandboxes of the config file, by name.
+    pub sandboxes: Vec<SandboxSettings>,
 }
 
 impl Settings {
@@ -410,10 +624,7 @@ fn resolve(
     ];
     let mut git = file.git;
     if let Some(name) = &git.token_env {
-        let ok = !name.is_empty()
-            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-            && !name.starts_with(|c: char| c.is_ascii_digit());
-        if !ok {
+        if !is_env_name(name) {
             // Never echo the value: it may be a token pasted where its variable's name belongs.
             return Err(bad(
                 "git.token_env",
@@ -454,6 +665,12 @@ fn resolve(
             ),
         ));
     }
+    let mut sandboxes = Vec::with_capacity(file.sandboxes.len());
+    for (name, section) in &file.sandboxes {
+        let s = SandboxSettings::validate(name, section, &format!("sandboxes.{name}"))
+            .map_err(|(key, rule)| bad(&key, rule))?;
+        sandboxes.push(s);
+    }
     Ok(Settings {
         source,
         state_dir,
@@ -464,6 +681,8 @@ fn resolve(
         allowed_uids: file.api.allowed_uids,
         git,
         journal: file.journal,
+        mcp: file.mcp,
+        sandboxes,
     })
 }
 
@@ -527,10 +746,11 @@ mod tests {
     /// Returns every key of the config format as `section.key`, read from serde's own list of
     /// expected fields (so a new field cannot be missed), descending into fields that are tables.
     fn format_keys(section: &str) -> Vec<String> {
+        // A table of named tables (`[sandboxes.<name>]`) is probed through one example name.
         let header = if section.is_empty() {
             String::new()
         } else {
-            format!("[{section}]\n")
+            format!("[{}]\n", section.replace("<name>", "probe"))
         };
         let err = toml::from_str::<ConfigFile>(&format!("{header}zz_probe = 1\n"))
             .unwrap_err()
@@ -547,11 +767,18 @@ mod tests {
             } else {
                 format!("{section}.{field}")
             };
-            let as_table = toml::from_str::<ConfigFile>(&format!("[{key}]\nzz_probe = 1\n"))
+            let probe = key.replace("<name>", "probe");
+            let as_table = toml::from_str::<ConfigFile>(&format!("[{probe}]\nzz_probe = 1\n"))
                 .unwrap_err()
                 .to_string();
+            let as_named =
+                toml::from_str::<ConfigFile>(&format!("[{probe}.probe]\nzz_probe = 1\n"))
+                    .map(|_| String::new())
+                    .unwrap_or_else(|e| e.to_string());
             if as_table.contains("unknown field `zz_probe`") {
                 keys.extend(format_keys(&key));
+            } else if as_named.contains("unknown field `zz_probe`") {
+                keys.extend(format_keys(&format!("{key}.<name>")));
             } else {
                 keys.push(key);
             }
@@ -563,6 +790,10 @@ mod tests {
     fn every_key_is_documented_in_docs_and_the_default_config() {
         let keys = format_keys("");
         assert!(keys.contains(&"journal.keep_days".to_string()), "{keys:?}");
+        assert!(
+            keys.contains(&"sandboxes.<name>.token_env".to_string()),
+            "{keys:?}"
+        );
         assert!(
             keys.contains(&"zones.cache.read_only".to_string()),
             "{keys:?}"
@@ -579,16 +810,67 @@ mod tests {
             let (section, name) = key.rsplit_once('.').unwrap_or(("", key));
             let mut current = String::new();
             let shown = DEFAULT_CONFIG.lines().any(|line| {
-                let l = line.trim();
+                // A table of named tables is shown as a commented-out example: `# [sandboxes.dev]`.
+                let l = line.trim().trim_start_matches('#').trim_start();
                 if let Some(h) = l.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
-                    current = h.to_string();
+                    current = match h.split_once('.') {
+                        Some(("sandboxes", _)) => "sandboxes.<name>".to_string(),
+                        _ => h.to_string(),
+                    };
                     return false;
                 }
-                let l = l.trim_start_matches('#').trim_start();
                 current == section && l.starts_with(&format!("{name} ="))
             });
             assert!(shown, "config.toml does not show `{name}` in [{section}]");
         }
+    }
+
+    #[test]
+    fn sandboxes_are_validated_by_key() {
+        let s = load(
+            "[sandboxes.dev]\nprovider = \"sandbox-agent\"\nurl = \"http://127.0.0.1:2468/\"\ntoken_env = \"DEV_TOKEN\"\n",
+        )
+        .unwrap();
+        assert_eq!(s.sandboxes.len(), 1);
+        assert_eq!(s.sandboxes[0].url, "http://127.0.0.1:2468");
+        assert_eq!(s.sandboxes[0].root, DEFAULT_SANDBOX_ROOT);
+        assert_eq!(s.sandboxes[0].mode, SandboxMode::Lazy);
+        let e = load("[sandboxes.dev]\nprovider = \"e2b\"\nurl = \"http://x\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("sandboxes.dev.provider"), "{e}");
+        let e = load("[sandboxes.dev]\nprovider = \"sandbox-agent\"\nurl = \"ftp://x\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("sandboxes.dev.url"), "{e}");
+        let e = load(
+            "[sandboxes.dev]\nprovider = \"sandbox-agent\"\nurl = \"http://x\"\ntoken_env = \"sk-secret\"\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("sandboxes.dev.token_env") && !e.contains("sk-secret"),
+            "{e}"
+        );
+        let e = load(
+            "[sandboxes.dev]\nprovider = \"sandbox-agent\"\nurl = \"http://x\"\nroot = \"rel\"\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("sandboxes.dev.root") && e.contains("absolute"),
+            "{e}"
+        );
+        let e = load(
+            "[sandboxes.dev]\nprovider = \"sandbox-agent\"\nurl = \"http://x\"\nmode = \"hot\"\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("mode"), "{e}");
+        let e = load("[sandboxes.\"a b\"]\nprovider = \"sandbox-agent\"\nurl = \"http://x\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("sandbox name"), "{e}");
     }
 
     #[test]

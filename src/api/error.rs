@@ -7,12 +7,20 @@ use serde::Serialize;
 
 use crate::core::{ErrorCode, FsError};
 use crate::git::GitError;
+use crate::sandbox::SandboxError;
 
 /// An error as the API sends it: the error of whichever room failed.
 #[derive(Debug)]
 pub enum ApiError {
     Fs(FsError),
     Git(GitError),
+    Sandbox(SandboxError),
+}
+
+impl From<SandboxError> for ApiError {
+    fn from(e: SandboxError) -> Self {
+        ApiError::Sandbox(e)
+    }
 }
 
 impl From<FsError> for ApiError {
@@ -33,6 +41,7 @@ impl ApiError {
         match self {
             ApiError::Fs(e) => e.code(),
             ApiError::Git(e) => e.code(),
+            ApiError::Sandbox(e) => e.code(),
         }
     }
 
@@ -41,6 +50,7 @@ impl ApiError {
         match self {
             ApiError::Fs(e) => e.path(),
             ApiError::Git(e) => e.path(),
+            ApiError::Sandbox(_) => None,
         }
     }
 
@@ -49,6 +59,7 @@ impl ApiError {
         match self {
             ApiError::Fs(e) => e.to_string(),
             ApiError::Git(e) => e.to_string(),
+            ApiError::Sandbox(e) => e.to_string(),
         }
     }
 

@@ -7,9 +7,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::body::Body;
 use axum::extract::{Query, State};
-use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -57,7 +55,7 @@ where
         return blocking(app, move |g| f(g, &|_| {})).await.into_response();
     }
     let git = app.git.clone();
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<String>();
     tokio::task::spawn_blocking(move || {
         let last = Mutex::new(Instant::now() - Duration::from_secs(1));
         let report = |p: &Progress| {
@@ -73,15 +71,7 @@ where
         };
         let _ = tx.send(line.to_string() + "\n");
     });
-    let body = futures_util::stream::poll_fn(move |cx| {
-        rx.poll_recv(cx)
-            .map(|o| o.map(|s| Ok::<_, std::convert::Infallible>(bytes::Bytes::from(s))))
-    });
-    (
-        [(header::CONTENT_TYPE, "application/x-ndjson")],
-        Body::from_stream(body),
-    )
-        .into_response()
+    super::ndjson(rx)
 }
 
 async fn pull(State(app): State<Arc<AppState>>, JsonBody(r): JsonBody<PullRequest>) -> Response {

@@ -12,6 +12,7 @@ pub mod gc;
 mod git;
 mod metrics;
 mod peer;
+mod sandbox;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -39,6 +40,8 @@ pub const OPENAPI: &str = include_str!("openapi.json");
 pub struct AppState {
     pub zones: Arc<Zones>,
     pub git: Arc<crate::git::Git>,
+    /// The named sandboxes and their sessions.
+    pub sandboxes: Arc<crate::sandbox::Registry>,
     pub metrics: Metrics,
     pub settings: Settings,
     pub started: Instant,
@@ -50,6 +53,7 @@ impl AppState {
     pub fn new(zones: Arc<Zones>, settings: Settings, mounted: bool) -> Arc<AppState> {
         Arc::new(AppState {
             git: Arc::new(crate::git::Git::new(zones.clone(), &settings)),
+            sandboxes: Arc::new(crate::sandbox::Registry::new(zones.clone())),
             zones,
             metrics: Metrics::new(),
             settings,
@@ -70,6 +74,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .merge(fs::routes())
         .merge(git::routes())
         .merge(gc::routes())
+        .merge(sandbox::routes())
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -113,6 +118,22 @@ async fn not_found(uri: axum::http::Uri) -> ApiError {
             uri.path()
         ),
     ))
+}
+
+/// Streams the lines sent on `rx` as an `application/x-ndjson` body (progress lines, then one
+/// `result` or `error` line), ending when every sender is gone.
+pub(crate) fn ndjson(
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<String>,
+) -> axum::response::Response {
+    let body = futures_util::stream::poll_fn(move |cx| {
+        rx.poll_recv(cx)
+            .map(|o| o.map(|s| Ok::<_, std::convert::Infallible>(bytes::Bytes::from(s))))
+    });
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/x-ndjson")],
+        axum::body::Body::from_stream(body),
+    )
+        .into_response()
 }
 
 /// One zone in `/v1/status`.

@@ -74,9 +74,13 @@ pub enum Command {
     Log(cmd::log::Args),
     Git(cmd::git::Args),
     Staged(cmd::staged::Args),
+    Review(cmd::review::Args),
     Gc(cmd::gc::Args),
+    Sandbox(cmd::sandbox::Args),
+    Mirror(cmd::mirror::Args),
     Completions(cmd::completions::Args),
     InstallService(cmd::install_service::Args),
+    Mcp(cmd::mcp::Args),
 }
 
 /// How a subcommand ended.
@@ -106,6 +110,9 @@ pub fn main() -> ExitCode {
     }
     if let Command::InstallService(args) = &cli.command {
         return cmd::install_service::run(cli.config.as_deref(), cli.json, args);
+    }
+    if let Command::Mcp(args) = &cli.command {
+        return cmd::mcp::run(cli.config.as_deref(), cli.socket.clone(), args);
     }
     // Like other Unix tools, die quietly when the reader of our output goes away (`| head`).
     // SAFETY: resetting a signal disposition to its default before any thread is started.
@@ -139,7 +146,7 @@ pub fn main() -> ExitCode {
     let result = rt.block_on(async {
         use Command::*;
         match &cli.command {
-            Serve(_) | Doctor(_) | Completions(_) | InstallService(_) => {
+            Serve(_) | Doctor(_) | Completions(_) | InstallService(_) | Mcp(_) => {
                 unreachable!("handled above")
             }
             Read(a) => cmd::read::run(&ctx, a).await,
@@ -159,7 +166,10 @@ pub fn main() -> ExitCode {
             Log(a) => cmd::log::run(&ctx, a).await,
             Git(a) => cmd::git::run(&ctx, a).await,
             Staged(a) => cmd::staged::run(&ctx, a).await,
+            Review(a) => cmd::review::run(&ctx, a).await,
             Gc(a) => cmd::gc::run(&ctx, a).await,
+            Sandbox(a) => cmd::sandbox::run(&ctx, a).await,
+            Mirror(a) => cmd::mirror::run(&ctx, a).await,
         }
     });
     match result {

@@ -7,6 +7,7 @@
 mod git;
 mod journal;
 mod mirror;
+mod sandbox;
 
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
@@ -14,6 +15,7 @@ use std::sync::{Mutex, MutexGuard};
 pub use git::{FileRow, RepoRow, StagedFileRow, StagedRow};
 pub use journal::{JournalEntry, JournalFilter, JournalRow, Origin, Via};
 pub use mirror::MirrorEntryRow;
+pub use sandbox::SandboxRow;
 
 /// A state database that could not be opened or used.
 #[derive(Debug, thiserror::Error)]
@@ -60,6 +62,8 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE journal ADD COLUMN detail TEXT;",
     // 4: mirrors of zones into sandboxes and their manifests.
     mirror::MIGRATION,
+    // 5: remote sandboxes and their sessions.
+    sandbox::MIGRATION,
 ];
 
 /// The state database.

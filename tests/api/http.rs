@@ -37,6 +37,12 @@ const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/git/staged/show"),
     ("post", "/v1/git/push"),
     ("post", "/v1/git/discard"),
+    ("get", "/v1/sandboxes"),
+    ("post", "/v1/sandboxes/add"),
+    ("post", "/v1/sandboxes/remove"),
+    ("post", "/v1/sandboxes/check"),
+    ("post", "/v1/mirror/push"),
+    ("post", "/v1/mirror/pull"),
 ];
 
 #[test]

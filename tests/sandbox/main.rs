@@ -3,6 +3,7 @@
 //! `support::require_loopback_only` for the command). The server runs on this machine, so each
 //! test checks with `std::fs` what the provider did, not only what the provider says.
 
+mod daemon;
 mod mirror;
 mod support;
 

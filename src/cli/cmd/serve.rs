@@ -14,6 +14,9 @@ use crate::config::Settings;
 use crate::core::{system_clock, Zone, Zones};
 use crate::state::Db;
 
+/// How often idle sandboxes are looked for (and detached once past their idle TTL).
+pub const SANDBOX_CLEANUP_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// How often the daemon collects garbage (old journal rows, discarded refs, temp files).
 pub const GC_EVERY: std::time::Duration = std::time::Duration::from_secs(60 * 60);
 
@@ -87,19 +90,41 @@ fn serve(config: Option<&Path>, socket: Option<PathBuf>, args: &Args) -> anyhow:
         let listener = PeerListener::bind(&socket, settings.allowed_uids.clone()).await?;
         tracing::info!(socket = %socket.display(), state = %db.path(), "serving the API");
         let state = AppState::new(zones, settings, mount.is_some());
+        let warm = state.sandboxes.merge_config(&state.settings.sandboxes)?;
         // The socket listens and the mount (when asked for) is up: tell systemd, if it is asking.
         // The variable stays set so STOPPING=1 can be sent later.
         if let Err(e) = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]) {
             tracing::warn!("cannot tell systemd the daemon is ready: {e}");
         }
         let gc_task = tokio::spawn(collect_garbage(state.clone()));
+        let sandbox_task = tokio::spawn(tend_sandboxes(state.clone(), warm));
         let served = crate::api::serve(listener, state, signals.recv()).await;
         gc_task.abort();
+        sandbox_task.abort();
         // Only the daemon that bound the socket removes it.
         let _ = std::fs::remove_file(&socket);
         tracing::info!("stopped");
         Ok(served?)
     })
+}
+
+/// Attaches the `warm` sandboxes, then detaches idle ones every [`SANDBOX_CLEANUP_EVERY`].
+async fn tend_sandboxes(state: Arc<AppState>, warm: Vec<String>) {
+    for name in warm {
+        let reg = state.sandboxes.clone();
+        tokio::spawn(async move {
+            match reg.check(&name).await {
+                Ok(_) => tracing::info!(sandbox = %name, "warm sandbox attached"),
+                Err(e) => tracing::warn!(sandbox = %name, "warm sandbox not attached: {e}"),
+            }
+        });
+    }
+    let mut every = tokio::time::interval(SANDBOX_CLEANUP_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        state.sandboxes.cleanup();
+    }
 }
 
 /// The mount holds one descriptor per inode the kernel knows: lift the soft limit to the hard one.

@@ -102,6 +102,15 @@ impl Manifest {
         self.entries.get(path)
     }
 
+    /// Forgets (in memory only) the local stats the hashes were taken from, so the next push
+    /// hashes every local file instead of trusting an unchanged size and mtime.
+    pub fn forget_local_stats(&mut self) {
+        for e in self.entries.values_mut() {
+            e.local_size = None;
+            e.local_mtime_ns = None;
+        }
+    }
+
     /// Records confirmed changes: the database first, then memory.
     fn commit(
         &mut self,

@@ -1,0 +1,49 @@
+//! `sandfs mcp`: the MCP server on stdin/stdout, for agents that cannot use the mount.
+//!
+//! The subcommand only wires the config to [`crate::mcp`]: the socket (from `--socket`, else the
+//! config) and `[mcp] allow_push`. stdout belongs to the protocol, so every message of this
+//! command goes to stderr.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use crate::cli::Client;
+use crate::config::Settings;
+use crate::mcp::Server;
+
+/// Serve the daemon's tools over MCP on stdin/stdout (for Claude Code and other MCP clients)
+///
+/// Tools: read, write, edit, ls, glob, grep, stat, rm, mv, git_status, git_stage, staged_list,
+/// staged_show, mirror_push, mirror_pull; git_push only with `[mcp] allow_push = true` in the
+/// config. Each calls the running daemon (`sandfs serve`) through its socket.
+#[derive(Debug, clap::Args)]
+pub struct Args {}
+
+pub fn run(config: Option<&Path>, socket: Option<PathBuf>, _args: &Args) -> ExitCode {
+    let settings = match Settings::load(config) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("sandfs mcp: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let client = Client::new(socket.unwrap_or(settings.socket));
+    let server = Server::new(client, settings.mcp.allow_push);
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("sandfs mcp: cannot start the runtime: {e}");
+            return ExitCode::from(9);
+        }
+    };
+    match rt.block_on(crate::mcp::serve_stdio(server)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sandfs mcp: {e}");
+            ExitCode::from(9)
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! `sandfs mirror`: push a zone to a sandbox, pull what the sandbox changed.
+
+use std::io::IsTerminal;
+
+use serde_json::{json, Value};
+
+use crate::cli::output::size;
+use crate::cli::{ClientError, Ctx, Outcome};
+
+/// Keep a zone and a directory inside a sandbox in step, on demand
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    pub command: MirrorCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum MirrorCommand {
+    /// Send what changed in the zone since the last push (deletes and renames included)
+    ///
+    /// A path changed in the sandbox too is a conflict: reported, left alone on both sides.
+    Push {
+        /// The sandbox's name (`sandfs sandbox list`)
+        sandbox: String,
+        /// The zone to push
+        #[arg(long, default_value = "workspace")]
+        zone: String,
+        /// The directory inside the sandbox (default: the sandbox's root)
+        #[arg(long, value_name = "DIR")]
+        to: Option<String>,
+        /// Hash every file instead of trusting unchanged sizes and times
+        #[arg(long)]
+        full_hash: bool,
+    },
+    /// Fetch what changed in the sandbox since the last push or pull
+    ///
+    /// A path changed here too is a conflict: the sandbox's copy is saved beside it as
+    /// `NAME.sandbox-<sandbox>`.
+    Pull {
+        /// The sandbox's name (`sandfs sandbox list`)
+        sandbox: String,
+        /// The zone to pull into
+        #[arg(long, default_value = "workspace")]
+        zone: String,
+        /// The directory inside the sandbox (default: the sandbox's root)
+        #[arg(long, value_name = "DIR")]
+        from: Option<String>,
+    },
+}
+
+/// Prints the phase on stderr when it is a terminal.
+fn progress_printer() -> impl FnMut(&Value) {
+    let tty = std::io::stderr().is_terminal();
+    move |p: &Value| {
+        if tty {
+            let phase = p["phase"].as_str().unwrap_or("");
+            let sandbox = p["sandbox"].as_str().unwrap_or("");
+            let what = match phase {
+                "attach" => "connecting to",
+                "push" => "pushing to",
+                "pull" => "pulling from",
+                other => other,
+            };
+            eprint!("\r\x1b[2K{what} {sandbox}…");
+        }
+    }
+}
+
+fn conflicts(v: &Value) {
+    if let Some(list) = v["conflicts"].as_array().filter(|l| !l.is_empty()) {
+        println!("changed on both sides (left as they are):");
+        for c in list {
+            let copy = c["remote_copy"]
+                .as_str()
+                .map(|p| format!("; the sandbox's copy is {p}"))
+                .unwrap_or_default();
+            println!(
+                "  {}  ({}{copy})",
+                c["path"].as_str().unwrap_or(""),
+                c["reason"].as_str().unwrap_or("")
+            );
+        }
+    }
+}
+
+pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
+    let (route, body) = match &a.command {
+        MirrorCommand::Push {
+            sandbox,
+            zone,
+            to,
+            full_hash,
+        } => (
+            "/v1/mirror/push",
+            json!({ "sandbox": sandbox, "zone": zone, "to": to, "full_hash": full_hash, "progress": true }),
+        ),
+        MirrorCommand::Pull {
+            sandbox,
+            zone,
+            from,
+        } => (
+            "/v1/mirror/pull",
+            json!({ "sandbox": sandbox, "zone": zone, "from": from, "progress": true }),
+        ),
+    };
+    let result: Result<Value, ClientError> = ctx
+        .client
+        .post_progress(route, &body, progress_printer())
+        .await;
+    if std::io::stderr().is_terminal() {
+        eprint!("\r\x1b[2K");
+    }
+    let v = result?;
+    if ctx.json {
+        println!("{v}");
+        return Ok(Outcome::Ok);
+    }
+    let n = |k: &str| v[k].as_u64().unwrap_or(0);
+    match &a.command {
+        MirrorCommand::Push { sandbox, .. } => println!(
+            "pushed to {sandbox}: {} files ({}) sent, {} deleted, {} renamed, {} conflicts ({} ms)",
+            n("files_sent"),
+            size(n("bytes_sent")),
+            n("deleted"),
+            n("renamed"),
+            v["conflicts"].as_array().map_or(0, Vec::len),
+            n("duration_ms")
+        ),
+        MirrorCommand::Pull { sandbox, .. } => println!(
+            "pulled from {sandbox}: {} files ({}) received, {} deleted, {} conflicts ({} ms)",
+            n("files_received"),
+            size(n("bytes_received")),
+            n("deleted"),
+            v["conflicts"].as_array().map_or(0, Vec::len),
+            n("duration_ms")
+        ),
+    }
+    conflicts(&v);
+    Ok(Outcome::Ok)
+}

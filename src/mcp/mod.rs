@@ -1,0 +1,430 @@
+//! The MCP server (`sandfs mcp`): the daemon's file and git operations as Model Context Protocol
+//! tools, over stdio, for agents that cannot use the mount.
+//!
+//! Every tool is a thin call to the daemon's socket API through the CLI's [`Client`]: the daemon
+//! keeps the path rules, limits, journal and locks, so an agent sees the same files and errors
+//! through MCP as through the API and the mount. A tool's result is the route's JSON answer, as
+//! `structuredContent` and as text (`read` gives the file's text instead, followed by a note when
+//! lines are left). A failed call is a tool error (`isError: true`) whose content is the API's
+//! error object, `{"code", "message", "path"}`, with the API's stable codes; two more codes say
+//! that the daemon could not be asked: `DAEMON_NOT_RUNNING` and, for a broken connection,
+//! `INTERNAL`.
+//!
+//! Pushing is a person's decision: the `git_push` tool exists only when the config says
+//! `[mcp] allow_push = true`; without it no tool reaches `/v1/git/push`.
+
+mod params;
+
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig};
+use rmcp::{tool, tool_handler, tool_router, ErrorData, ServerHandler, ServiceExt};
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::cli::client::encode;
+use crate::cli::{Client, ClientError};
+pub use params::*;
+
+/// Why the MCP server stopped serving.
+#[derive(Debug, thiserror::Error)]
+pub enum McpError {
+    #[error("the MCP session could not start: {0}")]
+    Start(String),
+    #[error("the MCP session failed: {0}")]
+    Session(String),
+}
+
+const INSTRUCTIONS: &str = "\
+sandfs serves two zones of files: /workspace (the project, often a git checkout pulled by sandfs) \
+and /cache (downloads and scratch). Every path is virtual and starts with its zone, e.g. \
+/workspace/src/main.rs; a path may not leave its zone (OUTSIDE_ZONE). Read with `read` (line \
+windows), change files with `write` (whole file) or `edit` (exact string), find them with `glob` \
+and `grep`. In a pulled git repository, `git_status` lists your changes and `git_stage` turns them \
+into a staged commit that a person reviews and pushes. A failed call returns an error whose JSON \
+has a stable `code` (NOT_FOUND, NOT_UNIQUE, ...) and a `message` saying what to fix.";
+
+/// The MCP tools of one `sandfs mcp` process.
+#[derive(Debug, Clone)]
+pub struct Server {
+    client: Client,
+    tool_router: ToolRouter<Server>,
+}
+
+/// Returns the successful answer of a route as a tool result.
+fn answer(bytes: &[u8]) -> CallToolResult {
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(v) => CallToolResult::structured(v),
+        // Every JSON route answers JSON; anything else is shown as it came.
+        Err(_) => CallToolResult::success(vec![ContentBlock::text(
+            String::from_utf8_lossy(bytes).into_owned(),
+        )]),
+    }
+}
+
+/// Returns a failed call as a tool error carrying the API's `code`, `message` and `path`.
+fn failure(e: ClientError) -> CallToolResult {
+    let body = match &e {
+        ClientError::Api {
+            code,
+            message,
+            path,
+        } => json!({ "code": code, "message": message, "path": path }),
+        ClientError::NotRunning { .. } => {
+            json!({ "code": "DAEMON_NOT_RUNNING", "message": e.to_string(), "path": null })
+        }
+        ClientError::Transport(_) => {
+            json!({ "code": "INTERNAL", "message": e.to_string(), "path": null })
+        }
+        ClientError::Local(_) => {
+            json!({ "code": "INVALID_ARGUMENT", "message": e.to_string(), "path": null })
+        }
+    };
+    CallToolResult::structured_error(body)
+}
+
+/// Returns a `read` answer with the file's text as the content a model reads.
+fn read_answer(bytes: &[u8]) -> CallToolResult {
+    let Ok(v) = serde_json::from_slice::<Value>(bytes) else {
+        return answer(bytes);
+    };
+    let mut text = v["content"].as_str().unwrap_or_default().to_string();
+    if v["truncated"].as_bool() == Some(true) {
+        let offset = v["offset"].as_u64().unwrap_or(1);
+        let lines = v["lines"].as_u64().unwrap_or(0);
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(&format!(
+            "[sandfs: lines {offset}-{} of {} shown; call read with offset={} for more]",
+            offset + lines.saturating_sub(1),
+            v["total_lines"].as_u64().unwrap_or(0),
+            offset + lines
+        ));
+    }
+    let mut r = CallToolResult::success(vec![ContentBlock::text(text)]);
+    r.structured_content = Some(v);
+    r
+}
+
+impl Server {
+    /// Returns the server for the daemon behind `client`; `allow_push` adds the `git_push` tool.
+    pub fn new(client: Client, allow_push: bool) -> Server {
+        let mut tool_router = Server::tool_router();
+        if !allow_push {
+            tool_router.remove_route("git_push");
+        }
+        Server {
+            client,
+            tool_router,
+        }
+    }
+
+    /// Returns the names of the tools this server offers.
+    pub fn tool_names(&self) -> Vec<String> {
+        self.tool_router
+            .list_all()
+            .into_iter()
+            .map(|t| t.name.to_string())
+            .collect()
+    }
+
+    async fn post<T: Serialize>(&self, route: &str, body: &T) -> CallToolResult {
+        match self.client.post_raw(route, body).await {
+            Ok(bytes) => answer(&bytes),
+            Err(e) => failure(e),
+        }
+    }
+}
+
+type ToolResult = Result<CallToolResult, ErrorData>;
+
+#[tool_router]
+impl Server {
+    /// Read a UTF-8 text file, whole or a window of lines. The content returned is the text itself
+    /// (lines with their line endings). structuredContent has `content`, `offset` (first line
+    /// returned), `lines` (lines returned), `total_lines`, `truncated` (more lines follow: call
+    /// again with offset = offset + lines) and `size` (bytes). Limits: a file over the daemon's
+    /// limits.max_read_bytes (10 MiB by default) can only be read with `limit`, and the window must
+    /// fit that limit (TOO_LARGE otherwise). Errors: NOT_FOUND, IS_DIR, BINARY (not UTF-8 text),
+    /// TOO_LARGE, OUTSIDE_ZONE, INVALID_PATH, INVALID_ARGUMENT (offset or limit of 0),
+    /// PERMISSION_DENIED, ZONE_UNAVAILABLE.
+    #[tool(annotations(read_only_hint = true, open_world_hint = false))]
+    async fn read(&self, Parameters(p): Parameters<ReadParams>) -> ToolResult {
+        Ok(match self.client.post_raw("/v1/fs/read", &p).await {
+            Ok(bytes) => read_answer(&bytes),
+            Err(e) => failure(e),
+        })
+    }
+
+    /// Create or replace a text file with the given content, atomically (readers never see half a
+    /// file); missing parent directories are created and an existing file keeps its permissions.
+    /// Returns {path, bytes (new size), created (true when it did not exist)}. Errors: IS_DIR,
+    /// NOT_DIR, TOO_LARGE (over limits.max_write_bytes, 100 MiB by default), READ_ONLY,
+    /// OUTSIDE_ZONE, INVALID_PATH, PERMISSION_DENIED, NO_SPACE, ZONE_UNAVAILABLE.
+    #[tool(annotations(
+        destructive_hint = true,
+        idempotent_hint = true,
+        open_world_hint = false
+    ))]
+    async fn write(&self, Parameters(p): Parameters<WriteParams>) -> ToolResult {
+        Ok(self.post("/v1/fs/write", &p).await)
+    }
+
+    /// Replace an exact string in a text file, atomically against concurrent writers. `old` must
+    /// occur exactly once unless replace_all is true. Returns {path, replacements, bytes (new
+    /// size)}. Errors: NO_MATCH (old does not occur: read the file again and copy the text
+    /// exactly), NOT_UNIQUE (old occurs several times: include more surrounding text, or set
+    /// replace_all), CONFLICT (the file changed meanwhile: read it again and retry), NOT_FOUND,
+    /// BINARY, TOO_LARGE, INVALID_ARGUMENT (empty old, or new equal to old), READ_ONLY,
+    /// OUTSIDE_ZONE, INVALID_PATH.
+    #[tool(annotations(destructive_hint = true, open_world_hint = false))]
+    async fn edit(&self, Parameters(p): Parameters<EditParams>) -> ToolResult {
+        Ok(self.post("/v1/fs/edit", &p).await)
+    }
+
+    /// List one directory (not recursive; use glob to walk a tree). Returns {path, entries: [{name,
+    /// kind (file, dir, symlink, other), size, mtime_ms}]} sorted by name, hidden entries
+    /// included. Path / lists the zones. Errors: NOT_FOUND, NOT_DIR, OUTSIDE_ZONE, INVALID_PATH,
+    /// PERMISSION_DENIED, ZONE_UNAVAILABLE.
+    #[tool(annotations(read_only_hint = true, open_world_hint = false))]
+    async fn ls(&self, Parameters(p): Parameters<LsParams>) -> ToolResult {
+        let path = p.path.as_deref().unwrap_or("/workspace");
+        Ok(self.post("/v1/fs/list", &json!({ "path": path })).await)
+    }
+
+    /// Find files by glob pattern, newest first. Like fd: hidden files are skipped and .gitignore
+    /// is honoured unless told otherwise. Returns {matches: [{path, mtime_ms}], total (matches
+    /// found), truncated (true when the cap left some out)}. Limit: at most the daemon's
+    /// limits.glob_max_results paths (1000 by default); a larger limit is INVALID_ARGUMENT.
+    /// Errors: INVALID_ARGUMENT (bad pattern or limit), NOT_FOUND, NOT_DIR, OUTSIDE_ZONE,
+    /// INVALID_PATH, ZONE_UNAVAILABLE.
+    #[tool(annotations(read_only_hint = true, open_world_hint = false))]
+    async fn glob(&self, Parameters(p): Parameters<GlobParams>) -> ToolResult {
+        Ok(self.post("/v1/fs/glob", &p).await)
+    }
+
+    /// Search file contents with ripgrep's engine. Hidden and binary files are skipped and
+    /// .gitignore is honoured unless told otherwise. Returns {mode, then lines: [{path, line,
+    /// text, kind (match or context)}] (content mode), files: [path] (files mode) or counts:
+    /// [{path, count}] (count mode), total, files_searched, truncated}; the array is left out when
+    /// nothing matched. Results are sorted by path and line. Limit: at most the daemon's
+    /// limits.grep_max_results results (1000 by default); truncated is true when more matches
+    /// exist: narrow the path, glob or pattern. Errors: INVALID_ARGUMENT (bad regex, glob, type or
+    /// limit), NOT_FOUND, NOT_DIR, OUTSIDE_ZONE, INVALID_PATH, ZONE_UNAVAILABLE.
+    #[tool(annotations(read_only_hint = true, open_world_hint = false))]
+    async fn grep(&self, Parameters(p): Parameters<GrepParams>) -> ToolResult {
+        Ok(self.post("/v1/fs/grep", &p).await)
+    }
+
+    /// Describe one path without following a symlink in its last component. Returns {path, kind
+    /// (file, dir, symlink, other), size, mode (permission bits as a decimal number: 420 is
+    /// 0o644), mtime_ms, nlink, read_only (the zone refuses changes), target (symlinks only)}.
+    /// Errors: NOT_FOUND, NOT_DIR, OUTSIDE_ZONE, INVALID_PATH, PERMISSION_DENIED,
+    /// ZONE_UNAVAILABLE.
+    #[tool(annotations(read_only_hint = true, open_world_hint = false))]
+    async fn stat(&self, Parameters(p): Parameters<StatParams>) -> ToolResult {
+        Ok(self.post("/v1/fs/stat", &p).await)
+    }
+
+    /// Delete a file, a symlink (never its target) or a directory. Returns {path, ok: true}.
+    /// Errors: NOT_FOUND, NOT_EMPTY (a non-empty directory without recursive), NOT_DIR, READ_ONLY,
+    /// OUTSIDE_ZONE, INVALID_PATH (a zone root), PERMISSION_DENIED, ZONE_UNAVAILABLE.
+    #[tool(annotations(destructive_hint = true, open_world_hint = false))]
+    async fn rm(&self, Parameters(p): Parameters<RmParams>) -> ToolResult {
+        Ok(self.post("/v1/fs/delete", &p).await)
+    }
+
+    /// Move or rename a file, symlink or directory, also between /workspace and /cache. Returns
+    /// {path (the destination), ok: true}. Errors: NOT_FOUND (from is missing), EXISTS (to exists
+    /// and overwrite is false, or is a non-empty directory), INVALID_ARGUMENT (to is inside from),
+    /// IS_DIR, NOT_DIR, TOO_LARGE, READ_ONLY, OUTSIDE_ZONE, INVALID_PATH, ZONE_UNAVAILABLE.
+    #[tool(annotations(destructive_hint = true, open_world_hint = false))]
+    async fn mv(&self, Parameters(p): Parameters<MvParams>) -> ToolResult {
+        Ok(self.post("/v1/fs/move", &p).await)
+    }
+
+    /// List the changed files of the git repositories pulled into /workspace. Returns {repos:
+    /// [{repo, url, branch, base, changes: [{path, state (created, modified, deleted, conflict)}],
+    /// examined}]}; repos is empty when nothing is pulled. Cheap: call it after every step.
+    /// Changes made beside sandfs are found only with rescan. A file in conflict changed upstream
+    /// too: merge the upstream version into it before staging. Errors: NOT_FOUND (no repository
+    /// pulled at repo), INVALID_ARGUMENT (repo not in /workspace), INVALID_PATH.
+    #[tool(annotations(read_only_hint = true, open_world_hint = false))]
+    async fn git_status(&self, Parameters(p): Parameters<GitStatusParams>) -> ToolResult {
+        Ok(self.post("/v1/git/status", &p).await)
+    }
+
+    /// Turn changes of a pulled repository into a staged commit for a person to review. Nothing is
+    /// pushed and the workspace is not touched; the person pushes or discards it. Returns the
+    /// staged commit: {id, repo, url, branch, message, base, commit, state: "staged", additions,
+    /// deletions, files: [{path, operation (create, update, delete), additions, deletions}]}.
+    /// Errors: NO_MATCH (nothing to stage, or a named file has no changes), CONFLICT (files in
+    /// conflict, or an identical commit is already staged), NOT_FOUND (no repository pulled
+    /// there), INVALID_ARGUMENT (blank message, bad branch, several repositories pulled and no
+    /// repo).
+    #[tool(annotations(destructive_hint = false, open_world_hint = false))]
+    async fn git_stage(&self, Parameters(p): Parameters<GitStageParams>) -> ToolResult {
+        Ok(self.post("/v1/git/stage", &p).await)
+    }
+
+    /// List staged commits, newest first. Returns {staged: [{id, repo, branch, message, state,
+    /// reason (why the last push failed, when it did), additions, deletions, files, created_at,
+    /// updated_at, …}]}. States: staged (awaiting review), rebased (review again), pushed,
+    /// conflicted, rejected, discarded. Errors: INVALID_ARGUMENT.
+    #[tool(annotations(read_only_hint = true, open_world_hint = false))]
+    async fn staged_list(&self, Parameters(p): Parameters<StagedListParams>) -> ToolResult {
+        let route = match p.state {
+            Some(s) => format!("/v1/git/staged?state={}", encode(s.as_str())),
+            None => "/v1/git/staged".to_string(),
+        };
+        Ok(match self.client.get_raw(&route).await {
+            Ok(bytes) => answer(&bytes),
+            Err(e) => failure(e),
+        })
+    }
+
+    /// Show one staged commit with its diffs. Returns the staged commit (as in staged_list) whose
+    /// files also have `diff` (the git-format unified patch GitHub will show) and `hunks`
+    /// ([{header, lines: [{kind (context, add, delete), old_line, new_line, text}]}]); binary
+    /// files and files over git.max_diff_bytes are flagged binary or oversized instead. Errors:
+    /// NOT_FOUND (no staged commit with that id), INVALID_ARGUMENT.
+    #[tool(annotations(read_only_hint = true, open_world_hint = false))]
+    async fn staged_show(&self, Parameters(p): Parameters<StagedShowParams>) -> ToolResult {
+        Ok(self.post("/v1/git/staged/show", &p).await)
+    }
+
+    /// Push a staged commit to its remote branch (or, with pr, to sandfs/<id> with a pull
+    /// request). Offered only because the daemon's config sets [mcp] allow_push = true. The push
+    /// never overwrites the remote: when the branch moved, the commit is rebased first. Returns
+    /// {id, state: "pushed", commit_sha, pushed_ref, url (pull request, with pr), rebased,
+    /// duration_ms}. Errors: REMOTE_MOVED (rebased onto a moved branch that changed the same
+    /// files: review it with staged_show, then push again), CONFLICT (conflicting lines, or the
+    /// commit is already pushed or discarded), REJECTED (a hook or branch protection refused it),
+    /// AUTH_FAILED, NOT_FOUND, REMOTE_UNAVAILABLE.
+    #[tool(annotations(destructive_hint = true, open_world_hint = true))]
+    async fn git_push(&self, Parameters(p): Parameters<GitPushParams>) -> ToolResult {
+        Ok(self.post("/v1/git/push", &p).await)
+    }
+
+    /// Push a zone's changes into a remote sandbox (only what changed since the last mirror push,
+    /// deletions included). Returns {files_sent, bytes_sent, deleted, renamed, conflicts: [{path,
+    /// reason}], duration_ms}; a path changed on both sides is reported in conflicts and left
+    /// alone. Errors: NOT_FOUND (no such sandbox), SANDBOX_UNAVAILABLE (the sandbox cannot be
+    /// reached or is gone), AUTH_FAILED, INVALID_ARGUMENT (bad zone or directory),
+    /// ZONE_UNAVAILABLE, INTERNAL.
+    #[tool(annotations(destructive_hint = true, open_world_hint = true))]
+    async fn mirror_push(&self, Parameters(p): Parameters<MirrorPushParams>) -> ToolResult {
+        Ok(self.post("/v1/mirror/push", &p).await)
+    }
+
+    /// Pull a remote sandbox's changes back into the zone mirrored there. Returns
+    /// {files_received, bytes_received, deleted, conflicts: [{path, reason, remote_copy}],
+    /// duration_ms}; a path changed on both sides is not overwritten: the sandbox's copy is saved
+    /// beside it (remote_copy). Errors: NOT_FOUND (no such sandbox), SANDBOX_UNAVAILABLE (the
+    /// sandbox cannot be reached or is gone), AUTH_FAILED, INVALID_ARGUMENT (bad zone or
+    /// directory), READ_ONLY (the zone refuses changes), ZONE_UNAVAILABLE, INTERNAL.
+    #[tool(annotations(destructive_hint = true, open_world_hint = true))]
+    async fn mirror_pull(&self, Parameters(p): Parameters<MirrorPullParams>) -> ToolResult {
+        Ok(self.post("/v1/mirror/pull", &p).await)
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for Server {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("sandfs", env!("CARGO_PKG_VERSION")))
+            .with_instructions(INSTRUCTIONS)
+    }
+}
+
+/// Serves MCP on stdin/stdout until the client closes the session.
+pub async fn serve_stdio(server: Server) -> Result<(), McpError> {
+    let running = server
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| McpError::Start(e.to_string()))?;
+    running
+        .waiting()
+        .await
+        .map_err(|e| McpError::Session(e.to_string()))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::ErrorCode;
+
+    const TOOLS: [&str; 15] = [
+        "edit",
+        "git_stage",
+        "git_status",
+        "glob",
+        "grep",
+        "ls",
+        "mirror_pull",
+        "mirror_push",
+        "mv",
+        "read",
+        "rm",
+        "staged_list",
+        "staged_show",
+        "stat",
+        "write",
+    ];
+
+    fn names(allow_push: bool) -> Vec<String> {
+        let mut n = Server::new(Client::new("/nonexistent.sock"), allow_push).tool_names();
+        n.sort();
+        n
+    }
+
+    #[test]
+    fn git_push_is_a_tool_only_when_allowed() {
+        assert_eq!(names(false), TOOLS);
+        let mut with_push: Vec<&str> = TOOLS.to_vec();
+        with_push.push("git_push");
+        with_push.sort();
+        assert_eq!(names(true), with_push);
+    }
+
+    #[test]
+    fn api_errors_keep_their_code_message_and_path() {
+        let r = failure(ClientError::Api {
+            code: ErrorCode::NotUnique,
+            message: "/workspace/a: occurs 2 times".into(),
+            path: Some("/workspace/a".into()),
+        });
+        assert_eq!(r.is_error, Some(true));
+        assert_eq!(
+            r.structured_content,
+            Some(
+                json!({"code": "NOT_UNIQUE", "message": "/workspace/a: occurs 2 times",
+                        "path": "/workspace/a"})
+            )
+        );
+        let r = failure(ClientError::NotRunning {
+            socket: "/run/s.sock".into(),
+            reason: "connection refused".into(),
+        });
+        assert_eq!(
+            r.structured_content.unwrap()["code"],
+            json!("DAEMON_NOT_RUNNING")
+        );
+    }
+
+    #[test]
+    fn a_truncated_read_says_where_to_go_on() {
+        let r = read_answer(
+            br#"{"path":"/workspace/a","content":"b\n","offset":2,"lines":1,"total_lines":3,"truncated":true,"size":6}"#,
+        );
+        let text = r.content[0].as_text().unwrap().text.clone();
+        assert_eq!(
+            text,
+            "b\n[sandfs: lines 2-2 of 3 shown; call read with offset=3 for more]"
+        );
+        assert_eq!(r.structured_content.unwrap()["total_lines"], json!(3));
+    }
+}

@@ -1,0 +1,300 @@
+//! The MCP tools' inputs. Each struct is both the tool's JSON Schema (schemars reads the doc
+//! comments as field descriptions) and, where the fields match, the body sent to the daemon's
+//! route: optional fields left out by the model are left out of the body too, so the daemon
+//! applies its own defaults and limits.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// `read`.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReadParams {
+    /// Virtual path of a UTF-8 text file, e.g. /workspace/src/main.rs
+    pub path: String,
+    /// 1-based number of the first line to return (default 1)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub offset: Option<u64>,
+    /// Most lines to return (default: to the end of the file)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub limit: Option<u64>,
+}
+
+/// `write`.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WriteParams {
+    /// Virtual path of the file to create or replace; missing parent directories are created
+    pub path: String,
+    /// The complete new contents of the file
+    pub content: String,
+}
+
+/// `edit`.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EditParams {
+    /// Virtual path of the text file to edit
+    pub path: String,
+    /// The exact text to replace (not a regex); must occur exactly once unless replace_all
+    pub old: String,
+    /// The replacement text; must differ from old; may be empty to delete
+    pub new: String,
+    /// Replace every occurrence instead of requiring exactly one (default false)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replace_all: Option<bool>,
+}
+
+/// `ls`.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LsParams {
+    /// Virtual path of the directory to list (default /workspace; / lists the zones)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+}
+
+/// What `glob` returns.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum GlobKind {
+    File,
+    Dir,
+    Any,
+}
+
+/// `glob`.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GlobParams {
+    /// Glob pattern: *, ?, [abc], {a,b}, **; * never crosses /. Without / it matches file names at
+    /// any depth (*.rs); with / it matches the path relative to the search directory (src/**/*.rs)
+    pub pattern: String,
+    /// Directory to search (default /workspace)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Honour .gitignore, .ignore and git excludes (default true)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gitignore: Option<bool>,
+    /// Include hidden files and directories (default false)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hidden: Option<bool>,
+    /// What to return: file (default), dir, or any (also symlinks)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<GlobKind>,
+    /// Most paths to return (default and maximum: the daemon's limits.glob_max_results, 1000
+    /// unless configured)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub limit: Option<u64>,
+}
+
+/// What `grep` reports.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum GrepMode {
+    Content,
+    Files,
+    Count,
+}
+
+/// `grep`.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GrepParams {
+    /// Regex in Rust regex syntax (like ripgrep), matched line by line
+    pub pattern: String,
+    /// File or directory to search (default /workspace)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Treat pattern as a plain string, not a regex (default false)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub literal: Option<bool>,
+    /// Case-insensitive search (default false)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ignore_case: Option<bool>,
+    /// Globs selecting files, relative to the search directory, e.g. ["*.rs", "!target/**"]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub glob: Option<Vec<String>>,
+    /// ripgrep file types, e.g. ["rust", "py", "md"]
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub file_type: Option<Vec<String>>,
+    /// Lines of context before and after each match, 0 to 1000 (content mode; default 0)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 1000))]
+    pub context: Option<u64>,
+    /// Lines of context before each match (default: context)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 1000))]
+    pub before: Option<u64>,
+    /// Lines of context after each match (default: context)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 1000))]
+    pub after: Option<u64>,
+    /// content (matching lines, default), files (paths of matching files) or count (matches per
+    /// file)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<GrepMode>,
+    /// Most results: lines in content mode, files in files and count modes (default and maximum:
+    /// the daemon's limits.grep_max_results, 1000 unless configured)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub limit: Option<u64>,
+    /// Honour .gitignore, .ignore and git excludes (default true)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gitignore: Option<bool>,
+    /// Search hidden files too (default false)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hidden: Option<bool>,
+}
+
+/// `stat`.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StatParams {
+    /// Virtual path to describe (a symlink itself, not its target)
+    pub path: String,
+}
+
+/// `rm`.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RmParams {
+    /// Virtual path of the file, symlink or directory to delete; not a zone root
+    pub path: String,
+    /// Delete a non-empty directory with everything beneath it (default false)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recursive: Option<bool>,
+}
+
+/// `mv`.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MvParams {
+    /// Virtual path to move; must exist; not a zone root
+    pub from: String,
+    /// Virtual path to move to; missing parents are created; may be in the other zone
+    pub to: String,
+    /// Replace an existing file or empty directory at `to` (default false)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overwrite: Option<bool>,
+}
+
+/// `git_status`.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GitStatusParams {
+    /// A pulled repository's directory, or any path in it (default: every pulled repository)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repo: Option<String>,
+    /// Re-hash every file, also finding changes made beside sandfs (default false; slower)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rescan: Option<bool>,
+}
+
+/// `git_stage`.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GitStageParams {
+    /// The commit message; its first line is the summary
+    pub message: String,
+    /// Files or directories to stage, as virtual paths or paths inside the repository (default:
+    /// every change not already in a staged commit)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<Vec<String>>,
+    /// The repository's directory; required when several repositories are pulled
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repo: Option<String>,
+    /// The branch it will be pushed to (default: the pulled branch)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+}
+
+/// A staged commit's state, for `staged_list`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum StagedState {
+    Staged,
+    Rebased,
+    Pushed,
+    Conflicted,
+    Rejected,
+    Discarded,
+}
+
+impl StagedState {
+    /// Returns the state as the API spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StagedState::Staged => "staged",
+            StagedState::Rebased => "rebased",
+            StagedState::Pushed => "pushed",
+            StagedState::Conflicted => "conflicted",
+            StagedState::Rejected => "rejected",
+            StagedState::Discarded => "discarded",
+        }
+    }
+}
+
+/// `staged_list`.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StagedListParams {
+    /// Only commits in this state (default: every state)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<StagedState>,
+}
+
+/// `staged_show`.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StagedShowParams {
+    /// The staged commit's id (10 hex digits, from git_stage or staged_list)
+    pub id: String,
+}
+
+/// `git_push` (offered only with `[mcp] allow_push = true`).
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GitPushParams {
+    /// The staged commit's id (state staged, rebased or rejected)
+    pub id: String,
+    /// Push to the branch sandfs/<id> and open a GitHub pull request instead of pushing to the
+    /// commit's branch (default false)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pr: Option<bool>,
+}
+
+/// `mirror_push`.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MirrorPushParams {
+    /// The sandbox's name, as configured in the daemon
+    pub sandbox: String,
+    /// The zone to mirror: workspace (default) or cache
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    /// The directory inside the sandbox to mirror into (default: the sandbox's configured root)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    /// Hash every local file instead of trusting unchanged sizes and times (default false;
+    /// slower, for after changes made beside sandfs)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub full_hash: Option<bool>,
+}
+
+/// `mirror_pull`.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MirrorPullParams {
+    /// The sandbox's name, as configured in the daemon
+    pub sandbox: String,
+    /// The zone to pull into: workspace (default) or cache
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    /// The directory inside the sandbox to pull from (default: the sandbox's configured root)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+}

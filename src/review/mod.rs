@@ -1,0 +1,403 @@
+//! The review web page: a local HTTP server on 127.0.0.1 where a person reads the staged commits
+//! and pushes or discards them (`sandfs review`).
+//!
+//! It is an adapter like the CLI: every action goes to the running daemon through the socket
+//! [`Client`], on the same routes the CLI uses (`GET /v1/git/staged`, `POST /v1/git/staged/show`,
+//! `/v1/git/push`, `/v1/git/discard`). It holds no state of its own besides its token.
+//!
+//! Who may use it: anyone who can reach a TCP port on loopback could, so every request must carry
+//! the random per-start [`Token`] (in the `token` query parameter or the `X-Sandfs-Token`
+//! header), compared in constant time; anything else is `403`. The `Host` must name the loopback
+//! address the server listens on (DNS rebinding), and a `POST` must also come from the page's own
+//! origin (`Origin`, and `Sec-Fetch-Site` when the browser sends it) with a JSON body. Pages are
+//! sent with a strict Content-Security-Policy (scripts and styles only from this server, no
+//! inline script, no framing) and `Referrer-Policy: no-referrer`, so the token does not leak
+//! through links; all content from the daemon is HTML-escaped by [`render`].
+
+pub mod render;
+
+use std::io::Read as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{Query, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::cli::{Client, ClientError};
+use crate::git::StagedCommit;
+use render::View;
+
+const PAGE_CSS: &str = include_str!("assets/review.css");
+const PAGE_JS: &str = include_str!("assets/review.js");
+/// The header a script sends the token in (a custom header also forces a CORS preflight, which
+/// this server never answers, on any cross-origin request).
+pub const TOKEN_HEADER: &str = "x-sandfs-token";
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+                   connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+/// How many pushed or discarded commits the page lists.
+const DONE_SHOWN: usize = 30;
+
+/// The secret in the page's URL: 16 random bytes as 32 lowercase hex digits.
+#[derive(Clone)]
+pub struct Token(String);
+
+impl Token {
+    /// Returns a fresh token from the kernel's random source.
+    pub fn generate() -> std::io::Result<Token> {
+        let mut bytes = [0u8; 16];
+        std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+        Ok(Token(bytes.iter().map(|b| format!("{b:02x}")).collect()))
+    }
+
+    /// Returns the token's text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether `given` is the token, in time that does not depend on where they differ.
+    pub fn matches(&self, given: &str) -> bool {
+        let (a, b) = (self.0.as_bytes(), given.as_bytes());
+        if a.len() != b.len() {
+            return false;
+        }
+        a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    }
+}
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Token(…)")
+    }
+}
+
+/// What the handlers share.
+struct Shared {
+    client: Client,
+    token: Token,
+    /// The address the server listens on: the only `Host` and origin it accepts.
+    addr: SocketAddr,
+}
+
+/// Returns the page's URL, token included.
+pub fn url(addr: SocketAddr, token: &Token) -> String {
+    format!("http://{addr}/?token={}", token.as_str())
+}
+
+/// Serves the review page on `listener` until `shutdown` resolves.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    client: Client,
+    token: Token,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let addr = listener.local_addr()?;
+    let app = router(Arc::new(Shared {
+        client,
+        token,
+        addr,
+    }));
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/", get(index))
+        .route("/assets/review.css", get(css))
+        .route("/assets/review.js", get(js))
+        .route("/api/push", post(push))
+        .route("/api/discard", post(discard))
+        .layer(axum::middleware::from_fn_with_state(shared.clone(), guard))
+        .with_state(shared)
+}
+
+fn forbidden(why: &'static str) -> Response {
+    (StatusCode::FORBIDDEN, format!("forbidden: {why}\n")).into_response()
+}
+
+/// Returns the `token` query parameter, if any.
+fn query_token(query: Option<&str>) -> Option<&str> {
+    query?.split('&').find_map(|kv| kv.strip_prefix("token="))
+}
+
+/// Checks the token, host and origin of every request, and adds the security headers.
+async fn guard(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
+    let h = req.headers();
+    let port = s.addr.port();
+    let host_ok = h
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|host| allowed_host(host, port));
+    let token = h
+        .get(TOKEN_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| query_token(req.uri().query()));
+    // Evaluate the token first and always, so a wrong host and a wrong token take the same path.
+    let token_ok = token.is_some_and(|t| s.token.matches(t));
+    if !token_ok {
+        return forbidden("wrong or missing token; use the URL `sandfs review` printed");
+    }
+    if !host_ok {
+        return forbidden("the Host header does not name this server");
+    }
+    match *req.method() {
+        Method::GET | Method::HEAD => {}
+        Method::POST => {
+            if let Some(why) = cross_origin(h, port) {
+                return forbidden(why);
+            }
+        }
+        _ => return StatusCode::METHOD_NOT_ALLOWED.into_response(),
+    }
+    let mut resp = next.run(req).await;
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}
+
+fn allowed_host(host: &str, port: u16) -> bool {
+    host == format!("127.0.0.1:{port}") || host == format!("localhost:{port}")
+}
+
+/// Why a POST is not from the page itself, if it is not.
+fn cross_origin(h: &HeaderMap, port: u16) -> Option<&'static str> {
+    let origin = h.get(header::ORIGIN).and_then(|v| v.to_str().ok());
+    match origin {
+        Some(o)
+            if o.strip_prefix("http://")
+                .is_some_and(|r| allowed_host(r, port)) => {}
+        Some(_) => return Some("the request comes from another origin"),
+        None => return Some("a POST must carry an Origin header"),
+    }
+    if let Some(site) = h.get("sec-fetch-site").and_then(|v| v.to_str().ok()) {
+        if site != "same-origin" {
+            return Some("the request comes from another site (Sec-Fetch-Site)");
+        }
+    }
+    let json = h
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.starts_with("application/json"));
+    if !json {
+        return Some("a POST must have Content-Type: application/json");
+    }
+    None
+}
+
+#[derive(Deserialize)]
+struct PageQuery {
+    #[serde(default)]
+    view: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ListBody {
+    staged: Vec<StagedCommit>,
+}
+
+/// Asks the daemon for the commits: open ones with their diffs, then the finished ones.
+async fn commits(client: &Client) -> Result<(Vec<StagedCommit>, Vec<StagedCommit>), ClientError> {
+    let list: ListBody = client.get("/v1/git/staged").await?;
+    let mut open = Vec::new();
+    let mut done = Vec::new();
+    for c in list.staged {
+        if render::is_open(&c.state) {
+            let full: StagedCommit = client
+                .post("/v1/git/staged/show", &json!({ "id": c.id }))
+                .await?;
+            open.push(full);
+        } else if done.len() < DONE_SHOWN {
+            done.push(c);
+        }
+    }
+    Ok((open, done))
+}
+
+async fn index(
+    State(s): State<Arc<Shared>>,
+    q: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let view = q
+        .ok()
+        .and_then(|Query(q)| q.view)
+        .and_then(|v| View::parse(&v))
+        .unwrap_or(View::Split);
+    let socket = s.client.socket().display().to_string();
+    let (status, html) = match commits(&s.client).await {
+        Ok((open, done)) => (
+            StatusCode::OK,
+            render::page(&render::Page {
+                token: s.token.as_str(),
+                view,
+                socket: &socket,
+                open: &open,
+                done: &done,
+                error: None,
+            }),
+        ),
+        Err(e) => (
+            StatusCode::BAD_GATEWAY,
+            render::page(&render::Page {
+                token: s.token.as_str(),
+                view,
+                socket: &socket,
+                open: &[],
+                done: &[],
+                error: Some(&e.to_string()),
+            }),
+        ),
+    };
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        html,
+    )
+        .into_response()
+}
+
+async fn css() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
+        PAGE_CSS,
+    )
+        .into_response()
+}
+
+async fn js() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+        PAGE_JS,
+    )
+        .into_response()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PushReq {
+    id: String,
+    #[serde(default)]
+    pr: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DiscardReq {
+    id: String,
+    #[serde(default)]
+    revert: bool,
+}
+
+/// The daemon's answer, or its error as `{code, message, path}` with a fitting status.
+fn relay(r: Result<serde_json::Value, ClientError>) -> Response {
+    match r {
+        Ok(v) => Json(v).into_response(),
+        Err(ClientError::Api {
+            code,
+            message,
+            path,
+        }) => (
+            StatusCode::CONFLICT,
+            Json(json!({ "code": code, "message": message, "path": path })),
+        )
+            .into_response(),
+        Err(e @ ClientError::NotRunning { .. }) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({ "code": null, "message": e.to_string() })),
+        )
+            .into_response(),
+        Err(e) => (
+            StatusCode::BAD_GATEWAY,
+            Json(json!({ "code": null, "message": e.to_string() })),
+        )
+            .into_response(),
+    }
+}
+
+async fn push(State(s): State<Arc<Shared>>, Json(r): Json<PushReq>) -> Response {
+    relay(
+        s.client
+            .post("/v1/git/push", &json!({ "id": r.id, "pr": r.pr }))
+            .await,
+    )
+}
+
+async fn discard(State(s): State<Arc<Shared>>, Json(r): Json<DiscardReq>) -> Response {
+    relay(
+        s.client
+            .post(
+                "/v1/git/discard",
+                &json!({ "id": r.id, "revert": r.revert }),
+            )
+            .await,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_32_hex_digits_and_differ() {
+        let a = Token::generate().unwrap();
+        let b = Token::generate().unwrap();
+        assert_eq!(a.as_str().len(), 32);
+        assert!(a.as_str().bytes().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a.as_str(), b.as_str());
+    }
+
+    #[test]
+    fn token_comparison() {
+        let t = Token("00ff".into());
+        assert!(t.matches("00ff"));
+        assert!(!t.matches("00fe"));
+        assert!(!t.matches("00ff0"));
+        assert!(!t.matches(""));
+    }
+
+    #[test]
+    fn query_token_is_found_among_other_parameters() {
+        assert_eq!(query_token(Some("view=split&token=ab")), Some("ab"));
+        assert_eq!(query_token(Some("view=split")), None);
+        assert_eq!(query_token(None), None);
+    }
+
+    #[test]
+    fn posts_must_be_same_origin_json() {
+        let mut h = HeaderMap::new();
+        assert!(cross_origin(&h, 8080).is_some());
+        h.insert(header::ORIGIN, HeaderValue::from_static("http://evil.test"));
+        assert!(cross_origin(&h, 8080).is_some());
+        h.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("http://127.0.0.1:8080"),
+        );
+        assert!(cross_origin(&h, 8080).is_some(), "no content type");
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        assert_eq!(cross_origin(&h, 8080), None);
+        h.insert("sec-fetch-site", HeaderValue::from_static("cross-site"));
+        assert!(cross_origin(&h, 8080).is_some());
+    }
+}

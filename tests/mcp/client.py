@@ -1,0 +1,226 @@
+"""Drives `sandfs mcp` with the official MCP Python SDK's stdio client (tests/mcp/main.rs runs it).
+
+usage: client.py SANDFS_BIN SOCKET CONFIG MODE
+
+Spawns `SANDFS_BIN --socket SOCKET --config CONFIG mcp` and, by MODE:
+  tools      lists the tools, calls each one against the daemon the Rust test started and checks
+             results and error shapes (the config has no [mcp] section: no git_push)
+  push       checks that git_push is listed (the config says [mcp] allow_push = true)
+  git        with a repository pulled into /workspace/demo (README.md "# Demo\n"): edits it, then
+             checks git_status, git_stage, staged_list and staged_show
+  no-daemon  checks that a call with no daemon behind the socket is a DAEMON_NOT_RUNNING error
+ Prints one `ok <check>`
+line per passed check and `PASS` at the end; the first failed check raises, so the exit status
+is non-zero and the traceback names it.
+"""
+
+import asyncio
+import json
+import sys
+
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+TOOLS = {
+    "read", "write", "edit", "ls", "glob", "grep", "stat", "rm", "mv",
+    "git_status", "git_stage", "staged_list", "staged_show", "mirror_push", "mirror_pull",
+}
+
+
+def ok(what):
+    print(f"ok {what}", flush=True)
+
+
+def check(cond, what, detail=None):
+    if not cond:
+        raise AssertionError(f"{what}: {detail!r}")
+    ok(what)
+
+
+def text_of(result):
+    return "".join(c.text for c in result.content if getattr(c, "type", None) == "text")
+
+
+async def call(session, name, args):
+    result = await session.call_tool(name, args)
+    check(not result.is_error, f"{name} succeeds", text_of(result))
+    return result
+
+
+async def call_error(session, name, args, code):
+    """Calls a tool that must fail; checks the error's shape and code; returns the error object."""
+    result = await session.call_tool(name, args)
+    check(result.is_error, f"{name} fails with {code}", text_of(result))
+    # The error is the API's object, as structured content and as the text the model reads.
+    err = result.structured_content
+    check(isinstance(err, dict) and err.get("code") == code, f"{name} error code is {code}", err)
+    check(isinstance(err.get("message"), str) and err["message"], f"{name} error has a message", err)
+    check(json.loads(text_of(result)) == err, f"{name} error text is the same JSON", text_of(result))
+    return err
+
+
+async def git_flow(session):
+    r = await call(session, "git_status", {})
+    repos = r.structured_content["repos"]
+    check(len(repos) == 1 and repos[0]["repo"] == "/workspace/demo" and repos[0]["changes"] == [],
+          "git_status shows the pulled repository, clean", repos)
+    await call(session, "edit", {"path": "/workspace/demo/README.md", "old": "# Demo", "new": "# The demo"})
+    await call(session, "write", {"path": "/workspace/demo/NOTES.md", "content": "notes\n"})
+    r = await call(session, "git_status", {"repo": "/workspace/demo"})
+    changes = r.structured_content["repos"][0]["changes"]
+    check(changes == [{"path": "/workspace/demo/NOTES.md", "state": "created"},
+                      {"path": "/workspace/demo/README.md", "state": "modified"}],
+          "git_status lists the created and the modified file", changes)
+    r = await call(session, "git_stage", {"message": "Rename the title", "files": ["README.md"]})
+    staged = r.structured_content
+    check(staged["state"] == "staged" and [f["path"] for f in staged["files"]] == ["/workspace/demo/README.md"],
+          "git_stage stages the named file", staged)
+    await call_error(session, "git_stage", {"message": "  ", "files": ["NOTES.md"]}, "INVALID_ARGUMENT")
+    r = await call(session, "staged_list", {"state": "staged"})
+    check([c["id"] for c in r.structured_content["staged"]] == [staged["id"]], "staged_list lists it", r.structured_content)
+    r = await call(session, "staged_show", {"id": staged["id"]})
+    diff = r.structured_content["files"][0]["diff"]
+    check("-# Demo" in diff and "+# The demo" in diff, "staged_show has the diff", diff)
+    tools = {t.name for t in (await session.list_tools()).tools}
+    check("git_push" not in tools, "there is still no git_push tool", sorted(tools))
+    # The commit stays staged for a person: nothing the agent has can push it.
+    r = await call(session, "staged_list", {})
+    check(r.structured_content["staged"][0]["state"] == "staged", "the commit awaits review")
+
+
+async def main():
+    binary, socket, config, mode = sys.argv[1:5]
+    params = StdioServerParameters(
+        command=binary, args=["--socket", socket, "--config", config, "mcp"]
+    )
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            init = await session.initialize()
+            check(init.server_info.name == "sandfs", "server names itself sandfs", init.server_info)
+            check(bool(init.instructions), "server gives instructions")
+
+            if mode == "no-daemon":
+                err = await call_error(session, "read", {"path": "/workspace/a"}, "DAEMON_NOT_RUNNING")
+                check(socket in err["message"], "the error names the socket", err)
+                print("PASS", flush=True)
+                return
+            if mode == "git":
+                await git_flow(session)
+                print("PASS", flush=True)
+                return
+            tools = {t.name: t for t in (await session.list_tools()).tools}
+            names = set(tools)
+            if mode == "push":
+                check(names == TOOLS | {"git_push"}, "tools are the 15 plus git_push", sorted(names))
+                check(bool(tools["git_push"].description), "git_push is described")
+                print("PASS", flush=True)
+                return
+            if mode != "tools":
+                raise SystemExit(f"unknown mode {mode!r}: tools, push or no-daemon")
+            check(names == TOOLS, "tools are the 15, no git_push", sorted(names))
+            for t in tools.values():
+                check(len(t.description or "") > 80, f"{t.name} has a description for a model")
+                check(t.input_schema.get("type") == "object", f"{t.name} has an object input schema")
+            read_props = tools["read"].input_schema["properties"]
+            check({"path", "offset", "limit"} <= set(read_props), "read takes path, offset, limit", read_props)
+            check(tools["read"].input_schema.get("required") == ["path"], "read requires only path")
+            check("TOO_LARGE" in tools["read"].description, "read's description names its errors")
+            check("1000" in tools["grep"].description, "grep's description gives its result cap")
+            check(tools["read"].annotations.read_only_hint is True, "read is annotated read-only")
+
+            # write, then read the same bytes back
+            text = "alpha\nbeta\ngamma beta\n"
+            r = await call(session, "write", {"path": "/workspace/notes/a.md", "content": text})
+            check(r.structured_content == {"path": "/workspace/notes/a.md", "bytes": len(text), "created": True},
+                  "write answers path, bytes, created", r.structured_content)
+            r = await call(session, "read", {"path": "/workspace/notes/a.md"})
+            check(text_of(r) == text, "read returns the text written", text_of(r))
+            check(r.structured_content["total_lines"] == 3 and r.structured_content["truncated"] is False,
+                  "read reports total_lines and truncated", r.structured_content)
+            r = await call(session, "read", {"path": "/workspace/notes/a.md", "offset": 2, "limit": 1})
+            check(text_of(r).startswith("beta\n"), "read honours offset and limit", text_of(r))
+            check("offset=3" in text_of(r), "a truncated read says how to go on", text_of(r))
+            check(r.structured_content["truncated"] is True, "a window before the end is truncated")
+
+            # edit: unique, not unique, no match
+            r = await call(session, "edit", {"path": "/workspace/notes/a.md", "old": "alpha", "new": "ALPHA"})
+            check(r.structured_content["replacements"] == 1, "edit replaces one occurrence", r.structured_content)
+            err = await call_error(session, "edit",
+                                   {"path": "/workspace/notes/a.md", "old": "beta", "new": "BETA"}, "NOT_UNIQUE")
+            check(err.get("path") == "/workspace/notes/a.md", "NOT_UNIQUE names the path", err)
+            await call_error(session, "edit", {"path": "/workspace/notes/a.md", "old": "zeta", "new": "z"}, "NO_MATCH")
+            r = await call(session, "edit", {"path": "/workspace/notes/a.md", "old": "beta", "new": "BETA",
+                                             "replace_all": True})
+            check(r.structured_content["replacements"] == 2, "edit with replace_all replaces both")
+            r = await call(session, "read", {"path": "/workspace/notes/a.md"})
+            check(text_of(r) == "ALPHA\nBETA\ngamma BETA\n", "the edits are in the file", text_of(r))
+
+            # read errors
+            await call_error(session, "read", {"path": "/workspace/missing.txt"}, "NOT_FOUND")
+            await call_error(session, "read", {"path": "/workspace/../etc/passwd"}, "OUTSIDE_ZONE")
+            await call_error(session, "read", {"path": "/workspace/notes"}, "IS_DIR")
+
+            # ls, stat, glob, grep
+            r = await call(session, "ls", {"path": "/workspace/notes"})
+            entries = r.structured_content["entries"]
+            check([e["name"] for e in entries] == ["a.md"] and entries[0]["kind"] == "file",
+                  "ls lists the directory", entries)
+            r = await call(session, "ls", {})
+            check([e["name"] for e in r.structured_content["entries"]] == ["notes"], "ls defaults to /workspace")
+            r = await call(session, "stat", {"path": "/workspace/notes/a.md"})
+            check(r.structured_content["kind"] == "file" and r.structured_content["size"] == 22,
+                  "stat describes the file", r.structured_content)
+            await call_error(session, "stat", {"path": "/workspace/nope"}, "NOT_FOUND")
+            await call(session, "write", {"path": "/workspace/src/main.rs", "content": "fn main() {}\n"})
+            r = await call(session, "glob", {"pattern": "*.md"})
+            check([m["path"] for m in r.structured_content["matches"]] == ["/workspace/notes/a.md"],
+                  "glob finds the markdown file", r.structured_content)
+            await call_error(session, "glob", {"pattern": "*", "limit": 5000}, "INVALID_ARGUMENT")
+            r = await call(session, "grep", {"pattern": "gamma", "mode": "content"})
+            lines = r.structured_content["lines"]
+            check(lines == [{"path": "/workspace/notes/a.md", "line": 3, "text": "gamma BETA", "kind": "match"}],
+                  "grep finds the match with path and line", lines)
+            r = await call(session, "grep", {"pattern": "beta", "ignore_case": True, "mode": "count"})
+            check(r.structured_content["counts"] == [{"path": "/workspace/notes/a.md", "count": 2}],
+                  "grep counts case-insensitively", r.structured_content)
+            r = await call(session, "grep", {"pattern": "fn", "type": ["rust"], "mode": "files"})
+            check(r.structured_content["files"] == ["/workspace/src/main.rs"], "grep filters by type")
+            await call_error(session, "grep", {"pattern": "("}, "INVALID_ARGUMENT")
+
+            # mv, rm
+            r = await call(session, "mv", {"from": "/workspace/notes/a.md", "to": "/cache/a.md"})
+            check(r.structured_content == {"path": "/cache/a.md", "ok": True}, "mv moves between zones")
+            await call_error(session, "mv", {"from": "/workspace/notes/a.md", "to": "/cache/b.md"}, "NOT_FOUND")
+            await call(session, "write", {"path": "/workspace/notes/b.md", "content": "b\n"})
+            await call_error(session, "rm", {"path": "/workspace/notes"}, "NOT_EMPTY")
+            r = await call(session, "rm", {"path": "/workspace/notes", "recursive": True})
+            check(r.structured_content["ok"] is True, "rm deletes recursively")
+            await call_error(session, "read", {"path": "/workspace/notes/b.md"}, "NOT_FOUND")
+
+            # git: nothing is pulled in this workspace
+            r = await call(session, "git_status", {})
+            check(r.structured_content == {"repos": []}, "git_status lists no repositories", r.structured_content)
+            await call_error(session, "git_status", {"repo": "/workspace/nope"}, "NOT_FOUND")
+            await call_error(session, "git_stage", {"message": "Nothing here"}, "NOT_FOUND")
+            r = await call(session, "staged_list", {})
+            check(r.structured_content == {"staged": []}, "staged_list is empty", r.structured_content)
+            r = await call(session, "staged_list", {"state": "pushed"})
+            check(r.structured_content == {"staged": []}, "staged_list filters by state")
+            await call_error(session, "staged_show", {"id": "0123456789"}, "NOT_FOUND")
+
+            # mirror: no sandbox of that name (or, before the mirror routes exist, no route)
+            for tool in ("mirror_push", "mirror_pull"):
+                result = await session.call_tool(tool, {"sandbox": "nope"})
+                err = result.structured_content
+                check(result.is_error and isinstance(err, dict) and isinstance(err.get("code"), str),
+                      f"{tool} without a sandbox is an error with a code", err)
+                print(f"{tool}: {err['code']}: {err['message']}", flush=True)
+
+            # input the schema refuses never reaches the daemon
+            result = await session.call_tool("read", {"path": "/workspace/x", "bogus": 1})
+            check(result.is_error, "an unknown argument is refused", text_of(result))
+
+    print("PASS", flush=True)
+
+
+asyncio.run(main())

@@ -1,0 +1,486 @@
+//! The sandbox wiring end to end: a real sandfs daemon (`sandfs serve --no-mount`) configured
+//! with sandboxes that point at real sandbox-agent servers, driven through its CLI and API.
+//! Tokens reach the daemon only through environment variables set on its process.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use sandfs::cli::{Client, ClientError};
+use sandfs::core::ErrorCode;
+use serde_json::{json, Value};
+
+use crate::support::AgentServer;
+
+const BIN: &str = env!("CARGO_BIN_EXE_sandfs");
+/// The variables holding the tokens, in the daemon's environment only.
+const TOKEN_A: &str = "SANDFS_TEST_SANDBOX_TOKEN_A";
+const TOKEN_B: &str = "SANDFS_TEST_SANDBOX_TOKEN_B";
+
+struct Daemon {
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+    socket: PathBuf,
+    config: PathBuf,
+    log: PathBuf,
+    env: Vec<(String, String)>,
+    rt: tokio::runtime::Runtime,
+}
+
+impl Daemon {
+    /// Starts a daemon (sandboxed zones under a temp dir) with `extra` config appended and
+    /// `env` in its (otherwise cleared) environment.
+    fn start(extra: &str, env: &[(&str, &str)]) -> Daemon {
+        let dir = tempfile::Builder::new()
+            .prefix("sandfs-sbx")
+            .tempdir()
+            .unwrap();
+        let socket = dir.path().join("run/s.sock");
+        let config = dir.path().join("config.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "state_dir = \"state\"\nsocket = \"{}\"\n[zones]\nroot = \"root\"\n{extra}",
+                socket.display()
+            ),
+        )
+        .unwrap();
+        std::fs::create_dir_all(dir.path().join("home")).unwrap();
+        let mut d = Daemon {
+            child: None,
+            log: dir.path().join("daemon.log"),
+            dir,
+            socket,
+            config,
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            rt: tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap(),
+        };
+        d.spawn();
+        d
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let mut cmd = Command::new(BIN);
+        cmd.args(["serve", "--no-mount", "--config"])
+            .arg(&self.config)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", self.dir.path().join("home"))
+            .env("RUST_LOG", "info")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdout(Stdio::null())
+            .stderr(log);
+        self.child = Some(cmd.spawn().unwrap());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if std::os::unix::net::UnixStream::connect(&self.socket).is_ok() {
+                return;
+            }
+            if let Some(st) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("daemon exited with {st}: {}", self.log_text());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("daemon did not listen within 20 s: {}", self.log_text());
+    }
+
+    /// Stops the daemon (SIGTERM) and starts it again on the same state.
+    fn restart(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = rustix::process::kill_process(
+                rustix::process::Pid::from_child(&c),
+                rustix::process::Signal::TERM,
+            );
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_file(&self.socket);
+        self.spawn();
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn workspace(&self) -> PathBuf {
+        self.dir.path().join("root/workspace")
+    }
+
+    fn post(&self, route: &str, body: Value) -> Result<Value, (ErrorCode, String)> {
+        let c = Client::new(&self.socket);
+        self.rt
+            .block_on(c.post::<_, Value>(route, &body))
+            .map_err(|e| match e {
+                ClientError::Api { code, message, .. } => (code, message),
+                other => panic!("{route}: {other}\n{}", self.log_text()),
+            })
+    }
+
+    fn ok(&self, route: &str, body: Value) -> Value {
+        self.post(route, body.clone())
+            .unwrap_or_else(|e| panic!("{route} {body}: {e:?}\n{}", self.log_text()))
+    }
+
+    fn err(&self, route: &str, body: Value) -> (ErrorCode, String) {
+        match self.post(route, body.clone()) {
+            Ok(v) => panic!("{route} {body} succeeded: {v}"),
+            Err(e) => e,
+        }
+    }
+
+    /// Runs the CLI against this daemon.
+    fn cli(&self, args: &[&str]) -> Output {
+        Command::new(BIN)
+            .arg("--socket")
+            .arg(&self.socket)
+            .args(args)
+            .env_remove(TOKEN_A)
+            .env_remove(TOKEN_B)
+            .output()
+            .unwrap()
+    }
+
+    /// Runs the CLI with `--json`; the command must succeed and print one JSON value.
+    fn cli_json(&self, args: &[&str]) -> Value {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        let out = self.cli(&all);
+        assert!(
+            out.status.success(),
+            "sandfs {args:?}: {}\n{}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr),
+            self.log_text()
+        );
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "sandfs {args:?} printed no JSON ({e}): {}",
+                String::from_utf8_lossy(&out.stdout)
+            )
+        })
+    }
+
+    /// Returns the sandbox `name` as `GET /v1/sandboxes` lists it.
+    fn sandbox(&self, name: &str) -> Value {
+        let c = Client::new(&self.socket);
+        let list: Value = self.rt.block_on(c.get("/v1/sandboxes")).unwrap();
+        list["sandboxes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == name)
+            .unwrap_or_else(|| panic!("no sandbox {name} in {list}"))
+            .clone()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// `[sandboxes.<name>]` for `server`, its token in `var`, with short retries and timeouts.
+fn sandbox_config(name: &str, server: &AgentServer, var: &str) -> String {
+    format!(
+        "[sandboxes.{name}]\nprovider = \"sandbox-agent\"\nurl = \"{}\"\ntoken_env = \"{var}\"\nroot = \"{}\"\nretries = 1\nretry_backoff_ms = 100\nrequest_timeout_secs = 2\n",
+        server.url(),
+        server.root()
+    )
+}
+
+#[test]
+fn sandboxes_are_added_checked_and_mirrored_and_survive_a_restart() {
+    let a = AgentServer::start();
+    let b = AgentServer::start();
+    let mut d = Daemon::start(
+        &sandbox_config("dev", &a, TOKEN_A),
+        &[(TOKEN_A, a.token()), (TOKEN_B, b.token())],
+    );
+
+    // The config's sandbox is listed before it is used; one is added at run time.
+    assert_eq!(d.sandbox("dev")["status"], "creating");
+    assert_eq!(d.sandbox("dev")["origin"], "config");
+    let added = d.cli_json(&[
+        "sandbox",
+        "add",
+        "other",
+        "--provider",
+        "sandbox-agent",
+        "--url",
+        &b.url(),
+        "--token-env",
+        TOKEN_B,
+        "--root",
+        &b.root(),
+    ]);
+    assert_eq!(added["origin"], "added");
+    assert_eq!(added["token_env"], TOKEN_B);
+    let list = d.cli_json(&["sandbox", "list"]);
+    let names: Vec<&str> = list["sandboxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["dev", "other"]);
+    let checked = d.cli_json(&["sandbox", "check", "dev"]);
+    assert_eq!(checked["status"], "active", "{checked}");
+    assert!(checked["last_accessed_at"].as_i64().unwrap() > 0);
+    let checked = d.cli_json(&["sandbox", "check", "other"]);
+    assert_eq!(checked["status"], "active", "{checked}");
+    // A config sandbox is changed in the config, not by `sandbox add`.
+    let (code, msg) = d.err(
+        "/v1/sandboxes/add",
+        json!({"name": "dev", "url": b.url(), "token_env": TOKEN_B}),
+    );
+    assert_eq!(code, ErrorCode::InvalidArgument, "{msg}");
+    let (code, msg) = d.err("/v1/sandboxes/check", json!({"name": "nope"}));
+    assert_eq!(code, ErrorCode::NotFound);
+    assert!(msg.contains("nope"), "{msg}");
+    let (code, msg) = d.err(
+        "/v1/sandboxes/add",
+        json!({"name": "bad", "url": "http://x", "token_env": "sk-secret-value"}),
+    );
+    assert_eq!(code, ErrorCode::InvalidArgument);
+    assert!(
+        msg.contains("token_env") && !msg.contains("sk-secret-value"),
+        "{msg}"
+    );
+
+    // First push: everything; after one edit through the API: exactly one file.
+    for (p, c) in [
+        ("/workspace/src/main.rs", "fn main() {}\n"),
+        ("/workspace/src/lib.rs", "pub fn f() {}\n"),
+        ("/workspace/README.md", "# demo\n"),
+    ] {
+        d.ok("/v1/fs/write", json!({"path": p, "content": c}));
+    }
+    let first = d.cli_json(&["mirror", "push", "dev"]);
+    assert_eq!(first["files_sent"], 3, "{first}");
+    assert_eq!(
+        std::fs::read_to_string(a.work().join("src/lib.rs")).unwrap(),
+        "pub fn f() {}\n"
+    );
+    d.ok(
+        "/v1/fs/write",
+        json!({"path": "/workspace/src/lib.rs", "content": "pub fn f() -> u8 { 1 }\n"}),
+    );
+    let second = d.cli_json(&["mirror", "push", "dev", "--zone", "workspace"]);
+    assert_eq!(second["files_sent"], 1, "{second}");
+    assert_eq!(second["deleted"], 0, "{second}");
+    assert_eq!(second["renamed"], 0, "{second}");
+    assert_eq!(second["conflicts"], json!([]), "{second}");
+    assert!(second["bytes_sent"].as_u64().unwrap() > 0);
+    assert!(second["duration_ms"].is_u64());
+    assert_eq!(
+        std::fs::read_to_string(a.work().join("src/lib.rs")).unwrap(),
+        "pub fn f() -> u8 { 1 }\n"
+    );
+
+    // The API streams progress when asked, ending with the summary.
+    let c = Client::new(&d.socket);
+    let mut phases = Vec::new();
+    let streamed: Value =
+        d.rt.block_on(c.post_progress(
+            "/v1/mirror/push",
+            &json!({"sandbox": "dev", "progress": true}),
+            |p| phases.push(p["phase"].as_str().unwrap_or("").to_string()),
+        ))
+        .unwrap();
+    assert_eq!(streamed["files_sent"], 0, "{streamed}");
+    assert_eq!(phases, ["attach", "push"]);
+
+    // The sandbox changes a file: pull brings exactly that one.
+    std::fs::write(
+        a.work().join("README.md"),
+        "# demo, changed in the sandbox\n",
+    )
+    .unwrap();
+    let pulled = d.cli_json(&["mirror", "pull", "dev"]);
+    assert_eq!(pulled["files_received"], 1, "{pulled}");
+    assert_eq!(
+        std::fs::read_to_string(d.workspace().join("README.md")).unwrap(),
+        "# demo, changed in the sandbox\n"
+    );
+    // A push to another remote directory is a mirror of its own.
+    let to = format!("{}/elsewhere", b.root());
+    let other = d.cli_json(&["mirror", "push", "other", "--to", &to]);
+    assert_eq!(other["files_sent"], 3, "{other}");
+    assert!(b.work().join("elsewhere/src/main.rs").is_file());
+
+    // Restart: sessions and manifests survive; a push sends nothing.
+    d.restart();
+    let dev = d.sandbox("dev");
+    assert_eq!(dev["status"], "paused", "{dev}");
+    assert_eq!(dev["attached"], false, "{dev}");
+    assert_eq!(d.sandbox("other")["origin"], "added");
+    let again = d.cli_json(&["mirror", "push", "dev"]);
+    assert_eq!(again["files_sent"], 0, "{again}");
+    assert_eq!(again["deleted"], 0, "{again}");
+    let again = d.cli_json(&["mirror", "push", "other", "--to", &to]);
+    assert_eq!(again["files_sent"], 0, "{again}");
+
+    // Remove: only an added sandbox; the config's stays.
+    d.cli_json(&["sandbox", "remove", "other"]);
+    let (code, _) = d.err("/v1/sandboxes/check", json!({"name": "other"}));
+    assert_eq!(code, ErrorCode::NotFound);
+    let (code, _) = d.err("/v1/sandboxes/remove", json!({"name": "dev"}));
+    assert_eq!(code, ErrorCode::InvalidArgument);
+    let out = d.cli(&["mirror", "push", "other"]);
+    assert_eq!(out.status.code(), Some(3), "NOT_FOUND exits 3");
+
+    // The tokens are in no log line and no state file.
+    let mut written = std::fs::read(&d.log).unwrap();
+    for e in walk(&d.dir.path().join("state")) {
+        written.extend(std::fs::read(e).unwrap_or_default());
+    }
+    for t in [a.token(), b.token()] {
+        assert!(
+            !written.windows(t.len()).any(|w| w == t.as_bytes()),
+            "a token was written"
+        );
+    }
+}
+
+fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn a_wrong_token_is_auth_failed_at_once_and_never_retried() {
+    let server = AgentServer::start();
+    // Retries with a long backoff: a retry loop would take seconds.
+    let config = format!(
+        "[sandboxes.dev]\nprovider = \"sandbox-agent\"\nurl = \"{}\"\ntoken_env = \"{TOKEN_A}\"\nroot = \"{}\"\nretries = 5\nretry_backoff_ms = 2000\n",
+        server.url(),
+        server.root()
+    );
+    let d = Daemon::start(&config, &[(TOKEN_A, "wrong-token-42")]);
+    let started = Instant::now();
+    let (code, msg) = d.err("/v1/sandboxes/check", json!({"name": "dev"}));
+    assert_eq!(code, ErrorCode::AuthFailed, "{msg}");
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(!msg.contains("wrong-token-42"), "{msg}");
+    let dev = d.sandbox("dev");
+    assert_eq!(dev["status"], "error", "{dev}");
+    assert_eq!(dev["resume_fail_count"], 1, "{dev}");
+    assert!(
+        dev["last_error"].as_str().unwrap().contains("refused"),
+        "{dev}"
+    );
+    // A push is refused the same way, and the CLI exits with the AUTH_FAILED class.
+    let out = d.cli(&["mirror", "push", "dev"]);
+    assert_eq!(out.status.code(), Some(6), "{out:?}");
+    // A variable that is not set is AUTH_FAILED too, naming the variable.
+    d.ok(
+        "/v1/sandboxes/add",
+        json!({"name": "unset", "url": server.url(), "token_env": "SANDFS_TEST_UNSET_VAR"}),
+    );
+    let (code, msg) = d.err("/v1/sandboxes/check", json!({"name": "unset"}));
+    assert_eq!(code, ErrorCode::AuthFailed, "{msg}");
+    assert!(msg.contains("SANDFS_TEST_UNSET_VAR"), "{msg}");
+}
+
+#[test]
+fn a_server_down_is_unavailable_in_time_and_recovers() {
+    let a = AgentServer::start();
+    let mut b = AgentServer::start();
+    let d = Daemon::start(
+        &sandbox_config("dev", &a, TOKEN_A),
+        &[(TOKEN_A, a.token()), (TOKEN_B, b.token())],
+    );
+    d.ok(
+        "/v1/fs/write",
+        json!({"path": "/workspace/a.txt", "content": "a\n"}),
+    );
+    assert_eq!(
+        d.ok("/v1/mirror/push", json!({"sandbox": "dev"}))["files_sent"],
+        1
+    );
+
+    // A hung server: every attempt times out (2 s), one retry, then SANDBOX_UNAVAILABLE.
+    a.pause();
+    let started = Instant::now();
+    let (code, msg) = d.err("/v1/mirror/push", json!({"sandbox": "dev"}));
+    let took = started.elapsed();
+    assert_eq!(code, ErrorCode::SandboxUnavailable, "{msg}");
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+    assert!(msg.contains("2 attempts"), "{msg}");
+    let dev = d.sandbox("dev");
+    assert_eq!(dev["status"], "error", "{dev}");
+    assert!(dev["last_error"].as_str().is_some(), "{dev}");
+    // Back: the next use recovers (the failure count resets).
+    a.resume();
+    d.ok(
+        "/v1/fs/write",
+        json!({"path": "/workspace/b.txt", "content": "b\n"}),
+    );
+    let pushed = d.ok("/v1/mirror/push", json!({"sandbox": "dev"}));
+    assert_eq!(pushed["files_sent"], 1, "{pushed}");
+    let dev = d.sandbox("dev");
+    assert_eq!(dev["status"], "active", "{dev}");
+    assert_eq!(dev["resume_fail_count"], 0, "{dev}");
+    assert_eq!(dev["last_error"], Value::Null, "{dev}");
+
+    // A killed server is unavailable at once; a new server under the same name takes over.
+    d.ok(
+        "/v1/sandboxes/add",
+        json!({"name": "live", "url": b.url(), "token_env": TOKEN_B, "root": b.root(),
+               "retries": 1, "retry_backoff_ms": 50}),
+    );
+    assert_eq!(
+        d.ok("/v1/mirror/push", json!({"sandbox": "live"}))["files_sent"],
+        2
+    );
+    b.kill();
+    let started = Instant::now();
+    let (code, msg) = d.err("/v1/mirror/push", json!({"sandbox": "live"}));
+    assert_eq!(code, ErrorCode::SandboxUnavailable, "{msg}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    let out = d.cli(&["sandbox", "check", "live"]);
+    assert_eq!(out.status.code(), Some(8), "{out:?}");
+    assert_eq!(d.sandbox("live")["status"], "error");
+    d.ok(
+        "/v1/sandboxes/add",
+        json!({"name": "live", "url": a.url(), "token_env": TOKEN_A, "root": format!("{}/live", a.root())}),
+    );
+    let checked = d.ok("/v1/sandboxes/check", json!({"name": "live"}));
+    assert_eq!(checked["status"], "active", "{checked}");
+    let pushed = d.ok("/v1/mirror/push", json!({"sandbox": "live"}));
+    assert_eq!(pushed["files_sent"], 2, "{pushed}");
+    assert!(a.work().join("live/b.txt").is_file());
+}
