@@ -163,6 +163,18 @@ pub struct Status {
     /// Staged commits waiting for a human (staged, rebased, conflicted or rejected).
     pub staged_awaiting_review: u64,
     pub zones: Vec<ZoneStatus>,
+    /// The named sandboxes and their session status (`sandfs sandbox list` has the details).
+    #[serde(default)]
+    pub sandboxes: Vec<StatusSandbox>,
+}
+
+/// One sandbox in `/v1/status`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct StatusSandbox {
+    pub name: String,
+    pub status: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
 }
 
 async fn status(State(app): State<Arc<AppState>>) -> Result<Json<Status>, ApiError> {
@@ -177,6 +189,17 @@ async fn status(State(app): State<Arc<AppState>>) -> Result<Json<Status>, ApiErr
         .db()
         .staged_awaiting_review()
         .map_err(|e| FsError::Internal(e.to_string()))?;
+    let sandboxes = app
+        .sandboxes
+        .list()
+        .map_err(ApiError::Sandbox)?
+        .into_iter()
+        .map(|i| StatusSandbox {
+            name: i.name,
+            status: i.status,
+            last_error: i.last_error,
+        })
+        .collect();
     let zones = s
         .zones
         .iter()
@@ -212,6 +235,7 @@ async fn status(State(app): State<Arc<AppState>>) -> Result<Json<Status>, ApiErr
         state_db: app.zones.db().path().to_string(),
         journal_rows,
         staged_awaiting_review,
+        sandboxes,
         zones,
     }))
 }

@@ -242,6 +242,12 @@ fn sandboxes_are_added_checked_and_mirrored_and_survive_a_restart() {
     assert!(checked["last_accessed_at"].as_i64().unwrap() > 0);
     let checked = d.cli_json(&["sandbox", "check", "other"]);
     assert_eq!(checked["status"], "active", "{checked}");
+    let status = d.cli_json(&["status"]);
+    assert_eq!(
+        status["sandboxes"],
+        serde_json::json!([{"name": "dev", "status": "active"}, {"name": "other", "status": "active"}]),
+        "{status}"
+    );
     // A config sandbox is changed in the config, not by `sandbox add`.
     let (code, msg) = d.err(
         "/v1/sandboxes/add",

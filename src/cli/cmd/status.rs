@@ -48,5 +48,11 @@ pub async fn run(ctx: &Ctx, _: &Args) -> Result<Outcome, ClientError> {
             ),
         }
     }
+    for sb in &s.sandboxes {
+        match &sb.last_error {
+            Some(e) => println!("sandbox {:<8} {} ({e})", sb.name, sb.status),
+            None => println!("sandbox {:<8} {}", sb.name, sb.status),
+        }
+    }
     Ok(Outcome::Ok)
 }
