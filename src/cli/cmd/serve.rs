@@ -43,12 +43,17 @@ pub fn run(config: Option<&Path>, socket: Option<PathBuf>, args: &Args) -> ExitC
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
+    let logger = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_target(false)
-        .try_init();
+        .with_target(false);
+    // Under systemd, stderr goes to the journal, which stamps each line itself.
+    if std::env::var_os("JOURNAL_STREAM").is_some() {
+        let _ = logger.without_time().try_init();
+    } else {
+        let _ = logger.try_init();
+    }
 }
 
 fn serve(config: Option<&Path>, socket: Option<PathBuf>, args: &Args) -> anyhow::Result<()> {
