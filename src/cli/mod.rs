@@ -57,6 +57,7 @@ pub struct Cli {
 pub enum Command {
     Serve(cmd::serve::Args),
     Doctor(cmd::doctor::Args),
+    Unmount(cmd::unmount::Args),
     Read(cmd::read::Args),
     Cat(cmd::cat::Args),
     Write(cmd::write::Args),
@@ -105,6 +106,9 @@ pub fn main() -> ExitCode {
     if let Command::Doctor(args) = &cli.command {
         return cmd::doctor::run(cli.config.as_deref(), cli.socket.clone(), cli.json, args);
     }
+    if let Command::Unmount(args) = &cli.command {
+        return cmd::unmount::run(cli.config.as_deref(), cli.json, args);
+    }
     if let Command::Completions(args) = &cli.command {
         return cmd::completions::run(args);
     }
@@ -146,7 +150,7 @@ pub fn main() -> ExitCode {
     let result = rt.block_on(async {
         use Command::*;
         match &cli.command {
-            Serve(_) | Doctor(_) | Completions(_) | InstallService(_) | Mcp(_) => {
+            Serve(_) | Doctor(_) | Unmount(_) | Completions(_) | InstallService(_) | Mcp(_) => {
                 unreachable!("handled above")
             }
             Read(a) => cmd::read::run(&ctx, a).await,

@@ -184,6 +184,16 @@ impl Mounted {
     }
 
     /// Runs the CLI against this daemon; returns stdout.
+    /// Runs `sandfs --config <this daemon's config> ARGS` and returns its output.
+    pub fn with_config(&self, args: &[&str]) -> std::process::Output {
+        Command::new(BIN)
+            .arg("--config")
+            .arg(&self.config)
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
     pub fn cli(&self, args: &[&str]) -> String {
         let out = Command::new(BIN)
             .arg("--socket")

@@ -667,3 +667,41 @@ fn fsx_random_io_with_mmap_and_truncate_verifies_100k_operations() {
         fs::read(m.backing("workspace").join("fsx.bin")).unwrap()
     );
 }
+
+#[test]
+fn unmount_detaches_a_dead_daemons_mount_and_leaves_a_live_one_alone() {
+    let mut m = Mounted::start("");
+    // A live daemon's mount is refused (exit 6) and stays usable.
+    let out = m.with_config(&["unmount"]);
+    assert_eq!(out.status.code(), Some(6), "{out:?}");
+    fs::write(m.ws().join("still.txt"), "here").unwrap();
+    // After SIGKILL the mount is stale (ENOTCONN) until `sandfs unmount` detaches it.
+    m.crash();
+    assert!(
+        mounted(&m.mnt),
+        "the crashed daemon's mount should still be there"
+    );
+    assert_eq!(
+        rustix::fs::statvfs(&m.mnt).map(|_| ()),
+        Err(rustix::io::Errno::NOTCONN)
+    );
+    let out = m.with_config(&["--json", "unmount"]);
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["state"], "unmounted", "{v}");
+    assert!(!mounted(&m.mnt));
+    // Nothing mounted: nothing to do, success.
+    let out = m.with_config(&["unmount"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("not mounted"));
+    // The files written before the crash are in the backing dir, and a new daemon mounts again.
+    assert_eq!(
+        fs::read_to_string(m.backing("workspace").join("still.txt")).unwrap(),
+        "here"
+    );
+    m.spawn();
+    assert_eq!(
+        fs::read_to_string(m.ws().join("still.txt")).unwrap(),
+        "here"
+    );
+}

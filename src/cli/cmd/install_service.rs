@@ -122,14 +122,22 @@ fn install(config: Option<&Path>, json: bool, args: &Args) -> Result<(), Install
 
 /// Returns the unit with `ExecStart` running `exe serve [--config CONFIG]`.
 pub fn render(exe: &Path, config: Option<&Path>) -> Result<String, InstallError> {
-    let mut exec = format!("ExecStart={} serve", quote("the sandfs binary", exe)?);
-    if let Some(c) = config {
-        exec.push_str(&format!(" --config {}", quote("the config file", c)?));
-    }
+    let bin = quote("the sandfs binary", exe)?;
+    let with_config = |cmd: &str| -> Result<String, InstallError> {
+        let mut line = format!("{bin} {cmd}");
+        if let Some(c) = config {
+            line.push_str(&format!(" --config {}", quote("the config file", c)?));
+        }
+        Ok(line)
+    };
+    let exec = format!("ExecStart={}", with_config("serve")?);
+    let stop_post = format!("ExecStopPost=-{}", with_config("unmount")?);
     let mut out = String::with_capacity(UNIT_TEMPLATE.len() + 64);
     for line in UNIT_TEMPLATE.lines() {
         if line.starts_with("ExecStart=") {
             out.push_str(&exec);
+        } else if line.starts_with("ExecStopPost=") {
+            out.push_str(&stop_post);
         } else {
             out.push_str(line);
         }
@@ -202,6 +210,10 @@ mod tests {
             "\nExecStart=\"/opt/my tools/sandfs\" serve --config \"/home/me/100%%/c.toml\"\n"
         ));
         assert_eq!(unit.matches("ExecStart=").count(), 1, "{unit}");
+        // After every exit, crashes included, the same binary detaches a dead daemon's mount.
+        assert!(unit.contains(
+            "\nExecStopPost=-\"/opt/my tools/sandfs\" unmount --config \"/home/me/100%%/c.toml\"\n"
+        ), "{unit}");
         assert!(unit.contains("Type=notify") && unit.contains("LimitNOFILE="));
         let e = render(Path::new("sandfs"), None).unwrap_err().to_string();
         assert!(e.contains("absolute"), "{e}");

@@ -25,4 +25,5 @@ pub mod serve;
 pub mod staged;
 pub mod stat;
 pub mod status;
+pub mod unmount;
 pub mod write;
