@@ -490,3 +490,93 @@ fn a_server_down_is_unavailable_in_time_and_recovers() {
     assert_eq!(pushed["files_sent"], 2, "{pushed}");
     assert!(a.work().join("live/b.txt").is_file());
 }
+
+#[test]
+fn mirror_push_watch_pushes_each_settled_change_until_interrupted() {
+    let a = AgentServer::start();
+    let d = Daemon::start(&sandbox_config("dev", &a, TOKEN_A), &[(TOKEN_A, a.token())]);
+    d.ok(
+        "/v1/fs/write",
+        json!({"path": "/workspace/first.txt", "content": "one\n"}),
+    );
+    let mut watcher = Command::new(BIN)
+        .arg("--socket")
+        .arg(&d.socket)
+        .args([
+            "--json",
+            "mirror",
+            "push",
+            "dev",
+            "--watch",
+            "--debounce-ms",
+            "200",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let remote = PathBuf::from(a.root());
+    let within = |what: &str, check: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if check() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("{what} did not reach the sandbox within 10 s");
+    };
+    within("the first push", &|| remote.join("first.txt").exists());
+    // A burst of edits through the API: pushed once they settle.
+    for i in 0..5 {
+        d.ok(
+            "/v1/fs/write",
+            json!({"path": "/workspace/second.txt", "content": format!("v{i}\n")}),
+        );
+    }
+    within("the settled burst", &|| {
+        std::fs::read_to_string(remote.join("second.txt"))
+            .ok()
+            .as_deref()
+            == Some("v4\n")
+    });
+    d.ok("/v1/fs/delete", json!({"path": "/workspace/first.txt"}));
+    within("a delete", &|| !remote.join("first.txt").exists());
+    // Ctrl-C ends the watch with success; every push printed its summary.
+    rustix::process::kill_process(
+        rustix::process::Pid::from_child(&watcher),
+        rustix::process::Signal::INT,
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(st) = watcher.try_wait().unwrap() {
+            break st;
+        }
+        assert!(Instant::now() < deadline, "--watch did not stop on SIGINT");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = watcher.wait_with_output().unwrap();
+    assert!(
+        status.success(),
+        "{status}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summaries: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(summaries.len() >= 3, "{summaries:?}");
+    assert_eq!(summaries[0]["files_sent"], 1, "{summaries:?}");
+    let sent: u64 = summaries
+        .iter()
+        .map(|s| s["files_sent"].as_u64().unwrap())
+        .sum();
+    let deleted: u64 = summaries
+        .iter()
+        .map(|s| s["deleted"].as_u64().unwrap())
+        .sum();
+    // The burst of five writes went out as few pushes, not five.
+    assert!(sent <= 3, "{summaries:?}");
+    assert_eq!(deleted, 1, "{summaries:?}");
+}

@@ -31,6 +31,13 @@ pub enum MirrorCommand {
         /// Hash every file instead of trusting unchanged sizes and times
         #[arg(long)]
         full_hash: bool,
+        /// Keep pushing: after the first push, push again whenever the zone's journal shows new
+        /// changes (through the API or the mount), once they have settled; Ctrl-C stops
+        #[arg(long)]
+        watch: bool,
+        /// With --watch: how long changes must settle before a push, in milliseconds
+        #[arg(long, value_name = "MS", default_value_t = 500, requires = "watch")]
+        debounce_ms: u64,
     },
     /// Fetch what changed in the sandbox since the last push or pull
     ///
@@ -84,12 +91,73 @@ fn conflicts(v: &Value) {
 }
 
 pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
+    if let MirrorCommand::Push {
+        watch: true,
+        zone,
+        debounce_ms,
+        ..
+    } = &a.command
+    {
+        return watch(ctx, a, zone, *debounce_ms).await;
+    }
+    once(ctx, a).await
+}
+
+/// The newest journal row of `zone` (its id), or 0 when it has none.
+async fn newest_change(ctx: &Ctx, zone: &str) -> Result<i64, ClientError> {
+    let v: Value = ctx
+        .client
+        .get(&format!("/v1/log?zone={zone}&limit=1"))
+        .await?;
+    Ok(v["entries"][0]["id"].as_i64().unwrap_or(0))
+}
+
+/// Pushes, then pushes again each time the zone's journal moves and settles, until Ctrl-C.
+async fn watch(ctx: &Ctx, a: &Args, zone: &str, debounce_ms: u64) -> Result<Outcome, ClientError> {
+    let poll = std::time::Duration::from_millis(250);
+    let settle = std::time::Duration::from_millis(debounce_ms.max(50));
+    let stop = tokio::signal::ctrl_c();
+    tokio::pin!(stop);
+    let mut seen = newest_change(ctx, zone).await?;
+    once(ctx, a).await?;
+    if !ctx.json {
+        eprintln!("watching /{zone} for changes (Ctrl-C stops)");
+    }
+    loop {
+        tokio::select! {
+            _ = &mut stop => return Ok(Outcome::Ok),
+            _ = tokio::time::sleep(poll) => {}
+        }
+        let mut newest = newest_change(ctx, zone).await?;
+        if newest == seen {
+            continue;
+        }
+        // Wait until the changes stop for `settle` (an editor's save, a build's burst).
+        loop {
+            tokio::select! {
+                _ = &mut stop => return Ok(Outcome::Ok),
+                _ = tokio::time::sleep(settle) => {}
+            }
+            let now = newest_change(ctx, zone).await?;
+            if now == newest {
+                break;
+            }
+            newest = now;
+        }
+        seen = newest;
+        once(ctx, a).await?;
+    }
+}
+
+/// One push or pull, its summary printed.
+async fn once(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
     let (route, body) = match &a.command {
         MirrorCommand::Push {
             sandbox,
             zone,
             to,
             full_hash,
+            ..
         } => (
             "/v1/mirror/push",
             json!({ "sandbox": sandbox, "zone": zone, "to": to, "full_hash": full_hash, "progress": true }),
