@@ -27,6 +27,7 @@ fn opts() -> MirrorOptions {
     MirrorOptions {
         sandbox: "bench".into(),
         now_ms: 0,
+        progress: None,
     }
 }
 

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use super::body::JsonBody;
 use super::error::ApiError;
 use super::AppState;
+use crate::sandbox::mirror::{MirrorProgress, ProgressFn};
 use crate::sandbox::registry::{AddRequest, MirrorRequest};
 use crate::sandbox::{Registry, SandboxError, SandboxInfo};
 
@@ -74,12 +75,12 @@ async fn check(
 async fn run<T, F, Fut>(app: &Arc<AppState>, req: MirrorRequest, f: F) -> Response
 where
     T: Serialize + Send + 'static,
-    F: FnOnce(Arc<Registry>, MirrorRequest, Box<dyn Fn(&str) + Send + Sync>) -> Fut,
+    F: FnOnce(Arc<Registry>, MirrorRequest, ProgressFn) -> Fut,
     Fut: Future<Output = Result<T, SandboxError>> + Send + 'static,
 {
     let reg = app.sandboxes.clone();
     if !req.progress {
-        return match f(reg, req, Box::new(|_| {})).await {
+        return match f(reg, req, ProgressFn(Arc::new(|_| {}))).await {
             Ok(v) => Json(v).into_response(),
             Err(e) => ApiError::Sandbox(e).into_response(),
         };
@@ -87,10 +88,12 @@ where
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<String>();
     let sandbox = req.sandbox.clone();
     let progress_tx = tx.clone();
-    let report = Box::new(move |phase: &str| {
-        let line = serde_json::json!({ "progress": { "phase": phase, "sandbox": sandbox } });
+    let report = ProgressFn(Arc::new(move |p: &MirrorProgress| {
+        let mut v = serde_json::to_value(p).unwrap_or_default();
+        v["sandbox"] = serde_json::Value::String(sandbox.clone());
+        let line = serde_json::json!({ "progress": v });
         let _ = progress_tx.send(line.to_string() + "\n");
-    });
+    }));
     let fut = f(reg, req, report);
     tokio::spawn(async move {
         let line = match fut.await {
@@ -110,7 +113,7 @@ async fn push(State(app): State<Arc<AppState>>, JsonBody(r): JsonBody<MirrorRequ
         })
         .into_response();
     }
-    run(&app, r, |reg, r, p| async move { reg.push(&r, &*p).await }).await
+    run(&app, r, |reg, r, p| async move { reg.push(&r, p).await }).await
 }
 
 async fn pull(State(app): State<Arc<AppState>>, JsonBody(r): JsonBody<MirrorRequest>) -> Response {
@@ -121,5 +124,5 @@ async fn pull(State(app): State<Arc<AppState>>, JsonBody(r): JsonBody<MirrorRequ
         })
         .into_response();
     }
-    run(&app, r, |reg, r, p| async move { reg.pull(&r, &*p).await }).await
+    run(&app, r, |reg, r, p| async move { reg.pull(&r, p).await }).await
 }

@@ -24,7 +24,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::agent::{SandboxAgent, SandboxAgentConfig};
-use super::mirror::{self, Manifest, MirrorError, MirrorOptions, PullSummary, PushSummary};
+use super::mirror::{
+    self, Manifest, MirrorError, MirrorOptions, MirrorProgress, ProgressFn, PullSummary,
+    PushSummary,
+};
 use crate::config::{SandboxSection, SandboxSettings, PROVIDER_SANDBOX_AGENT};
 use crate::core::remote::{check_remote_path, RemoteError, RemoteFs};
 use crate::core::{ErrorCode, Zone, ZoneId, Zones};
@@ -596,14 +599,14 @@ impl Registry {
     pub async fn push(
         &self,
         req: &MirrorRequest,
-        progress: &(dyn Fn(&str) + Sync),
+        progress: ProgressFn,
     ) -> Result<PushSummary, SandboxError> {
         let (zone, local_root) = self.zone_root(req.zone.as_deref(), false)?;
         let def = self.row(&req.sandbox)?;
         let to = Self::remote_dir(req.to.as_deref(), "to", &def)?;
         let session = self.session(&req.sandbox);
         let mut attached = session.attached.lock().await;
-        progress("attach");
+        (progress.0)(&MirrorProgress::phase("attach"));
         let (remote, def) = self.attach(&req.sandbox, &mut attached).await?;
         let now = self.now();
         let mut manifest =
@@ -619,8 +622,9 @@ impl Registry {
         let opts = MirrorOptions {
             sandbox: req.sandbox.clone(),
             now_ms: now,
+            progress: Some(progress.clone()),
         };
-        progress("push");
+        (progress.0)(&MirrorProgress::phase("scan"));
         let r = mirror::push(
             &local_root,
             remote.as_ref() as &dyn RemoteFs,
@@ -640,14 +644,14 @@ impl Registry {
     pub async fn pull(
         &self,
         req: &MirrorRequest,
-        progress: &(dyn Fn(&str) + Sync),
+        progress: ProgressFn,
     ) -> Result<PullSummary, SandboxError> {
         let (zone, local_root) = self.zone_root(req.zone.as_deref(), true)?;
         let def = self.row(&req.sandbox)?;
         let from = Self::remote_dir(req.from.as_deref(), "from", &def)?;
         let session = self.session(&req.sandbox);
         let mut attached = session.attached.lock().await;
-        progress("attach");
+        (progress.0)(&MirrorProgress::phase("attach"));
         let (remote, def) = self.attach(&req.sandbox, &mut attached).await?;
         let now = self.now();
         let mut manifest = Manifest::load(
@@ -664,8 +668,9 @@ impl Registry {
         let opts = MirrorOptions {
             sandbox: req.sandbox.clone(),
             now_ms: now,
+            progress: Some(progress.clone()),
         };
-        progress("pull");
+        (progress.0)(&MirrorProgress::phase("scan"));
         let r = mirror::pull(
             &local_root,
             remote.as_ref() as &dyn RemoteFs,

@@ -308,7 +308,39 @@ fn sandboxes_are_added_checked_and_mirrored_and_survive_a_restart() {
         ))
         .unwrap();
     assert_eq!(streamed["files_sent"], 0, "{streamed}");
-    assert_eq!(phases, ["attach", "push"]);
+    assert_eq!(phases, ["attach", "scan", "send"]);
+    // With something to send, the counts run up to the totals (the cache zone into a directory
+    // of its own, leaving the workspace's mirror as it is).
+    d.ok(
+        "/v1/fs/write",
+        json!({"path": "/cache/streamed.txt", "content": "12345"}),
+    );
+    let cache_copy = format!("{}-cache", a.root());
+    let mut lines: Vec<Value> = Vec::new();
+    let streamed: Value =
+        d.rt.block_on(c.post_progress(
+            "/v1/mirror/push",
+            &json!({"sandbox": "dev", "zone": "cache", "to": cache_copy, "progress": true}),
+            |p| lines.push(p.clone()),
+        ))
+        .unwrap();
+    assert_eq!(streamed["files_sent"], 1, "{streamed}");
+    let first_send = lines.iter().find(|p| p["phase"] == "send").unwrap();
+    assert_eq!(
+        (
+            &first_send["files_done"],
+            &first_send["files_total"],
+            &first_send["bytes_total"]
+        ),
+        (&json!(0), &json!(1), &json!(5)),
+        "{lines:?}"
+    );
+    let last = lines.last().unwrap();
+    assert_eq!(
+        (&last["phase"], &last["files_done"], &last["bytes_done"]),
+        (&json!("send"), &json!(1), &json!(5)),
+        "{lines:?}"
+    );
 
     // The sandbox changes a file: pull brings exactly that one.
     std::fs::write(

@@ -18,6 +18,7 @@ fn opts() -> MirrorOptions {
     MirrorOptions {
         sandbox: "dev".into(),
         now_ms: 1_700_000_000_000,
+        progress: None,
     }
 }
 

@@ -55,21 +55,47 @@ pub enum MirrorCommand {
     },
 }
 
-/// Prints the phase on stderr when it is a terminal.
+/// Prints progress on stderr when it is a terminal: the phase, then files and bytes done (of the
+/// total, for a push) and the transfer rate.
 fn progress_printer() -> impl FnMut(&Value) {
     let tty = std::io::stderr().is_terminal();
+    let started = std::time::Instant::now();
     move |p: &Value| {
-        if tty {
-            let phase = p["phase"].as_str().unwrap_or("");
-            let sandbox = p["sandbox"].as_str().unwrap_or("");
-            let what = match phase {
-                "attach" => "connecting to",
-                "push" => "pushing to",
-                "pull" => "pulling from",
-                other => other,
-            };
-            eprint!("\r\x1b[2K{what} {sandbox}…");
+        if !tty {
+            return;
         }
+        let sandbox = p["sandbox"].as_str().unwrap_or("");
+        let n = |k: &str| p[k].as_u64().unwrap_or(0);
+        let line = match p["phase"].as_str().unwrap_or("") {
+            "attach" => format!("connecting to {sandbox}…"),
+            "scan" => format!("comparing with {sandbox}…"),
+            phase @ ("send" | "receive") => {
+                let secs = started.elapsed().as_secs_f64().max(0.001);
+                let rate = size((n("bytes_done") as f64 / secs) as u64);
+                let verb = if phase == "send" {
+                    "pushing to"
+                } else {
+                    "pulling from"
+                };
+                if n("files_total") > 0 {
+                    format!(
+                        "{verb} {sandbox}: {}/{} files, {} of {}, {rate}/s",
+                        n("files_done"),
+                        n("files_total"),
+                        size(n("bytes_done")),
+                        size(n("bytes_total"))
+                    )
+                } else {
+                    format!(
+                        "{verb} {sandbox}: {} files, {}, {rate}/s",
+                        n("files_done"),
+                        size(n("bytes_done"))
+                    )
+                }
+            }
+            other => format!("{other} {sandbox}…"),
+        };
+        eprint!("\r\x1b[2K{line}");
     }
 }
 

@@ -140,13 +140,55 @@ impl Manifest {
     }
 }
 
+/// How far a push or a pull has got: reported before the transfer starts and after every batch
+/// (push) or file (pull). `files_total`/`bytes_total` are 0 when not known ahead (pull).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct MirrorProgress {
+    /// `attach`, `scan`, `send` (push) or `receive` (pull).
+    pub phase: &'static str,
+    pub files_done: u64,
+    pub files_total: u64,
+    pub bytes_done: u64,
+    pub bytes_total: u64,
+}
+
+impl MirrorProgress {
+    /// A phase with no counts yet.
+    pub fn phase(phase: &'static str) -> MirrorProgress {
+        MirrorProgress {
+            phase,
+            ..Default::default()
+        }
+    }
+}
+
+/// Where progress goes: called on the task running the push or pull.
+#[derive(Clone)]
+pub struct ProgressFn(pub std::sync::Arc<dyn Fn(&MirrorProgress) + Send + Sync>);
+
+impl std::fmt::Debug for ProgressFn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProgressFn")
+    }
+}
+
 /// How to run a push or a pull.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct MirrorOptions {
     /// The sandbox's name, for conflict copies (`name.sandbox-<sandbox>`).
     pub sandbox: String,
     /// The caller's clock, recorded as the time of the push or pull.
     pub now_ms: i64,
+    /// Told how the transfer advances (none: not reported).
+    pub progress: Option<ProgressFn>,
+}
+
+impl MirrorOptions {
+    fn report(&self, p: MirrorProgress) {
+        if let Some(f) = &self.progress {
+            (f.0)(&p);
+        }
+    }
 }
 
 /// A path changed on both sides, left as it is on both.
@@ -584,6 +626,18 @@ pub async fn push(
     }
     // Directories first, so parents exist before what they hold.
     pending.sort_by_key(|p| !matches!(p.item, BatchItem::Dir { .. }));
+    let mut progress = MirrorProgress {
+        phase: "send",
+        files_done: summary.files_sent,
+        files_total: summary.files_sent
+            + pending
+                .iter()
+                .filter(|p| !matches!(p.item, BatchItem::Dir { .. }))
+                .count() as u64,
+        bytes_done: summary.bytes_sent,
+        bytes_total: summary.bytes_sent + pending.iter().map(|p| p.bytes).sum::<u64>(),
+    };
+    opts.report(progress.clone());
     let budget = remote.limits().max_request_bytes;
     let mut batch: Vec<Pending> = Vec::new();
     let mut batch_bytes = 0u64;
@@ -600,6 +654,9 @@ pub async fn push(
             )
             .await?;
             batch_bytes = 0;
+            progress.files_done = summary.files_sent;
+            progress.bytes_done = summary.bytes_sent;
+            opts.report(progress.clone());
         }
         batch_bytes += cost;
         batch.push(p);
@@ -612,6 +669,9 @@ pub async fn push(
                 &mut summary,
             )
             .await?;
+            progress.files_done = summary.files_sent;
+            progress.bytes_done = summary.bytes_sent;
+            opts.report(progress.clone());
         }
     }
     manifest.touch(true, opts.now_ms)?;
@@ -811,6 +871,12 @@ pub async fn pull(
                         .map_err(local_err(path, "write"))?;
                     summary.files_received += 1;
                     summary.bytes_received += data.len() as u64;
+                    opts.report(MirrorProgress {
+                        phase: "receive",
+                        files_done: summary.files_received,
+                        bytes_done: summary.bytes_received,
+                        ..Default::default()
+                    });
                     let read = Read {
                         data: data.to_vec(),
                         hash,
