@@ -142,6 +142,15 @@ impl Mounted {
         }
     }
 
+    /// Sends SIGKILL and returns the daemon's process without reaping it: a daemon killed while
+    /// the kernel holds one of its threads may exit only once its mount is aborted.
+    #[allow(dead_code)] // used by tests/reliability, which includes this file
+    pub fn crash_unreaped(&mut self) -> Option<Child> {
+        let mut c = self.child.take()?;
+        let _ = c.kill();
+        Some(c)
+    }
+
     /// Stops the daemon with SIGTERM and waits for it to unmount and exit.
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
@@ -184,6 +193,11 @@ impl Mounted {
     }
 
     /// Runs the CLI against this daemon; returns stdout.
+    /// The daemon's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
     /// Runs `sandfs --config <this daemon's config> ARGS` and returns its output.
     pub fn with_config(&self, args: &[&str]) -> std::process::Output {
         Command::new(BIN)
