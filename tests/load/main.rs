@@ -7,7 +7,6 @@
 //! `SANDFS_LOAD_SECONDS` shortens or lengthens the run (default 60).
 
 #[path = "../git/servers.rs"]
-#[allow(dead_code)]
 mod servers;
 #[path = "../fuse/support.rs"]
 #[allow(dead_code)]
@@ -105,7 +104,7 @@ fn sixty_four_clients_and_a_fuse_workload_for_a_minute() {
                             .unwrap()
                             .push(format!("mount: torn read of {}", p.display()));
                     }
-                    if n % 3 == 0 {
+                    if n.is_multiple_of(3) {
                         std::fs::remove_file(&p).unwrap();
                     }
                     n += 1;
@@ -144,7 +143,7 @@ fn sixty_four_clients_and_a_fuse_workload_for_a_minute() {
                     while Instant::now() < deadline {
                         n += 1;
                         // Client 0 stages the repository's changes now and then.
-                        let (op, route, body) = if c == 0 && n % 20 == 0 {
+                        let (op, route, body) = if c == 0 && n.is_multiple_of(20) {
                             ("stage", "/v1/git/stage", json!({"message": format!("load {n}")}))
                         } else if c == 0 && n % 20 == 1 {
                             ("write", "/v1/fs/write", json!({"path": "/workspace/proj/README.md",
