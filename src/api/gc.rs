@@ -2,7 +2,7 @@
 //!
 //! One pass deletes journal rows older than `[journal] keep_days`, the rows of discarded staged
 //! commits older than that, staged refs no live commit owns, and `.sandfs-tmp-*` files older
-//! than an hour in the zones. "Now" is the core's clock, read once per pass.
+//! than an hour, or left by a process that is gone (a killed daemon), in the zones. "Now" is the core's clock, read once per pass.
 
 use std::sync::Arc;
 

@@ -85,18 +85,33 @@ pub fn prepare_mountpoint(path: &Path) -> Result<(), MountError> {
     };
     if is_mounted(path) {
         // statfs is never answered from the kernel's caches, so it tells a live daemon from a dead one.
-        match rustix::fs::statvfs(path) {
-            Err(rustix::io::Errno::NOTCONN) => {
+        match statvfs_within(path, HUNG_MOUNT_TIMEOUT) {
+            None => {
+                // A daemon killed while one of its threads waited on a lock the kernel holds for a
+                // request to that same daemon (an entry invalidation against a pending create)
+                // never finishes dying, so its connection is never aborted and every request,
+                // this statfs too, waits forever. Aborting the connection frees all of them.
+                tracing::warn!(mount = %path.display(), "a mount that does not answer statfs (a daemon killed mid-request?); aborting its connection");
+                abort_connection(path).map_err(|e| {
+                    bad(format!(
+                        "cannot abort the hung mount: {e}; as root: umount -f {}",
+                        path.display()
+                    ))
+                })?;
+                unmount_lazily(path)
+                    .map_err(|e| bad(format!("cannot clear the stale mount: {e}")))?;
+            }
+            Some(Err(rustix::io::Errno::NOTCONN)) => {
                 tracing::warn!(mount = %path.display(), "stale mount found (a crashed daemon?); unmounting it lazily");
                 unmount_lazily(path)
                     .map_err(|e| bad(format!("cannot clear the stale mount: {e}")))?;
             }
-            Ok(_) => {
+            Some(Ok(_)) => {
                 return Err(bad(
                     "something is already mounted there (another sandfs?)".into()
                 ))
             }
-            Err(e) => return Err(bad(format!("cannot check the existing mount: {e}"))),
+            Some(Err(e)) => return Err(bad(format!("cannot check the existing mount: {e}"))),
         }
     }
     match std::fs::metadata(path) {
@@ -106,6 +121,45 @@ pub fn prepare_mountpoint(path: &Path) -> Result<(), MountError> {
             std::fs::create_dir_all(path).map_err(|e| bad(format!("cannot create it: {e}")))
         }
         Err(e) => Err(bad(e.to_string())),
+    }
+}
+
+/// How long a mount found at start-up may take to answer statfs before it counts as hung.
+const HUNG_MOUNT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Runs statvfs on `path` in a thread of its own; `None` when it did not answer within `timeout`
+/// (the thread is left waiting: it returns once the connection is aborted).
+fn statvfs_within(
+    path: &Path,
+    timeout: std::time::Duration,
+) -> Option<Result<rustix::fs::StatVfs, rustix::io::Errno>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let p = path.to_path_buf();
+    let spawned = std::thread::Builder::new()
+        .name("sandfs-statfs".into())
+        .spawn(move || {
+            let _ = tx.send(rustix::fs::statvfs(&p));
+        });
+    if spawned.is_err() {
+        // No thread to spare: ask directly rather than take a live mount for a hung one.
+        return Some(rustix::fs::statvfs(path));
+    }
+    rx.recv_timeout(timeout).ok()
+}
+
+/// Aborts the FUSE connection of the mount at `path` (`umount2(MNT_FORCE)`, privileged): its
+/// pending requests fail with ENOTCONN. The mount itself may stay (busy) until detached.
+fn abort_connection(path: &Path) -> std::io::Result<()> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(std::io::Error::other)?;
+    // SAFETY: a valid NUL-terminated path; umount2 has no other memory effects.
+    if unsafe { libc::umount2(c.as_ptr(), libc::MNT_FORCE) } == 0 {
+        return Ok(());
+    }
+    match std::io::Error::last_os_error() {
+        // Aborted, but still in use (by the very requests it failed): detached next.
+        e if e.raw_os_error() == Some(libc::EBUSY) => Ok(()),
+        e => Err(e),
     }
 }
 
@@ -133,7 +187,14 @@ pub fn unmount_lazily(path: &Path) -> std::io::Result<()> {
 
 /// Returns true when `path` is a mount point (per /proc/self/mountinfo).
 pub fn is_mounted(path: &Path) -> bool {
-    let Ok(canon) = std::fs::canonicalize(path) else {
+    // The mount point itself is resolved by name, never stat'ed: a hung mount would not answer.
+    let canon = match (path.parent(), path.file_name()) {
+        (Some(dir), Some(name)) if !dir.as_os_str().is_empty() => {
+            std::fs::canonicalize(dir).map(|d| d.join(name))
+        }
+        _ => std::fs::canonicalize(path),
+    };
+    let Ok(canon) = canon else {
         return false;
     };
     std::fs::read_to_string("/proc/self/mountinfo")
