@@ -125,11 +125,11 @@ pub fn prepare_mountpoint(path: &Path) -> Result<(), MountError> {
 }
 
 /// How long a mount found at start-up may take to answer statfs before it counts as hung.
-const HUNG_MOUNT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+pub const HUNG_MOUNT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Runs statvfs on `path` in a thread of its own; `None` when it did not answer within `timeout`
 /// (the thread is left waiting: it returns once the connection is aborted).
-fn statvfs_within(
+pub fn statvfs_within(
     path: &Path,
     timeout: std::time::Duration,
 ) -> Option<Result<rustix::fs::StatVfs, rustix::io::Errno>> {
@@ -149,7 +149,7 @@ fn statvfs_within(
 
 /// Aborts the FUSE connection of the mount at `path` (`umount2(MNT_FORCE)`, privileged): its
 /// pending requests fail with ENOTCONN. The mount itself may stay (busy) until detached.
-fn abort_connection(path: &Path) -> std::io::Result<()> {
+pub fn abort_connection(path: &Path) -> std::io::Result<()> {
     let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
         .map_err(std::io::Error::other)?;
     // SAFETY: a valid NUL-terminated path; umount2 has no other memory effects.

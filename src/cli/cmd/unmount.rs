@@ -43,8 +43,16 @@ pub fn run(config: Option<&Path>, json: bool, _: &Args) -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
-    // statfs is never answered from the kernel's caches: a dead daemon's mount says ENOTCONN.
-    match rustix::fs::statvfs(mount) {
+    // statfs is never answered from the kernel's caches: a dead daemon's mount says ENOTCONN, and
+    // one whose daemon was killed mid-request may not answer at all (see `fuse::prepare_mountpoint`).
+    let answer = crate::fuse::statvfs_within(mount, crate::fuse::HUNG_MOUNT_TIMEOUT);
+    if answer.is_none() {
+        if let Err(e) = crate::fuse::abort_connection(mount) {
+            eprintln!("sandfs: {shown} does not answer and its connection cannot be aborted: {e}; as root: umount -f {shown}");
+            return ExitCode::from(9);
+        }
+    }
+    match answer.unwrap_or(Err(rustix::io::Errno::NOTCONN)) {
         Err(rustix::io::Errno::NOTCONN) => match crate::fuse::unmount_lazily(mount) {
             Ok(()) => {
                 say(
