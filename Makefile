@@ -19,6 +19,7 @@ test:
 	.ci/install-deps test
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
+	bash fuzz/run.sh
 	rm -f $(TARGET_DIR)/tmp/pjdfstest-summary.txt
 	$(CARGO) test --all-targets --no-run
 	.ci/netns $(CARGO) test --offline --all-targets --no-fail-fast; status=$$?; \

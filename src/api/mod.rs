@@ -76,6 +76,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .merge(gc::routes())
         .merge(sandbox::routes())
         .fallback(not_found)
+        .layer(axum::middleware::map_response(method_not_allowed_json))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             metrics::track,
@@ -118,6 +119,27 @@ async fn not_found(uri: axum::http::Uri) -> ApiError {
             uri.path()
         ),
     ))
+}
+
+/// Gives axum's bare 405 (a known route asked with another method) the JSON error body every
+/// other error has, so a client can always read a `code`; the `Allow` header is kept.
+async fn method_not_allowed_json(resp: axum::response::Response) -> axum::response::Response {
+    if resp.status() != axum::http::StatusCode::METHOD_NOT_ALLOWED {
+        return resp;
+    }
+    let (mut parts, _) = resp.into_parts();
+    let body = ErrorBody {
+        code: crate::core::ErrorCode::InvalidArgument,
+        message: "method: this route does not take this method (see the Allow header)".into(),
+        path: None,
+    };
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    let bytes = serde_json::to_vec(&body).unwrap_or_default();
+    axum::response::Response::from_parts(parts, axum::body::Body::from(bytes))
 }
 
 /// Streams the lines sent on `rx` as an `application/x-ndjson` body (progress lines, then one

@@ -30,6 +30,36 @@ mod http;
 mod walk;
 mod wire;
 
+/// Entry points for the fuzz targets in `fuzz/`: the walk-record parser and the tar packer,
+/// private otherwise. Not an API.
+#[doc(hidden)]
+pub mod fuzzing {
+    use crate::core::remote::{BatchItem, WalkEntry};
+
+    /// Parses the records of the remote walk script.
+    pub fn parse_walk(output: &[u8]) -> Result<Vec<WalkEntry>, String> {
+        super::walk::parse(output)
+    }
+
+    /// One planned archive: the items it holds and its bytes (or why it could not be built).
+    pub type Packed = (Vec<BatchItem>, Result<Vec<u8>, String>);
+
+    /// Plans `items` into archives of at most `limit` bytes and builds them; returns the
+    /// archives and the items set aside as too large.
+    pub fn pack(items: Vec<BatchItem>, limit: u64) -> (Vec<Packed>, Vec<BatchItem>) {
+        let plan = super::batch::plan(items, limit);
+        let archives = plan
+            .archives
+            .into_iter()
+            .map(|items| {
+                let bytes = super::batch::archive(&items).map_err(|e| e.to_string());
+                (items, bytes)
+            })
+            .collect();
+        (archives, plan.large)
+    }
+}
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
