@@ -1,5 +1,6 @@
 //! Mirror benchmark driver for `benches/sandbox.sh` (not run on its own): pushes a local tree
-//! into a running sandbox-agent server with the mirror engine and prints one JSON object.
+//! into sandbox-agent (which the script started with --token and --no-telemetry) with the mirror
+//! engine and prints one JSON object.
 //!
 //! Environment (set by the script):
 //!   SANDFS_BENCH_AGENT_URL    the server's base URL (127.0.0.1 inside the script's namespace)
@@ -41,7 +42,7 @@ async fn main() {
     }
     let mut config = SandboxAgentConfig::new(env("SANDFS_BENCH_AGENT_URL"));
     config.token_env = Some("SANDFS_BENCH_AGENT_TOKEN".into());
-    let fs = SandboxAgent::connect(&config).expect("connect to the sandbox-agent server");
+    let fs = SandboxAgent::connect(&config).expect("connect to the sandbox");
     let tree = PathBuf::from(env("SANDFS_BENCH_TREE"));
     let big = PathBuf::from(env("SANDFS_BENCH_BIG"));
     let remote = env("SANDFS_BENCH_REMOTE");

@@ -1,5 +1,6 @@
 //! The sandbox wiring end to end: a real sandfs daemon (`sandfs serve --no-mount`) configured
-//! with sandboxes that point at real sandbox-agent servers, driven through its CLI and API.
+//! with sandboxes that point at real sandbox-agents (started by `AgentServer` with --token and
+//! --no-telemetry), driven through its CLI and API.
 //! Tokens reach the daemon only through environment variables set on its process.
 
 use std::path::PathBuf;

@@ -102,7 +102,7 @@ pub fn random_hex() -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// One running sandbox-agent server with its temp dir.
+/// One running sandbox-agent (--token, --no-telemetry, 127.0.0.1) with its temp dir.
 pub struct AgentServer {
     child: Option<Child>,
     port: u16,
