@@ -505,11 +505,7 @@ fn unified(out: &mut String, p: &Patch) {
     );
     meta_rows(out, p, 4);
     for h in &p.hunks {
-        let _ = write!(
-            out,
-            "<tr class=\"hunk\"><td colspan=\"4\">{}</td></tr>",
-            escape(&h.header)
-        );
+        full_row(out, "hunk", &h.header);
         for b in &h.blocks {
             match b {
                 Block::Context(o, n, t) => {
@@ -542,17 +538,20 @@ fn unified(out: &mut String, p: &Patch) {
                         out.push_str("</td></tr>");
                     }
                 }
-                Block::Note(t) => {
-                    let _ = write!(
-                        out,
-                        "<tr class=\"note\"><td colspan=\"4\">{}</td></tr>",
-                        escape(t)
-                    );
-                }
+                Block::Note(t) => full_row(out, "note", t),
             }
         }
     }
     out.push_str("</tbody></table>");
+}
+
+/// One row spanning the table's four columns (a hunk header, a note), its text escaped.
+fn full_row(out: &mut String, class: &str, text: &str) {
+    let _ = write!(
+        out,
+        "<tr class=\"{class}\"><td colspan=\"4\">{}</td></tr>",
+        escape(text)
+    );
 }
 
 fn split(out: &mut String, p: &Patch) {
@@ -574,11 +573,7 @@ fn split(out: &mut String, p: &Patch) {
         None => out.push_str("<td class=\"no\"></td><td class=\"code empty\"></td>"),
     };
     for h in &p.hunks {
-        let _ = write!(
-            out,
-            "<tr class=\"hunk\"><td colspan=\"4\">{}</td></tr>",
-            escape(&h.header)
-        );
+        full_row(out, "hunk", &h.header);
         for b in &h.blocks {
             match b {
                 Block::Context(o, n, t) => {
@@ -597,13 +592,7 @@ fn split(out: &mut String, p: &Patch) {
                         out.push_str("</tr>");
                     }
                 }
-                Block::Note(t) => {
-                    let _ = write!(
-                        out,
-                        "<tr class=\"note\"><td colspan=\"4\">{}</td></tr>",
-                        escape(t)
-                    );
-                }
+                Block::Note(t) => full_row(out, "note", t),
             }
         }
     }

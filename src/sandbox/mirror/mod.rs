@@ -26,7 +26,9 @@ use std::time::Instant;
 use bytes::Bytes;
 use serde::Serialize;
 
-use crate::core::remote::{join_remote, BatchItem, HashAlgo, RemoteError, RemoteFs, RemoteMeta};
+use crate::core::remote::{
+    join_remote, BatchItem, HashAlgo, RemoteError, RemoteFs, RemoteMeta, WalkEntry,
+};
 use crate::core::EntryKind;
 use crate::state::{Db, MirrorEntryRow, StateError};
 pub use local::TMP_PREFIX;
@@ -379,14 +381,19 @@ async fn remote_tree(
     remote_root: &str,
 ) -> Result<HashMap<String, RemoteMeta>, MirrorError> {
     match remote.walk(remote_root).await {
-        Ok(entries) => Ok(entries
-            .into_iter()
-            .filter(|e| !is_provider_temp(&e.path))
-            .map(|e| (e.path, e.meta))
-            .collect()),
+        Ok(entries) => Ok(by_path(entries)),
         Err(RemoteError::NotFound { .. }) => Ok(HashMap::new()),
         Err(e) => Err(e.into()),
     }
+}
+
+/// A remote walk's entries by path, without the provider's own temporary files.
+fn by_path<C: FromIterator<(String, RemoteMeta)>>(entries: Vec<WalkEntry>) -> C {
+    entries
+        .into_iter()
+        .filter(|e| !is_provider_temp(&e.path))
+        .map(|e| (e.path, e.meta))
+        .collect()
 }
 
 /// One item waiting to be sent, with the manifest row to record once the remote has it.
@@ -748,13 +755,8 @@ pub async fn pull(
     let mut summary = PullSummary::default();
     let root_shown = local_root.display().to_string();
     let tree = LocalTree::open(local_root).map_err(local_err(&root_shown, "open"))?;
-    let remote_entries = remote.walk(remote_root).await?;
-    let mut remote_map: BTreeMap<String, RemoteMeta> = BTreeMap::new();
-    for e in remote_entries {
-        if !is_provider_temp(&e.path) {
-            remote_map.insert(e.path, e.meta);
-        }
-    }
+    // Unlike a push, a missing remote root is an error here (never "everything was deleted").
+    let remote_map: BTreeMap<String, RemoteMeta> = by_path(remote.walk(remote_root).await?);
     let suffix = format!(".sandbox-{}", opts.sandbox);
 
     for (path, r) in &remote_map {
