@@ -97,6 +97,12 @@ pub struct ZoneSection {
     pub read_only: bool,
     #[serde(default)]
     pub allow_hardlinks: bool,
+    /// Serve the zone from a directory inside this sandbox (a name from `[sandboxes]`).
+    pub sandbox: Option<String>,
+    /// The directory inside the sandbox (absolute); the sandbox's `root` when not given.
+    pub path: Option<String>,
+    /// How long a remote zone's attributes and listings are trusted (milliseconds).
+    pub attr_ttl_ms: Option<u64>,
 }
 
 /// `[limits]`.
@@ -380,9 +386,25 @@ pub fn is_env_name(name: &str) -> bool {
 pub enum Backing {
     /// A local directory (created at start when `create` is set).
     Dir { path: PathBuf, create: bool },
+    /// A directory inside a remote sandbox, reached through its provider.
+    Remote(RemoteBacking),
     /// The zone is switched off; the string says why.
     Disabled(String),
 }
+
+/// Where a remote-backed zone lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteBacking {
+    /// The sandbox, as defined in `[sandboxes.<name>]`.
+    pub sandbox: SandboxSettings,
+    /// The absolute directory inside the sandbox.
+    pub path: String,
+    /// How long attributes and listings are trusted before they are asked for again.
+    pub attr_ttl: Duration,
+}
+
+/// The default of `zones.<zone>.attr_ttl_ms`.
+pub const DEFAULT_REMOTE_ATTR_TTL_MS: u64 = 1000;
 
 /// One zone, resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -515,17 +537,28 @@ fn resolve(
             forbid("zones.dir", z.dir.is_some(), "direct")?;
             forbid("zones.cache_subdir", z.cache_subdir.is_some(), "direct")?;
             let dir = |key: &str, d: &Option<PathBuf>| -> Result<Backing, ConfigError> {
-                let d = d
-                    .as_deref()
-                    .ok_or_else(|| bad(key, "is required in direct mode".into()))?;
+                let d = d.as_deref().ok_or_else(|| {
+                    bad(
+                        key,
+                        "is required in direct mode (or name a sandbox to serve the zone from)"
+                            .into(),
+                    )
+                })?;
                 Ok(Backing::Dir {
                     path: abs(key, d)?,
                     create: false,
                 })
             };
+            let remote = || Backing::Disabled("served from a sandbox".into());
             (
-                dir("zones.cache.dir", &z.cache.dir)?,
-                dir("zones.workspace.dir", &z.workspace.dir)?,
+                match &z.cache.sandbox {
+                    Some(_) if z.cache.dir.is_none() => remote(),
+                    _ => dir("zones.cache.dir", &z.cache.dir)?,
+                },
+                match &z.workspace.sandbox {
+                    Some(_) if z.workspace.dir.is_none() => remote(),
+                    _ => dir("zones.workspace.dir", &z.workspace.dir)?,
+                },
                 None,
             )
         }
@@ -608,6 +641,16 @@ fn resolve(
         (None, Some(root)) => root.join("mnt"),
         (None, None) => runtime.join("sandfs").join("mnt"),
     };
+    let mut sandboxes = Vec::with_capacity(file.sandboxes.len());
+    for (name, section) in &file.sandboxes {
+        let s = SandboxSettings::validate(name, section, &format!("sandboxes.{name}"))
+            .map_err(|(key, rule)| bad(&key, rule))?;
+        sandboxes.push(s);
+    }
+    let cache =
+        remote_backing("cache", &z.cache, cache, &sandboxes).map_err(|(k, r)| bad(&k, r))?;
+    let workspace = remote_backing("workspace", &z.workspace, workspace, &sandboxes)
+        .map_err(|(k, r)| bad(&k, r))?;
     let zones = vec![
         ZoneSettings {
             id: ZoneId::Cache,
@@ -665,12 +708,6 @@ fn resolve(
             ),
         ));
     }
-    let mut sandboxes = Vec::with_capacity(file.sandboxes.len());
-    for (name, section) in &file.sandboxes {
-        let s = SandboxSettings::validate(name, section, &format!("sandboxes.{name}"))
-            .map_err(|(key, rule)| bad(&key, rule))?;
-        sandboxes.push(s);
-    }
     Ok(Settings {
         source,
         state_dir,
@@ -684,6 +721,84 @@ fn resolve(
         mcp: file.mcp,
         sandboxes,
     })
+}
+
+/// Applies `zones.<zone>.sandbox`/`path`/`attr_ttl_ms`: a zone naming a sandbox is served from
+/// it, whatever `zones.mode` says about local directories.
+fn remote_backing(
+    zone: &str,
+    section: &ZoneSection,
+    local: Backing,
+    sandboxes: &[SandboxSettings],
+) -> Result<Backing, (String, String)> {
+    let key = |field: &str| format!("zones.{zone}.{field}");
+    let Some(name) = &section.sandbox else {
+        for (field, present) in [
+            ("path", section.path.is_some()),
+            ("attr_ttl_ms", section.attr_ttl_ms.is_some()),
+        ] {
+            if present {
+                return Err((
+                    key(field),
+                    format!("is only used with zones.{zone}.sandbox; set that or remove it"),
+                ));
+            }
+        }
+        return Ok(local);
+    };
+    if section.dir.is_some() {
+        return Err((
+            key("dir"),
+            format!("a zone is served either from a local dir or from a sandbox, not both (zones.{zone}.sandbox = {name:?})"),
+        ));
+    }
+    if section.allow_hardlinks {
+        return Err((
+            key("allow_hardlinks"),
+            "applies to local zones only; a remote zone never reads local files".into(),
+        ));
+    }
+    let sandbox = sandboxes
+        .iter()
+        .find(|s| &s.name == name)
+        .ok_or_else(|| {
+            let known: Vec<&str> = sandboxes.iter().map(|s| s.name.as_str()).collect();
+            (
+                key("sandbox"),
+                format!(
+                    "{name:?} is not defined in [sandboxes] (defined: {})",
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                ),
+            )
+        })?
+        .clone();
+    let path = section.path.clone().unwrap_or_else(|| sandbox.root.clone());
+    if !path.starts_with('/') || path.contains('\0') || path.split('/').any(|c| c == "..") {
+        return Err((
+            key("path"),
+            format!("{path:?} must be an absolute path inside the sandbox, without `..`"),
+        ));
+    }
+    let path = match path.trim_end_matches('/') {
+        "" => "/".to_string(),
+        p => p.to_string(),
+    };
+    let ttl_ms = section.attr_ttl_ms.unwrap_or(DEFAULT_REMOTE_ATTR_TTL_MS);
+    if ttl_ms > 3_600_000 {
+        return Err((
+            key("attr_ttl_ms"),
+            format!("{ttl_ms} must be at most 3600000 (an hour)"),
+        ));
+    }
+    Ok(Backing::Remote(RemoteBacking {
+        sandbox,
+        path,
+        attr_ttl: Duration::from_millis(ttl_ms),
+    }))
 }
 
 fn expand_home(p: &Path) -> PathBuf {

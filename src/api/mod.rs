@@ -229,14 +229,15 @@ async fn status(State(app): State<Arc<AppState>>) -> Result<Json<Status>, ApiErr
             let zone = app.zones.zone(zs.id);
             ZoneStatus {
                 name: zs.id.name().into(),
-                available: matches!(zone, Zone::Local(_)),
+                available: matches!(zone, Zone::Local(_) | Zone::Remote(_)),
                 root: match zone {
                     Zone::Local(z) => Some(z.root().display().to_string()),
+                    Zone::Remote(r) => Some(format!("{}:{}", r.sandbox(), r.root())),
                     Zone::Disabled(_) => None,
                 },
                 reason: match &zs.backing {
                     Backing::Disabled(r) => Some(r.clone()),
-                    Backing::Dir { .. } => None,
+                    Backing::Dir { .. } | Backing::Remote(_) => None,
                 },
                 read_only: zs.read_only,
             }

@@ -160,6 +160,15 @@ pub enum FsError {
         #[source]
         source: io::Error,
     },
+    /// A remote zone's sandbox failed (unreachable, credentials refused, an odd answer); `code`
+    /// is chosen from the provider's error (`SANDBOX_UNAVAILABLE`, `AUTH_FAILED`, …).
+    #[error("{path}: sandbox `{sandbox}`: {reason}")]
+    Sandbox {
+        path: String,
+        sandbox: String,
+        code: ErrorCode,
+        reason: String,
+    },
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -185,7 +194,32 @@ impl FsError {
             FsError::InvalidArgument { .. } => ErrorCode::InvalidArgument,
             FsError::PermissionDenied { .. } => ErrorCode::PermissionDenied,
             FsError::NoSpace { .. } => ErrorCode::NoSpace,
+            FsError::Sandbox { code, .. } => *code,
             FsError::Io { .. } | FsError::Internal(_) => ErrorCode::Internal,
+        }
+    }
+
+    /// Returns the errno the mount answers with for this error (the one place that maps them).
+    pub fn errno(&self) -> i32 {
+        if let FsError::Io { source, .. } = self {
+            if let Some(n) = source.raw_os_error() {
+                return n;
+            }
+        }
+        match self.code() {
+            ErrorCode::NotFound => libc::ENOENT,
+            ErrorCode::Exists => libc::EEXIST,
+            ErrorCode::IsDir => libc::EISDIR,
+            ErrorCode::NotDir => libc::ENOTDIR,
+            ErrorCode::NotEmpty => libc::ENOTEMPTY,
+            ErrorCode::TooLarge => libc::EFBIG,
+            ErrorCode::InvalidPath => libc::EINVAL,
+            ErrorCode::OutsideZone => libc::EXDEV,
+            ErrorCode::ReadOnly => libc::EROFS,
+            ErrorCode::PermissionDenied | ErrorCode::AuthFailed => libc::EACCES,
+            ErrorCode::NoSpace => libc::ENOSPC,
+            ErrorCode::InvalidArgument => libc::EINVAL,
+            _ => libc::EIO,
         }
     }
 
@@ -208,7 +242,8 @@ impl FsError {
             | FsError::Binary { path, .. }
             | FsError::PermissionDenied { path }
             | FsError::NoSpace { path }
-            | FsError::Io { path, .. } => Some(path),
+            | FsError::Io { path, .. }
+            | FsError::Sandbox { path, .. } => Some(path),
             FsError::InvalidArgument { .. } | FsError::Internal(_) => None,
         }
     }

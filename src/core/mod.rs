@@ -4,7 +4,8 @@
 //! socket, no mount, no git and no sandbox; it reads paths through [`path`], reaches files through
 //! [`zone`], records every mutation in the state journal, and reports failures as [`FsError`].
 //! [`remote`] defines what a directory inside a remote sandbox must offer ([`remote::RemoteFs`]);
-//! the providers that offer it live in `crate::sandbox`.
+//! the providers that offer it live in `crate::sandbox`. A zone may be served from a directory
+//! inside a sandbox through one ([`remote_zone`]); the operations then go to the sandbox.
 
 pub mod error;
 pub mod gc;
@@ -14,6 +15,7 @@ mod model_tests;
 mod ops;
 pub mod path;
 pub mod remote;
+pub mod remote_zone;
 mod search;
 pub mod zone;
 
@@ -36,6 +38,7 @@ pub use search::{
 use crate::config::{Backing, Limits, Settings};
 use crate::state::{Db, JournalEntry, Origin, Via};
 use locks::PathLocks;
+use remote_zone::{Connector, RemoteZone};
 use zone::LocalZone;
 
 /// The kind of a directory entry.
@@ -52,6 +55,8 @@ pub enum EntryKind {
 #[derive(Debug)]
 pub enum Zone {
     Local(LocalZone),
+    /// A directory inside a remote sandbox.
+    Remote(RemoteZone),
     /// Switched off by configuration; the string says why.
     Disabled(String),
 }
@@ -108,11 +113,53 @@ pub struct Zones {
 
 impl Zones {
     /// Opens the zones that `settings` describes (creating sandboxed zone directories).
+    /// Zones served from a sandbox fail to open here: the daemon passes a provider factory to
+    /// [`Zones::open_with`].
     pub fn open(settings: &Settings, db: Arc<Db>, clock: Clock) -> Result<Zones, ZoneOpenError> {
+        Zones::open_with(settings, db, clock, &|b| {
+            Err(format!(
+                "no provider to reach sandbox {:?} from here",
+                b.sandbox.name
+            ))
+        })
+    }
+
+    /// Opens the zones, building the providers of remote-backed zones with `connect`.
+    pub fn open_with(
+        settings: &Settings,
+        db: Arc<Db>,
+        clock: Clock,
+        connect: Connector<'_>,
+    ) -> Result<Zones, ZoneOpenError> {
         let mut zones = Vec::with_capacity(2);
         for z in &settings.zones {
             zones.push(match &z.backing {
                 Backing::Disabled(reason) => Zone::Disabled(reason.clone()),
+                Backing::Remote(r) => {
+                    let shown = format!("{}:{}", r.sandbox.name, r.path);
+                    let fs = connect(r).map_err(|e| ZoneOpenError {
+                        zone: z.id,
+                        dir: shown.clone(),
+                        source: std::io::Error::other(e),
+                    })?;
+                    let spool = settings.state_dir.join("remote-spool").join(z.id.name());
+                    Zone::Remote(
+                        RemoteZone::open(
+                            z.id,
+                            &r.sandbox.name,
+                            &r.path,
+                            fs,
+                            r.attr_ttl,
+                            z.read_only,
+                            &spool,
+                        )
+                        .map_err(|e| ZoneOpenError {
+                            zone: z.id,
+                            dir: shown,
+                            source: e,
+                        })?,
+                    )
+                }
                 Backing::Dir { path, create } => Zone::Local(
                     LocalZone::open_dir(z.id, path, *create, z.read_only, z.allow_hardlinks)
                         .map_err(|e| ZoneOpenError {
@@ -162,11 +209,28 @@ impl Zones {
     pub fn local(&self, vp: &VPath) -> FsResult<&LocalZone> {
         match self.zone(vp.zone()) {
             Zone::Local(z) => Ok(z),
+            Zone::Remote(r) => Err(FsError::ZoneUnavailable {
+                path: vp.to_string(),
+                zone: vp.zone().name().into(),
+                reason: format!(
+                    "it is served from sandbox `{}` ({}); this operation needs a local zone",
+                    r.sandbox(),
+                    r.root()
+                ),
+            }),
             Zone::Disabled(reason) => Err(FsError::ZoneUnavailable {
                 path: vp.to_string(),
                 zone: vp.zone().name().into(),
                 reason: reason.clone(),
             }),
+        }
+    }
+
+    /// Returns the remote zone holding `vp`, when its zone is served from a sandbox.
+    pub fn remote(&self, vp: &VPath) -> Option<&RemoteZone> {
+        match self.zone(vp.zone()) {
+            Zone::Remote(r) => Some(r),
+            _ => None,
         }
     }
 
@@ -193,7 +257,7 @@ impl Zones {
         let backing = |v: &VPath| match self.zone(v.zone()) {
             Zone::Local(z) if v.is_root() => Some(z.root().to_path_buf()),
             Zone::Local(z) => Some(z.root().join(v.rel())),
-            Zone::Disabled(_) => None,
+            Zone::Remote(_) | Zone::Disabled(_) => None,
         };
         let paths: Vec<PathBuf> = std::iter::once(vp).chain(to).filter_map(backing).collect();
         for (_, l) in listeners.iter() {

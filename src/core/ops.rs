@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::error::{FsError, FsResult};
 use super::path::{self, Target, VPath, ZoneId};
+use super::remote_zone::RemoteZone;
 use super::zone::{kind_of, mtime_ms, LocalZone};
 use super::{EntryKind, Zone, Zones};
 use crate::state::Origin;
@@ -122,6 +123,8 @@ pub struct AtomicWrite<'z> {
     limit: u64,
     /// Permission bits to give the file instead of keeping the old file's.
     mode: Option<u32>,
+    /// The destination is in a remote zone: the temp file is in its spool, uploaded on commit.
+    remote: bool,
 }
 
 impl<'z> AtomicWrite<'z> {
@@ -165,6 +168,9 @@ impl<'z> AtomicWrite<'z> {
         op: &str,
         origin: Origin,
     ) -> FsResult<WriteResult> {
+        if self.remote {
+            return self.commit_remote(op, origin);
+        }
         let name = self.vp.name().expect("not a root").to_string();
         #[cfg(test)]
         if let Some(hook) = self
@@ -300,9 +306,13 @@ impl Zones {
         if limit == Some(0) {
             return Err(FsError::invalid("limit", "must be at least 1 line"));
         }
-        let z = self.local(&vp)?;
-        let (file, st) = z.open_file_for_read(&vp)?;
-        let size = st.st_size as u64;
+        let (file, size) = match self.remote(&vp) {
+            Some(r) => self.remote_fetch(r, &vp)?,
+            None => {
+                let (file, st) = self.local(&vp)?.open_file_for_read(&vp)?;
+                (file, st.st_size as u64)
+            }
+        };
         let max = self.limits.max_read_bytes;
         let first = offset.unwrap_or(1);
         if size <= max {
@@ -429,6 +439,9 @@ impl Zones {
     /// Opens a regular file for reading its raw bytes; returns the file and its size.
     pub fn read_binary(&self, path: &str) -> FsResult<(std::fs::File, u64)> {
         let vp = path::parse_entry(path)?;
+        if let Some(r) = self.remote(&vp) {
+            return self.remote_fetch(r, &vp);
+        }
         let (file, st) = self.local(&vp)?.open_file_for_read(&vp)?;
         Ok((file, st.st_size as u64))
     }
@@ -436,6 +449,9 @@ impl Zones {
     /// Starts an atomic write of `path`: parents are created, symlinks inside the zone followed.
     pub fn begin_write(&self, path: &str) -> FsResult<AtomicWrite<'_>> {
         let vp = path::parse_entry(path)?;
+        if let Some(r) = self.remote(&vp) {
+            return self.remote_begin_write(r, vp);
+        }
         let z = self.writable_local(&vp)?;
         let vp = z.follow_last(&vp)?;
         if vp.is_root() {
@@ -461,6 +477,7 @@ impl Zones {
             written: 0,
             limit: self.limits.max_write_bytes,
             mode: None,
+            remote: false,
         })
     }
 
@@ -495,6 +512,9 @@ impl Zones {
                 "new",
                 "is the same as old; nothing would change",
             ));
+        }
+        if let Some(r) = self.remote(&vp) {
+            return self.remote_edit(r, &vp, old, new, replace_all, origin);
         }
         let z = self.writable_local(&vp)?;
         let vp = z.follow_last(&vp)?;
@@ -586,6 +606,13 @@ impl Zones {
                 "must be non-empty and contain no NUL",
             ));
         }
+        if let Some(r) = self.remote(&vp) {
+            r.check_writable(&vp)?;
+            let _guard = self.locks.lock(&vp);
+            r.symlink(&vp, target)?;
+            self.record(&vp, "symlink", None, None, origin);
+            return Ok(());
+        }
         let z = self.writable_local(&vp)?;
         let name = vp.name().expect("entry");
         let parent = z.ensure_parent(&vp)?;
@@ -610,6 +637,14 @@ impl Zones {
     /// Returns the target of the symlink at `path` (not followed).
     pub fn readlink(&self, path: &str) -> FsResult<String> {
         let vp = path::parse_entry(path)?;
+        if let Some(r) = self.remote(&vp) {
+            return r.stat_fresh(&vp)?.link_target.ok_or_else(|| {
+                FsError::invalid(
+                    "path",
+                    format!("{vp} is not a symlink (or the sandbox follows symlinks when it describes them)"),
+                )
+            });
+        }
         let z = self.local(&vp)?;
         let parent = z.open_parent(&vp)?;
         let target = rustix::fs::readlinkat(&parent, vp.name().expect("entry"), Vec::new())
@@ -623,6 +658,19 @@ impl Zones {
     /// Deletes a file or symlink; a directory only with `recursive` (or when empty).
     pub fn delete(&self, path: &str, recursive: bool, origin: Origin) -> FsResult<()> {
         let vp = path::parse_entry(path)?;
+        if let Some(r) = self.remote(&vp) {
+            r.check_writable(&vp)?;
+            let _guard = self.locks.lock(&vp);
+            let meta = r.stat_fresh(&vp)?;
+            if meta.kind == EntryKind::Dir && !recursive && !r.list(&vp)?.is_empty() {
+                return Err(FsError::NotEmpty {
+                    path: vp.to_string(),
+                });
+            }
+            r.remove(&vp, recursive)?;
+            self.record(&vp, "delete", None, None, origin);
+            return Ok(());
+        }
         let z = self.writable_local(&vp)?;
         let name = vp.name().expect("entry");
         let parent = z.open_parent(&vp)?;
@@ -659,6 +707,21 @@ impl Zones {
             }
             Target::Zone(vp) => vp,
         };
+        if let Some(r) = self.remote(&vp) {
+            return match r.stat(&vp) {
+                Ok(meta) => Ok(ExistsResult {
+                    path: vp.to_string(),
+                    exists: true,
+                    kind: Some(meta.kind),
+                }),
+                Err(FsError::NotFound { .. }) | Err(FsError::NotDir { .. }) => Ok(ExistsResult {
+                    path: vp.to_string(),
+                    exists: false,
+                    kind: None,
+                }),
+                Err(e) => Err(e),
+            };
+        }
         match self.local(&vp)?.lstat(&vp) {
             Ok(st) => Ok(ExistsResult {
                 path: vp.to_string(),
@@ -690,6 +753,12 @@ impl Zones {
                                 mtime_ms: mtime_ms(&st),
                             })
                         }
+                        Zone::Remote(_) => Some(Entry {
+                            name: id.name().into(),
+                            kind: EntryKind::Dir,
+                            size: 0,
+                            mtime_ms: 0,
+                        }),
                         Zone::Disabled(_) => None,
                     })
                     .collect();
@@ -700,6 +769,28 @@ impl Zones {
             }
             Target::Zone(vp) => vp,
         };
+        if let Some(r) = self.remote(&vp) {
+            let meta = r.stat(&vp)?;
+            if meta.kind != EntryKind::Dir {
+                return Err(FsError::NotDir {
+                    path: vp.to_string(),
+                });
+            }
+            let entries = r
+                .list(&vp)?
+                .iter()
+                .map(|e| Entry {
+                    name: e.name.clone(),
+                    kind: e.meta.kind,
+                    size: e.meta.size,
+                    mtime_ms: super::remote_zone::mtime_ms(&e.meta),
+                })
+                .collect();
+            return Ok(ListResult {
+                path: vp.to_string(),
+                entries,
+            });
+        }
         let z = self.local(&vp)?;
         let fd = z.open(&vp, OFlags::RDONLY | OFlags::DIRECTORY)?;
         let mut entries = Vec::new();
@@ -751,6 +842,23 @@ impl Zones {
             }
             Target::Zone(vp) => vp,
         };
+        if let Some(r) = self.remote(&vp) {
+            let meta = r.stat(&vp)?;
+            return Ok(StatResult {
+                path: vp.to_string(),
+                kind: meta.kind,
+                size: meta.size,
+                mode: meta.mode.unwrap_or(if meta.kind == EntryKind::Dir {
+                    0o755
+                } else {
+                    0o644
+                }),
+                mtime_ms: super::remote_zone::mtime_ms(&meta),
+                nlink: 1,
+                target: meta.link_target,
+                read_only: r.read_only(),
+            });
+        }
         let z = self.local(&vp)?;
         let st = z.lstat(&vp)?;
         let target = if kind_of(&st) == EntryKind::Symlink {
@@ -777,6 +885,33 @@ impl Zones {
     /// Creates a directory; with `parents`, missing parents too and no error when it exists.
     pub fn mkdir(&self, path: &str, parents: bool, origin: Origin) -> FsResult<()> {
         let vp = path::parse_entry(path)?;
+        if let Some(r) = self.remote(&vp) {
+            r.check_writable(&vp)?;
+            match r.stat_fresh(&vp) {
+                Ok(meta) if parents && meta.kind == EntryKind::Dir => return Ok(()),
+                Ok(_) => {
+                    return Err(FsError::Exists {
+                        path: vp.to_string(),
+                    })
+                }
+                Err(FsError::NotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
+            if !parents {
+                let parent = vp.parent().expect("an entry has a parent");
+                match r.stat_fresh(&parent)? {
+                    meta if meta.kind == EntryKind::Dir => {}
+                    _ => {
+                        return Err(FsError::NotDir {
+                            path: parent.to_string(),
+                        })
+                    }
+                }
+            }
+            r.mkdir_p(&vp)?;
+            self.record(&vp, "mkdir", None, None, origin);
+            return Ok(());
+        }
         let z = self.writable_local(&vp)?;
         if parents {
             if let Ok(st) = z.lstat(&vp) {
@@ -812,6 +947,9 @@ impl Zones {
                 "to",
                 format!("{dst} lies inside {src}; a directory cannot move into itself"),
             ));
+        }
+        if self.remote(&src).is_some() || self.remote(&dst).is_some() {
+            return self.remote_rename(&src, &dst, overwrite, origin);
         }
         let zs = self.writable_local(&src)?;
         let zd = self.writable_local(&dst)?;
@@ -851,9 +989,11 @@ impl Zones {
         overwrite: bool,
         origin: Origin,
     ) -> FsResult<()> {
-        let zs = self.local(src)?;
-        let st = zs.lstat(src)?;
-        if kind_of(&st) != EntryKind::File {
+        let kind = match self.remote(src) {
+            Some(r) => r.stat_fresh(src)?.kind,
+            None => kind_of(&self.local(src)?.lstat(src)?),
+        };
+        if kind != EntryKind::File {
             return Err(FsError::invalid(
                 "from",
                 format!("{src} is not a regular file; only files move between zones on different filesystems"),
@@ -864,7 +1004,7 @@ impl Zones {
                 path: dst.to_string(),
             });
         }
-        let (mut file, _) = zs.open_file_for_read(src)?;
+        let (mut file, _) = self.read_binary(&src.to_string())?;
         let mut w = self.begin_write(&dst.to_string())?;
         let mut buf = vec![0u8; 1 << 16];
         loop {
@@ -875,9 +1015,14 @@ impl Zones {
             w.write_chunk(&buf[..n])?;
         }
         w.commit(origin)?;
-        let parent = zs.open_parent(src)?;
-        rustix::fs::unlinkat(&parent, src.name().expect("entry"), AtFlags::empty())
-            .map_err(errno_err(src, "unlink"))?;
+        match self.remote(src) {
+            Some(r) => r.remove(src, false)?,
+            None => {
+                let parent = self.local(src)?.open_parent(src)?;
+                rustix::fs::unlinkat(&parent, src.name().expect("entry"), AtFlags::empty())
+                    .map_err(errno_err(src, "unlink"))?;
+            }
+        }
         self.record(src, "move", None, Some(dst), origin);
         Ok(())
     }
@@ -885,6 +1030,19 @@ impl Zones {
     /// Returns the real path behind a virtual path, for tools that work outside sandfs.
     pub fn resolve(&self, path: &str) -> FsResult<ResolveResult> {
         let vp = path::parse_in_zone(path)?;
+        if let Some(r) = self.remote(&vp) {
+            let exists = match r.stat(&vp) {
+                Ok(_) => true,
+                Err(FsError::NotFound { .. }) => false,
+                Err(e) => return Err(e),
+            };
+            return Ok(ResolveResult {
+                path: vp.to_string(),
+                real_path: format!("{}:{}", r.sandbox(), r.remote_path(&vp)),
+                exists,
+                zone_root: format!("{}:{}", r.sandbox(), r.root()),
+            });
+        }
         let z = self.local(&vp)?;
         let root = z.root().display().to_string();
         match z.open(&vp, OFlags::PATH) {
@@ -910,6 +1068,230 @@ impl Zones {
             Err(e) => Err(e),
         }
     }
+}
+
+/// The operations on zones served from a sandbox (see [`super::remote_zone`]).
+impl Zones {
+    /// Downloads a remote file into an unnamed local file in the zone's spool.
+    fn remote_fetch(&self, r: &RemoteZone, vp: &VPath) -> FsResult<(std::fs::File, u64)> {
+        let meta = r.stat_fresh(vp)?;
+        match meta.kind {
+            EntryKind::File => {}
+            EntryKind::Dir => {
+                return Err(FsError::IsDir {
+                    path: vp.to_string(),
+                })
+            }
+            _ => {
+                return Err(FsError::InvalidArgument {
+                    name: "path".into(),
+                    rule: format!("{vp} is not a regular file"),
+                })
+            }
+        }
+        let limit = self.limits.max_write_bytes;
+        if meta.size > limit {
+            return Err(FsError::TooLarge {
+                path: vp.to_string(),
+                what: "the remote file",
+                size: meta.size,
+                limit,
+                key: "limits.max_write_bytes",
+            });
+        }
+        let data = r.read(vp, meta.size)?;
+        let mut file = spool_file(r, vp, &self.next_tmp_name())?;
+        file.write_all(&data).map_err(io_err(vp, "spool"))?;
+        std::io::Seek::rewind(&mut file).map_err(io_err(vp, "spool"))?;
+        Ok((file, data.len() as u64))
+    }
+
+    /// Starts a write into a remote zone: collected in the spool, uploaded on commit.
+    fn remote_begin_write(&self, r: &RemoteZone, vp: VPath) -> FsResult<AtomicWrite<'_>> {
+        r.check_writable(&vp)?;
+        if vp.is_root() {
+            return Err(FsError::IsDir {
+                path: vp.to_string(),
+            });
+        }
+        let parent = rustix::fs::open(
+            r.spool(),
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(errno_err(&vp, "open spool"))?;
+        let tmp = self.next_tmp_name();
+        let fd = rustix::fs::openat(
+            &parent,
+            tmp.as_str(),
+            OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+        .map_err(errno_err(&vp, "create spool file"))?;
+        Ok(AtomicWrite {
+            zones: self,
+            vp,
+            parent,
+            tmp,
+            file: Some(std::fs::File::from(fd)),
+            written: 0,
+            limit: self.limits.max_write_bytes,
+            mode: None,
+            remote: true,
+        })
+    }
+
+    /// Replaces an exact string in a remote text file; `CONFLICT` when the file changed in the
+    /// sandbox between reading and writing it.
+    fn remote_edit(
+        &self,
+        r: &RemoteZone,
+        vp: &VPath,
+        old: &str,
+        new: &str,
+        replace_all: bool,
+        origin: Origin,
+    ) -> FsResult<EditResult> {
+        r.check_writable(vp)?;
+        let _guard = self.locks.lock(vp);
+        let before = r.stat_fresh(vp)?;
+        if before.kind == EntryKind::Dir {
+            return Err(FsError::IsDir {
+                path: vp.to_string(),
+            });
+        }
+        if before.size > self.limits.max_read_bytes {
+            return Err(FsError::TooLarge {
+                path: vp.to_string(),
+                what: "the file",
+                size: before.size,
+                limit: self.limits.max_read_bytes,
+                key: "limits.max_read_bytes",
+            });
+        }
+        let data = r.read(vp, before.size)?;
+        check_text(vp, &data, true)?;
+        let text = std::str::from_utf8(&data).expect("checked");
+        let count = text.matches(old).count();
+        if count == 0 {
+            return Err(FsError::NoMatch {
+                path: vp.to_string(),
+            });
+        }
+        if count > 1 && !replace_all {
+            return Err(FsError::NotUnique {
+                path: vp.to_string(),
+                count,
+            });
+        }
+        let updated = if replace_all {
+            text.replace(old, new)
+        } else {
+            text.replacen(old, new, 1)
+        };
+        let now = r.stat_fresh(vp)?;
+        if (now.size, now.mtime_ns) != (before.size, before.mtime_ns) {
+            return Err(FsError::Conflict {
+                path: vp.to_string(),
+                reason: "the file changed in the sandbox between reading and replacing it; read it again and retry".into(),
+            });
+        }
+        let bytes = updated.len() as u64;
+        r.write(vp, bytes::Bytes::from(updated))?;
+        self.record(vp, "edit", Some(bytes), None, origin);
+        Ok(EditResult {
+            path: vp.to_string(),
+            replacements: count,
+            bytes,
+        })
+    }
+
+    /// Moves within one remote zone by a rename in the sandbox, otherwise by copy and delete.
+    fn remote_rename(
+        &self,
+        src: &VPath,
+        dst: &VPath,
+        overwrite: bool,
+        origin: Origin,
+    ) -> FsResult<()> {
+        let (Some(r), true) = (self.remote(src), src.zone() == dst.zone()) else {
+            if let Some(r) = self.remote(src) {
+                r.check_writable(src)?;
+            } else {
+                self.writable_local(src)?;
+            }
+            return self.copy_across(src, dst, overwrite, origin);
+        };
+        r.check_writable(src)?;
+        let _guards = self.locks.lock_two(src, dst);
+        r.stat_fresh(src)?;
+        match r.stat_fresh(dst) {
+            Ok(meta) if !overwrite || meta.kind == EntryKind::Dir => {
+                return Err(FsError::Exists {
+                    path: dst.to_string(),
+                })
+            }
+            Ok(_) | Err(FsError::NotFound { .. }) => {}
+            Err(e) => return Err(e),
+        }
+        r.rename(src, dst)?;
+        self.record(src, "move", None, Some(dst), origin);
+        Ok(())
+    }
+}
+
+impl AtomicWrite<'_> {
+    /// Uploads the spooled content to the sandbox (and sets the mode when asked).
+    fn commit_remote(mut self, op: &str, origin: Origin) -> FsResult<WriteResult> {
+        let r = self.zones.remote(&self.vp).expect("a remote write");
+        let _guard = self.zones.locks.lock(&self.vp);
+        let existing = match r.stat_fresh(&self.vp) {
+            Ok(meta) if meta.kind == EntryKind::Dir => {
+                return Err(FsError::IsDir {
+                    path: self.vp.to_string(),
+                })
+            }
+            Ok(_) => true,
+            Err(FsError::NotFound { .. }) => false,
+            Err(e) => return Err(e),
+        };
+        let mut file = self.file.take().expect("open until commit");
+        std::io::Seek::rewind(&mut file).map_err(io_err(&self.vp, "spool"))?;
+        let mut data = Vec::with_capacity(self.written as usize);
+        file.read_to_end(&mut data)
+            .map_err(io_err(&self.vp, "spool"))?;
+        drop(file);
+        r.write(&self.vp, bytes::Bytes::from(data))?;
+        if let Some(mode) = self.mode {
+            r.set_meta(
+                &self.vp,
+                super::remote::MetaUpdate {
+                    mode: Some(mode),
+                    mtime: None,
+                },
+            )?;
+        }
+        self.zones
+            .record(&self.vp, op, Some(self.written), None, origin);
+        Ok(WriteResult {
+            path: self.vp.to_string(),
+            bytes: self.written,
+            created: !existing,
+        })
+    }
+}
+
+/// Creates an unnamed read-write file in a remote zone's spool (named only until it is open).
+fn spool_file(r: &RemoteZone, vp: &VPath, name: &str) -> FsResult<std::fs::File> {
+    let path = r.spool().join(name);
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .map_err(io_err(vp, "create spool file"))?;
+    let _ = std::fs::remove_file(&path);
+    Ok(file)
 }
 
 /// Removes `name` in `parent` and everything beneath it, never following a symlink.

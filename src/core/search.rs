@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use super::error::{FsError, FsResult};
 use super::path;
+use super::remote_zone::RemoteZone;
 use super::zone::{openat2_beneath, LocalZone};
 use super::{EntryKind, Zones};
 
@@ -218,18 +219,26 @@ impl Zones {
             .build()
             .map_err(|e| FsError::invalid("pattern", format!("{:?}: {}", opts.pattern, e.kind())))?
             .compile_matcher();
-        let start = self.search_start(opts.path.as_deref())?;
-        let found: Mutex<Vec<GlobMatch>> = Mutex::new(Vec::new());
-        let walker = walker(&start.real, opts.gitignore, opts.hidden).build_parallel();
-        let mut builder = GlobVisitors {
-            found: &found,
-            matcher: &matcher,
-            start: &start,
-            want,
-            full_path,
+        let vp = path::parse_in_zone(opts.path.as_deref().unwrap_or("/workspace"))?;
+        let mut matches = if let Some(r) = self.remote(&vp) {
+            remote_entries(r, &vp, opts.hidden)?
+                .into_iter()
+                .filter(|(rel, meta)| {
+                    want.is_none_or(|w| w == meta.kind)
+                        && if full_path {
+                            matcher.is_match(rel)
+                        } else {
+                            matcher.is_match(rel.rsplit('/').next().unwrap_or(rel))
+                        }
+                })
+                .map(|(rel, meta)| GlobMatch {
+                    path: format!("{}/{rel}", vp.to_string().trim_end_matches('/')),
+                    mtime_ms: super::remote_zone::mtime_ms(&meta),
+                })
+                .collect()
+        } else {
+            self.local_glob(opts, &matcher, want, full_path)?
         };
-        walker.visit(&mut builder);
-        let mut matches = found.into_inner().expect("not poisoned");
         let total = matches.len();
         matches.sort_unstable_by(|a, b| {
             b.mtime_ms
@@ -242,6 +251,27 @@ impl Zones {
             matches,
             total,
         })
+    }
+
+    fn local_glob(
+        &self,
+        opts: &GlobOptions,
+        matcher: &globset::GlobMatcher,
+        want: Option<EntryKind>,
+        full_path: bool,
+    ) -> FsResult<Vec<GlobMatch>> {
+        let start = self.search_start(opts.path.as_deref())?;
+        let found: Mutex<Vec<GlobMatch>> = Mutex::new(Vec::new());
+        let walker = walker(&start.real, opts.gitignore, opts.hidden).build_parallel();
+        let mut builder = GlobVisitors {
+            found: &found,
+            matcher,
+            start: &start,
+            want,
+            full_path,
+        };
+        walker.visit(&mut builder);
+        Ok(found.into_inner().expect("not poisoned"))
     }
 
     /// Searches file contents with a regex or literal.
@@ -258,27 +288,13 @@ impl Zones {
             .map_err(|e| FsError::invalid("pattern", e.to_string()))?;
         let start = self.search_start(opts.path.as_deref())?;
         let mut wb = walker(&start.real, opts.gitignore, opts.hidden);
-        if !opts.glob.is_empty() {
-            let mut ob = OverrideBuilder::new(&start.real);
-            for g in &opts.glob {
-                ob.add(g)
-                    .map_err(|e| FsError::invalid("glob", format!("{g:?}: {e}")))?;
-            }
-            wb.overrides(
-                ob.build()
-                    .map_err(|e| FsError::invalid("glob", e.to_string()))?,
-            );
+        let filter = file_filter(&start.real, opts)?;
+        let (overrides, types) = filter;
+        if let Some(o) = overrides {
+            wb.overrides(o);
         }
-        if !opts.file_type.is_empty() {
-            let mut tb = TypesBuilder::new();
-            tb.add_defaults();
-            for t in &opts.file_type {
-                tb.select(t);
-            }
-            wb.types(
-                tb.build()
-                    .map_err(|e| FsError::invalid("type", e.to_string()))?,
-            );
+        if let Some(t) = types {
+            wb.types(t);
         }
         for (name, v) in [
             ("context", opts.context),
@@ -292,6 +308,18 @@ impl Zones {
         let before = opts.before.or(opts.context).unwrap_or(0);
         let after = opts.after.or(opts.context).unwrap_or(0);
         let mode = opts.mode;
+        let searcher = || {
+            SearcherBuilder::new()
+                .binary_detection(BinaryDetection::quit(0))
+                .line_number(true)
+                .before_context(if mode == GrepMode::Content { before } else { 0 })
+                .after_context(if mode == GrepMode::Content { after } else { 0 })
+                .build()
+        };
+        let vp = path::parse_in_zone(opts.path.as_deref().unwrap_or("/workspace"))?;
+        if let Some(r) = self.remote(&vp) {
+            return self.remote_grep(r, &vp, opts, &matcher, searcher(), limit);
+        }
         let shared = Shared {
             results: Mutex::new(Vec::new()),
             total: AtomicUsize::new(0),
@@ -300,12 +328,7 @@ impl Zones {
             limit,
         };
         wb.build_parallel().run(|| {
-            let mut searcher = SearcherBuilder::new()
-                .binary_detection(BinaryDetection::quit(0))
-                .line_number(true)
-                .before_context(if mode == GrepMode::Content { before } else { 0 })
-                .after_context(if mode == GrepMode::Content { after } else { 0 })
-                .build();
+            let mut searcher = searcher();
             let matcher = matcher.clone();
             let shared = &shared;
             let zone = start.zone;
@@ -353,15 +376,147 @@ impl Zones {
                 }
             })
         });
-        let mut files = shared.results.into_inner().expect("not poisoned");
-        files.sort_unstable_by(|a, b| a.path.cmp(&b.path));
-        let mut out = GrepResult {
-            mode,
-            total: 0,
-            files_searched: shared.searched.load(Ordering::Relaxed),
-            truncated: shared.stop.load(Ordering::Relaxed),
-            ..Default::default()
+        Ok(assemble(shared, mode))
+    }
+
+    /// Greps a remote zone: its walk, then each file's content, searched in memory.
+    fn remote_grep(
+        &self,
+        r: &RemoteZone,
+        vp: &super::VPath,
+        opts: &GrepOptions,
+        matcher: &grep_regex::RegexMatcher,
+        mut searcher: Searcher,
+        limit: usize,
+    ) -> FsResult<GrepResult> {
+        let base = Path::new("/");
+        let (overrides, types) = file_filter(base, opts)?;
+        let meta = r.stat(vp)?;
+        let files: Vec<(String, u64)> = if meta.kind == EntryKind::File {
+            vec![(String::new(), meta.size)]
+        } else {
+            remote_entries(r, vp, opts.hidden)?
+                .into_iter()
+                .filter(|(rel, m)| {
+                    m.kind == EntryKind::File
+                        && overrides
+                            .as_ref()
+                            .is_none_or(|o| !o.matched(base.join(rel), false).is_ignore())
+                        && types
+                            .as_ref()
+                            .is_none_or(|t| !t.matched(base.join(rel), false).is_ignore())
+                })
+                .map(|(rel, m)| (rel, m.size))
+                .collect()
         };
+        let shared = Shared {
+            results: Mutex::new(Vec::new()),
+            total: AtomicUsize::new(0),
+            searched: AtomicUsize::new(0),
+            stop: AtomicBool::new(false),
+            limit,
+        };
+        for (rel, size) in files {
+            if size > self.limits.max_read_bytes {
+                continue;
+            }
+            let fvp = if rel.is_empty() {
+                vp.clone()
+            } else {
+                vp.join(&rel)?
+            };
+            let data = match r.read(&fvp, size) {
+                Ok(d) => d,
+                Err(FsError::NotFound { .. }) => continue,
+                Err(e) => return Err(e),
+            };
+            shared.searched.fetch_add(1, Ordering::Relaxed);
+            let mut sink = FileSink {
+                mode: opts.mode,
+                path: fvp.to_string(),
+                lines: Vec::new(),
+                count: 0,
+                binary: false,
+            };
+            if searcher.search_slice(matcher, &data, &mut sink).is_err()
+                || sink.binary
+                || sink.count == 0
+            {
+                continue;
+            }
+            if !shared.add(sink) {
+                break;
+            }
+        }
+        Ok(assemble(shared, opts.mode))
+    }
+}
+
+/// The glob and type filters of a grep, for paths under `root`.
+type FileFilter = (
+    Option<ignore::overrides::Override>,
+    Option<ignore::types::Types>,
+);
+
+fn file_filter(root: &Path, opts: &GrepOptions) -> FsResult<FileFilter> {
+    let overrides = if opts.glob.is_empty() {
+        None
+    } else {
+        let mut ob = OverrideBuilder::new(root);
+        for g in &opts.glob {
+            ob.add(g)
+                .map_err(|e| FsError::invalid("glob", format!("{g:?}: {e}")))?;
+        }
+        Some(
+            ob.build()
+                .map_err(|e| FsError::invalid("glob", e.to_string()))?,
+        )
+    };
+    let types = if opts.file_type.is_empty() {
+        None
+    } else {
+        let mut tb = TypesBuilder::new();
+        tb.add_defaults();
+        for t in &opts.file_type {
+            tb.select(t);
+        }
+        Some(
+            tb.build()
+                .map_err(|e| FsError::invalid("type", e.to_string()))?,
+        )
+    };
+    Ok((overrides, types))
+}
+
+/// Everything beneath a remote directory, as (path relative to it, metadata); hidden entries
+/// (a component starting with `.`) are left out unless asked for. `.gitignore` files are not read
+/// in a remote zone.
+fn remote_entries(
+    r: &RemoteZone,
+    vp: &super::VPath,
+    hidden: bool,
+) -> FsResult<Vec<(String, super::remote::RemoteMeta)>> {
+    Ok(r.walk(vp)?
+        .into_iter()
+        .filter(|e| !e.path.is_empty())
+        .filter(|e| hidden || !e.path.split('/').any(|c| c.starts_with('.')))
+        .map(|e| (e.path, e.meta))
+        .collect())
+}
+
+/// Sorts and trims the per-file results of a grep into its answer.
+fn assemble(shared: Shared, mode: GrepMode) -> GrepResult {
+    let limit = shared.limit;
+    let mut files = shared.results.into_inner().expect("not poisoned");
+    files.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+    let mut out = GrepResult {
+        mode,
+        total: 0,
+        files_searched: shared.searched.load(Ordering::Relaxed),
+        truncated: shared.stop.load(Ordering::Relaxed),
+        ..Default::default()
+    };
+    {
         // Trim to the cap deterministically (the walk may have overshot in parallel).
         let mut budget = limit;
         for f in files {
@@ -407,8 +562,8 @@ impl Zones {
                 }
             }
         }
-        Ok(out)
     }
+    out
 }
 
 /// Builds one glob visitor per walker thread.

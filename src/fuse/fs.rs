@@ -23,6 +23,7 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat, Timespec, Timestamps};
 
 use super::inodes::{zone_ino, Inode, Inodes, ROOT_INO};
 use super::invalidate::OwnChanges;
+use super::remote::{RemoteTree, REMOTE_FH_BASE};
 use crate::core::{Zone, ZoneId, Zones};
 use crate::state::{Origin, Via};
 
@@ -97,6 +98,8 @@ pub struct SandFs {
     /// caller's: bits it removed are put back (see `fix_mode`).
     umask: u32,
     started: SystemTime,
+    /// The zones served from a sandbox, by zone index.
+    remote: [Option<Arc<RemoteTree>>; 2],
 }
 
 type Res<T> = Result<T, Errno>;
@@ -189,6 +192,7 @@ impl Drop for Creds {
 impl SandFs {
     pub fn new(zones: Arc<Zones>, want_passthrough: bool) -> std::io::Result<SandFs> {
         let inodes = Arc::new(Inodes::new());
+        let zones_for_remote = zones.clone();
         for id in ZoneId::ALL {
             if let Zone::Local(z) = zones.zone(id) {
                 inodes.add_zone_root(id, rustix::io::dup(z.dirfd())?)?;
@@ -206,7 +210,39 @@ impl SandFs {
             is_root: rustix::process::geteuid().is_root(),
             umask: crate::core::process_umask(),
             started: SystemTime::now(),
+            remote: ZoneId::ALL
+                .map(|id| RemoteTree::new(zones_for_remote.clone(), id).map(Arc::new)),
         })
+    }
+
+    /// The remote tree serving `ino`, when its zone is served from a sandbox.
+    fn tree(&self, ino: u64) -> Option<&RemoteTree> {
+        self.remote
+            .iter()
+            .flatten()
+            .map(|t| &**t)
+            .find(|t| t.owns(ino))
+    }
+
+    /// The remote tree whose zone root is `name` in the top-level directory `parent`.
+    fn remote_root(&self, parent: u64, name: &OsStr) -> Option<&RemoteTree> {
+        if parent != ROOT_INO {
+            return None;
+        }
+        let id = name.to_str().and_then(ZoneId::from_name)?;
+        self.remote[id.index()].as_deref()
+    }
+
+    /// The remote tree holding the open file `fh`.
+    fn tree_fh(&self, fh: u64) -> Option<&RemoteTree> {
+        if fh < REMOTE_FH_BASE {
+            return None;
+        }
+        self.remote
+            .iter()
+            .flatten()
+            .map(|t| &**t)
+            .find(|t| t.owns_fh(fh))
     }
 
     fn origin(req: &Request) -> Origin {
@@ -224,6 +260,7 @@ impl SandFs {
     fn writable(&self, zone: ZoneId) -> Res<()> {
         match self.zones.zone(zone) {
             Zone::Local(z) if z.read_only() => Err(Errno::EROFS),
+            Zone::Remote(r) if r.read_only() => Err(Errno::EROFS),
             _ => Ok(()),
         }
     }
@@ -513,11 +550,13 @@ impl SandFs {
                 (OsString::from(".."), FileType::Directory, ROOT_INO),
             ];
             for id in ZoneId::ALL {
-                if self.inodes.get(zone_ino(id)).is_some() {
+                if self.inodes.get(zone_ino(id)).is_some() || self.remote[id.index()].is_some() {
                     entries.push((OsString::from(id.name()), FileType::Directory, zone_ino(id)));
                 }
             }
             Ok(entries)
+        } else if let Some(t) = self.tree(ino) {
+            t.list_dir(ino)
         } else {
             self.inode(INodeNo(ino))
                 .and_then(|i| self.read_dir_entries(&i))
@@ -603,6 +642,20 @@ impl fuser::Filesystem for SandFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        if let Some(t) = self.remote_root(parent.0, name) {
+            return reply!(reply, t.root_attr(), |attr| reply.entry(
+                &t.ttl(),
+                &attr,
+                Generation(0)
+            ));
+        }
+        if let Some(t) = self.tree(parent.0) {
+            return reply!(reply, t.lookup(parent.0, name), |attr| reply.entry(
+                &t.ttl(),
+                &attr,
+                Generation(0)
+            ));
+        }
         match self.do_lookup(parent, name) {
             Ok((_, attr)) => reply.entry(&TTL, &attr, Generation(0)),
             // An absent name is answered as a negative entry (inode 0), which the kernel caches for
@@ -621,10 +674,23 @@ impl fuser::Filesystem for SandFs {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        if let Some(t) = self.tree(ino.0) {
+            return t.forget(ino.0, nlookup);
+        }
         self.inodes.forget(ino.0, nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        if let Some(t) = self.tree(ino.0) {
+            let res = if ino.0 == super::inodes::zone_ino(ZoneId::Cache)
+                || ino.0 == super::inodes::zone_ino(ZoneId::Workspace)
+            {
+                t.root_attr()
+            } else {
+                t.getattr(ino.0)
+            };
+            return reply!(reply, res, |attr| reply.attr(&t.ttl(), &attr));
+        }
         if ino.0 == ROOT_INO {
             return reply.attr(&TTL, &self.root_attr());
         }
@@ -652,6 +718,22 @@ impl fuser::Filesystem for SandFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        if let Some(t) = self.tree(ino.0) {
+            let when = |t: TimeOrNow| match t {
+                TimeOrNow::SpecificTime(t) => t,
+                TimeOrNow::Now => SystemTime::now(),
+            };
+            let res = t.setattr(
+                ino.0,
+                mode,
+                uid,
+                gid,
+                size,
+                mtime.map(when),
+                SandFs::origin(req),
+            );
+            return reply!(reply, res, |attr| reply.attr(&t.ttl(), &attr));
+        }
         let res = self.inode(ino).and_then(|i| {
             let change = SetAttr {
                 mode,
@@ -668,6 +750,9 @@ impl fuser::Filesystem for SandFs {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        if let Some(t) = self.tree(ino.0) {
+            return reply!(reply, t.readlink(ino.0), |t| reply.data(&t));
+        }
         let res = self
             .inode(ino)
             .and_then(|i| rustix::fs::readlinkat(&i.fd, "", Vec::new()).map_err(errno));
@@ -684,6 +769,9 @@ impl fuser::Filesystem for SandFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        if self.tree(parent.0).is_some() {
+            return reply.error(Errno::EPERM);
+        }
         let res = (|| {
             let p = self.dir_for_change(parent)?;
             let name = plain_name(name)?;
@@ -720,6 +808,14 @@ impl fuser::Filesystem for SandFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
+        if let Some(t) = self.tree(parent.0) {
+            let res = t.mkdir(parent.0, name, mode & !umask, SandFs::origin(req));
+            return reply!(reply, res, |attr| reply.entry(
+                &t.ttl(),
+                &attr,
+                Generation(0)
+            ));
+        }
         let res = (|| {
             let p = self.dir_for_change(parent)?;
             let name = plain_name(name)?;
@@ -741,6 +837,10 @@ impl fuser::Filesystem for SandFs {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if let Some(t) = self.tree(parent.0) {
+            let res = t.remove(parent.0, name, false, SandFs::origin(req));
+            return reply!(reply, res, |()| reply.ok());
+        }
         let res = (|| {
             let p = self.dir_for_change(parent)?;
             let name = plain_name(name)?;
@@ -757,6 +857,10 @@ impl fuser::Filesystem for SandFs {
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if let Some(t) = self.tree(parent.0) {
+            let res = t.remove(parent.0, name, true, SandFs::origin(req));
+            return reply!(reply, res, |()| reply.ok());
+        }
         let res = (|| {
             let p = self.dir_for_change(parent)?;
             let name = plain_name(name)?;
@@ -780,6 +884,14 @@ impl fuser::Filesystem for SandFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        if let Some(t) = self.tree(parent.0) {
+            let res = t.symlink(parent.0, link_name, target, SandFs::origin(req));
+            return reply!(reply, res, |attr| reply.entry(
+                &t.ttl(),
+                &attr,
+                Generation(0)
+            ));
+        }
         let res = (|| {
             let p = self.dir_for_change(parent)?;
             let name = plain_name(link_name)?;
@@ -808,6 +920,26 @@ impl fuser::Filesystem for SandFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        match (self.tree(parent.0), self.tree(newparent.0)) {
+            (None, None) => {}
+            (Some(a), Some(b)) if std::ptr::eq(a, b) => {
+                if flags.contains(RenameFlags::RENAME_EXCHANGE)
+                    || flags.contains(RenameFlags::RENAME_WHITEOUT)
+                {
+                    return reply.error(Errno::EINVAL);
+                }
+                let res = a.rename(
+                    parent.0,
+                    name,
+                    newparent.0,
+                    newname,
+                    flags.contains(RenameFlags::RENAME_NOREPLACE),
+                    SandFs::origin(req),
+                );
+                return reply!(reply, res, |()| reply.ok());
+            }
+            _ => return reply.error(Errno::EXDEV),
+        }
         let res = (|| {
             let p = self.dir_for_change(parent)?;
             let np = self.dir_for_change(newparent)?;
@@ -860,6 +992,9 @@ impl fuser::Filesystem for SandFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        if self.tree(ino.0).is_some() || self.tree(newparent.0).is_some() {
+            return reply.error(Errno::EPERM);
+        }
         let res = (|| {
             let i = self.inode(ino)?;
             let np = self.dir_for_change(newparent)?;
@@ -887,6 +1022,13 @@ impl fuser::Filesystem for SandFs {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        if let Some(t) = self.tree(ino.0) {
+            let write = SandFs::is_write(flags.0);
+            let trunc = write && flags.0 & libc::O_TRUNC != 0;
+            let res = t.open(ino.0, write, trunc, SandFs::origin(req));
+            return reply!(reply, res, |fh| reply
+                .opened(FileHandle(fh), FopenFlags::empty()));
+        }
         let i = match self.inode(ino) {
             Ok(i) => i,
             Err(e) => return reply.error(e),
@@ -942,6 +1084,9 @@ impl fuser::Filesystem for SandFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        if let Some(t) = self.tree_fh(fh.0) {
+            return reply!(reply, t.read(fh.0, offset, size), |buf| reply.data(&buf));
+        }
         let res = self.handle(fh).and_then(|h| {
             let mut buf = vec![0u8; size as usize];
             let mut n = 0;
@@ -971,6 +1116,11 @@ impl fuser::Filesystem for SandFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        if let Some(t) = self.tree_fh(fh.0) {
+            let append = flags.0 & libc::O_APPEND != 0;
+            let res = t.write(fh.0, offset, data, append, SandFs::origin(_req));
+            return reply!(reply, res, |n| reply.written(n));
+        }
         let res = self.handle(fh).and_then(|h| {
             let mut n = 0;
             while n < data.len() {
@@ -997,6 +1147,9 @@ impl fuser::Filesystem for SandFs {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        if let Some(t) = self.tree_fh(fh.0) {
+            return reply!(reply, t.flush(fh.0), |()| reply.ok());
+        }
         reply!(reply, self.handle(fh), |_| reply.ok())
     }
 
@@ -1010,6 +1163,9 @@ impl fuser::Filesystem for SandFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        if let Some(t) = self.tree_fh(fh.0) {
+            return reply!(reply, t.release(fh.0), |()| reply.ok());
+        }
         let h = self.handles.write().expect("not poisoned").remove(&fh.0);
         if let Some(h) = h {
             let st = h
@@ -1038,6 +1194,9 @@ impl fuser::Filesystem for SandFs {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
+        if let Some(t) = self.tree_fh(fh.0) {
+            return reply!(reply, t.flush(fh.0), |()| reply.ok());
+        }
         let res = self.handle(fh).and_then(|h| {
             if datasync {
                 rustix::fs::fdatasync(h.file(self)?).map_err(errno)
@@ -1049,7 +1208,7 @@ impl fuser::Filesystem for SandFs {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        if ino.0 != ROOT_INO {
+        if ino.0 != ROOT_INO && self.tree(ino.0).is_none() {
             if let Err(e) = self.inode(ino) {
                 return reply.error(e);
             }
@@ -1064,6 +1223,10 @@ impl fuser::Filesystem for SandFs {
         );
         // The kernel may keep the listing in its cache across opens: changes through the mount
         // update it, changes behind its back invalidate it (`inval_inode` on the directory).
+        if self.tree(ino.0).is_some() {
+            // Listings of a sandbox directory are asked for again after the zone's TTL.
+            return reply.opened(FileHandle(fh), FopenFlags::empty());
+        }
         reply.opened(
             FileHandle(fh),
             FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
@@ -1108,6 +1271,8 @@ impl fuser::Filesystem for SandFs {
                 let target = if name == "." { ino.0 } else { ROOT_INO };
                 let attr = if target == ROOT_INO {
                     Some(self.root_attr())
+                } else if let Some(t) = self.tree(target) {
+                    t.getattr(target).ok().or_else(|| t.root_attr().ok())
                 } else {
                     self.inodes
                         .get(target)
@@ -1123,6 +1288,37 @@ impl fuser::Filesystem for SandFs {
                         Generation(0),
                     ),
                     None => continue,
+                }
+            } else if let Some(t) = self.remote_root(ino.0, name) {
+                match t.root_attr() {
+                    // The zone roots have fixed numbers and take no reference.
+                    Ok(attr) => reply.add(
+                        attr.ino,
+                        (i + 1) as u64,
+                        name,
+                        &t.ttl(),
+                        &attr,
+                        Generation(0),
+                    ),
+                    Err(_) => continue,
+                }
+            } else if let Some(t) = self.tree(ino.0) {
+                match t.lookup(ino.0, name) {
+                    Ok(attr) => {
+                        let full = reply.add(
+                            attr.ino,
+                            (i + 1) as u64,
+                            name,
+                            &t.ttl(),
+                            &attr,
+                            Generation(0),
+                        );
+                        if full {
+                            t.forget(attr.ino.0, 1);
+                        }
+                        full
+                    }
+                    Err(_) => continue,
                 }
             } else {
                 match self.do_lookup(ino, name) {
@@ -1171,6 +1367,9 @@ impl fuser::Filesystem for SandFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        if self.tree(ino.0).is_some() {
+            return reply.ok();
+        }
         let res = self
             .inode(ino)
             .and_then(|i| self.reopen(&i, OFlags::RDONLY | OFlags::DIRECTORY))
@@ -1179,6 +1378,10 @@ impl fuser::Filesystem for SandFs {
     }
 
     fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        if let Some(t) = self.tree(ino.0) {
+            let (b, f, a, files, ffree, bsize, namelen) = t.statfs();
+            return reply.statfs(b, f, a, files, ffree, bsize, namelen, bsize);
+        }
         let target = if ino.0 == ROOT_INO {
             zone_ino(ZoneId::Workspace)
         } else {
@@ -1212,6 +1415,9 @@ impl fuser::Filesystem for SandFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        if self.tree(ino.0).is_some() {
+            return reply.error(Errno::ENOTSUP);
+        }
         let res = (|| {
             let i = self.inode(ino)?;
             self.writable(i.zone)?;
@@ -1235,6 +1441,9 @@ impl fuser::Filesystem for SandFs {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        if self.tree(ino.0).is_some() {
+            return reply.error(Errno::from_i32(libc::ENODATA));
+        }
         let res = self.inode(ino).and_then(|i| {
             if i.kind == FileType::Symlink {
                 return Err(Errno::from_i32(libc::ENODATA));
@@ -1257,6 +1466,13 @@ impl fuser::Filesystem for SandFs {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        if self.tree(ino.0).is_some() {
+            return if size == 0 {
+                reply.size(0)
+            } else {
+                reply.data(&[])
+            };
+        }
         let res = self.inode(ino).and_then(|i| {
             if i.kind == FileType::Symlink {
                 return Ok((0, Vec::new()));
@@ -1278,6 +1494,9 @@ impl fuser::Filesystem for SandFs {
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if self.tree(ino.0).is_some() {
+            return reply.error(Errno::ENOTSUP);
+        }
         let res = (|| {
             let i = self.inode(ino)?;
             self.writable(i.zone)?;
@@ -1299,6 +1518,16 @@ impl fuser::Filesystem for SandFs {
         // write access here.
         let res = if ino.0 == ROOT_INO {
             Ok(())
+        } else if let Some(t) = self.tree(ino.0) {
+            if mask.contains(AccessFlags::W_OK) {
+                self.writable(if t.owns(super::inodes::zone_ino(ZoneId::Cache)) {
+                    ZoneId::Cache
+                } else {
+                    ZoneId::Workspace
+                })
+            } else {
+                Ok(())
+            }
         } else {
             self.inode(ino).and_then(|i| {
                 if mask.contains(AccessFlags::W_OK) {
@@ -1321,6 +1550,17 @@ impl fuser::Filesystem for SandFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        if let Some(t) = self.tree(parent.0) {
+            let excl = flags & libc::O_EXCL != 0;
+            let res = t.create(parent.0, name, mode & !umask, excl, SandFs::origin(req));
+            return reply!(reply, res, |(attr, fh)| reply.created(
+                &t.ttl(),
+                &attr,
+                Generation(0),
+                FileHandle(fh),
+                FopenFlags::empty()
+            ));
+        }
         let res = (|| {
             let p = self.dir_for_change(parent)?;
             let name = plain_name(name)?;
@@ -1396,6 +1636,9 @@ impl fuser::Filesystem for SandFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        if self.tree_fh(fh.0).is_some() {
+            return reply.error(Errno::ENOTSUP);
+        }
         let res = self.handle(fh).and_then(|h| {
             rustix::fs::fallocate(
                 h.file(self)?,
@@ -1419,6 +1662,9 @@ impl fuser::Filesystem for SandFs {
         whence: i32,
         reply: ReplyLseek,
     ) {
+        if self.tree_fh(fh.0).is_some() {
+            return reply.error(Errno::ENOTSUP);
+        }
         let res = self.handle(fh).and_then(|h| {
             let pos = match whence {
                 libc::SEEK_DATA => rustix::fs::SeekFrom::Data(offset as u64),
@@ -1445,6 +1691,9 @@ impl fuser::Filesystem for SandFs {
         _flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
+        if self.tree_fh(fh_in.0).is_some() || self.tree_fh(fh_out.0).is_some() {
+            return reply.error(Errno::EXDEV);
+        }
         let res = self.handle(fh_in).and_then(|i| {
             let o = self.handle(fh_out)?;
             let (mut oi, mut oo) = (offset_in, offset_out);

@@ -7,6 +7,7 @@
 mod fs;
 mod inodes;
 mod invalidate;
+mod remote;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -239,7 +240,7 @@ pub fn mount(zones: Arc<Zones>, mountpoint: &Path, threads: usize) -> Result<Mou
         .iter()
         .filter_map(|id| match zones.zone(*id) {
             Zone::Local(z) => Some(z.root().to_path_buf()),
-            Zone::Disabled(_) => None,
+            Zone::Remote(_) | Zone::Disabled(_) => None,
         })
         .collect();
     let listener = zones.add_listener(Arc::new(invalidate::Direct {

@@ -17,3 +17,21 @@ pub use crate::core::remote::{
 };
 pub use agent::{SandboxAgent, SandboxAgentConfig, Token};
 pub use registry::{Registry, SandboxError, SandboxInfo};
+
+/// Builds the provider of a remote-backed zone (what the daemon hands to
+/// [`crate::core::Zones::open_with`]). Nothing is contacted yet: a sandbox that is down gives
+/// `SANDBOX_UNAVAILABLE` on use, not a daemon that cannot start.
+pub fn zone_provider(
+    b: &crate::config::RemoteBacking,
+) -> Result<std::sync::Arc<dyn RemoteFs>, String> {
+    let s = &b.sandbox;
+    let mut config = SandboxAgentConfig::new(s.url.clone());
+    config.token_env = s.token_env.clone();
+    config.request_timeout = s.request_timeout.max(std::time::Duration::from_secs(1));
+    config.connect_timeout = config
+        .request_timeout
+        .min(std::time::Duration::from_secs(5));
+    SandboxAgent::connect(&config)
+        .map(|a| std::sync::Arc::new(a) as std::sync::Arc<dyn RemoteFs>)
+        .map_err(|e| e.to_string())
+}

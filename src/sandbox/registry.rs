@@ -530,6 +530,13 @@ impl Registry {
                 zone: name.to_string(),
             }),
             Zone::Local(z) => Ok((id, z.root().to_path_buf())),
+            Zone::Remote(r) => Err(SandboxError::Zone {
+                zone: name.to_string(),
+                reason: format!(
+                    "it is served from sandbox `{}` itself; mirror a local zone",
+                    r.sandbox()
+                ),
+            }),
             Zone::Disabled(reason) => Err(SandboxError::Zone {
                 zone: name.to_string(),
                 reason: reason.clone(),

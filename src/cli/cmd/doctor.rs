@@ -398,6 +398,13 @@ fn zone(name: &'static str, backing: &Backing) -> Check {
     };
     match backing {
         Backing::Disabled(why) => ok(check, format!("disabled: {why}")),
+        Backing::Remote(r) => ok(
+            check,
+            format!(
+                "served from sandbox `{}` at {} (`sandfs sandbox check {}` tests the connection)",
+                r.sandbox.name, r.path, r.sandbox.name
+            ),
+        ),
         Backing::Dir { path, create } => {
             let shown = path.display();
             match std::fs::metadata(path) {

@@ -62,7 +62,12 @@ fn serve(config: Option<&Path>, socket: Option<PathBuf>, args: &Args) -> anyhow:
         settings.socket = s;
     }
     let db = Arc::new(Db::open_in(&settings.state_dir)?);
-    let zones = Arc::new(Zones::open(&settings, db.clone(), system_clock())?);
+    let zones = Arc::new(Zones::open_with(
+        &settings,
+        db.clone(),
+        system_clock(),
+        &crate::sandbox::zone_provider,
+    )?);
     for id in crate::core::ZoneId::ALL {
         match zones.zone(id) {
             Zone::Local(z) => tracing::info!(
@@ -70,6 +75,13 @@ fn serve(config: Option<&Path>, socket: Option<PathBuf>, args: &Args) -> anyhow:
                 root = %z.root().display(),
                 read_only = z.read_only(),
                 "zone ready"
+            ),
+            Zone::Remote(r) => tracing::info!(
+                zone = id.name(),
+                sandbox = r.sandbox(),
+                root = r.root(),
+                read_only = r.read_only(),
+                "zone ready, served from a sandbox"
             ),
             Zone::Disabled(reason) => {
                 tracing::info!(zone = id.name(), reason = %reason, "zone disabled")

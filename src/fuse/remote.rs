@@ -1,0 +1,848 @@
+//! The mount's view of a zone served from a sandbox: path-keyed inodes and a whole-file cache.
+//!
+//! A remote zone has no backing fds, so its inodes are names: each number maps to a path relative
+//! to the zone, assigned at lookup and kept while the kernel holds a reference (renames move the
+//! names beneath). Attributes and listings come from [`RemoteZone`], which caches them for the
+//! zone's `attr_ttl`; the kernel is told the same TTL, so a change made inside the sandbox shows
+//! through the mount within that time.
+//!
+//! File contents use a whole-file cache: the first open of a file downloads it into an unnamed
+//! file in the zone's spool directory; reads and writes go to that copy; the copy is written back
+//! to the sandbox on `flush` (every `close`), `fsync` and the last `release` when it changed.
+//! Opens never keep the kernel's page cache (no `FOPEN_KEEP_CACHE`), so each open sees what the
+//! sandbox holds then.
+//!
+//! A sandbox that is down or hung fails each call with `EIO` after the zone's deadline (see
+//! [`RemoteZone::deadline`]), with a log line naming the sandbox: the mount never hangs on it.
+
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use fuser::{Errno, FileAttr, INodeNo};
+use rustix::fs::FileType;
+
+use super::inodes::{zone_ino, ROOT_INO};
+use crate::core::remote::{MetaUpdate, RemoteMeta};
+use crate::core::remote_zone::RemoteZone;
+use crate::core::{EntryKind, FsError, VPath, Zone, ZoneId, Zones};
+use crate::state::Origin;
+
+/// First inode number of remote zones' entries: cache below `1 << 61`, workspace above.
+pub const REMOTE_INO_BASE: u64 = 1 << 60;
+
+/// File handles of remote files start here (local handles count up from 1).
+pub const REMOTE_FH_BASE: u64 = 1 << 62;
+
+type Res<T> = Result<T, Errno>;
+
+/// Maps a core error to the errno the kernel gets.
+pub fn errno_of(e: &FsError) -> Errno {
+    Errno::from_i32(e.errno())
+}
+
+fn base_of(zone: ZoneId) -> u64 {
+    match zone {
+        ZoneId::Cache => REMOTE_INO_BASE,
+        ZoneId::Workspace => REMOTE_INO_BASE << 1,
+    }
+}
+
+/// Returns the zone a remote inode number belongs to, when it is one.
+pub fn zone_of_ino(ino: u64) -> Option<ZoneId> {
+    if ino >= REMOTE_INO_BASE << 1 {
+        Some(ZoneId::Workspace)
+    } else if ino >= REMOTE_INO_BASE {
+        Some(ZoneId::Cache)
+    } else {
+        None
+    }
+}
+
+/// One name the kernel holds.
+struct Node {
+    rel: String,
+    nlookup: u64,
+}
+
+/// The inode table of one remote zone.
+#[derive(Default)]
+struct Table {
+    nodes: HashMap<u64, Node>,
+    by_path: HashMap<String, u64>,
+}
+
+/// A file's content while it is open: a local copy and whether it differs from the sandbox's.
+struct Content {
+    file: std::fs::File,
+    dirty: bool,
+    opens: usize,
+    /// Who last wrote through the mount (named in the journal at write-back).
+    origin: Option<Origin>,
+}
+
+/// An open remote file.
+struct Handle {
+    ino: u64,
+    content: Arc<Mutex<Content>>,
+    writable: bool,
+}
+
+/// The mount's side of one remote zone.
+pub struct RemoteTree {
+    zones: Arc<Zones>,
+    zone: ZoneId,
+    table: Mutex<Table>,
+    next_ino: AtomicU64,
+    contents: Mutex<HashMap<u64, Arc<Mutex<Content>>>>,
+    handles: RwLock<HashMap<u64, Arc<Handle>>>,
+    next_fh: AtomicU64,
+    tmp: AtomicU64,
+    uid: u32,
+    gid: u32,
+}
+
+fn time_of(ns: Option<i64>) -> SystemTime {
+    match ns {
+        Some(ns) if ns >= 0 => UNIX_EPOCH + Duration::from_nanos(ns as u64),
+        _ => UNIX_EPOCH,
+    }
+}
+
+fn fuse_kind(k: EntryKind) -> fuser::FileType {
+    match k {
+        EntryKind::Dir => fuser::FileType::Directory,
+        EntryKind::Symlink => fuser::FileType::Symlink,
+        _ => fuser::FileType::RegularFile,
+    }
+}
+
+fn file_type(k: EntryKind) -> FileType {
+    match k {
+        EntryKind::Dir => FileType::Directory,
+        EntryKind::Symlink => FileType::Symlink,
+        _ => FileType::RegularFile,
+    }
+}
+
+fn name_str(name: &OsStr) -> Res<&str> {
+    let b = name.as_bytes();
+    if b.is_empty() || b == b"." || b == b".." || b.contains(&b'/') {
+        return Err(Errno::EINVAL);
+    }
+    name.to_str().ok_or(Errno::EINVAL)
+}
+
+impl RemoteTree {
+    /// Returns the tree of `zone` when it is served from a sandbox.
+    pub fn new(zones: Arc<Zones>, zone: ZoneId) -> Option<RemoteTree> {
+        if !matches!(zones.zone(zone), Zone::Remote(_)) {
+            return None;
+        }
+        Some(RemoteTree {
+            zones,
+            zone,
+            table: Mutex::new(Table::default()),
+            next_ino: AtomicU64::new(base_of(zone)),
+            contents: Mutex::new(HashMap::new()),
+            handles: RwLock::new(HashMap::new()),
+            next_fh: AtomicU64::new(REMOTE_FH_BASE + (base_of(zone) >> 2)),
+            tmp: AtomicU64::new(0),
+            uid: rustix::process::geteuid().as_raw(),
+            gid: rustix::process::getegid().as_raw(),
+        })
+    }
+
+    fn remote(&self) -> &RemoteZone {
+        match self.zones.zone(self.zone) {
+            Zone::Remote(r) => r,
+            _ => unreachable!("a remote tree serves a remote zone"),
+        }
+    }
+
+    /// How long the kernel may keep what this tree answers.
+    pub fn ttl(&self) -> Duration {
+        self.remote().attr_ttl()
+    }
+
+    /// True when `ino` is this zone's root or one of its entries.
+    pub fn owns(&self, ino: u64) -> bool {
+        ino == zone_ino(self.zone) || zone_of_ino(ino) == Some(self.zone)
+    }
+
+    /// True when `fh` is a handle of this tree.
+    pub fn owns_fh(&self, fh: u64) -> bool {
+        self.handles.read().expect("not poisoned").contains_key(&fh)
+    }
+
+    fn rel_of(&self, ino: u64) -> Res<String> {
+        if ino == zone_ino(self.zone) {
+            return Ok(String::new());
+        }
+        self.table
+            .lock()
+            .expect("not poisoned")
+            .nodes
+            .get(&ino)
+            .map(|n| n.rel.clone())
+            .ok_or(Errno::ENOENT)
+    }
+
+    fn vpath(&self, rel: &str) -> Res<VPath> {
+        VPath::new(self.zone, rel).map_err(|e| errno_of(&e))
+    }
+
+    fn child(&self, parent: u64, name: &OsStr) -> Res<(String, VPath)> {
+        let prel = self.rel_of(parent)?;
+        let name = name_str(name)?;
+        let rel = if prel.is_empty() {
+            name.to_string()
+        } else {
+            format!("{prel}/{name}")
+        };
+        let vp = self.vpath(&rel)?;
+        Ok((rel, vp))
+    }
+
+    /// The number of `rel`, assigned now when it has none; `count` adds a kernel reference.
+    fn ino_of(&self, rel: &str, count: bool) -> u64 {
+        if rel.is_empty() {
+            return zone_ino(self.zone);
+        }
+        let mut t = self.table.lock().expect("not poisoned");
+        let ino = match t.by_path.get(rel) {
+            Some(&ino) => ino,
+            None => {
+                let ino = self.next_ino.fetch_add(1, Ordering::Relaxed) + 1;
+                t.by_path.insert(rel.to_string(), ino);
+                t.nodes.insert(
+                    ino,
+                    Node {
+                        rel: rel.to_string(),
+                        nlookup: 0,
+                    },
+                );
+                ino
+            }
+        };
+        if count {
+            if let Some(n) = t.nodes.get_mut(&ino) {
+                n.nlookup += 1;
+            }
+        }
+        ino
+    }
+
+    /// Drops `n` kernel references to `ino`; the name is forgotten at zero.
+    pub fn forget(&self, ino: u64, n: u64) {
+        let mut t = self.table.lock().expect("not poisoned");
+        let gone = match t.nodes.get_mut(&ino) {
+            Some(node) => {
+                node.nlookup = node.nlookup.saturating_sub(n);
+                node.nlookup == 0
+            }
+            None => false,
+        };
+        if gone
+            && !self
+                .contents
+                .lock()
+                .expect("not poisoned")
+                .contains_key(&ino)
+        {
+            if let Some(node) = t.nodes.remove(&ino) {
+                if t.by_path.get(&node.rel) == Some(&ino) {
+                    t.by_path.remove(&node.rel);
+                }
+            }
+        }
+    }
+
+    fn attr(&self, ino: u64, meta: &RemoteMeta) -> FileAttr {
+        let mut perm = meta.mode.unwrap_or(match meta.kind {
+            EntryKind::Dir => 0o755,
+            EntryKind::Symlink => 0o777,
+            _ => 0o644,
+        }) as u16
+            & 0o7777;
+        if self.remote().read_only() {
+            perm &= !0o222;
+        }
+        let mtime = time_of(meta.mtime_ns);
+        let mut attr = FileAttr {
+            ino: INodeNo(ino),
+            size: meta.size,
+            blocks: meta.size.div_ceil(512),
+            atime: mtime,
+            mtime,
+            ctime: mtime,
+            crtime: UNIX_EPOCH,
+            kind: fuse_kind(meta.kind),
+            perm,
+            nlink: if meta.kind == EntryKind::Dir { 2 } else { 1 },
+            uid: self.uid,
+            gid: self.gid,
+            rdev: 0,
+            blksize: 4096,
+            flags: 0,
+        };
+        // An open file's local copy is what readers through the mount see.
+        if let Some(c) = self.contents.lock().expect("not poisoned").get(&ino) {
+            if let Ok(md) = c.lock().expect("not poisoned").file.metadata() {
+                attr.size = md.len();
+                attr.blocks = md.len().div_ceil(512);
+                if let Ok(m) = md.modified() {
+                    if m > attr.mtime {
+                        attr.mtime = m;
+                        attr.ctime = m;
+                    }
+                }
+            }
+        }
+        attr
+    }
+
+    fn stat(&self, vp: &VPath) -> Res<RemoteMeta> {
+        self.remote().stat(vp).map_err(|e| errno_of(&e))
+    }
+
+    /// The attributes of the zone root.
+    pub fn root_attr(&self) -> Res<FileAttr> {
+        let vp = VPath::root(self.zone);
+        let meta = self.stat(&vp)?;
+        if meta.kind != EntryKind::Dir {
+            return Err(Errno::ENOTDIR);
+        }
+        Ok(self.attr(zone_ino(self.zone), &meta))
+    }
+
+    /// Looks up `name` in `parent`, counting one kernel reference.
+    pub fn lookup(&self, parent: u64, name: &OsStr) -> Res<FileAttr> {
+        let (rel, vp) = self.child(parent, name)?;
+        let meta = self.stat(&vp)?;
+        let ino = self.ino_of(&rel, true);
+        Ok(self.attr(ino, &meta))
+    }
+
+    /// The attributes of `ino`.
+    pub fn getattr(&self, ino: u64) -> Res<FileAttr> {
+        let rel = self.rel_of(ino)?;
+        if self
+            .contents
+            .lock()
+            .expect("not poisoned")
+            .contains_key(&ino)
+        {
+            // Open: the local copy holds the truth; the kind and mode come from the sandbox.
+            let vp = self.vpath(&rel)?;
+            let meta = self.remote().stat(&vp).unwrap_or(RemoteMeta {
+                kind: EntryKind::File,
+                size: 0,
+                mtime_ns: None,
+                mode: None,
+                link_target: None,
+            });
+            return Ok(self.attr(ino, &meta));
+        }
+        let meta = self.stat(&self.vpath(&rel)?)?;
+        Ok(self.attr(ino, &meta))
+    }
+
+    fn writable(&self) -> Res<()> {
+        if self.remote().read_only() {
+            Err(Errno::EROFS)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn record(&self, vp: &VPath, op: &str, bytes: Option<u64>, to: Option<&VPath>, o: Origin) {
+        self.zones.record_change(vp, op, bytes, to, o);
+    }
+
+    /// Changes size, mode or modification time.
+    #[allow(clippy::too_many_arguments)]
+    pub fn setattr(
+        &self,
+        ino: u64,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        mtime: Option<SystemTime>,
+        origin: Origin,
+    ) -> Res<FileAttr> {
+        let rel = self.rel_of(ino)?;
+        let vp = self.vpath(&rel)?;
+        if uid.is_some_and(|u| u != self.uid) || gid.is_some_and(|g| g != self.gid) {
+            return Err(Errno::EPERM);
+        }
+        if mode.is_some() || size.is_some() || mtime.is_some() {
+            self.writable()?;
+        }
+        let r = self.remote();
+        if let Some(size) = size {
+            let open = self
+                .contents
+                .lock()
+                .expect("not poisoned")
+                .get(&ino)
+                .cloned();
+            match open {
+                Some(c) => {
+                    let mut c = c.lock().expect("not poisoned");
+                    c.file.set_len(size).map_err(|e| io_errno(&e))?;
+                    c.dirty = true;
+                    c.origin = Some(origin);
+                }
+                None => {
+                    let data = if size == 0 {
+                        Vec::new()
+                    } else {
+                        let meta = self.stat(&vp)?;
+                        let mut d = r.read(&vp, meta.size).map_err(|e| errno_of(&e))?.to_vec();
+                        d.resize(size as usize, 0);
+                        d
+                    };
+                    r.write(&vp, Bytes::from(data)).map_err(|e| errno_of(&e))?;
+                    self.record(&vp, "truncate", Some(size), None, origin);
+                }
+            }
+        }
+        if mode.is_some() || mtime.is_some() {
+            let update = MetaUpdate {
+                mode: mode.map(|m| m & 0o7777),
+                mtime: mtime.and_then(|t| t.duration_since(UNIX_EPOCH).ok().map(|d| d.as_secs())),
+            };
+            r.set_meta(&vp, update).map_err(|e| errno_of(&e))?;
+            self.record(&vp, "chmod", None, None, origin);
+        }
+        self.getattr(ino)
+    }
+
+    /// Where a symlink points.
+    pub fn readlink(&self, ino: u64) -> Res<Vec<u8>> {
+        let vp = self.vpath(&self.rel_of(ino)?)?;
+        let meta = self.remote().stat_fresh(&vp).map_err(|e| errno_of(&e))?;
+        meta.link_target
+            .map(String::into_bytes)
+            .ok_or(Errno::EINVAL)
+    }
+
+    /// Creates a directory.
+    pub fn mkdir(&self, parent: u64, name: &OsStr, mode: u32, origin: Origin) -> Res<FileAttr> {
+        self.writable()?;
+        let (rel, vp) = self.child(parent, name)?;
+        let r = self.remote();
+        match r.stat_fresh(&vp) {
+            Ok(_) => return Err(Errno::EEXIST),
+            Err(FsError::NotFound { .. }) => {}
+            Err(e) => return Err(errno_of(&e)),
+        }
+        r.mkdir_p(&vp).map_err(|e| errno_of(&e))?;
+        if mode & 0o7777 != 0o755 {
+            let _ = r.set_meta(
+                &vp,
+                MetaUpdate {
+                    mode: Some(mode & 0o7777),
+                    mtime: None,
+                },
+            );
+        }
+        self.record(&vp, "mkdir", None, None, origin);
+        self.lookup_rel(&rel, &vp)
+    }
+
+    fn lookup_rel(&self, rel: &str, vp: &VPath) -> Res<FileAttr> {
+        let meta = self.remote().stat_fresh(vp).map_err(|e| errno_of(&e))?;
+        let ino = self.ino_of(rel, true);
+        Ok(self.attr(ino, &meta))
+    }
+
+    /// Removes a file (`dir` false) or an empty directory (`dir` true).
+    pub fn remove(&self, parent: u64, name: &OsStr, dir: bool, origin: Origin) -> Res<()> {
+        self.writable()?;
+        let (_, vp) = self.child(parent, name)?;
+        let r = self.remote();
+        let meta = r.stat_fresh(&vp).map_err(|e| errno_of(&e))?;
+        match (dir, meta.kind == EntryKind::Dir) {
+            (false, true) => return Err(Errno::EISDIR),
+            (true, false) => return Err(Errno::ENOTDIR),
+            (true, true) => {
+                if !r.list(&vp).map_err(|e| errno_of(&e))?.is_empty() {
+                    return Err(Errno::ENOTEMPTY);
+                }
+            }
+            (false, false) => {}
+        }
+        r.remove(&vp, false).map_err(|e| errno_of(&e))?;
+        self.record(&vp, "delete", None, None, origin);
+        Ok(())
+    }
+
+    /// Creates a symlink.
+    pub fn symlink(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        target: &std::path::Path,
+        origin: Origin,
+    ) -> Res<FileAttr> {
+        self.writable()?;
+        let (rel, vp) = self.child(parent, name)?;
+        let target = target.to_str().ok_or(Errno::EINVAL)?;
+        let r = self.remote();
+        match r.stat_fresh(&vp) {
+            Ok(_) => return Err(Errno::EEXIST),
+            Err(FsError::NotFound { .. }) => {}
+            Err(e) => return Err(errno_of(&e)),
+        }
+        r.symlink(&vp, target).map_err(|e| errno_of(&e))?;
+        self.record(&vp, "symlink", None, None, origin);
+        let ino = self.ino_of(&rel, true);
+        Ok(self.attr(
+            ino,
+            &RemoteMeta {
+                kind: EntryKind::Symlink,
+                size: target.len() as u64,
+                mtime_ns: None,
+                mode: Some(0o777),
+                link_target: Some(target.to_string()),
+            },
+        ))
+    }
+
+    /// Renames within the zone; `noreplace` fails when the destination exists.
+    pub fn rename(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        newparent: u64,
+        newname: &OsStr,
+        noreplace: bool,
+        origin: Origin,
+    ) -> Res<()> {
+        self.writable()?;
+        let (from_rel, from) = self.child(parent, name)?;
+        let (to_rel, to) = self.child(newparent, newname)?;
+        if to_rel == from_rel {
+            return Ok(());
+        }
+        if to_rel.starts_with(&format!("{from_rel}/")) {
+            return Err(Errno::EINVAL);
+        }
+        let r = self.remote();
+        let src = r.stat_fresh(&from).map_err(|e| errno_of(&e))?;
+        match r.stat_fresh(&to) {
+            Ok(_) if noreplace => return Err(Errno::EEXIST),
+            Ok(dst) if dst.kind == EntryKind::Dir && src.kind != EntryKind::Dir => {
+                return Err(Errno::EISDIR)
+            }
+            Ok(dst) if dst.kind != EntryKind::Dir && src.kind == EntryKind::Dir => {
+                return Err(Errno::ENOTDIR)
+            }
+            Ok(dst) if dst.kind == EntryKind::Dir => {
+                if !r.list(&to).map_err(|e| errno_of(&e))?.is_empty() {
+                    return Err(Errno::ENOTEMPTY);
+                }
+                r.remove(&to, false).map_err(|e| errno_of(&e))?;
+            }
+            Ok(_) | Err(FsError::NotFound { .. }) => {}
+            Err(e) => return Err(errno_of(&e)),
+        }
+        r.rename(&from, &to).map_err(|e| errno_of(&e))?;
+        // The names beneath move with it.
+        let mut t = self.table.lock().expect("not poisoned");
+        let under = format!("{from_rel}/");
+        let moved: Vec<(String, u64)> = t
+            .by_path
+            .iter()
+            .filter(|(k, _)| *k == &from_rel || k.starts_with(&under))
+            .map(|(k, v)| (k.clone(), *v))
+            .collect();
+        if let Some(old) = t.by_path.remove(&to_rel) {
+            if let Some(n) = t.nodes.get_mut(&old) {
+                n.rel = format!("\0replaced/{old}");
+            }
+        }
+        for (k, ino) in moved {
+            t.by_path.remove(&k);
+            let nk = format!("{to_rel}{}", &k[from_rel.len()..]);
+            if let Some(n) = t.nodes.get_mut(&ino) {
+                n.rel = nk.clone();
+            }
+            t.by_path.insert(nk, ino);
+        }
+        drop(t);
+        self.record(&from, "move", None, Some(&to), origin);
+        Ok(())
+    }
+
+    /// Lists a directory: (name, type, inode number), with `.` and `..`.
+    pub fn list_dir(&self, ino: u64) -> Res<Vec<(OsString, FileType, u64)>> {
+        let rel = self.rel_of(ino)?;
+        let vp = self.vpath(&rel)?;
+        let entries = self.remote().list(&vp).map_err(|e| errno_of(&e))?;
+        let mut out = vec![
+            (OsString::from("."), FileType::Directory, ino),
+            (OsString::from(".."), FileType::Directory, ROOT_INO),
+        ];
+        for e in entries.iter() {
+            let crel = if rel.is_empty() {
+                e.name.clone()
+            } else {
+                format!("{rel}/{}", e.name)
+            };
+            out.push((
+                OsString::from(&e.name),
+                file_type(e.meta.kind),
+                self.ino_of(&crel, false),
+            ));
+        }
+        Ok(out)
+    }
+
+    fn spool_file(&self, vp: &VPath) -> Res<std::fs::File> {
+        let n = self.tmp.fetch_add(1, Ordering::Relaxed);
+        let path = self
+            .remote()
+            .spool()
+            .join(format!(".mount-{}-{n}", std::process::id()));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| {
+                tracing::error!(path = %vp, error = %e, "cannot create a spool file for a remote file");
+                io_errno(&e)
+            })?;
+        let _ = std::fs::remove_file(&path);
+        Ok(file)
+    }
+
+    /// Opens `ino`, downloading it unless another open holds it or `truncate` empties it.
+    pub fn open(&self, ino: u64, write: bool, truncate: bool, origin: Origin) -> Res<u64> {
+        if write {
+            self.writable()?;
+        }
+        let rel = self.rel_of(ino)?;
+        let vp = self.vpath(&rel)?;
+        let shared = self
+            .contents
+            .lock()
+            .expect("not poisoned")
+            .get(&ino)
+            .cloned();
+        let content = match shared {
+            Some(c) => {
+                {
+                    let mut g = c.lock().expect("not poisoned");
+                    g.opens += 1;
+                    if truncate {
+                        g.file.set_len(0).map_err(|e| io_errno(&e))?;
+                        g.dirty = true;
+                        g.origin = Some(origin);
+                    }
+                }
+                c
+            }
+            None => {
+                let file = self.spool_file(&vp)?;
+                if !truncate {
+                    let r = self.remote();
+                    let meta = r.stat_fresh(&vp).map_err(|e| errno_of(&e))?;
+                    if meta.kind == EntryKind::Dir {
+                        return Err(Errno::EISDIR);
+                    }
+                    let data = r.read(&vp, meta.size).map_err(|e| errno_of(&e))?;
+                    file.write_all_at(&data, 0).map_err(|e| io_errno(&e))?;
+                }
+                let c = Arc::new(Mutex::new(Content {
+                    file,
+                    dirty: truncate,
+                    opens: 1,
+                    origin: truncate.then_some(origin),
+                }));
+                let mut contents = self.contents.lock().expect("not poisoned");
+                // Another open may have raced us here: use its copy.
+                match contents.get(&ino) {
+                    Some(other) => {
+                        other.lock().expect("not poisoned").opens += 1;
+                        other.clone()
+                    }
+                    None => {
+                        contents.insert(ino, c.clone());
+                        c
+                    }
+                }
+            }
+        };
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.handles.write().expect("not poisoned").insert(
+            fh,
+            Arc::new(Handle {
+                ino,
+                content,
+                writable: write,
+            }),
+        );
+        Ok(fh)
+    }
+
+    /// Creates an empty file in the sandbox and opens it.
+    pub fn create(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        exclusive: bool,
+        origin: Origin,
+    ) -> Res<(FileAttr, u64)> {
+        self.writable()?;
+        let (rel, vp) = self.child(parent, name)?;
+        let r = self.remote();
+        match r.stat_fresh(&vp) {
+            Ok(_) if exclusive => return Err(Errno::EEXIST),
+            Ok(m) if m.kind == EntryKind::Dir => return Err(Errno::EISDIR),
+            Ok(_) => {}
+            Err(FsError::NotFound { .. }) => {
+                r.write(&vp, Bytes::new()).map_err(|e| errno_of(&e))?;
+                if mode & 0o111 != 0 {
+                    r.set_meta(
+                        &vp,
+                        MetaUpdate {
+                            mode: Some(mode & 0o7777),
+                            mtime: None,
+                        },
+                    )
+                    .map_err(|e| errno_of(&e))?;
+                }
+                self.record(&vp, "create", Some(0), None, origin);
+            }
+            Err(e) => return Err(errno_of(&e)),
+        }
+        let ino = self.ino_of(&rel, true);
+        let fh = self.open(ino, true, false, origin)?;
+        Ok((self.getattr(ino)?, fh))
+    }
+
+    fn handle(&self, fh: u64) -> Res<Arc<Handle>> {
+        self.handles
+            .read()
+            .expect("not poisoned")
+            .get(&fh)
+            .cloned()
+            .ok_or(Errno::EBADF)
+    }
+
+    /// Reads from the local copy.
+    pub fn read(&self, fh: u64, offset: u64, size: u32) -> Res<Vec<u8>> {
+        let h = self.handle(fh)?;
+        let c = h.content.lock().expect("not poisoned");
+        let mut buf = vec![0u8; size as usize];
+        let mut n = 0;
+        while n < buf.len() {
+            let r = c
+                .file
+                .read_at(&mut buf[n..], offset + n as u64)
+                .map_err(|e| io_errno(&e))?;
+            if r == 0 {
+                break;
+            }
+            n += r;
+        }
+        buf.truncate(n);
+        Ok(buf)
+    }
+
+    /// Writes to the local copy (sent to the sandbox at flush, fsync or the last close).
+    pub fn write(&self, fh: u64, offset: u64, data: &[u8], append: bool, o: Origin) -> Res<u32> {
+        let h = self.handle(fh)?;
+        if !h.writable {
+            return Err(Errno::EBADF);
+        }
+        let mut c = h.content.lock().expect("not poisoned");
+        let at = if append {
+            c.file.metadata().map_err(|e| io_errno(&e))?.len()
+        } else {
+            offset
+        };
+        c.file.write_all_at(data, at).map_err(|e| io_errno(&e))?;
+        c.dirty = true;
+        c.origin = Some(o);
+        Ok(data.len() as u32)
+    }
+
+    /// Sends the local copy to the sandbox when it changed.
+    pub fn flush(&self, fh: u64) -> Res<()> {
+        let h = self.handle(fh)?;
+        self.write_back(h.ino, &h.content)
+    }
+
+    fn write_back(&self, ino: u64, content: &Mutex<Content>) -> Res<()> {
+        let mut c = content.lock().expect("not poisoned");
+        if !c.dirty {
+            return Ok(());
+        }
+        let vp = self.vpath(&self.rel_of(ino)?)?;
+        let len = c.file.metadata().map_err(|e| io_errno(&e))?.len();
+        let mut data = vec![0u8; len as usize];
+        c.file
+            .read_exact_at(&mut data, 0)
+            .map_err(|e| io_errno(&e))?;
+        self.remote()
+            .write(&vp, Bytes::from(data))
+            .map_err(|e| {
+                tracing::error!(path = %vp, error = %e, "could not write a file back to the sandbox; it stays dirty until the next flush");
+                errno_of(&e)
+            })?;
+        c.dirty = false;
+        let origin = c.origin.take();
+        drop(c);
+        if let Some(o) = origin {
+            self.record(&vp, "write", Some(len), None, o);
+        }
+        Ok(())
+    }
+
+    /// Closes a handle: writes back what changed, and drops the local copy after the last one.
+    pub fn release(&self, fh: u64) -> Res<()> {
+        let h = self
+            .handles
+            .write()
+            .expect("not poisoned")
+            .remove(&fh)
+            .ok_or(Errno::EBADF)?;
+        let res = self.write_back(h.ino, &h.content);
+        let last = {
+            let mut c = h.content.lock().expect("not poisoned");
+            c.opens = c.opens.saturating_sub(1);
+            c.opens == 0
+        };
+        if last {
+            let mut contents = self.contents.lock().expect("not poisoned");
+            if contents
+                .get(&h.ino)
+                .is_some_and(|c| Arc::ptr_eq(c, &h.content))
+            {
+                contents.remove(&h.ino);
+            }
+        }
+        res
+    }
+
+    /// The filesystem statistics reported for the zone (the sandbox's are not known).
+    pub fn statfs(&self) -> (u64, u64, u64, u64, u64, u32, u32) {
+        (1 << 28, 1 << 27, 1 << 27, 1 << 24, 1 << 23, 4096, 255)
+    }
+}
+
+fn io_errno(e: &std::io::Error) -> Errno {
+    Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))
+}
