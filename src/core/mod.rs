@@ -56,7 +56,7 @@ pub enum EntryKind {
 pub enum Zone {
     Local(LocalZone),
     /// A directory inside a remote sandbox.
-    Remote(RemoteZone),
+    Remote(Box<RemoteZone>),
     /// Switched off by configuration; the string says why.
     Disabled(String),
 }
@@ -143,7 +143,7 @@ impl Zones {
                         source: std::io::Error::other(e),
                     })?;
                     let spool = settings.state_dir.join("remote-spool").join(z.id.name());
-                    Zone::Remote(
+                    Zone::Remote(Box::new(
                         RemoteZone::open(
                             z.id,
                             &r.sandbox.name,
@@ -158,7 +158,7 @@ impl Zones {
                             dir: shown,
                             source: e,
                         })?,
-                    )
+                    ))
                 }
                 Backing::Dir { path, create } => Zone::Local(
                     LocalZone::open_dir(z.id, path, *create, z.read_only, z.allow_hardlinks)

@@ -1243,8 +1243,8 @@ impl Zones {
 impl AtomicWrite<'_> {
     /// Uploads the spooled content to the sandbox (and sets the mode when asked).
     fn commit_remote(mut self, op: &str, origin: Origin) -> FsResult<WriteResult> {
+        // The caller holds the path lock (see `commit` and `commit_locked`).
         let r = self.zones.remote(&self.vp).expect("a remote write");
-        let _guard = self.zones.locks.lock(&self.vp);
         let existing = match r.stat_fresh(&self.vp) {
             Ok(meta) if meta.kind == EntryKind::Dir => {
                 return Err(FsError::IsDir {

@@ -51,8 +51,11 @@ pub struct RemoteZone {
     read_only: bool,
     spool: PathBuf,
     attrs: Mutex<HashMap<String, (Instant, Option<RemoteMeta>)>>,
-    lists: Mutex<HashMap<String, (Instant, Arc<Vec<RemoteEntry>>)>>,
+    lists: Mutex<HashMap<String, CachedList>>,
 }
+
+/// A listing and when it was taken.
+type CachedList = (Instant, Arc<Vec<RemoteEntry>>);
 
 impl std::fmt::Debug for RemoteZone {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -391,18 +394,25 @@ impl RemoteZone {
         })
     }
 
-    /// Drops what the caches know about `vp`, beneath it, and its parent's listing.
+    /// Drops what the caches know about `vp`, beneath it, and about its ancestors (a write may
+    /// have created them, and their listings now hold a new name).
     pub fn forget(&self, vp: &VPath) {
         let rel = vp.rel();
         let under = format!("{rel}/");
-        let hit = |k: &String| k == rel || rel.is_empty() || k.starts_with(&under);
+        let ancestors: Vec<&str> = std::iter::once("")
+            .chain(rel.match_indices('/').map(|(i, _)| &rel[..i]))
+            .collect();
+        let hit = |k: &String| {
+            k == rel || rel.is_empty() || k.starts_with(&under) || ancestors.contains(&k.as_str())
+        };
         self.attrs
             .lock()
             .expect("not poisoned")
             .retain(|k, _| !hit(k));
-        let mut lists = self.lists.lock().expect("not poisoned");
-        lists.retain(|k, _| !hit(k));
-        lists.remove(vp.parent_rel());
+        self.lists
+            .lock()
+            .expect("not poisoned")
+            .retain(|k, _| !hit(k));
     }
 
     /// Forgets everything cached (used when the sandbox comes back after an outage).

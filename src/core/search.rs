@@ -286,16 +286,6 @@ impl Zones {
             .line_terminator(Some(b'\n'))
             .build(&opts.pattern)
             .map_err(|e| FsError::invalid("pattern", e.to_string()))?;
-        let start = self.search_start(opts.path.as_deref())?;
-        let mut wb = walker(&start.real, opts.gitignore, opts.hidden);
-        let filter = file_filter(&start.real, opts)?;
-        let (overrides, types) = filter;
-        if let Some(o) = overrides {
-            wb.overrides(o);
-        }
-        if let Some(t) = types {
-            wb.types(t);
-        }
         for (name, v) in [
             ("context", opts.context),
             ("before", opts.before),
@@ -319,6 +309,16 @@ impl Zones {
         let vp = path::parse_in_zone(opts.path.as_deref().unwrap_or("/workspace"))?;
         if let Some(r) = self.remote(&vp) {
             return self.remote_grep(r, &vp, opts, &matcher, searcher(), limit);
+        }
+        let start = self.search_start(opts.path.as_deref())?;
+        let mut wb = walker(&start.real, opts.gitignore, opts.hidden);
+        let filter = file_filter(&start.real, opts)?;
+        let (overrides, types) = filter;
+        if let Some(o) = overrides {
+            wb.overrides(o);
+        }
+        if let Some(t) = types {
+            wb.types(t);
         }
         let shared = Shared {
             results: Mutex::new(Vec::new()),

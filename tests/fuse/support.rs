@@ -16,6 +16,8 @@ pub struct Mounted {
     log: PathBuf,
     /// `RLIMIT_NOFILE` (soft and hard) for the daemon, when lowered.
     nofile: Option<u64>,
+    /// Variables added to the daemon's environment (tokens of sandboxes).
+    env: Vec<(String, String)>,
 }
 
 fn mounted_at(path: &Path) -> bool {
@@ -42,7 +44,17 @@ impl Mounted {
         Mounted::start_with(extra, Some(nofile))
     }
 
+    /// Starts a daemon with `env` added to its environment (the sandbox tests use it).
+    #[allow(dead_code)]
+    pub fn start_with_env(extra: &str, env: &[(&str, &str)]) -> Mounted {
+        Mounted::start_full(extra, None, env)
+    }
+
     fn start_with(extra: &str, nofile: Option<u64>) -> Mounted {
+        Mounted::start_full(extra, nofile, &[])
+    }
+
+    fn start_full(extra: &str, nofile: Option<u64>, env: &[(&str, &str)]) -> Mounted {
         assert!(
             Path::new("/dev/fuse").exists(),
             "/dev/fuse is missing: FUSE tests need the fuse kernel module and `apt-get install fuse3`"
@@ -74,6 +86,10 @@ impl Mounted {
             socket,
             config,
             nofile,
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         };
         m.spawn();
         m
@@ -86,6 +102,7 @@ impl Mounted {
         cmd.args(["serve", "--config"])
             .arg(&self.config)
             .env("RUST_LOG", "info")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(log);
         if let Some(n) = self.nofile {

@@ -4,8 +4,12 @@
 //! test checks with `std::fs` what the provider did, not only what the provider says.
 
 mod daemon;
+#[allow(dead_code)]
+#[path = "../fuse/support.rs"]
+mod fuse_support;
 mod mirror;
 mod support;
+mod zone;
 
 use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};

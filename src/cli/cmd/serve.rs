@@ -57,6 +57,12 @@ fn init_tracing() {
 }
 
 fn serve(config: Option<&Path>, socket: Option<PathBuf>, args: &Args) -> anyhow::Result<()> {
+    if let Some(n) = std::env::var("SANDFS_EXP_ARENAS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        unsafe { libc::mallopt(libc::M_ARENA_MAX, n) };
+    }
     let mut settings = Settings::load(config)?;
     if let Some(s) = socket {
         settings.socket = s;
@@ -95,10 +101,15 @@ fn serve(config: Option<&Path>, socket: Option<PathBuf>, args: &Args) -> anyhow:
     } else {
         Some(crate::fuse::mount(zones.clone(), &settings.mount, 4)?)
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("sandfs-api")
-        .build()?;
+    let mut b = tokio::runtime::Builder::new_multi_thread();
+    b.enable_all().thread_name("sandfs-api");
+    if let Some(n) = std::env::var("SANDFS_EXP_BLOCKING")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        b.max_blocking_threads(n);
+    }
+    let rt = b.build()?;
     let socket = settings.socket.clone();
     rt.block_on(async {
         // Handlers before the socket exists: a SIGTERM as soon as a client (or systemd) sees the
@@ -114,6 +125,20 @@ fn serve(config: Option<&Path>, socket: Option<PathBuf>, args: &Args) -> anyhow:
             tracing::warn!("cannot tell systemd the daemon is ready: {e}");
         }
         let gc_task = tokio::spawn(collect_garbage(state.clone()));
+        if let Some(ms) = std::env::var("SANDFS_EXP_TRIM")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            tokio::spawn(async move {
+                let mut every = tokio::time::interval(std::time::Duration::from_millis(ms));
+                loop {
+                    every.tick().await;
+                    let t = std::time::Instant::now();
+                    let _ = tokio::task::spawn_blocking(|| unsafe { libc::malloc_trim(0) }).await;
+                    tracing::info!("exp trim took {:?}", t.elapsed());
+                }
+            });
+        }
         let sandbox_task = tokio::spawn(tend_sandboxes(state.clone(), warm));
         let served = crate::api::serve(listener, state, signals.recv()).await;
         gc_task.abort();

@@ -1,0 +1,243 @@
+//! A zone served from a directory inside a real sandbox-agent (started by `AgentServer` with
+//! --token and --no-telemetry, on 127.0.0.1, in the loopback-only namespace): a mounted daemon
+//! reads, writes and lists it through the API and through the mount, and a sandbox that stops
+//! answering gives `SANDBOX_UNAVAILABLE` (API) and `EIO` (mount) within the configured timeout,
+//! never a hang. The server runs on this machine, so each step is checked with `std::fs` on the
+//! sandbox's directory too.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use sandfs::cli::{Client, ClientError};
+use sandfs::core::ErrorCode;
+use serde_json::{json, Value};
+
+use crate::fuse_support::Mounted;
+use crate::support::{noise, AgentServer};
+
+const TOKEN: &str = "SANDFS_TEST_ZONE_TOKEN";
+
+/// The workspace served from `server`'s work dir, attributes trusted for 200 ms, 2 s per request.
+fn zone_config(server: &AgentServer) -> String {
+    format!(
+        "[zones.workspace]\nsandbox = \"dev\"\npath = \"{}\"\nattr_ttl_ms = 200\n\
+         [sandboxes.dev]\nprovider = \"sandbox-agent\"\nurl = \"{}\"\ntoken_env = \"{TOKEN}\"\n\
+         retries = 1\nretry_backoff_ms = 100\nrequest_timeout_secs = 2\n",
+        server.root(),
+        server.url()
+    )
+}
+
+struct Api {
+    client: Client,
+    rt: tokio::runtime::Runtime,
+}
+
+impl Api {
+    fn new(socket: &Path) -> Api {
+        Api {
+            client: Client::new(socket),
+            rt: tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap(),
+        }
+    }
+
+    fn post(&self, route: &str, body: Value) -> Result<Value, (ErrorCode, String)> {
+        self.rt
+            .block_on(self.client.post::<_, Value>(route, &body))
+            .map_err(|e| match e {
+                ClientError::Api { code, message, .. } => (code, message),
+                other => panic!("{route}: {other}"),
+            })
+    }
+
+    fn ok(&self, route: &str, body: Value) -> Value {
+        self.post(route, body.clone())
+            .unwrap_or_else(|e| panic!("{route} {body}: {e:?}"))
+    }
+}
+
+fn start(server: &AgentServer) -> (Mounted, Api) {
+    let m = Mounted::start_with_env(&zone_config(server), &[(TOKEN, server.token())]);
+    let api = Api::new(&m.socket);
+    (m, api)
+}
+
+#[test]
+fn a_sandbox_directory_is_the_workspace_through_the_api_and_the_mount() {
+    let server = AgentServer::start();
+    let work = server.work();
+    std::fs::write(work.join("hello.txt"), "hello\n").unwrap();
+    std::fs::create_dir_all(work.join("src")).unwrap();
+    std::fs::write(work.join("src/lib.rs"), "fn alpha() {}\nfn beta() {}\n").unwrap();
+    let (m, api) = start(&server);
+
+    // The API reads, lists, searches and changes the sandbox's files.
+    let r = api.ok("/v1/fs/read", json!({"path": "/workspace/hello.txt"}));
+    assert_eq!(r["content"], "hello\n", "{r}");
+    let l = api.ok("/v1/fs/list", json!({"path": "/workspace"}));
+    let names: Vec<&str> = l["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["hello.txt", "src"], "{l}");
+    api.ok(
+        "/v1/fs/write",
+        json!({"path": "/workspace/new/deep.txt", "content": "deep\n"}),
+    );
+    assert_eq!(
+        std::fs::read_to_string(work.join("new/deep.txt")).unwrap(),
+        "deep\n"
+    );
+    let e = api.ok(
+        "/v1/fs/edit",
+        json!({"path": "/workspace/hello.txt", "old": "hello", "new": "hello world"}),
+    );
+    assert_eq!(e["replacements"], 1, "{e}");
+    assert_eq!(
+        std::fs::read_to_string(work.join("hello.txt")).unwrap(),
+        "hello world\n"
+    );
+    let g = api.ok("/v1/fs/glob", json!({"pattern": "*.rs"}));
+    assert_eq!(g["matches"][0]["path"], "/workspace/src/lib.rs", "{g}");
+    let g = api.ok("/v1/fs/grep", json!({"pattern": "fn b\\w+"}));
+    assert_eq!(g["lines"][0]["path"], "/workspace/src/lib.rs", "{g}");
+    assert_eq!(g["lines"][0]["line"], 2, "{g}");
+    api.ok(
+        "/v1/fs/move",
+        json!({"from": "/workspace/new/deep.txt", "to": "/workspace/moved.txt"}),
+    );
+    assert!(work.join("moved.txt").is_file() && !work.join("new/deep.txt").exists());
+    // An empty directory is deleted without `recursive`.
+    api.ok("/v1/fs/delete", json!({"path": "/workspace/new"}));
+    assert!(!work.join("new").exists());
+    let (code, _) = api
+        .post("/v1/fs/read", json!({"path": "/workspace/missing.txt"}))
+        .unwrap_err();
+    assert_eq!(code, ErrorCode::NotFound);
+
+    // The mount reads, lists and changes them too.
+    let ws = m.ws();
+    assert_eq!(
+        std::fs::read_to_string(ws.join("hello.txt")).unwrap(),
+        "hello world\n"
+    );
+    let mut listed: Vec<String> = std::fs::read_dir(&ws)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    listed.sort();
+    assert_eq!(listed, ["hello.txt", "moved.txt", "src"]);
+    std::fs::write(ws.join("from-mount.txt"), "written through the mount\n").unwrap();
+    assert_eq!(
+        std::fs::read_to_string(work.join("from-mount.txt")).unwrap(),
+        "written through the mount\n",
+        "the file is written back to the sandbox on close"
+    );
+    {
+        use std::io::Write as _;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(ws.join("from-mount.txt"))
+            .unwrap();
+        f.write_all(b"appended\n").unwrap();
+        f.sync_all().unwrap();
+        // fsync writes back before close.
+        assert_eq!(
+            std::fs::read_to_string(work.join("from-mount.txt")).unwrap(),
+            "written through the mount\nappended\n"
+        );
+    }
+    let big = noise(5 << 20, 7);
+    std::fs::write(ws.join("big.bin"), &big).unwrap();
+    assert!(
+        std::fs::read(work.join("big.bin")).unwrap() == big,
+        "5 MiB written back whole"
+    );
+    assert!(
+        std::fs::read(ws.join("big.bin")).unwrap() == big,
+        "and read back whole"
+    );
+    std::fs::create_dir(ws.join("dir")).unwrap();
+    std::fs::rename(ws.join("moved.txt"), ws.join("dir/moved.txt")).unwrap();
+    assert!(work.join("dir/moved.txt").is_file());
+    std::fs::remove_file(ws.join("dir/moved.txt")).unwrap();
+    std::fs::remove_dir(ws.join("dir")).unwrap();
+    assert!(!work.join("dir").exists());
+    assert_eq!(
+        std::fs::metadata(ws.join("big.bin")).unwrap().len(),
+        5 << 20
+    );
+
+    // A change made inside the sandbox shows through the mount once the 200 ms TTL has passed.
+    std::fs::write(work.join("hello.txt"), "changed in the sandbox\n").unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(
+        std::fs::read_to_string(ws.join("hello.txt")).unwrap(),
+        "changed in the sandbox\n"
+    );
+    // The journal names what the mount and the API did.
+    let log: Value = api
+        .rt
+        .block_on(api.client.get("/v1/log?limit=100"))
+        .expect("GET /v1/log");
+    let text = log.to_string();
+    for p in ["from-mount.txt", "moved.txt", "hello.txt"] {
+        assert!(text.contains(p), "{p} not in the journal: {text}");
+    }
+}
+
+#[test]
+fn a_sandbox_that_stops_answering_gives_sandbox_unavailable_and_eio_never_a_hang() {
+    let server = AgentServer::start();
+    std::fs::write(server.work().join("a.txt"), "a\n").unwrap();
+    let (m, api) = start(&server);
+    assert_eq!(
+        std::fs::read_to_string(m.ws().join("a.txt")).unwrap(),
+        "a\n"
+    );
+
+    server.pause();
+    std::thread::sleep(Duration::from_millis(300)); // the 200 ms attribute TTL runs out
+    let t = Instant::now();
+    let (code, msg) = api
+        .post("/v1/fs/read", json!({"path": "/workspace/a.txt"}))
+        .unwrap_err();
+    assert_eq!(code, ErrorCode::SandboxUnavailable, "{msg}");
+    assert!(msg.contains("dev"), "the error names the sandbox: {msg}");
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "the API answered after {:?}",
+        t.elapsed()
+    );
+    let t = Instant::now();
+    let err = std::fs::read(m.ws().join("a.txt")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "the mount answered after {:?}",
+        t.elapsed()
+    );
+    let err = std::fs::metadata(m.ws().join("never-seen.txt")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+    assert!(
+        m.log_text().contains("sandbox"),
+        "a log line names the failure: {}",
+        m.log_text()
+    );
+
+    // Back up: everything works again, nothing was lost.
+    server.resume();
+    std::thread::sleep(Duration::from_millis(300));
+    let r = api.ok("/v1/fs/read", json!({"path": "/workspace/a.txt"}));
+    assert_eq!(r["content"], "a\n");
+    std::fs::write(m.ws().join("b.txt"), "b\n").unwrap();
+    assert_eq!(
+        std::fs::read_to_string(server.work().join("b.txt")).unwrap(),
+        "b\n"
+    );
+}
