@@ -1008,6 +1008,78 @@ mod tests {
     }
 
     #[test]
+    fn a_zone_may_be_served_from_a_sandbox() {
+        let dev = "[sandboxes.dev]\nprovider = \"sandbox-agent\"\nurl = \"http://127.0.0.1:2468\"\nroot = \"/srv\"\n";
+        let s = load(&format!(
+            "[zones.workspace]\nsandbox = \"dev\"\npath = \"/home/u/p/\"\nattr_ttl_ms = 50\n{dev}"
+        ))
+        .unwrap();
+        match &s.zones[1].backing {
+            Backing::Remote(r) => {
+                assert_eq!(r.sandbox.name, "dev");
+                assert_eq!(r.path, "/home/u/p");
+                assert_eq!(r.attr_ttl, Duration::from_millis(50));
+            }
+            other => panic!("{other:?}"),
+        }
+        // The path defaults to the sandbox's root; direct mode needs no dir for it.
+        let s = load(&format!(
+            "[zones]\nmode = \"direct\"\n[zones.cache]\ndir = \"/c\"\n[zones.workspace]\nsandbox = \"dev\"\n{dev}"
+        ))
+        .unwrap();
+        assert!(matches!(&s.zones[1].backing, Backing::Remote(r) if r.path == "/srv"));
+        for (text, key, says) in [
+            (
+                "[zones.workspace]\nsandbox = \"prod\"\n",
+                "zones.workspace.sandbox",
+                "\"prod\" is not defined",
+            ),
+            (
+                "[zones.workspace]\nsandbox = \"dev\"\npath = \"rel\"\n",
+                "zones.workspace.path",
+                "absolute",
+            ),
+            (
+                "[zones.workspace]\nsandbox = \"dev\"\npath = \"/a/../b\"\n",
+                "zones.workspace.path",
+                "`..`",
+            ),
+            (
+                "[zones.workspace]\npath = \"/a\"\n",
+                "zones.workspace.path",
+                "only used with",
+            ),
+            (
+                "[zones.cache]\nattr_ttl_ms = 5\n",
+                "zones.cache.attr_ttl_ms",
+                "only used with",
+            ),
+            (
+                "[zones.workspace]\nsandbox = \"dev\"\nattr_ttl_ms = 9999999\n",
+                "zones.workspace.attr_ttl_ms",
+                "at most",
+            ),
+            (
+                "[zones.workspace]\nsandbox = \"dev\"\nallow_hardlinks = true\n",
+                "zones.workspace.allow_hardlinks",
+                "local zones only",
+            ),
+        ] {
+            let e = load(&format!("{text}{dev}")).unwrap_err().to_string();
+            assert!(e.contains(key) && e.contains(says), "{text}: {e}");
+        }
+        let e = load(&format!(
+            "[zones]\nmode = \"direct\"\n[zones.cache]\ndir = \"/c\"\n[zones.workspace]\ndir = \"/w\"\nsandbox = \"dev\"\n{dev}"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("zones.workspace.dir") && e.contains("not both"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn modes_require_their_keys() {
         let e = load("[zones]\nmode = \"direct\"\n")
             .unwrap_err()

@@ -308,13 +308,24 @@ impl SandFs {
         }
         let p = self.inode(parent)?;
         let name = plain_name(name)?;
-        let fd = rustix::fs::openat(
-            &p.fd,
-            name,
-            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(errno)?;
+        let mut waited = 0;
+        let fd = loop {
+            match rustix::fs::openat(
+                &p.fd,
+                name,
+                OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            ) {
+                // Out of descriptors before eviction caught up (a busy machine): let the
+                // invalidation thread free some, for up to a second, rather than fail the lookup.
+                Err(rustix::io::Errno::MFILE | rustix::io::Errno::NFILE) if waited < 100 => {
+                    waited += 1;
+                    self.inodes.press();
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                other => break other.map_err(errno)?,
+            }
+        };
         let st = rustix::fs::fstat(&fd).map_err(errno)?;
         let inode = self.inodes.remember(p.zone, fd, &st, parent.0, name);
         Ok((inode.clone(), attr_of(inode.ino, &st)))
@@ -356,12 +367,22 @@ impl SandFs {
     }
 
     fn reopen(&self, inode: &Inode, flags: OFlags) -> Res<OwnedFd> {
-        rustix::fs::open(
-            inode.proc_path().as_str(),
-            flags | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(errno)
+        let mut waited = 0;
+        loop {
+            match rustix::fs::open(
+                inode.proc_path().as_str(),
+                flags | OFlags::CLOEXEC,
+                Mode::empty(),
+            ) {
+                // As in `do_lookup`: wait for eviction rather than fail on a busy machine.
+                Err(rustix::io::Errno::MFILE | rustix::io::Errno::NFILE) if waited < 100 => {
+                    waited += 1;
+                    self.inodes.press();
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                other => return other.map_err(errno),
+            }
+        }
     }
 
     fn handle(&self, fh: FileHandle) -> Res<Arc<Handle>> {

@@ -244,13 +244,21 @@ impl Inodes {
         live.insert(ino, inode.clone());
         let pressure = live.len() > self.high;
         drop(live);
-        if pressure && !self.evicting.swap(true, Ordering::AcqRel) {
+        if pressure {
+            self.press();
+        }
+        inode
+    }
+
+    /// Asks the invalidation thread to evict entries, unless it is already doing so (also
+    /// called when the daemon runs out of descriptors before the table saw it coming).
+    pub fn press(&self) {
+        if !self.evicting.swap(true, Ordering::AcqRel) {
             match self.on_pressure.get() {
                 Some(hook) => hook(),
                 None => self.evicting.store(false, Ordering::Release),
             }
         }
-        inode
     }
 
     /// Drops `n` kernel references; the fd is closed when none remain (zone roots stay).

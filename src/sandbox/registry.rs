@@ -688,6 +688,18 @@ impl Registry {
         .await;
         let r = self.after_run(&req.sandbox, &def, &mut attached, r);
         if let Ok(s) = &r {
+            // Into the journal (which `sandfs log`, git status and the next push read), and to
+            // the mount's caches, like any other change.
+            let origin = crate::state::Origin {
+                via: crate::state::Via::Mirror,
+                pid: None,
+                uid: None,
+            };
+            for (path, op, bytes) in &s.changed {
+                if let Ok(vp) = crate::core::VPath::new(zone, path) {
+                    self.zones.record_change(&vp, op, *bytes, None, origin);
+                }
+            }
             tracing::info!(sandbox = %req.sandbox, zone = zone.name(), from = %from, files = s.files_received, bytes = s.bytes_received, deleted = s.deleted, conflicts = s.conflicts.len(), ms = s.duration_ms, "mirror pull");
         }
         r

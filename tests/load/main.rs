@@ -234,31 +234,29 @@ fn sixty_four_clients_and_a_fuse_workload_for_a_minute() {
             v[v.len() - 1]
         );
     }
-    // Memory. The issue asks for no growth beyond 10 % after the first 10 s; measured, the
-    // daemon still warms up after that (caches filling: +25 % from 10 s to 60 s, flattening out),
-    // so what is asserted is that it levels off: the last third of the run adds at most 8 %.
-    // Both figures are printed.
+    // Memory: no growth beyond 10 % after the first 10 s, neither at the end nor at any sample
+    // after 10 s. (Before the API's blocking pool was capped it grew to ~130 threads and RSS rose
+    // by ~15 % over the minute: see `BLOCKING_THREADS` in src/cli/cmd/serve.rs.)
     let rss = rss.lock().unwrap();
-    let sample_at = |t: Duration| {
-        rss.iter()
-            .find(|(at, _)| *at >= t)
-            .map(|(_, r)| *r)
-            .expect("a sample")
-    };
-    let at10 = sample_at(Duration::from_secs(10.min(seconds / 2)));
-    let two_thirds = sample_at(Duration::from_secs(seconds * 2 / 3));
+    let ten = Duration::from_secs(10.min(seconds / 2));
+    let at10 = rss
+        .iter()
+        .find(|(at, _)| *at >= ten)
+        .map(|(_, r)| *r)
+        .expect("a sample at 10 s");
     let end = rss.last().unwrap().1;
     let peak_late = rss
         .iter()
-        .filter(|(t, _)| *t >= Duration::from_secs(seconds * 2 / 3))
+        .filter(|(t, _)| *t >= ten)
         .map(|(_, r)| *r)
         .max()
         .unwrap();
     eprintln!(
-        "load: daemon VmRSS {at10} KiB at 10 s, {two_thirds} KiB at {} s, {end} KiB at the end: +{:.1} % after 10 s, +{:.1} % in the last third",
-        seconds * 2 / 3,
+        "load: daemon VmRSS {at10} KiB at {} s, {end} KiB at the end (+{:.1} %), at most {peak_late} KiB after {} s (+{:.1} %)",
+        ten.as_secs(),
         (end as f64 / at10 as f64 - 1.0) * 100.0,
-        (peak_late as f64 / two_thirds as f64 - 1.0) * 100.0
+        ten.as_secs(),
+        (peak_late as f64 / at10 as f64 - 1.0) * 100.0
     );
     for op in ["read", "write", "edit", "grep", "list", "stat", "stage"] {
         assert!(lat.get(op).is_some_and(|v| !v.is_empty()), "no {op} ran");
@@ -268,8 +266,8 @@ fn sixty_four_clients_and_a_fuse_workload_for_a_minute() {
         "the mount workload did not run"
     );
     assert!(
-        peak_late as f64 <= two_thirds as f64 * 1.08,
-        "the daemon kept growing: {two_thirds} KiB at {} s, {peak_late} KiB later: {rss:?}",
-        seconds * 2 / 3
+        end as f64 <= at10 as f64 * 1.10 && peak_late as f64 <= at10 as f64 * 1.10,
+        "the daemon kept growing: {at10} KiB at {} s, {end} KiB at the end, {peak_late} KiB at most after: {rss:?}",
+        ten.as_secs()
     );
 }

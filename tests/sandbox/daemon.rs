@@ -355,6 +355,12 @@ fn sandboxes_are_added_checked_and_mirrored_and_survive_a_restart() {
         std::fs::read_to_string(d.workspace().join("README.md")).unwrap(),
         "# demo, changed in the sandbox\n"
     );
+    // The pull is in the journal, like any change, naming the mirror as its origin.
+    let log = d.cli_json(&["log", "--limit", "5"]).to_string();
+    assert!(
+        log.contains("README.md") && log.contains("mirror"),
+        "the pulled file is not in the journal: {log}"
+    );
     // A push to another remote directory is a mirror of its own.
     let to = format!("{}/elsewhere", b.root());
     let other = d.cli_json(&["mirror", "push", "other", "--to", &to]);

@@ -225,6 +225,9 @@ pub struct PullSummary {
     pub deleted: u64,
     pub conflicts: Vec<Conflict>,
     pub duration_ms: u64,
+    /// What changed locally, in order (path, `write`/`symlink`/`delete`, bytes), for the journal.
+    #[serde(skip)]
+    pub changed: Vec<(String, &'static str, Option<u64>)>,
 }
 
 /// How one manifest path stands on one side.
@@ -807,6 +810,7 @@ pub async fn pull(
                         .map_err(local_err(path, "symlink"))?;
                     manifest.commit(vec![other_row(path, &item)], Vec::new())?;
                     summary.files_received += 1;
+                    summary.changed.push((path.clone(), "symlink", None));
                 } else {
                     let copy = format!("{path}{suffix}");
                     tree.symlink_atomic(&copy, &target)
@@ -873,6 +877,9 @@ pub async fn pull(
                         .map_err(local_err(path, "write"))?;
                     summary.files_received += 1;
                     summary.bytes_received += data.len() as u64;
+                    summary
+                        .changed
+                        .push((path.clone(), "write", Some(data.len() as u64)));
                     opts.report(MirrorProgress {
                         phase: "receive",
                         files_done: summary.files_received,
@@ -925,12 +932,14 @@ pub async fn pull(
                     // Files of its own keep it (and are pushed next time).
                     if tree.remove(&m.path, true).is_ok() {
                         summary.deleted += 1;
+                        summary.changed.push((m.path.clone(), "delete", None));
                     }
                 }
             } else if local_unchanged(&tree, Some(&m), l.as_ref())? {
                 tree.remove(&m.path, false)
                     .map_err(local_err(&m.path, "delete"))?;
                 summary.deleted += 1;
+                summary.changed.push((m.path.clone(), "delete", None));
             } else {
                 summary.conflicts.push(Conflict {
                     path: m.path.clone(),
