@@ -23,11 +23,11 @@ pub const GC_EVERY: std::time::Duration = std::time::Duration::from_secs(60 * 60
 /// The most threads the API's blocking pool (core operations, git, gc) runs at once; past this
 /// many, calls queue.
 ///
-/// Tokio's default is 512. Under 64 concurrent clients the pool grew to ~130 threads, which
-/// spread their allocations over all of glibc's malloc arenas (8 per core), each keeping its own
-/// freed memory: the daemon's RSS kept rising for a minute (+15 % after the first 10 s, see
-/// `tests/load`) with no growth of the live heap. The work is bound by the cores and the disk
-/// long before this many threads are busy.
+/// Tokio's default is 512. Under 64 concurrent clients the pool grew to ~130 threads, and glibc
+/// malloc keeps freed memory per thread (its tcache) and per arena (8 arenas per core): the
+/// daemon's RSS kept rising for a minute (+15 % after the first 10 s, see `tests/load`) while
+/// the live heap did not grow. The work is bound by the cores and the disk long before this many
+/// threads are busy. See also `limit_malloc_arenas`.
 pub const BLOCKING_THREADS: usize = 32;
 
 /// Run the daemon in the foreground: mount the zones and serve the API (logs: stderr, RUST_LOG)
@@ -67,6 +67,7 @@ fn init_tracing() {
 }
 
 fn serve(config: Option<&Path>, socket: Option<PathBuf>, args: &Args) -> anyhow::Result<()> {
+    limit_malloc_arenas();
     let mut settings = Settings::load(config)?;
     if let Some(s) = socket {
         settings.socket = s;
@@ -166,6 +167,21 @@ fn raise_fd_limit() {
                 maximum: Some(max),
             },
         );
+    }
+}
+
+/// Caps glibc malloc's arenas at one per core (its default is eight per core). Each arena keeps
+/// the memory freed into it, so the daemon's many short-lived threads (the blocking pool, the
+/// search walkers) spread that retained memory over up to 16 arenas on two cores, and RSS crept
+/// up under load. Only as many threads as there are cores run at once, so fewer arenas cost
+/// little contention. Must run before the daemon starts its threads.
+fn limit_malloc_arenas() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let arenas = libc::c_int::try_from(cores.max(2)).unwrap_or(libc::c_int::MAX);
+        // SAFETY: mallopt only changes malloc's tuning; no memory is touched.
+        unsafe { libc::mallopt(libc::M_ARENA_MAX, arenas) };
     }
 }
 
