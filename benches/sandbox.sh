@@ -9,7 +9,10 @@
 #      /v1/fs/upload-batch; target: sandfs <= 2x the hand-made upload;
 #   2. incremental push after one edit in that tree: target < 0.2 s and exactly one file sent;
 #   3. first push of one 100 MiB file against a plain chunked upload (`split -b 2M`, one
-#      `curl --upload-file` PUT per chunk); MB/s for both.
+#      `curl --upload-file` PUT per chunk); MB/s for both;
+#   4. a zone served from the sandbox (`[zones.workspace] sandbox = ...`), mounted: reading the
+#      large file and 100 small files, and writing 100 small files, through the mount against the
+#      same requests made with curl.
 # Prints a summary and keeps raw results in bench-data/results/sandbox-*.
 #
 # Environment: SANDFS_BENCH_RUNS (default 3), SANDFS_BENCH_BIG_MB (default 100), CARGO.
@@ -31,7 +34,7 @@ if [ -z "${SANDFS_BENCH_IN_NETNS:-}" ]; then
   [ -x /usr/local/bin/sandbox-agent ] || [ -x "$HOME/.local/bin/sandbox-agent" ] ||
     die "sandbox-agent is missing: run .ci/install-deps test"
   log "building (release)"
-  "$cargo" build --release --bench mirror
+  "$cargo" build --release --bench mirror --bin sandfs
   export SANDFS_BENCH_IN_NETNS=1
   exec .ci/netns bash "$0" "$@"
 fi
@@ -49,7 +52,12 @@ results=$repo_root/bench-data/results
 mkdir -p "$data" "$results"
 work=$(mktemp -d "$data/run.XXXXXX")
 agent_pid=""
+daemon_pid=""
 cleanup() {
+  [ -n "$daemon_pid" ] && kill "$daemon_pid" 2>/dev/null && wait "$daemon_pid" 2>/dev/null || true
+  if grep -q " $work/mnt " /proc/self/mountinfo 2>/dev/null; then
+    fusermount3 -u -z "$work/mnt" 2>/dev/null || umount -l "$work/mnt" 2>/dev/null || true
+  fi
   [ -n "$agent_pid" ] && kill "$agent_pid" 2>/dev/null && wait "$agent_pid" 2>/dev/null || true
   rm -rf "$work"
 }
@@ -137,6 +145,61 @@ cmp -s "$work/big/blob.bin" "$home/remote/sandfs/big/blob.bin" || die "the pushe
 n_remote=$(find "$home/remote/sandfs/tree-0" -type f | wc -l)
 [ "$n_remote" = 10000 ] || die "the first push left $n_remote files, not 10000"
 
+# --- a zone served from the sandbox, through the mount, against curl
+log "sandfs: the sandbox's directory as a mounted zone"
+mkdir -p "$work/mnt"
+cat >"$work/config.toml" <<EOF
+state_dir = "$work/state"
+socket = "$work/run/s.sock"
+mount = "$work/mnt"
+[zones]
+root = "$work/zones"
+[zones.workspace]
+sandbox = "dev"
+path = "$home/remote"
+[sandboxes.dev]
+provider = "sandbox-agent"
+url = "$url"
+token_env = "SANDFS_BENCH_TOKEN"
+EOF
+SANDFS_BENCH_TOKEN=$token RUST_LOG=warn "$repo_root/target/release/sandfs" serve --config "$work/config.toml" \
+  >"$work/daemon.log" 2>&1 &
+daemon_pid=$!
+for _ in $(seq 100); do
+  [ -e "$work/mnt/workspace/sandfs" ] && break
+  kill -0 "$daemon_pid" 2>/dev/null || { cat "$work/daemon.log" >&2; die "sandfs serve exited"; }
+  sleep 0.1
+done
+[ -e "$work/mnt/workspace/sandfs" ] || die "the remote zone did not come up: $(cat "$work/daemon.log")"
+small=$home/remote/peer-1/d000
+zone_read_big=() curl_read_big=() zone_read_small=() curl_read_small=() zone_write=() curl_write=()
+for run in $(seq "$runs"); do
+  t0=$(now_ms); cat "$work/mnt/workspace/sandfs/big/blob.bin" >/dev/null; zone_read_big+=($(($(now_ms) - t0)))
+  t0=$(now_ms); curl -sf "${auth[@]}" "$url/v1/fs/file?path=$home/remote/sandfs/big/blob.bin" >/dev/null
+  curl_read_big+=($(($(now_ms) - t0)))
+  sleep 1.1 # past the zone's attribute TTL: the listing and attributes are asked for again
+  t0=$(now_ms); cat "$work/mnt/workspace/peer-1/d000"/* >/dev/null; zone_read_small+=($(($(now_ms) - t0)))
+  t0=$(now_ms)
+  curl -sf "${auth[@]}" "$url/v1/fs/entries?path=$small" >/dev/null
+  for f in "$small"/*; do curl -sf "${auth[@]}" "$url/v1/fs/file?path=$f" >/dev/null; done
+  curl_read_small+=($(($(now_ms) - t0)))
+  t0=$(now_ms); cp -r "$work/tree/d001" "$work/mnt/workspace/zone-w-$run"; zone_write+=($(($(now_ms) - t0)))
+  t0=$(now_ms)
+  for f in "$work/tree/d001"/*; do
+    curl -sf "${auth[@]}" --upload-file "$f" "$url/v1/fs/file?path=$home/remote/curl-w-$run/$(basename "$f")" >/dev/null
+  done
+  curl_write+=($(($(now_ms) - t0)))
+done
+diff -r "$work/tree/d001" "$home/remote/zone-w-1" >/dev/null || die "files written through the remote zone differ"
+zone_line() { # name, sandfs runs, curl runs
+  echo "$1 $(printf '%s\n' $2 | median) $(printf '%s\n' $3 | median)"
+}
+{
+  zone_line read_big "${zone_read_big[*]}" "${curl_read_big[*]}"
+  zone_line read_small "${zone_read_small[*]}" "${curl_read_small[*]}"
+  zone_line write_small "${zone_write[*]}" "${curl_write[*]}"
+} >"$work/zone.txt"
+
 stamp=$(date -u +%Y-%m-%dT%H:%MZ)
 python3 - "$work/sandfs.json" "$peer_med" "$peer_big_ms" "$big_mb" "$tree_bytes" "$batches" "$stamp" \
   "$(cut -d' ' -f1-3 /proc/loadavg)" "${peer_ms[*]}" <<'EOF' | tee "$results/sandbox-summary.txt"
@@ -160,5 +223,16 @@ print(f"| push with nothing changed | {r['idle_push_median_ms']:.0f} ms | | | | 
 bm = mb / (r["big_push_ms"] / 1000)
 pm = mb / (peer_big / 1000)
 print(f"| first push, one {big_mb:.0f} MiB file | {r['big_push_ms']:.0f} ms ({bm:.0f} MB/s) | chunked curl PUTs: {peer_big:.0f} ms ({pm:.0f} MB/s) | {bm / pm:.2f}x speed | (report) | |")
+print()
+print("A zone served from the sandbox, through the mount (medians; ratio = time through the mount / time with curl):")
+print()
+print("| measure | through the mount | curl | ratio |")
+print("|---|---|---|---|")
+names = {"read_big": f"read the {big_mb:.0f} MiB file (`cat`) vs one GET",
+         "read_small": "read 100 small files of one directory (`cat dir/*`) vs a listing and 100 GETs",
+         "write_small": "write 100 small files (`cp -r`) vs 100 PUTs"}
+for line in open(sys.argv[1].replace("sandfs.json", "zone.txt")):
+    n, a, b = line.split()
+    print(f"| {names[n]} | {float(a):.0f} ms | {float(b):.0f} ms | {float(a) / float(b):.2f}x |")
 EOF
 cp "$work/sandfs.json" "$results/sandbox-raw.json"

@@ -628,6 +628,19 @@ impl RemoteTree {
 
     /// Opens `ino`, downloading it unless another open holds it or `truncate` empties it.
     pub fn open(&self, ino: u64, write: bool, truncate: bool, origin: Origin) -> Res<u64> {
+        self.open_as(ino, write, truncate, false, origin)
+    }
+
+    /// [`RemoteTree::open`]; `created` says the sandbox's file was just created empty, so there
+    /// is nothing to download and nothing to send back unless something is written.
+    fn open_as(
+        &self,
+        ino: u64,
+        write: bool,
+        truncate: bool,
+        created: bool,
+        origin: Origin,
+    ) -> Res<u64> {
         if write {
             self.writable()?;
         }
@@ -654,7 +667,7 @@ impl RemoteTree {
             }
             None => {
                 let file = self.spool_file(&vp)?;
-                if !truncate {
+                if !truncate && !created {
                     let r = self.remote();
                     let meta = r.stat_fresh(&vp).map_err(|e| errno_of(&e))?;
                     if meta.kind == EntryKind::Dir {
@@ -707,10 +720,10 @@ impl RemoteTree {
         self.writable()?;
         let (rel, vp) = self.child(parent, name)?;
         let r = self.remote();
-        match r.stat_fresh(&vp) {
+        let created = match r.stat_fresh(&vp) {
             Ok(_) if exclusive => return Err(Errno::EEXIST),
             Ok(m) if m.kind == EntryKind::Dir => return Err(Errno::EISDIR),
-            Ok(_) => {}
+            Ok(_) => false,
             Err(FsError::NotFound { .. }) => {
                 r.write(&vp, Bytes::new()).map_err(|e| errno_of(&e))?;
                 if mode & 0o111 != 0 {
@@ -724,11 +737,12 @@ impl RemoteTree {
                     .map_err(|e| errno_of(&e))?;
                 }
                 self.record(&vp, "create", Some(0), None, origin);
+                true
             }
             Err(e) => return Err(errno_of(&e)),
-        }
+        };
         let ino = self.ino_of(&rel, true);
-        let fh = self.open(ino, true, false, origin)?;
+        let fh = self.open_as(ino, true, false, created, origin)?;
         Ok((self.getattr(ino)?, fh))
     }
 
