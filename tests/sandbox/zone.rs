@@ -152,6 +152,26 @@ fn a_sandbox_directory_is_the_workspace_through_the_api_and_the_mount() {
             "written through the mount\nappended\n"
         );
     }
+    {
+        // A reader closing its descriptor (a flush) while a writer keeps writing loses nothing.
+        use std::io::{Read as _, Write as _};
+        let mut w = std::fs::OpenOptions::new()
+            .append(true)
+            .open(ws.join("from-mount.txt"))
+            .unwrap();
+        w.write_all(b"second writer line\n").unwrap();
+        let mut text = String::new();
+        std::fs::File::open(ws.join("from-mount.txt"))
+            .unwrap()
+            .read_to_string(&mut text)
+            .unwrap();
+        assert!(text.ends_with("second writer line\n"), "{text:?}");
+        w.write_all(b"after the reader closed\n").unwrap();
+    }
+    assert_eq!(
+        std::fs::read_to_string(work.join("from-mount.txt")).unwrap(),
+        "written through the mount\nappended\nsecond writer line\nafter the reader closed\n"
+    );
     let big = noise(5 << 20, 7);
     std::fs::write(ws.join("big.bin"), &big).unwrap();
     assert!(
