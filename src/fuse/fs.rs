@@ -1046,19 +1046,9 @@ impl fuser::Filesystem for SandFs {
         if let Some(t) = self.tree(ino.0) {
             let write = SandFs::is_write(flags.0);
             let trunc = write && flags.0 & libc::O_TRUNC != 0;
-            let fh = match t.open(ino.0, write, trunc, SandFs::origin(req)) {
-                Ok(fh) => fh,
-                Err(e) => return reply.error(e),
-            };
-            let backing = self
-                .passthrough
-                .load(Ordering::Relaxed)
-                .then(|| t.backing(fh, SandFs::origin(req), |fd| reply.open_backing(fd)))
-                .flatten();
-            return match backing {
-                Some(b) => reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &b),
-                None => reply.opened(FileHandle(fh), FopenFlags::empty()),
-            };
+            let res = t.open(ino.0, write, trunc, SandFs::origin(req));
+            return reply!(reply, res, |fh| reply
+                .opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO));
         }
         let i = match self.inode(ino) {
             Ok(i) => i,
@@ -1583,33 +1573,14 @@ impl fuser::Filesystem for SandFs {
     ) {
         if let Some(t) = self.tree(parent.0) {
             let excl = flags & libc::O_EXCL != 0;
-            let (attr, fh) =
-                match t.create(parent.0, name, mode & !umask, excl, SandFs::origin(req)) {
-                    Ok(v) => v,
-                    Err(e) => return reply.error(e),
-                };
-            let backing = self
-                .passthrough
-                .load(Ordering::Relaxed)
-                .then(|| t.backing(fh, SandFs::origin(req), |fd| reply.open_backing(fd)))
-                .flatten();
-            return match backing {
-                Some(b) => reply.created_passthrough(
-                    &t.ttl(),
-                    &attr,
-                    Generation(0),
-                    FileHandle(fh),
-                    FopenFlags::empty(),
-                    &b,
-                ),
-                None => reply.created(
-                    &t.ttl(),
-                    &attr,
-                    Generation(0),
-                    FileHandle(fh),
-                    FopenFlags::empty(),
-                ),
-            };
+            let res = t.create(parent.0, name, mode & !umask, excl, SandFs::origin(req));
+            return reply!(reply, res, |(attr, fh)| reply.created(
+                &t.ttl(),
+                &attr,
+                Generation(0),
+                FileHandle(fh),
+                FopenFlags::FOPEN_DIRECT_IO
+            ));
         }
         let res = (|| {
             let p = self.dir_for_change(parent)?;

@@ -7,12 +7,12 @@
 //! through the mount within that time.
 //!
 //! File contents use a whole-file cache: the first open of a file downloads it into an unnamed
-//! file in the zone's spool directory; reads and writes go to that copy (through kernel
-//! passthrough when the mount has it, so they cost no round trip to the daemon); the copy is
-//! written back to the sandbox on `flush` (every `close`), `fsync` and the last `release` when it
-//! changed (with passthrough: whenever it was open for writing).
-//! Opens never keep the kernel's page cache (no `FOPEN_KEEP_CACHE`), so each open sees what the
-//! sandbox holds then.
+//! file in the zone's spool directory; reads and writes go to that copy; the copy is written back
+//! to the sandbox on `flush` (every `close`), `fsync` and the last `release` when it changed.
+//! Remote files are opened with `FOPEN_DIRECT_IO`: reads and writes go to the daemon's copy
+//! without the kernel's page cache, so a reader never sees a size the kernel cached before
+//! another writer grew the file, and each open sees what the sandbox holds then (shared
+//! `mmap` is refused by the kernel for such files; private mappings work).
 //!
 //! A sandbox that is down or hung fails each call with `EIO` after the zone's deadline (see
 //! [`RemoteZone::deadline`]), with a log line naming the sandbox: the mount never hangs on it.
@@ -82,12 +82,7 @@ struct Table {
 /// A file's content while it is open: a local copy and whether it differs from the sandbox's.
 struct Content {
     file: std::fs::File,
-    /// The local copy registered for kernel passthrough (reads and writes then skip the daemon).
-    backing: Option<Arc<fuser::BackingId>>,
     dirty: bool,
-    /// Handles open for writing through passthrough: their writes are never seen, so the copy
-    /// is sent back at every flush while any of them is open.
-    pt_writers: usize,
     opens: usize,
     /// Who last wrote through the mount (named in the journal at write-back).
     origin: Option<Origin>,
@@ -98,8 +93,6 @@ struct Handle {
     ino: u64,
     content: Arc<Mutex<Content>>,
     writable: bool,
-    /// Writes go through kernel passthrough (counted in [`Content::pt_writers`]).
-    pt_writer: std::sync::atomic::AtomicBool,
 }
 
 /// The mount's side of one remote zone.
@@ -687,9 +680,7 @@ impl RemoteTree {
                 }
                 let c = Arc::new(Mutex::new(Content {
                     file,
-                    backing: None,
                     dirty: truncate,
-                    pt_writers: 0,
                     opens: 1,
                     origin: truncate.then_some(origin),
                 }));
@@ -714,7 +705,6 @@ impl RemoteTree {
                 ino,
                 content,
                 writable: write,
-                pt_writer: std::sync::atomic::AtomicBool::new(false),
             }),
         );
         Ok(fh)
@@ -756,34 +746,6 @@ impl RemoteTree {
         let ino = self.ino_of(&rel, true);
         let fh = self.open_as(ino, true, false, created, origin)?;
         Ok((self.getattr(ino)?, fh))
-    }
-
-    /// Registers the open file's local copy for kernel passthrough (once per copy, with `open`),
-    /// so reads and writes go straight to it. The daemon no longer sees the writes of a handle
-    /// open for writing, so such a copy counts as changed and is sent back at flush and close.
-    pub fn backing(
-        &self,
-        fh: u64,
-        origin: Origin,
-        open: impl FnOnce(std::os::fd::BorrowedFd<'_>) -> std::io::Result<fuser::BackingId>,
-    ) -> Option<Arc<fuser::BackingId>> {
-        use std::os::fd::AsFd as _;
-        let h = self.handle(fh).ok()?;
-        let mut c = h.content.lock().expect("not poisoned");
-        if c.backing.is_none() {
-            match open(c.file.as_fd()) {
-                Ok(b) => c.backing = Some(Arc::new(b)),
-                Err(e) => {
-                    tracing::debug!(error = %e, "passthrough registration failed for a remote file");
-                    return None;
-                }
-            }
-        }
-        if h.writable && !h.pt_writer.swap(true, Ordering::Relaxed) {
-            c.pt_writers += 1;
-            c.origin = Some(origin);
-        }
-        c.backing.clone()
     }
 
     fn handle(&self, fh: u64) -> Res<Arc<Handle>> {
@@ -841,7 +803,7 @@ impl RemoteTree {
 
     fn write_back(&self, ino: u64, content: &Mutex<Content>) -> Res<()> {
         let mut c = content.lock().expect("not poisoned");
-        if !c.dirty && c.pt_writers == 0 {
+        if !c.dirty {
             return Ok(());
         }
         let vp = self.vpath(&self.rel_of(ino)?)?;
@@ -857,11 +819,7 @@ impl RemoteTree {
                 errno_of(&e)
             })?;
         c.dirty = false;
-        let origin = if c.pt_writers > 0 {
-            c.origin
-        } else {
-            c.origin.take()
-        };
+        let origin = c.origin.take();
         drop(c);
         if let Some(o) = origin {
             self.record(&vp, "write", Some(len), None, o);
@@ -880,9 +838,6 @@ impl RemoteTree {
         let res = self.write_back(h.ino, &h.content);
         let last = {
             let mut c = h.content.lock().expect("not poisoned");
-            if h.pt_writer.load(Ordering::Relaxed) {
-                c.pt_writers = c.pt_writers.saturating_sub(1);
-            }
             c.opens = c.opens.saturating_sub(1);
             c.opens == 0
         };
