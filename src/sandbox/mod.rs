@@ -3,7 +3,7 @@
 //! A provider implements [`RemoteFs`] (defined in `core::remote`, re-exported here, because
 //! the core's remote-backed zones consume it and the core imports no provider). The first and so
 //! far only provider is [`agent::SandboxAgent`], for any sandbox running the open-source
-//! `sandbox-agent` server. [`mirror`] keeps a zone and a sandbox directory in step;
+//! `sandbox-agent` server (with `--token` and `--no-telemetry`). [`mirror`] keeps a zone and a sandbox directory in step;
 //! [`registry`] names the sandboxes, keeps their sessions (in the state database) and
 //! serialises the runs against each.
 

@@ -1,5 +1,5 @@
-//! Tests of the `sandbox-agent` provider against the real sandbox-agent 0.4.2 server, started
-//! by `support` inside a loopback-only network namespace (run with `make test`, or see
+//! Tests of the `sandbox-agent` provider against the real sandbox-agent 0.4.2 server (--no-telemetry),
+//! started by `support` inside a loopback-only network namespace (run with `make test`, or see
 //! `support::require_loopback_only` for the command). The server runs on this machine, so each
 //! test checks with `std::fs` what the provider did, not only what the provider says.
 

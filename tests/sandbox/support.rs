@@ -1,4 +1,5 @@
-//! The real `sandbox-agent` 0.4.2 server for the sandbox tests, started the only safe way.
+//! The real `sandbox-agent` 0.4.2 server for the sandbox tests, started with --no-telemetry:
+//! the only safe way (`--token`, 127.0.0.1, a loopback-only namespace).
 //!
 //! sandbox-agent beacons to the internet unless told not to, and some of its routes download
 //! coding agents. So every server here is started

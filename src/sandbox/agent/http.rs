@@ -1,5 +1,5 @@
-//! The HTTP transport to one `sandbox-agent` server, and the one place its answers become
-//! [`RemoteError`]s.
+//! The HTTP transport to one `sandbox-agent` server (started with --token and --no-telemetry),
+//! and the one place its answers become [`RemoteError`]s.
 //!
 //! Every request carries the bearer token (a header marked sensitive, so it never appears in
 //! debug output) and runs under a deadline: a server that is down answers `Unavailable` at once,

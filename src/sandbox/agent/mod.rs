@@ -1,5 +1,6 @@
 //! The `sandbox-agent` provider: a directory inside any sandbox that runs the open-source
-//! `sandbox-agent` server (Daytona, E2B, Vercel, Modal, a VM), over its HTTP API.
+//! `sandbox-agent` server with `--token` and `--no-telemetry` (Daytona, E2B, Vercel, Modal, a VM),
+//! over its HTTP API.
 //!
 //! Routes used (measured on 0.4.2): `GET /v1/health`, `GET /v1/fs/stat|entries|file?path=`,
 //! `PUT /v1/fs/file?path=` (raw bytes; creates parents), `POST /v1/fs/mkdir?path=` (like
