@@ -460,11 +460,17 @@ impl Zones {
             });
         }
         let parent = z.ensure_parent(&vp)?;
+        self.start_write(vp, parent, false)
+    }
+
+    /// Creates the temp file of an [`AtomicWrite`] of `vp` in `parent` (beside the destination,
+    /// or in a remote zone's spool, read back at commit).
+    fn start_write(&self, vp: VPath, parent: OwnedFd, remote: bool) -> FsResult<AtomicWrite<'_>> {
         let tmp = self.next_tmp_name();
         let fd = rustix::fs::openat(
             &parent,
             tmp.as_str(),
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC,
+            OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC,
             Mode::from_raw_mode(0o600),
         )
         .map_err(errno_err(&vp, "create temp file"))?;
@@ -477,7 +483,7 @@ impl Zones {
             written: 0,
             limit: self.limits.max_write_bytes,
             mode: None,
-            remote: false,
+            remote,
         })
     }
 
@@ -1100,7 +1106,7 @@ impl Zones {
             });
         }
         let data = r.read(vp, meta.size)?;
-        let mut file = spool_file(r, vp, &self.next_tmp_name())?;
+        let mut file = r.spool_file().map_err(io_err(vp, "create spool file"))?;
         file.write_all(&data).map_err(io_err(vp, "spool"))?;
         std::io::Seek::rewind(&mut file).map_err(io_err(vp, "spool"))?;
         Ok((file, data.len() as u64))
@@ -1120,25 +1126,7 @@ impl Zones {
             Mode::empty(),
         )
         .map_err(errno_err(&vp, "open spool"))?;
-        let tmp = self.next_tmp_name();
-        let fd = rustix::fs::openat(
-            &parent,
-            tmp.as_str(),
-            OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o600),
-        )
-        .map_err(errno_err(&vp, "create spool file"))?;
-        Ok(AtomicWrite {
-            zones: self,
-            vp,
-            parent,
-            tmp,
-            file: Some(std::fs::File::from(fd)),
-            written: 0,
-            limit: self.limits.max_write_bytes,
-            mode: None,
-            remote: true,
-        })
+        self.start_write(vp, parent, true)
     }
 
     /// Replaces an exact string in a remote text file; `CONFLICT` when the file changed in the
@@ -1279,19 +1267,6 @@ impl AtomicWrite<'_> {
             created: !existing,
         })
     }
-}
-
-/// Creates an unnamed read-write file in a remote zone's spool (named only until it is open).
-fn spool_file(r: &RemoteZone, vp: &VPath, name: &str) -> FsResult<std::fs::File> {
-    let path = r.spool().join(name);
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&path)
-        .map_err(io_err(vp, "create spool file"))?;
-    let _ = std::fs::remove_file(&path);
-    Ok(file)
 }
 
 /// Removes `name` in `parent` and everything beneath it, never following a symlink.

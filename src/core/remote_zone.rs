@@ -27,7 +27,6 @@ use super::path::{VPath, ZoneId};
 use super::remote::{
     join_remote, MetaUpdate, RemoteEntry, RemoteError, RemoteFs, RemoteMeta, RemoteResult,
 };
-use super::EntryKind;
 
 /// Entries kept in each cache before it is emptied (bounds memory on huge trees).
 const CACHE_CAP: usize = 100_000;
@@ -50,6 +49,8 @@ pub struct RemoteZone {
     attr_ttl: Duration,
     read_only: bool,
     spool: PathBuf,
+    /// Names spool files apart.
+    spooled: std::sync::atomic::AtomicU64,
     attrs: Mutex<HashMap<String, (Instant, Option<RemoteMeta>)>>,
     lists: Mutex<HashMap<String, CachedList>>,
 }
@@ -109,6 +110,7 @@ impl RemoteZone {
             attr_ttl,
             read_only,
             spool: spool.to_path_buf(),
+            spooled: std::sync::atomic::AtomicU64::new(0),
             attrs: Mutex::new(HashMap::new()),
             lists: Mutex::new(HashMap::new()),
         })
@@ -152,14 +154,25 @@ impl RemoteZone {
 
     /// Fails with `READ_ONLY` when the zone refuses changes.
     pub fn check_writable(&self, vp: &VPath) -> FsResult<()> {
-        if self.read_only {
-            Err(FsError::ReadOnly {
-                path: vp.to_string(),
-                zone: self.id.name().into(),
-            })
-        } else {
-            Ok(())
-        }
+        super::zone::refuse_if_read_only(self.read_only, vp)
+    }
+
+    /// Creates an unnamed read-write file in the spool (named only until it is open), for a
+    /// file's content in transit.
+    pub fn spool_file(&self) -> std::io::Result<std::fs::File> {
+        let n = self
+            .spooled
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = self
+            .spool
+            .join(format!(".spool-{}-{n}", std::process::id()));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)?;
+        let _ = std::fs::remove_file(&path);
+        Ok(file)
     }
 
     /// Returns the absolute path inside the sandbox of a path of this zone.
@@ -198,6 +211,17 @@ impl RemoteZone {
                 })
             }
         }
+    }
+
+    /// Runs a call that changes `vp` in the sandbox, then drops what the caches knew about it
+    /// (whether or not the call succeeded: a timed-out change may still have happened).
+    fn change<F>(&self, vp: &VPath, op: &str, deadline: Duration, call: F) -> FsResult<()>
+    where
+        F: FnOnce(Arc<dyn RemoteFs>) -> super::remote::BoxFuture<'static, RemoteResult<()>>,
+    {
+        let res = self.run(vp, op, deadline, call);
+        self.forget(vp);
+        res
     }
 
     /// Maps a provider error to the core's error, naming the virtual path.
@@ -313,21 +337,17 @@ impl RemoteZone {
     pub fn write(&self, vp: &VPath, data: Bytes) -> FsResult<()> {
         let path = self.remote_path(vp);
         let deadline = self.deadline(data.len() as u64);
-        let res = self.run(vp, "write", deadline, move |fs| {
+        self.change(vp, "write", deadline, move |fs| {
             Box::pin(async move { fs.write(&path, data).await })
-        });
-        self.forget(vp);
-        res
+        })
     }
 
     /// Creates a directory and its missing parents.
     pub fn mkdir_p(&self, vp: &VPath) -> FsResult<()> {
         let path = self.remote_path(vp);
-        let res = self.run(vp, "mkdir", self.deadline(0), move |fs| {
+        self.change(vp, "mkdir", self.deadline(0), move |fs| {
             Box::pin(async move { fs.mkdir_p(&path).await })
-        });
-        self.forget(vp);
-        res
+        })
     }
 
     /// Removes a file, a symlink or (with `recursive`, or when empty) a directory.
@@ -339,20 +359,17 @@ impl RemoteZone {
             ));
         }
         let path = self.remote_path(vp);
-        let res = self.run(vp, "remove", self.deadline(0), move |fs| {
+        self.change(vp, "remove", self.deadline(0), move |fs| {
             Box::pin(async move { fs.remove(&path, recursive).await })
-        });
-        self.forget(vp);
-        res
+        })
     }
 
     /// Renames `from` to `to` (a file in the way is replaced, a directory is not).
     pub fn rename(&self, from: &VPath, to: &VPath) -> FsResult<()> {
         let (src, dst) = (self.remote_path(from), self.remote_path(to));
-        let res = self.run(from, "rename", self.deadline(0), move |fs| {
+        let res = self.change(from, "rename", self.deadline(0), move |fs| {
             Box::pin(async move { fs.rename(&src, &dst).await })
         });
-        self.forget(from);
         self.forget(to);
         res
     }
@@ -360,22 +377,18 @@ impl RemoteZone {
     /// Sets the permission bits and/or modification time.
     pub fn set_meta(&self, vp: &VPath, meta: MetaUpdate) -> FsResult<()> {
         let path = self.remote_path(vp);
-        let res = self.run(vp, "set metadata", self.deadline(0), move |fs| {
+        self.change(vp, "set metadata", self.deadline(0), move |fs| {
             Box::pin(async move { fs.set_meta(&path, meta).await })
-        });
-        self.forget(vp);
-        res
+        })
     }
 
     /// Creates (or replaces) a symlink at `vp` pointing at `target`.
     pub fn symlink(&self, vp: &VPath, target: &str) -> FsResult<()> {
         let path = self.remote_path(vp);
         let target = target.to_string();
-        let res = self.run(vp, "symlink", self.deadline(0), move |fs| {
+        self.change(vp, "symlink", self.deadline(0), move |fs| {
             Box::pin(async move { fs.symlink(&target, &path).await })
-        });
-        self.forget(vp);
-        res
+        })
     }
 
     /// Returns every entry beneath `vp` (relative to it), for glob and grep.
@@ -383,14 +396,6 @@ impl RemoteZone {
         let path = self.remote_path(vp);
         self.run(vp, "walk", self.deadline(0) * 4, move |fs| {
             Box::pin(async move { fs.walk(&path).await })
-        })
-    }
-
-    /// Checks that the sandbox answers.
-    pub fn check(&self) -> FsResult<()> {
-        let vp = VPath::root(self.id);
-        self.run(&vp, "health check", self.deadline(0), |fs| {
-            Box::pin(async move { fs.check().await })
         })
     }
 
@@ -414,17 +419,6 @@ impl RemoteZone {
             .expect("not poisoned")
             .retain(|k, _| !hit(k));
     }
-
-    /// Forgets everything cached (used when the sandbox comes back after an outage).
-    pub fn forget_all(&self) {
-        self.attrs.lock().expect("not poisoned").clear();
-        self.lists.lock().expect("not poisoned").clear();
-    }
-}
-
-/// The kind of an entry as the rest of the core sees it.
-pub fn kind(meta: &RemoteMeta) -> EntryKind {
-    meta.kind
 }
 
 /// A remote modification time in milliseconds (0 when the provider gives none).

@@ -320,13 +320,7 @@ impl Zones {
         if let Some(t) = types {
             wb.types(t);
         }
-        let shared = Shared {
-            results: Mutex::new(Vec::new()),
-            total: AtomicUsize::new(0),
-            searched: AtomicUsize::new(0),
-            stop: AtomicBool::new(false),
-            limit,
-        };
+        let shared = Shared::new(limit);
         wb.build_parallel().run(|| {
             let mut searcher = searcher();
             let matcher = matcher.clone();
@@ -409,13 +403,7 @@ impl Zones {
                 .map(|(rel, m)| (rel, m.size))
                 .collect()
         };
-        let shared = Shared {
-            results: Mutex::new(Vec::new()),
-            total: AtomicUsize::new(0),
-            searched: AtomicUsize::new(0),
-            stop: AtomicBool::new(false),
-            limit,
-        };
+        let shared = Shared::new(limit);
         for (rel, size) in files {
             if size > self.limits.max_read_bytes {
                 continue;
@@ -658,6 +646,16 @@ struct Shared {
 }
 
 impl Shared {
+    fn new(limit: usize) -> Shared {
+        Shared {
+            results: Mutex::new(Vec::new()),
+            total: AtomicUsize::new(0),
+            searched: AtomicUsize::new(0),
+            stop: AtomicBool::new(false),
+            limit,
+        }
+    }
+
     /// Adds one file's results; returns false once the cap is reached.
     fn add(&self, sink: FileSink) -> bool {
         let n = match sink.mode {

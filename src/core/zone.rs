@@ -78,14 +78,7 @@ impl LocalZone {
 
     /// Fails with `READ_ONLY` when the zone refuses changes.
     pub fn check_writable(&self, vp: &VPath) -> FsResult<()> {
-        if self.read_only {
-            Err(FsError::ReadOnly {
-                path: vp.to_string(),
-                zone: self.id.name().into(),
-            })
-        } else {
-            Ok(())
-        }
+        refuse_if_read_only(self.read_only, vp)
     }
 
     /// Opens `rel` (relative to the zone root, "" for the root) beneath the zone.
@@ -298,6 +291,18 @@ pub fn openat2_beneath(
             Err(rustix::io::Errno::AGAIN) if tries < 64 => tries += 1,
             other => return other.map_err(io::Error::from),
         }
+    }
+}
+
+/// Fails with `READ_ONLY` for a change to `vp` in a zone that refuses changes.
+pub fn refuse_if_read_only(read_only: bool, vp: &VPath) -> FsResult<()> {
+    if read_only {
+        Err(FsError::ReadOnly {
+            path: vp.to_string(),
+            zone: vp.zone().name().into(),
+        })
+    } else {
+        Ok(())
     }
 }
 

@@ -703,14 +703,7 @@ impl fuser::Filesystem for SandFs {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         if let Some(t) = self.tree(ino.0) {
-            let res = if ino.0 == super::inodes::zone_ino(ZoneId::Cache)
-                || ino.0 == super::inodes::zone_ino(ZoneId::Workspace)
-            {
-                t.root_attr()
-            } else {
-                t.getattr(ino.0)
-            };
-            return reply!(reply, res, |attr| reply.attr(&t.ttl(), &attr));
+            return reply!(reply, t.getattr(ino.0), |attr| reply.attr(&t.ttl(), &attr));
         }
         if ino.0 == ROOT_INO {
             return reply.attr(&TTL, &self.root_attr());
@@ -1293,7 +1286,7 @@ impl fuser::Filesystem for SandFs {
                 let attr = if target == ROOT_INO {
                     Some(self.root_attr())
                 } else if let Some(t) = self.tree(target) {
-                    t.getattr(target).ok().or_else(|| t.root_attr().ok())
+                    t.getattr(target).ok()
                 } else {
                     self.inodes
                         .get(target)
@@ -1541,11 +1534,7 @@ impl fuser::Filesystem for SandFs {
             Ok(())
         } else if let Some(t) = self.tree(ino.0) {
             if mask.contains(AccessFlags::W_OK) {
-                self.writable(if t.owns(super::inodes::zone_ino(ZoneId::Cache)) {
-                    ZoneId::Cache
-                } else {
-                    ZoneId::Workspace
-                })
+                self.writable(t.zone())
             } else {
                 Ok(())
             }

@@ -104,7 +104,6 @@ pub struct RemoteTree {
     contents: Mutex<HashMap<u64, Arc<Mutex<Content>>>>,
     handles: RwLock<HashMap<u64, Arc<Handle>>>,
     next_fh: AtomicU64,
-    tmp: AtomicU64,
     uid: u32,
     gid: u32,
 }
@@ -154,7 +153,6 @@ impl RemoteTree {
             contents: Mutex::new(HashMap::new()),
             handles: RwLock::new(HashMap::new()),
             next_fh: AtomicU64::new(REMOTE_FH_BASE + (base_of(zone) >> 2)),
-            tmp: AtomicU64::new(0),
             uid: rustix::process::geteuid().as_raw(),
             gid: rustix::process::getegid().as_raw(),
         })
@@ -170,6 +168,11 @@ impl RemoteTree {
     /// How long the kernel may keep what this tree answers.
     pub fn ttl(&self) -> Duration {
         self.remote().attr_ttl()
+    }
+
+    /// The zone this tree serves.
+    pub fn zone(&self) -> ZoneId {
+        self.zone
     }
 
     /// True when `ino` is this zone's root or one of its entries.
@@ -333,6 +336,9 @@ impl RemoteTree {
 
     /// The attributes of `ino`.
     pub fn getattr(&self, ino: u64) -> Res<FileAttr> {
+        if ino == zone_ino(self.zone) {
+            return self.root_attr();
+        }
         let rel = self.rel_of(ino)?;
         if self
             .contents
@@ -610,22 +616,10 @@ impl RemoteTree {
     }
 
     fn spool_file(&self, vp: &VPath) -> Res<std::fs::File> {
-        let n = self.tmp.fetch_add(1, Ordering::Relaxed);
-        let path = self
-            .remote()
-            .spool()
-            .join(format!(".mount-{}-{n}", std::process::id()));
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|e| {
-                tracing::error!(path = %vp, error = %e, "cannot create a spool file for a remote file");
-                io_errno(&e)
-            })?;
-        let _ = std::fs::remove_file(&path);
-        Ok(file)
+        self.remote().spool_file().map_err(|e| {
+            tracing::error!(path = %vp, error = %e, "cannot create a spool file for a remote file");
+            io_errno(&e)
+        })
     }
 
     /// Opens `ino`, downloading it unless another open holds it or `truncate` empties it.
