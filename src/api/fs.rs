@@ -76,9 +76,15 @@ async fn read(
 
 /// Reads `?path=` strictly: percent-decoding that yields invalid UTF-8 is an error, not a silently
 /// mangled name, and unknown parameters are refused.
-fn path_query(RawQuery(q): RawQuery) -> Result<String, ApiError> {
+fn path_query(q: RawQuery) -> Result<String, ApiError> {
+    query(q, false).map(|(path, _)| path)
+}
+
+/// Reads `?path=...` (and, where `allow_fsync`, `&fsync=true|false`) from a query string.
+fn query(RawQuery(q): RawQuery, allow_fsync: bool) -> Result<(String, bool), ApiError> {
     let bad = |rule: String| ApiError::Fs(FsError::invalid("query", rule));
     let mut path = None;
+    let mut fsync = false;
     for pair in q
         .as_deref()
         .unwrap_or("")
@@ -86,10 +92,22 @@ fn path_query(RawQuery(q): RawQuery) -> Result<String, ApiError> {
         .filter(|p| !p.is_empty())
     {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        if k != "path" {
-            return Err(bad(format!(
-                "unknown parameter {k:?}; the only one is path"
-            )));
+        match k {
+            "path" => {}
+            "fsync" if allow_fsync => {
+                fsync = match v {
+                    "true" | "1" => true,
+                    "false" | "0" => false,
+                    _ => return Err(bad(format!("fsync={v:?}; expected true or false"))),
+                };
+                continue;
+            }
+            _ => {
+                let known = if allow_fsync { "path and fsync" } else { "path" };
+                return Err(bad(format!(
+                    "unknown parameter {k:?}; the known ones are {known}"
+                )));
+            }
         }
         let plus_decoded = v.replace('+', " ");
         let decoded = percent_encoding::percent_decode_str(&plus_decoded)
@@ -97,7 +115,8 @@ fn path_query(RawQuery(q): RawQuery) -> Result<String, ApiError> {
             .map_err(|_| bad("path is not UTF-8 after percent-decoding".into()))?;
         path = Some(decoded.into_owned());
     }
-    path.ok_or_else(|| bad("missing ?path=/workspace/...".into()))
+    let path = path.ok_or_else(|| bad("missing ?path=/workspace/...".into()))?;
+    Ok((path, fsync))
 }
 
 async fn raw_get(State(app): State<Arc<AppState>>, q: RawQuery) -> Result<Response, ApiError> {
@@ -134,7 +153,7 @@ async fn raw_put(
         }
         Err(e)
     };
-    let path = match path_query(q) {
+    let (path, fsync) = match query(q, true) {
         Ok(p) => p,
         Err(e) => return refuse(stream, 0, e).await,
     };
@@ -143,6 +162,7 @@ async fn raw_put(
         Ok(w) => w,
         Err(e) => return refuse(stream, 0, e.into()).await,
     };
+    w.set_sync(fsync);
     let mut seen = 0u64;
     while let Some(chunk) = stream.next().await {
         let chunk =
@@ -163,6 +183,9 @@ async fn raw_put(
 struct WriteReq {
     path: String,
     content: String,
+    /// Sync the file and its directory before answering (survives a power loss).
+    #[serde(default)]
+    fsync: bool,
 }
 
 async fn write(
@@ -170,7 +193,10 @@ async fn write(
     ConnectInfo(peer): ConnectInfo<Peer>,
     JsonBody(r): JsonBody<WriteReq>,
 ) -> AppResult<crate::core::WriteResult> {
-    blocking(&app, move |z| z.write(&r.path, &r.content, origin(peer))).await
+    blocking(&app, move |z| {
+        z.write_synced(&r.path, r.content.as_bytes(), r.fsync, origin(peer))
+    })
+    .await
 }
 
 #[derive(Deserialize)]

@@ -262,7 +262,7 @@ impl Client {
     }
 
     /// Streams `input` to a file (replaced atomically by the daemon) and decodes the answer.
-    pub async fn upload<R, T>(&self, path: &str, input: R) -> Result<T, ClientError>
+    pub async fn upload<R, T>(&self, path: &str, fsync: bool, input: R) -> Result<T, ClientError>
     where
         R: tokio::io::AsyncRead + Send + 'static,
         T: DeserializeOwned,
@@ -270,7 +270,11 @@ impl Client {
         use futures_util::StreamExt;
         let stream = tokio_util::io::ReaderStream::with_capacity(input, 256 * 1024)
             .map(|r| r.map(Frame::data));
-        let req = Client::request(Method::PUT, &format!("/v1/fs/raw?path={}", encode(path)))
+        let sync = if fsync { "&fsync=true" } else { "" };
+        let req = Client::request(
+            Method::PUT,
+            &format!("/v1/fs/raw?path={}{sync}", encode(path)),
+        )
             .header(hyper::header::CONTENT_TYPE, "application/octet-stream")
             .body(StreamBody::new(stream))
             .map_err(|e| ClientError::Local(e.to_string()))?;

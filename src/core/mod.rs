@@ -8,6 +8,7 @@
 //! inside a sandbox through one ([`remote_zone`]); the operations then go to the sandbox.
 
 pub mod error;
+pub mod foreign;
 pub mod gc;
 mod locks;
 #[cfg(test)]
@@ -27,7 +28,8 @@ use serde::{Deserialize, Serialize};
 
 pub use error::{ErrorCode, FsError, FsResult};
 pub use ops::{
-    EditResult, Entry, ExistsResult, ListResult, ReadResult, ResolveResult, StatResult, WriteResult,
+    EditResult, Entry, ExistsResult, Identity, ListResult, ReadResult, Replacement, ResolveResult, Seen,
+    StatResult, WriteResult,
 };
 pub use path::{Target, VPath, ZoneId};
 pub use search::{

@@ -415,3 +415,105 @@ fn writes_keep_the_mode_of_the_file_they_replace() {
         0o750
     );
 }
+
+#[test]
+fn replace_entry_replaces_a_symlink_as_itself_and_never_writes_through_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let zones = zones_in(dir.path());
+    let ws = dir.path().join("z/workspace");
+    std::fs::write(ws.join("target.txt"), "the agent's edit\n").unwrap();
+    std::os::unix::fs::symlink("target.txt", ws.join("link")).unwrap();
+    let seen = zones.seen("/workspace/link").unwrap();
+    let mut content: &[u8] = b"upstream\n";
+    zones
+        .replace_entry(
+            "/workspace/link",
+            super::Replacement::File {
+                content: &mut content,
+                mode: 0o4755,
+            },
+            Some(seen),
+            Origin::INTERNAL,
+        )
+        .unwrap();
+    let meta = std::fs::symlink_metadata(ws.join("link")).unwrap();
+    assert!(meta.file_type().is_file(), "the link was replaced by a file");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(meta.permissions().mode() & 0o7777 & !0o022, 0o755 & !0o022);
+    assert_eq!(meta.permissions().mode() & 0o7000, 0, "setuid was masked");
+    assert_eq!(std::fs::read_to_string(ws.join("link")).unwrap(), "upstream\n");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("target.txt")).unwrap(),
+        "the agent's edit\n"
+    );
+    // And back: a file replaced by a symlink, as itself.
+    let seen = zones.seen("/workspace/link").unwrap();
+    zones
+        .replace_entry(
+            "/workspace/link",
+            super::Replacement::Symlink("target.txt"),
+            Some(seen),
+            Origin::INTERNAL,
+        )
+        .unwrap();
+    assert_eq!(
+        std::fs::read_link(ws.join("link")).unwrap(),
+        Path::new("target.txt")
+    );
+}
+
+#[test]
+fn replace_entry_refuses_when_the_entry_changed_after_it_was_seen() {
+    let dir = tempfile::tempdir().unwrap();
+    let zones = zones_in(dir.path());
+    let ws = dir.path().join("z/workspace");
+    std::fs::write(ws.join("f.txt"), "base\n").unwrap();
+    let seen = zones.seen("/workspace/f.txt").unwrap();
+    // An acknowledged write lands between the check and the replacement.
+    zones
+        .write("/workspace/f.txt", "acknowledged\n", Origin::INTERNAL)
+        .unwrap();
+    let mut content: &[u8] = b"pulled\n";
+    let err = zones
+        .replace_entry(
+            "/workspace/f.txt",
+            super::Replacement::File {
+                content: &mut content,
+                mode: 0o644,
+            },
+            Some(seen),
+            Origin::INTERNAL,
+        )
+        .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::Conflict, "{err}");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("f.txt")).unwrap(),
+        "acknowledged\n"
+    );
+    assert_eq!(std::fs::read_dir(&ws).unwrap().count(), 1, "no temp file left");
+    // Expecting absence where a file appeared is a conflict too.
+    let err = zones
+        .replace_entry(
+            "/workspace/f.txt",
+            super::Replacement::Symlink("x"),
+            Some(super::Seen::Absent),
+            Origin::INTERNAL,
+        )
+        .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::Conflict, "{err}");
+    assert_eq!(std::fs::read_dir(&ws).unwrap().count(), 1, "no temp link left");
+}
+
+#[test]
+fn a_synced_write_syncs_through_the_directory_fd() {
+    let dir = tempfile::tempdir().unwrap();
+    let zones = zones_in(dir.path());
+    let res = zones
+        .write_synced("/workspace/d/s.txt", b"durable\n", true, Origin::INTERNAL)
+        .unwrap();
+    assert!(res.created);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("z/workspace/d/s.txt")).unwrap(),
+        "durable\n"
+    );
+}

@@ -13,6 +13,7 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, Stat};
 use serde::{Deserialize, Serialize};
 
 use super::error::{FsError, FsResult};
+use super::foreign;
 use super::path::{self, Target, VPath, ZoneId};
 use super::remote_zone::RemoteZone;
 use super::zone::{kind_of, mtime_ms, LocalZone};
@@ -125,6 +126,8 @@ pub struct AtomicWrite<'z> {
     mode: Option<u32>,
     /// The destination is in a remote zone: the temp file is in its spool, uploaded on commit.
     remote: bool,
+    /// Sync the file before the rename and its directory after it (survives a power loss).
+    sync: bool,
 }
 
 impl<'z> AtomicWrite<'z> {
@@ -136,6 +139,12 @@ impl<'z> AtomicWrite<'z> {
     /// Gives the file these permission bits (masked by the umask) instead of the old file's.
     pub fn set_mode(&mut self, mode: u32) {
         self.mode = Some(mode & 0o7777 & !self.zones.umask);
+    }
+
+    /// Makes the commit durable: the file is synced before the rename and its directory after,
+    /// so an acknowledged write survives a power loss, not only a crash of the daemon.
+    pub fn set_sync(&mut self, sync: bool) {
+        self.sync = sync;
     }
 
     /// Appends bytes, failing with `TOO_LARGE` past the write limit.
@@ -161,10 +170,10 @@ impl<'z> AtomicWrite<'z> {
     }
 
     /// Commits while the caller holds the path lock; with `expect`, fails with `CONFLICT` when
-    /// the destination is no longer the file the caller read.
+    /// the destination is no longer what the caller saw (and `IS_DIR` when it is a directory).
     fn commit_locked(
         mut self,
-        expect: Option<&Fingerprint>,
+        expect: Option<Seen>,
         op: &str,
         origin: Origin,
     ) -> FsResult<WriteResult> {
@@ -182,28 +191,8 @@ impl<'z> AtomicWrite<'z> {
         {
             hook();
         }
-        let existing =
-            match rustix::fs::statat(&self.parent, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
-                Ok(st) => Some(st),
-                Err(rustix::io::Errno::NOENT) => None,
-                Err(e) => return Err(errno_err(&self.vp, "stat")(e)),
-            };
-        if let Some(exp) = expect {
-            if existing.as_ref().map(Fingerprint::of) != Some(*exp) {
-                return Err(FsError::Conflict {
-                    path: self.vp.to_string(),
-                    reason:
-                        "the file changed between reading and replacing it; read it again and retry"
-                            .into(),
-                });
-            }
-        }
+        let existing = check_seen(&self.parent, &name, &self.vp, expect)?;
         let mode = match &existing {
-            Some(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => {
-                return Err(FsError::IsDir {
-                    path: self.vp.to_string(),
-                })
-            }
             _ if self.mode.is_some() => self.mode.unwrap_or_default(),
             Some(st) => st.st_mode & 0o7777,
             None => 0o666 & !self.zones.umask,
@@ -211,10 +200,16 @@ impl<'z> AtomicWrite<'z> {
         let file = self.file.take().expect("open until commit");
         rustix::fs::fchmod(&file, Mode::from_raw_mode(mode))
             .map_err(errno_err(&self.vp, "chmod"))?;
+        if self.sync {
+            file.sync_all().map_err(io_err(&self.vp, "fsync"))?;
+        }
         drop(file);
         rustix::fs::renameat(&self.parent, self.tmp.as_str(), &self.parent, name.as_str())
             .map_err(errno_err(&self.vp, "rename"))?;
         self.tmp.clear();
+        if self.sync {
+            sync_dir(&self.parent).map_err(errno_err(&self.vp, "fsync directory"))?;
+        }
         self.zones
             .record(&self.vp, op, Some(self.written), None, origin);
         Ok(WriteResult {
@@ -230,6 +225,47 @@ impl Drop for AtomicWrite<'_> {
         if !self.tmp.is_empty() {
             let _ = rustix::fs::unlinkat(&self.parent, self.tmp.as_str(), AtFlags::empty());
         }
+    }
+}
+
+/// What [`Zones::seen`] found at a path: compared again by [`Zones::replace_entry`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    /// Nothing there.
+    Absent,
+    /// A file, symlink or directory with this identity.
+    Entry(Identity),
+    /// A remote zone: no identity to compare.
+    Unknown,
+}
+
+/// One version of a directory entry (inode, size, mtime, ctime), as [`Zones::seen`] read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Identity(Fingerprint);
+
+/// The new entry [`Zones::replace_entry`] puts at a path.
+pub enum Replacement<'a> {
+    /// A regular file: its bytes (streamed) and permission bits (masked).
+    File {
+        content: &'a mut dyn Read,
+        mode: u32,
+    },
+    /// A symlink to this target (stored verbatim; the caller has validated it).
+    Symlink(&'a str),
+}
+
+
+/// Streams `content` into an atomic write (bounded by the write limit, 64 KiB at a time).
+fn copy_into(w: &mut AtomicWrite<'_>, content: &mut dyn Read) -> FsResult<()> {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match content.read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(FsError::from_io(&w.vp.to_string(), "read", e)),
+        };
+        w.write_chunk(&buf[..n])?;
     }
 }
 
@@ -253,6 +289,53 @@ impl Fingerprint {
             ctime: (st.st_ctime, st.st_ctime_nsec),
         }
     }
+}
+
+/// Stats `name` in `parent` (not following a symlink) under the caller's path lock and checks it
+/// against `expect`: `CONFLICT` when it is no longer what the caller saw, `IS_DIR` for a directory.
+fn check_seen(
+    parent: &OwnedFd,
+    name: &str,
+    vp: &VPath,
+    expect: Option<Seen>,
+) -> FsResult<Option<Stat>> {
+    let now = match rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => Some(st),
+        Err(rustix::io::Errno::NOENT) => None,
+        Err(e) => return Err(errno_err(vp, "stat")(e)),
+    };
+    if let Some(exp) = expect {
+        let current = match &now {
+            Some(st) => Seen::Entry(Identity(Fingerprint::of(st))),
+            None => Seen::Absent,
+        };
+        if exp != Seen::Unknown && current != exp {
+            return Err(FsError::Conflict {
+                path: vp.to_string(),
+                reason: "the file changed between reading and replacing it; read it again and retry"
+                    .into(),
+            });
+        }
+    }
+    if let Some(st) = &now {
+        if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+            return Err(FsError::IsDir {
+                path: vp.to_string(),
+            });
+        }
+    }
+    Ok(now)
+}
+
+/// Syncs a directory given by an `O_PATH` fd (reopened for reading: `fsync` needs a real fd).
+fn sync_dir(dir: &OwnedFd) -> rustix::io::Result<()> {
+    let fd = rustix::fs::openat(
+        dir,
+        ".",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    rustix::fs::fsync(&fd)
 }
 
 /// Checks UTF-8 and the absence of NUL bytes in the probe window.
@@ -484,12 +567,28 @@ impl Zones {
             limit: self.limits.max_write_bytes,
             mode: None,
             remote,
+            sync: false,
         })
     }
 
     /// Replaces (or creates) a file with the given bytes, atomically.
     pub fn write_bytes(&self, path: &str, content: &[u8], origin: Origin) -> FsResult<WriteResult> {
         let mut w = self.begin_write(path)?;
+        w.write_chunk(content)?;
+        w.commit(origin)
+    }
+
+    /// Replaces (or creates) a file, atomically; with `sync`, the file and its directory are
+    /// synced before the call returns, so the write survives a power loss (see docs/reliability.md).
+    pub fn write_synced(
+        &self,
+        path: &str,
+        content: &[u8],
+        sync: bool,
+        origin: Origin,
+    ) -> FsResult<WriteResult> {
+        let mut w = self.begin_write(path)?;
+        w.set_sync(sync);
         w.write_chunk(content)?;
         w.commit(origin)
     }
@@ -579,7 +678,7 @@ impl Zones {
         };
         let mut w = self.begin_write(&vp.to_string())?;
         w.write_chunk(updated.as_bytes())?;
-        let res = w.commit_locked(Some(&before), "edit", origin)?;
+        let res = w.commit_locked(Some(Seen::Entry(Identity(before))), "edit", origin)?;
         Ok(EditResult {
             path: res.path,
             replacements: count,
@@ -638,6 +737,99 @@ impl Zones {
         }
         self.record(&vp, "symlink", None, None, origin);
         Ok(())
+    }
+
+    /// Returns what is at `path` now, without following a symlink in its last component: the
+    /// identity [`Zones::replace_entry`] compares right before it replaces the entry.
+    pub fn seen(&self, path: &str) -> FsResult<Seen> {
+        let vp = path::parse_entry(path)?;
+        if self.remote(&vp).is_some() {
+            return Ok(Seen::Unknown);
+        }
+        let z = self.local(&vp)?;
+        let parent = match z.open_parent(&vp) {
+            Ok(p) => p,
+            Err(FsError::NotFound { .. }) => return Ok(Seen::Absent),
+            Err(e) => return Err(e),
+        };
+        match rustix::fs::statat(&parent, vp.name().expect("entry"), AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => Ok(Seen::Entry(Identity(Fingerprint::of(&st)))),
+            Err(rustix::io::Errno::NOENT) => Ok(Seen::Absent),
+            Err(e) => Err(errno_err(&vp, "stat")(e)),
+        }
+    }
+
+    /// Replaces the entry at `path` as itself: the new file or symlink is made under a temp name
+    /// and renamed over the name, so a symlink there is replaced, never written through. With
+    /// `expect`, the entry must still be what [`Zones::seen`] returned (same inode, size, mtime and
+    /// ctime), checked under the path lock right before the rename; otherwise `CONFLICT` and
+    /// nothing changes. A directory in the way is `IS_DIR` (the caller removes it first if it
+    /// means to). Modes from outside are masked ([`foreign::mask_mode`]). Pulls (git and mirror)
+    /// write through here.
+    pub fn replace_entry(
+        &self,
+        path: &str,
+        new: Replacement<'_>,
+        expect: Option<Seen>,
+        origin: Origin,
+    ) -> FsResult<WriteResult> {
+        let vp = path::parse_entry(path)?;
+        if self.remote(&vp).is_some() {
+            // A sandbox replaces as itself on its side (upload or symlink call); no inode to compare.
+            return match new {
+                Replacement::File { content, mode } => {
+                    let mut w = self.begin_write(path)?;
+                    w.set_mode(foreign::mask_mode(mode, self.umask));
+                    copy_into(&mut w, content)?;
+                    w.commit(origin)
+                }
+                Replacement::Symlink(target) => {
+                    self.symlink(path, target, origin)?;
+                    Ok(WriteResult {
+                        path: vp.to_string(),
+                        bytes: 0,
+                        created: matches!(expect, Some(Seen::Absent)),
+                    })
+                }
+            };
+        }
+        let z = self.writable_local(&vp)?;
+        let parent = z.ensure_parent(&vp)?;
+        match new {
+            Replacement::File { content, mode } => {
+                let mut w = self.start_write(vp, parent, false)?;
+                w.set_mode(foreign::mask_mode(mode, self.umask));
+                copy_into(&mut w, content)?;
+                let _guard = self.locks.lock(&w.vp);
+                w.commit_locked(expect, "write", origin)
+            }
+            Replacement::Symlink(target) => {
+                if target.is_empty() || target.contains('\0') {
+                    return Err(FsError::invalid(
+                        "symlink target",
+                        "must be non-empty and contain no NUL",
+                    ));
+                }
+                let name = vp.name().expect("entry");
+                let tmp = self.next_tmp_name();
+                rustix::fs::symlinkat(target, &parent, tmp.as_str())
+                    .map_err(errno_err(&vp, "symlink"))?;
+                let cleanup = |e: FsError| {
+                    let _ = rustix::fs::unlinkat(&parent, tmp.as_str(), AtFlags::empty());
+                    e
+                };
+                let _guard = self.locks.lock(&vp);
+                let now = check_seen(&parent, name, &vp, expect).map_err(cleanup)?;
+                rustix::fs::renameat(&parent, tmp.as_str(), &parent, name)
+                    .map_err(|e| cleanup(errno_err(&vp, "rename")(e)))?;
+                self.record(&vp, "symlink", None, None, origin);
+                Ok(WriteResult {
+                    path: vp.to_string(),
+                    bytes: 0,
+                    created: now.is_none(),
+                })
+            }
+        }
     }
 
     /// Returns the target of the symlink at `path` (not followed).

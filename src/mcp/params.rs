@@ -30,6 +30,9 @@ pub struct WriteParams {
     pub path: String,
     /// The complete new contents of the file
     pub content: String,
+    /// Sync to disk before answering, so the write survives a power loss (slower)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fsync: Option<bool>,
 }
 
 /// `edit`.

@@ -13,12 +13,16 @@ pub struct Args {
     pub path: String,
     /// The new contents (text); omit to stream stdin (any bytes)
     pub content: Option<String>,
+    /// Sync the file and its directory to disk before returning (survives a power loss, not only a
+    /// crash of the daemon)
+    #[arg(long)]
+    pub sync: bool,
 }
 
 pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
     let r: WriteResult = match &a.content {
         Some(c) => {
-            let body = json!({ "path": a.path, "content": c });
+            let body = json!({ "path": a.path, "content": c, "fsync": a.sync });
             let raw = ctx.client.post_raw("/v1/fs/write", &body).await?;
             if ctx.json {
                 print_json(&raw);
@@ -26,7 +30,11 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
             }
             crate::cli::output::decode(&raw)?
         }
-        None => ctx.client.upload(&a.path, tokio::io::stdin()).await?,
+        None => {
+            ctx.client
+                .upload(&a.path, a.sync, tokio::io::stdin())
+                .await?
+        }
     };
     if ctx.json {
         println!("{}", serde_json::to_string(&r).unwrap_or_default());
