@@ -103,7 +103,11 @@ fn query(RawQuery(q): RawQuery, allow_fsync: bool) -> Result<(String, bool), Api
                 continue;
             }
             _ => {
-                let known = if allow_fsync { "path and fsync" } else { "path" };
+                let known = if allow_fsync {
+                    "path and fsync"
+                } else {
+                    "path"
+                };
                 return Err(bad(format!(
                     "unknown parameter {k:?}; the known ones are {known}"
                 )));

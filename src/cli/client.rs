@@ -275,9 +275,9 @@ impl Client {
             Method::PUT,
             &format!("/v1/fs/raw?path={}{sync}", encode(path)),
         )
-            .header(hyper::header::CONTENT_TYPE, "application/octet-stream")
-            .body(StreamBody::new(stream))
-            .map_err(|e| ClientError::Local(e.to_string()))?;
+        .header(hyper::header::CONTENT_TYPE, "application/octet-stream")
+        .body(StreamBody::new(stream))
+        .map_err(|e| ClientError::Local(e.to_string()))?;
         let bytes = Client::finish(self.send(req).await?).await?;
         serde_json::from_slice(&bytes)
             .map_err(|e| ClientError::Transport(format!("bad answer: {e}")))

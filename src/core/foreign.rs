@@ -224,7 +224,17 @@ mod tests {
     #[test]
     fn paths() {
         assert!(check_rel("a/b/c", GitDir::Refuse).is_ok());
-        for bad in ["", "/a", "a/", "a//b", "a/../b", "a/./b", "x/.git/hooks", "..", "a/.GiT"] {
+        for bad in [
+            "",
+            "/a",
+            "a/",
+            "a//b",
+            "a/../b",
+            "a/./b",
+            "x/.git/hooks",
+            "..",
+            "a/.GiT",
+        ] {
             let e = check_rel(bad, GitDir::Refuse).unwrap_err();
             assert_eq!(e.path, bad);
         }

@@ -28,8 +28,8 @@ use serde::{Deserialize, Serialize};
 
 pub use error::{ErrorCode, FsError, FsResult};
 pub use ops::{
-    EditResult, Entry, ExistsResult, Identity, ListResult, ReadResult, Replacement, ResolveResult, Seen,
-    StatResult, WriteResult,
+    EditResult, Entry, ExistsResult, Identity, ListResult, ReadResult, Replacement, ResolveResult,
+    Seen, StatResult, WriteResult,
 };
 pub use path::{Target, VPath, ZoneId};
 pub use search::{

@@ -437,11 +437,17 @@ fn replace_entry_replaces_a_symlink_as_itself_and_never_writes_through_it() {
         )
         .unwrap();
     let meta = std::fs::symlink_metadata(ws.join("link")).unwrap();
-    assert!(meta.file_type().is_file(), "the link was replaced by a file");
+    assert!(
+        meta.file_type().is_file(),
+        "the link was replaced by a file"
+    );
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(meta.permissions().mode() & 0o7777 & !0o022, 0o755 & !0o022);
     assert_eq!(meta.permissions().mode() & 0o7000, 0, "setuid was masked");
-    assert_eq!(std::fs::read_to_string(ws.join("link")).unwrap(), "upstream\n");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("link")).unwrap(),
+        "upstream\n"
+    );
     assert_eq!(
         std::fs::read_to_string(ws.join("target.txt")).unwrap(),
         "the agent's edit\n"
@@ -490,7 +496,11 @@ fn replace_entry_refuses_when_the_entry_changed_after_it_was_seen() {
         std::fs::read_to_string(ws.join("f.txt")).unwrap(),
         "acknowledged\n"
     );
-    assert_eq!(std::fs::read_dir(&ws).unwrap().count(), 1, "no temp file left");
+    assert_eq!(
+        std::fs::read_dir(&ws).unwrap().count(),
+        1,
+        "no temp file left"
+    );
     // Expecting absence where a file appeared is a conflict too.
     let err = zones
         .replace_entry(
@@ -501,7 +511,11 @@ fn replace_entry_refuses_when_the_entry_changed_after_it_was_seen() {
         )
         .unwrap_err();
     assert_eq!(err.code(), ErrorCode::Conflict, "{err}");
-    assert_eq!(std::fs::read_dir(&ws).unwrap().count(), 1, "no temp link left");
+    assert_eq!(
+        std::fs::read_dir(&ws).unwrap().count(),
+        1,
+        "no temp link left"
+    );
 }
 
 #[test]

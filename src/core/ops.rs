@@ -254,7 +254,6 @@ pub enum Replacement<'a> {
     Symlink(&'a str),
 }
 
-
 /// Streams `content` into an atomic write (bounded by the write limit, 64 KiB at a time).
 fn copy_into(w: &mut AtomicWrite<'_>, content: &mut dyn Read) -> FsResult<()> {
     let mut buf = vec![0u8; 64 * 1024];
@@ -312,8 +311,9 @@ fn check_seen(
         if exp != Seen::Unknown && current != exp {
             return Err(FsError::Conflict {
                 path: vp.to_string(),
-                reason: "the file changed between reading and replacing it; read it again and retry"
-                    .into(),
+                reason:
+                    "the file changed between reading and replacing it; read it again and retry"
+                        .into(),
             });
         }
     }
@@ -752,7 +752,11 @@ impl Zones {
             Err(FsError::NotFound { .. }) => return Ok(Seen::Absent),
             Err(e) => return Err(e),
         };
-        match rustix::fs::statat(&parent, vp.name().expect("entry"), AtFlags::SYMLINK_NOFOLLOW) {
+        match rustix::fs::statat(
+            &parent,
+            vp.name().expect("entry"),
+            AtFlags::SYMLINK_NOFOLLOW,
+        ) {
             Ok(st) => Ok(Seen::Entry(Identity(Fingerprint::of(&st)))),
             Err(rustix::io::Errno::NOENT) => Ok(Seen::Absent),
             Err(e) => Err(errno_err(&vp, "stat")(e)),
