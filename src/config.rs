@@ -113,6 +113,12 @@ pub struct Limits {
     pub max_write_bytes: u64,
     pub grep_max_results: usize,
     pub glob_max_results: usize,
+    /// Largest JSON answer read from a sandbox (stat, listings, command output).
+    pub sandbox_answer_bytes: u64,
+    /// Largest walk listing of a sandbox's tree downloaded (mirror push and pull).
+    pub sandbox_listing_bytes: u64,
+    /// Largest file downloaded from a sandbox; mirror pull skips and reports larger ones.
+    pub sandbox_file_bytes: u64,
 }
 
 impl Default for Limits {
@@ -122,6 +128,9 @@ impl Default for Limits {
             max_write_bytes: 100 << 20,
             grep_max_results: 1000,
             glob_max_results: 1000,
+            sandbox_answer_bytes: 16 << 20,
+            sandbox_listing_bytes: 256 << 20,
+            sandbox_file_bytes: 4 << 30,
         }
     }
 }
@@ -624,6 +633,23 @@ fn resolve(
     ] {
         if v == 0 || v > 10_000_000 {
             return Err(bad(key, format!("{v} must be between 1 and 10000000")));
+        }
+    }
+    for (key, v, min) in [
+        (
+            "limits.sandbox_answer_bytes",
+            l.sandbox_answer_bytes,
+            64 << 10,
+        ),
+        (
+            "limits.sandbox_listing_bytes",
+            l.sandbox_listing_bytes,
+            64 << 10,
+        ),
+        ("limits.sandbox_file_bytes", l.sandbox_file_bytes, 1),
+    ] {
+        if v < min {
+            return Err(bad(key, format!("{v} must be at least {min}")));
         }
     }
 

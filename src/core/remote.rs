@@ -426,6 +426,34 @@ pub trait RemoteFs: Send + Sync {
     /// Returns the whole content of the file `path`.
     fn read<'a>(&'a self, path: &'a str) -> BoxFuture<'a, RemoteResult<Bytes>>;
 
+    /// Streams the content of the file `path` into `sink`, at most `limit` bytes (`TooLarge`
+    /// beyond), and returns its length. Providers that can stream override it so a download
+    /// never sits whole in memory; the fallback reads it whole.
+    fn read_into<'a>(
+        &'a self,
+        path: &'a str,
+        limit: u64,
+        sink: &'a mut (dyn std::io::Write + Send),
+    ) -> BoxFuture<'a, RemoteResult<u64>> {
+        Box::pin(async move {
+            let data = self.read(path).await?;
+            if data.len() as u64 > limit {
+                return Err(RemoteError::TooLarge {
+                    path: path.to_string(),
+                    what: "file (limits.sandbox_file_bytes)",
+                    size: data.len() as u64,
+                    limit,
+                });
+            }
+            sink.write_all(&data).map_err(|e| RemoteError::Protocol {
+                url: String::new(),
+                op: "read",
+                reason: format!("cannot store the download of {path} locally: {e}"),
+            })?;
+            Ok(data.len() as u64)
+        })
+    }
+
     /// Replaces the content of the file `path` with `data`, creating it and its missing parent
     /// directories. Files over [`Limits::max_request_bytes`] are sent in chunks and joined in the
     /// sandbox, so they appear whole or not at all.

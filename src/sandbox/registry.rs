@@ -429,7 +429,8 @@ impl Registry {
         let remote = match attached {
             Some(a) => a.remote.clone(),
             None => {
-                let mut config = SandboxAgentConfig::new(def.url.clone());
+                let mut config =
+                    SandboxAgentConfig::new(def.url.clone()).with_limits(self.zones.limits());
                 config.token_env = def.token_env.clone();
                 config.request_timeout = Duration::from_secs(def.request_timeout_s.max(1));
                 config.connect_timeout = config.request_timeout.min(Duration::from_secs(5));

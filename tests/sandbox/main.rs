@@ -649,3 +649,74 @@ async fn a_hung_server_times_out_and_recovers() {
         }
     }
 }
+
+/// A hostile sandbox answers `stat`, `list` and a file download with a body that never ends:
+/// each call fails within the answer cap (a clear error naming the limit) and long before the
+/// request timeout, and the client stops reading, so the daemon's memory stays bounded (the old
+/// code read until the timeout, gigabytes).
+#[tokio::test]
+async fn an_endless_answer_ends_at_the_cap() {
+    let server = support::HostileServer::start(|_| support::Answer::Endless);
+    let cap = 1 << 20;
+    let fs = server.provider(cap);
+    for (op, result) in [
+        ("stat", fs.stat("/x").await.map(|_| ())),
+        ("list", fs.list("/x").await.map(|_| ())),
+    ] {
+        let started = Instant::now();
+        let err = result.expect_err(op);
+        assert!(
+            err.to_string().contains("limits.sandbox_answer_bytes"),
+            "{op}: {err}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(10), "{op}");
+    }
+    // A download streams into its sink and stops at its own cap.
+    let mut sink = std::io::sink();
+    let started = Instant::now();
+    let err = fs.read_into("/x", 4 << 20, &mut sink).await.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::TooLarge, "{err}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    // The server could push no more than the caps plus what the sockets buffer.
+    std::thread::sleep(Duration::from_millis(200));
+    let sent = server.sent.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(sent < 64 << 20, "the client kept reading: {sent} bytes");
+}
+
+/// A hostile sandbox lists names that are `..`, hold `/` or NUL, or are empty: the provider
+/// skips them, so neither the mount nor the API (remote zones) nor the mirror ever sees them.
+#[tokio::test]
+async fn bad_names_in_a_listing_are_skipped() {
+    let server = support::HostileServer::start(|line| {
+        if line.contains("/v1/processes/run") {
+            // The walk: `find -printf` records, one climbing out, one with an empty component.
+            return support::Answer::Json(
+                r#"{"exitCode":0,"stdout":"f 644 1 1.0 ../evil\u0000\u0000f 644 1 1.0 a//b\u0000\u0000f 644 1 1.0 d/ok\u0000\u0000"}"#
+                    .into(),
+            );
+        }
+        support::Answer::Json(
+            r#"[{"name":"..","entryType":"directory"},{"name":"a/b","entryType":"file"},
+                {"name":"x\u0000y","entryType":"file"},{"name":"","entryType":"file"},
+                {"name":".","entryType":"directory"},{"name":"ok.txt","entryType":"file","size":2}]"#
+                .into(),
+        )
+    });
+    let fs = server.provider(1 << 20);
+    let names: Vec<String> = fs
+        .list("/x")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(names, ["ok.txt"]);
+    let paths: Vec<String> = fs
+        .walk("/x")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.path)
+        .collect();
+    assert_eq!(paths, ["d/ok"]);
+}

@@ -307,3 +307,90 @@ pub fn noise(len: usize, seed: u64) -> Vec<u8> {
     out.truncate(len);
     out
 }
+
+/// What a [`HostileServer`] answers to one request.
+pub enum Answer {
+    /// `200 OK` with a chunked JSON body that never ends (until the client hangs up).
+    Endless,
+    /// `200 OK` with this JSON body.
+    Json(String),
+}
+
+/// A fake sandbox-agent on 127.0.0.1 that answers as `answer` says (from the request line,
+/// `GET /v1/fs/stat?path=/x HTTP/1.1`): the hostile sandbox of the memory and name tests.
+/// `sent` counts the body bytes it managed to write, so a test can tell that the client stopped
+/// reading. Its threads end when their client hangs up; the listener lives with the process.
+pub struct HostileServer {
+    pub url: String,
+    pub sent: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl HostileServer {
+    pub fn start(answer: fn(&str) -> Answer) -> HostileServer {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counter = sent.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { return };
+                let counter = counter.clone();
+                std::thread::spawn(move || serve_hostile(stream, answer, &counter));
+            }
+        });
+        HostileServer { url, sent }
+    }
+
+    /// A provider for this server, with `max_answer` as its answer cap.
+    pub fn provider(&self, max_answer: u64) -> SandboxAgent {
+        let mut config = SandboxAgentConfig::new(self.url.clone());
+        config.request_timeout = Duration::from_secs(20);
+        config.connect_timeout = Duration::from_secs(2);
+        config.max_answer_bytes = max_answer;
+        SandboxAgent::with_token(&config, None).expect("provider")
+    }
+}
+
+fn serve_hostile(
+    mut stream: TcpStream,
+    answer: fn(&str) -> Answer,
+    sent: &std::sync::atomic::AtomicU64,
+) {
+    use std::sync::atomic::Ordering;
+    loop {
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            match stream.read(&mut byte) {
+                Ok(1) => head.push(byte[0]),
+                _ => return,
+            }
+        }
+        let text = String::from_utf8_lossy(&head);
+        let line = text.lines().next().unwrap_or("").to_string();
+        match answer(&line) {
+            Answer::Json(body) => {
+                let reply = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                if stream.write_all(reply.as_bytes()).is_err() {
+                    return;
+                }
+                sent.fetch_add(body.len() as u64, Ordering::Relaxed);
+            }
+            Answer::Endless => {
+                let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n1\r\n[\r\n";
+                if stream.write_all(head.as_bytes()).is_err() {
+                    return;
+                }
+                let chunk = "{\"name\":\"a\",\"entryType\":\"file\",\"size\":1},".repeat(1500);
+                let framed = format!("{:x}\r\n{chunk}\r\n", chunk.len());
+                while stream.write_all(framed.as_bytes()).is_ok() {
+                    sent.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                }
+                return;
+            }
+        }
+    }
+}

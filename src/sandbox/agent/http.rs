@@ -192,6 +192,7 @@ impl Transport {
         path_and_query: &str,
         body: Option<Body>,
         timeout: Duration,
+        limit: u64,
     ) -> RemoteResult<Reply> {
         let uri = format!("{}{}", self.base, path_and_query);
         let mut req = Request::builder().method(method).uri(&uri);
@@ -216,32 +217,53 @@ impl Transport {
         self.counters.requests.fetch_add(1, Ordering::Relaxed);
         self.counters.bytes_sent.fetch_add(sent, Ordering::Relaxed);
 
-        let exchange = async {
-            let resp = self.client.request(req).await.map_err(|e| chain(&e))?;
-            let status = resp.status();
-            let body = resp
-                .into_body()
-                .collect()
-                .await
-                .map_err(|e| chain(&e))?
-                .to_bytes();
-            Ok::<_, String>((status, body))
-        };
-        let (status, body) = match tokio::time::timeout(timeout, exchange).await {
-            Err(_) => {
-                return Err(RemoteError::TimedOut {
+        let resp = match tokio::time::timeout(timeout, self.client.request(req)).await {
+            Err(_) => return Err(self.timed_out(op, timeout)),
+            Ok(Err(e)) => {
+                return Err(RemoteError::Unavailable {
                     url: self.base.clone(),
-                    op: op.to_string(),
-                    after: timeout,
+                    reason: chain(&e),
                 })
             }
-            Ok(Err(reason)) => {
+            Ok(Ok(resp)) => resp,
+        };
+        let status = resp.status();
+        // Never more than `limit` bytes of an answer in memory, whatever the server sends: an
+        // endless body ends at the limit with an error, not with the daemon's memory.
+        let limit = if status.is_success() {
+            limit
+        } else {
+            limit.min(MAX_ERROR_BYTES)
+        };
+        let collected = tokio::time::timeout(timeout, async {
+            let mut body = resp.into_body();
+            let mut data = Vec::new();
+            while let Some(frame) = body.frame().await {
+                let frame = frame.map_err(|e| Cut::Io(chain(&e)))?;
+                if let Ok(chunk) = frame.into_data() {
+                    if (data.len() + chunk.len()) as u64 > limit {
+                        return Err(Cut::TooLarge);
+                    }
+                    data.extend_from_slice(&chunk);
+                }
+            }
+            Ok(Bytes::from(data))
+        })
+        .await;
+        let body = match collected {
+            Err(_) => return Err(self.timed_out(op, timeout)),
+            Ok(Err(Cut::Io(reason))) => {
                 return Err(RemoteError::Unavailable {
                     url: self.base.clone(),
                     reason,
                 })
             }
-            Ok(Ok(answer)) => answer,
+            Ok(Err(Cut::TooLarge)) if status.is_success() => {
+                return Err(self.too_large(op, path, limit));
+            }
+            // An error whose text is too long: the status alone still classifies it.
+            Ok(Err(Cut::TooLarge)) => Bytes::new(),
+            Ok(Ok(body)) => body,
         };
         if status.is_success() {
             tracing::trace!(op, path, status = status.as_u16(), "sandbox-agent");
@@ -250,6 +272,107 @@ impl Transport {
         let err = self.classify(op, path, status, &body, sent);
         tracing::debug!(op, path, status = status.as_u16(), error = %err, "sandbox-agent");
         Err(err)
+    }
+
+    /// Sends a GET for a file and streams its body into `sink`, at most `limit` bytes, never
+    /// holding more than one frame in memory. `timeout` bounds the wait for the answer and each
+    /// pause between two frames (not the whole transfer, which may be long). Returns the bytes
+    /// written.
+    pub async fn download(
+        &self,
+        op: &'static str,
+        path: &str,
+        path_and_query: &str,
+        limit: u64,
+        sink: &mut (dyn std::io::Write + Send),
+    ) -> RemoteResult<u64> {
+        let uri = format!("{}{}", self.base, path_and_query);
+        let mut req = Request::builder().method(Method::GET).uri(&uri);
+        if let Some(auth) = &self.auth {
+            req = req.header(AUTHORIZATION, auth.clone());
+        }
+        let req = req
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| RemoteError::Protocol {
+                url: self.base.clone(),
+                op,
+                reason: format!("cannot build the request: {e}"),
+            })?;
+        self.counters.requests.fetch_add(1, Ordering::Relaxed);
+        let resp = match tokio::time::timeout(self.timeout, self.client.request(req)).await {
+            Err(_) => return Err(self.timed_out(op, self.timeout)),
+            Ok(Err(e)) => {
+                return Err(RemoteError::Unavailable {
+                    url: self.base.clone(),
+                    reason: chain(&e),
+                })
+            }
+            Ok(Ok(resp)) => resp,
+        };
+        let status = resp.status();
+        let mut body = resp.into_body();
+        if !status.is_success() {
+            let mut data = Vec::new();
+            while let Ok(Some(Ok(frame))) = tokio::time::timeout(self.timeout, body.frame()).await {
+                if let Ok(chunk) = frame.into_data() {
+                    if (data.len() + chunk.len()) as u64 > MAX_ERROR_BYTES {
+                        break;
+                    }
+                    data.extend_from_slice(&chunk);
+                }
+            }
+            return Err(self.classify(op, path, status, &data, 0));
+        }
+        let mut written = 0u64;
+        loop {
+            let frame = match tokio::time::timeout(self.timeout, body.frame()).await {
+                Err(_) => return Err(self.timed_out(op, self.timeout)),
+                Ok(None) => break,
+                Ok(Some(Err(e))) => {
+                    return Err(RemoteError::Unavailable {
+                        url: self.base.clone(),
+                        reason: chain(&e),
+                    })
+                }
+                Ok(Some(Ok(frame))) => frame,
+            };
+            if let Ok(chunk) = frame.into_data() {
+                written += chunk.len() as u64;
+                if written > limit {
+                    return Err(RemoteError::TooLarge {
+                        path: path.to_string(),
+                        what: "file (limits.sandbox_file_bytes)",
+                        size: written,
+                        limit,
+                    });
+                }
+                sink.write_all(&chunk).map_err(|e| RemoteError::Protocol {
+                    url: self.base.clone(),
+                    op,
+                    reason: format!("cannot store the download of {path} locally: {e}"),
+                })?;
+            }
+        }
+        Ok(written)
+    }
+
+    fn timed_out(&self, op: &'static str, after: Duration) -> RemoteError {
+        RemoteError::TimedOut {
+            url: self.base.clone(),
+            op: op.to_string(),
+            after,
+        }
+    }
+
+    fn too_large(&self, op: &'static str, path: &str, limit: u64) -> RemoteError {
+        RemoteError::Protocol {
+            url: self.base.clone(),
+            op,
+            reason: format!(
+                "the answer about {path} is larger than {limit} bytes (limits.sandbox_answer_bytes); \
+                 stopped reading it"
+            ),
+        }
     }
 
     /// Turns a failed answer into the error it means.
@@ -332,6 +455,15 @@ impl Transport {
             detail,
         }
     }
+}
+
+/// The most of an error answer read (its text only explains the status).
+const MAX_ERROR_BYTES: u64 = 64 * 1024;
+
+/// Why reading an answer stopped early.
+enum Cut {
+    Io(String),
+    TooLarge,
 }
 
 /// The error document of sandbox-agent (RFC 9457 problem details).

@@ -69,6 +69,7 @@ use hyper::Method;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
+use crate::core::foreign::{self, GitDir};
 use crate::core::remote::{
     check_relative_path, check_remote_path, command_result, join_remote, walk_by_listing,
     BatchItem, BatchReport, BoxFuture, Caps, ExecOutput, ExecRequest, HashAlgo, Limits, MetaUpdate,
@@ -104,6 +105,12 @@ pub struct SandboxAgentConfig {
     pub connect_timeout: Duration,
     /// Default time limit of a command run with exec (capped at the server's 300 s).
     pub exec_timeout: Duration,
+    /// Largest JSON answer read (stat, listings, command output); a longer one is an error.
+    pub max_answer_bytes: u64,
+    /// Largest walk listing downloaded as a file (trees too large for one command's output).
+    pub max_listing_bytes: u64,
+    /// Largest file downloaded.
+    pub max_file_bytes: u64,
 }
 
 impl SandboxAgentConfig {
@@ -116,7 +123,18 @@ impl SandboxAgentConfig {
             request_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(5),
             exec_timeout: Duration::from_secs(120),
+            max_answer_bytes: crate::config::Limits::default().sandbox_answer_bytes,
+            max_listing_bytes: crate::config::Limits::default().sandbox_listing_bytes,
+            max_file_bytes: crate::config::Limits::default().sandbox_file_bytes,
         }
+    }
+
+    /// Sets the answer, listing and file caps from `[limits]`.
+    pub fn with_limits(mut self, limits: &crate::config::Limits) -> SandboxAgentConfig {
+        self.max_answer_bytes = limits.sandbox_answer_bytes;
+        self.max_listing_bytes = limits.sandbox_listing_bytes;
+        self.max_file_bytes = limits.sandbox_file_bytes;
+        self
     }
 }
 
@@ -140,6 +158,9 @@ impl std::fmt::Debug for Token {
 pub struct SandboxAgent {
     http: Transport,
     exec_timeout: Duration,
+    max_answer: u64,
+    max_listing: u64,
+    max_file: u64,
     /// Set once `b3sum` turned out to be missing in the sandbox.
     no_b3sum: AtomicBool,
     /// Makes the names of chunk files unique within this process.
@@ -188,6 +209,9 @@ impl SandboxAgent {
         Ok(SandboxAgent {
             http,
             exec_timeout: config.exec_timeout.min(MAX_EXEC_TIMEOUT),
+            max_answer: config.max_answer_bytes,
+            max_listing: config.max_listing_bytes,
+            max_file: config.max_file_bytes,
             no_b3sum: AtomicBool::new(false),
             nonce: AtomicU64::new(0),
         })
@@ -220,9 +244,23 @@ impl SandboxAgent {
         route: &str,
         body: Option<Body>,
     ) -> RemoteResult<Bytes> {
+        self.send_limited(op, path, method, route, body, self.max_answer)
+            .await
+    }
+
+    /// Like `send`, with its own cap on the answer's size.
+    async fn send_limited(
+        &self,
+        op: &'static str,
+        path: &str,
+        method: Method,
+        route: &str,
+        body: Option<Body>,
+        limit: u64,
+    ) -> RemoteResult<Bytes> {
         let reply = self
             .http
-            .send(op, path, method, route, body, self.http.timeout)
+            .send(op, path, method, route, body, self.http.timeout, limit)
             .await?;
         Ok(reply.body)
     }
@@ -291,6 +329,7 @@ impl SandboxAgent {
                 "/v1/processes/run",
                 Some(Body::json(&body)),
                 limit + self.http.timeout,
+                self.max_answer,
             )
             .await?;
         let out: wire::RunOutput = self.decode(op, &reply.body)?;
@@ -417,9 +456,19 @@ mv -f "$tmp" "$dest""#;
         self.walk_status(root, &out)?;
         let listing = out.stdout.trim().to_string();
         check_remote_path(&listing)?;
-        let data = self.read(&listing).await;
+        let data = self
+            .send_limited(
+                "walk",
+                root,
+                Method::GET,
+                &Self::fs_route("file", &listing),
+                None,
+                self.max_listing,
+            )
+            .await;
         let _ = self.remove(&listing, false).await;
-        walk::parse(&data?).map_err(|reason| self.walk_protocol(reason))
+        let entries = walk::parse(&data?).map_err(|reason| self.walk_protocol(reason))?;
+        Ok(admit_walk(root, entries))
     }
 
     fn walk_status(&self, root: &str, out: &ExecOutput) -> RemoteResult<()> {
@@ -441,6 +490,34 @@ mv -f "$tmp" "$dest""#;
             reason,
         }
     }
+}
+
+/// The provider boundary for names from the sandbox: returns whether an entry of a listing (a
+/// single `name`) or of a walk (a relative path, `nested`) may be shown to sandfs. A name that is
+/// empty, `.`, `..`, or holds `/` or NUL ([`foreign::check_name`], `.git` allowed: a project in a
+/// sandbox may hold its repository) is skipped with a warning, so neither the mount, the API nor
+/// the mirror ever sees it.
+fn admit(dir: &str, name: &str, nested: bool) -> bool {
+    let checked = if nested {
+        foreign::check_rel(name, GitDir::Allow)
+    } else {
+        foreign::check_name(name.as_bytes(), GitDir::Allow)
+    };
+    match checked {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!(dir, entry = %e.path, rule = e.rule, "skipping a remote entry the sandbox named badly");
+            false
+        }
+    }
+}
+
+/// Keeps the entries of a walk whose relative paths pass [`admit`].
+fn admit_walk(root: &str, entries: Vec<WalkEntry>) -> Vec<WalkEntry> {
+    entries
+        .into_iter()
+        .filter(|e| admit(root, &e.path, true))
+        .collect()
 }
 
 /// Splits an absolute path into its parent directory and its last name.
@@ -504,6 +581,7 @@ impl RemoteFs for SandboxAgent {
             let mut entries: Vec<RemoteEntry> = entries
                 .into_iter()
                 .filter_map(wire::FsEntry::into_entry)
+                .filter(|e| admit(path, &e.name, false))
                 .collect();
             entries.sort_by(|a, b| a.name.cmp(&b.name));
             Ok(entries)
@@ -513,14 +591,35 @@ impl RemoteFs for SandboxAgent {
     fn read<'a>(&'a self, path: &'a str) -> BoxFuture<'a, RemoteResult<Bytes>> {
         Box::pin(async move {
             check_remote_path(path)?;
-            self.send(
+            self.send_limited(
                 "read",
                 path,
                 Method::GET,
                 &Self::fs_route("file", path),
                 None,
+                self.max_file,
             )
             .await
+        })
+    }
+
+    fn read_into<'a>(
+        &'a self,
+        path: &'a str,
+        limit: u64,
+        sink: &'a mut (dyn std::io::Write + Send),
+    ) -> BoxFuture<'a, RemoteResult<u64>> {
+        Box::pin(async move {
+            check_remote_path(path)?;
+            self.http
+                .download(
+                    "read",
+                    path,
+                    &Self::fs_route("file", path),
+                    limit.min(self.max_file),
+                    sink,
+                )
+                .await
         })
     }
 
@@ -715,7 +814,9 @@ mv -fT "$1" "$2""#;
             if out.stdout_truncated || out.stdout.contains('\u{FFFD}') {
                 return self.walk_via_file(root).await;
             }
-            walk::parse(out.stdout.as_bytes()).map_err(|reason| self.walk_protocol(reason))
+            let entries =
+                walk::parse(out.stdout.as_bytes()).map_err(|reason| self.walk_protocol(reason))?;
+            Ok(admit_walk(root, entries))
         })
     }
 
