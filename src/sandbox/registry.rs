@@ -631,6 +631,11 @@ impl Registry {
             sandbox: req.sandbox.clone(),
             now_ms: now,
             progress: Some(progress.clone()),
+            max_file_bytes: Some(self.zones.limits().sandbox_file_bytes),
+            zone: Some(mirror::ZoneRef {
+                zones: self.zones.clone(),
+                id: zone,
+            }),
         };
         (progress.0)(&MirrorProgress::phase("scan"));
         let r = mirror::push(
@@ -677,6 +682,11 @@ impl Registry {
             sandbox: req.sandbox.clone(),
             now_ms: now,
             progress: Some(progress.clone()),
+            max_file_bytes: Some(self.zones.limits().sandbox_file_bytes),
+            zone: Some(mirror::ZoneRef {
+                zones: self.zones.clone(),
+                id: zone,
+            }),
         };
         (progress.0)(&MirrorProgress::phase("scan"));
         let r = mirror::pull(
@@ -689,18 +699,8 @@ impl Registry {
         .await;
         let r = self.after_run(&req.sandbox, &def, &mut attached, r);
         if let Ok(s) = &r {
-            // Into the journal (which `sandfs log`, git status and the next push read), and to
-            // the mount's caches, like any other change.
-            let origin = crate::state::Origin {
-                via: crate::state::Via::Mirror,
-                pid: None,
-                uid: None,
-            };
-            for (path, op, bytes) in &s.changed {
-                if let Ok(vp) = crate::core::VPath::new(zone, path) {
-                    self.zones.record_change(&vp, op, *bytes, None, origin);
-                }
-            }
+            // Each change reached the journal (which `sandfs log`, git status and the next push
+            // read) and the mount's caches as the pull made it, through the core.
             tracing::info!(sandbox = %req.sandbox, zone = zone.name(), from = %from, files = s.files_received, bytes = s.bytes_received, deleted = s.deleted, conflicts = s.conflicts.len(), ms = s.duration_ms, "mirror pull");
         }
         r

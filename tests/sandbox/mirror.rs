@@ -19,6 +19,7 @@ fn opts() -> MirrorOptions {
         sandbox: "dev".into(),
         now_ms: 1_700_000_000_000,
         progress: None,
+        ..Default::default()
     }
 }
 
@@ -345,4 +346,223 @@ fn walkdir_files(dir: &Path) -> usize {
         }
     }
     n
+}
+
+/// A zone of a core opened on a temp dir, for pulls that write through the core.
+struct Core {
+    _dir: tempfile::TempDir,
+    zones: Arc<sandfs::core::Zones>,
+    db: Arc<Db>,
+    workspace: std::path::PathBuf,
+}
+
+fn core() -> Core {
+    let dir = tempfile::tempdir().unwrap();
+    let settings =
+        sandfs::config::Settings::from_str("[zones]\nroot = \"z\"\n", "test", dir.path(), None)
+            .unwrap();
+    let db = Arc::new(Db::open_in_memory().unwrap());
+    let zones =
+        Arc::new(sandfs::core::Zones::open(&settings, db.clone(), Arc::new(|| 1_000)).unwrap());
+    let workspace = dir.path().join("z/workspace");
+    std::fs::create_dir_all(&workspace).unwrap();
+    Core {
+        _dir: dir,
+        zones,
+        db,
+        workspace,
+    }
+}
+
+fn zone_opts(core: &Core) -> MirrorOptions {
+    MirrorOptions {
+        zone: Some(mirror::ZoneRef {
+            zones: core.zones.clone(),
+            id: sandfs::core::ZoneId::Workspace,
+        }),
+        ..opts()
+    }
+}
+
+/// A hostile sandbox: a setuid, world-writable file, links that escape the mirror root (one
+/// directly, one through another link of the tree), an absolute link, and a file over the size
+/// limit. The pull masks the mode, skips and reports each bad entry, and still brings the rest.
+#[tokio::test]
+async fn a_hostile_sandbox_is_masked_and_its_bad_entries_skipped() {
+    let server = AgentServer::start();
+    let fs = server.provider();
+    let src = server.work().join("src");
+    std::fs::create_dir_all(src.join("d")).unwrap();
+    std::fs::write(src.join("ok.txt"), b"fine\n").unwrap();
+    std::fs::write(src.join("suid"), b"#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(src.join("suid"), std::fs::Permissions::from_mode(0o6777)).unwrap();
+    std::fs::write(src.join("big.bin"), noise(4096, 3)).unwrap();
+    std::os::unix::fs::symlink("../../../../etc/passwd", src.join("esc")).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", src.join("abs")).unwrap();
+    std::os::unix::fs::symlink("..", src.join("d/p")).unwrap();
+    std::os::unix::fs::symlink("d/p/d/p/../../x", src.join("sly")).unwrap();
+    std::os::unix::fs::symlink("ok.txt", src.join("good")).unwrap();
+
+    let local = tempfile::tempdir().unwrap();
+    let mut manifest = Manifest::in_memory();
+    let o = MirrorOptions {
+        max_file_bytes: Some(1024),
+        ..opts()
+    };
+    let s = mirror::pull(
+        local.path(),
+        &fs,
+        &format!("{}/src", server.root()),
+        &mut manifest,
+        &o,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        std::fs::read(local.path().join("ok.txt")).unwrap(),
+        b"fine\n"
+    );
+    assert_eq!(
+        std::fs::read_link(local.path().join("good")).unwrap(),
+        Path::new("ok.txt")
+    );
+    let mode = mode_of(&local.path().join("suid"));
+    assert_eq!(mode & 0o7000, 0, "setuid/setgid/sticky kept: {mode:o}");
+    assert_eq!(mode & 0o002, 0, "world-writable kept: {mode:o}");
+    let mut skipped: Vec<&str> = s.skipped.iter().map(|k| k.path.as_str()).collect();
+    skipped.sort();
+    // `d/p -> ..` stays inside (it names the root); the links through it that climb out do not.
+    assert_eq!(skipped, ["abs", "big.bin", "esc", "sly"], "{s:?}");
+    for name in ["abs", "big.bin", "esc", "sly"] {
+        assert!(
+            std::fs::symlink_metadata(local.path().join(name)).is_err(),
+            "{name} was written"
+        );
+    }
+    assert!(s
+        .skipped
+        .iter()
+        .any(|k| k.reason.contains("sandbox_file_bytes")));
+}
+
+/// An agent writes the file after the pull compared it and before the pull replaces it (the
+/// progress callback runs at that moment): the agent's write is kept, the sandbox's copy is
+/// saved beside it, and a conflict is reported, never a silent loss.
+#[tokio::test]
+async fn a_write_during_a_pull_is_kept_as_a_conflict() {
+    let server = AgentServer::start();
+    let fs = server.provider();
+    let src = server.work().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("a.txt"), b"from the sandbox\n").unwrap();
+    let core = core();
+    let target = core.workspace.join("a.txt");
+    let hook_target = target.clone();
+    let o = MirrorOptions {
+        progress: Some(mirror::ProgressFn(Arc::new(move |p| {
+            if p.phase == "downloaded" {
+                std::fs::write(&hook_target, b"the agent's edit\n").unwrap();
+            }
+        }))),
+        ..zone_opts(&core)
+    };
+    let mut manifest = Manifest::in_memory();
+    let s = mirror::pull(
+        &core.workspace,
+        &fs,
+        &format!("{}/src", server.root()),
+        &mut manifest,
+        &o,
+    )
+    .await
+    .unwrap();
+    assert_eq!(std::fs::read(&target).unwrap(), b"the agent's edit\n");
+    assert_eq!(
+        std::fs::read(core.workspace.join("a.txt.sandbox-dev")).unwrap(),
+        b"from the sandbox\n"
+    );
+    assert_eq!(s.conflicts.len(), 1, "{s:?}");
+    assert_eq!(s.conflicts[0].path, "a.txt");
+}
+
+/// A pull that fails half-way (the sandbox stops answering after the first file) leaves what it
+/// already wrote in the journal, through the core, not only on success.
+#[tokio::test]
+async fn a_pull_cut_short_journals_what_it_wrote() {
+    let server = Arc::new(AgentServer::start());
+    let fs = server.provider();
+    let src = server.work().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("a.txt"), b"first\n").unwrap();
+    std::fs::write(src.join("b.txt"), b"second\n").unwrap();
+    let core = core();
+    let stopper = server.clone();
+    let o = MirrorOptions {
+        progress: Some(mirror::ProgressFn(Arc::new(move |p| {
+            // After the first file is in: the sandbox freezes.
+            if p.phase == "receive" && p.files_done == 1 {
+                stopper.pause();
+            }
+        }))),
+        ..zone_opts(&core)
+    };
+    let mut manifest = Manifest::in_memory();
+    let r = mirror::pull(
+        &core.workspace,
+        &fs,
+        &format!("{}/src", server.root()),
+        &mut manifest,
+        &o,
+    )
+    .await;
+    server.resume();
+    assert!(r.is_err(), "{r:?}");
+    assert_eq!(
+        std::fs::read(core.workspace.join("a.txt")).unwrap(),
+        b"first\n"
+    );
+    let rows = core
+        .db
+        .journal_query(&sandfs::state::JournalFilter {
+            limit: 100,
+            ..Default::default()
+        })
+        .unwrap();
+    assert!(
+        rows.iter()
+            .any(|r| r.path == "a.txt" && r.op == "write" && r.via == "mirror"),
+        "{rows:?}"
+    );
+}
+
+/// With `allow_hardlinks = false` (the default), a push never uploads a file with a second link
+/// (which may lie outside the zone): it is skipped with the rule's reason; the rest goes.
+#[tokio::test]
+async fn a_push_skips_a_hard_linked_file() {
+    let server = AgentServer::start();
+    let fs = server.provider();
+    let core = core();
+    let outside = core.workspace.parent().unwrap().join("outside-secret.txt");
+    std::fs::write(&outside, b"not for the sandbox\n").unwrap();
+    std::fs::hard_link(&outside, core.workspace.join("h.txt")).unwrap();
+    std::fs::write(core.workspace.join("plain.txt"), b"plain\n").unwrap();
+    let mut manifest = Manifest::in_memory();
+    let s = mirror::push(
+        &core.workspace,
+        &fs,
+        &format!("{}/dst", server.root()),
+        &mut manifest,
+        &zone_opts(&core),
+    )
+    .await
+    .unwrap();
+    let dst = server.work().join("dst");
+    assert_eq!(std::fs::read(dst.join("plain.txt")).unwrap(), b"plain\n");
+    assert!(
+        !dst.join("h.txt").exists(),
+        "the hard-linked file was uploaded"
+    );
+    assert_eq!(s.skipped.len(), 1, "{s:?}");
+    assert_eq!(s.skipped[0].path, "h.txt");
+    assert!(s.skipped[0].reason.contains("hard link"), "{s:?}");
 }

@@ -5,7 +5,7 @@
 //! outside it. Names are acted on with the `*at` calls, which never follow a final symlink.
 
 use std::collections::BTreeMap;
-use std::io::{self, Read as _, Write as _};
+use std::io::{self, Read as _};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -175,6 +175,65 @@ impl LocalTree {
         Ok((data, LocalItem::from_stat(LocalKind::File, &st)))
     }
 
+    /// Returns the raw stat of `rel` (not following a symlink in its last component).
+    pub fn lstat_raw(&self, rel: &str) -> io::Result<Stat> {
+        let (parent, name) = self.open_parent(rel)?;
+        Ok(rustix::fs::statat(
+            &parent,
+            name.as_str(),
+            AtFlags::SYMLINK_NOFOLLOW,
+        )?)
+    }
+
+    /// Returns the BLAKE3 of the regular file `rel` (read 64 KiB at a time, never whole) and the
+    /// stat it was read with.
+    pub fn hash(&self, rel: &str) -> io::Result<(String, LocalItem)> {
+        let fd = openat2_beneath(
+            self.root.as_fd(),
+            rel,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NOCTTY | OFlags::NONBLOCK,
+            Mode::empty(),
+        )?;
+        let st = rustix::fs::fstat(&fd)?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a regular file",
+            ));
+        }
+        let mut hasher = blake3::Hasher::new();
+        hasher.update_reader(std::fs::File::from(fd))?;
+        Ok((
+            hasher.finalize().to_hex().to_string(),
+            LocalItem::from_stat(LocalKind::File, &st),
+        ))
+    }
+
+    /// Opens a temp file beside `rel` (creating missing parents) for a download to stream into;
+    /// [`Spool::commit`] renames it over a name of the same directory, dropping it removes it.
+    pub fn spool(&self, rel: &str) -> io::Result<Spool> {
+        let (parent_rel, _) = split(rel);
+        if !parent_rel.is_empty() {
+            self.mkdir_p(parent_rel, 0o755)?;
+        }
+        let dir = self.open_dir(parent_rel)?;
+        let tmp = tmp_name();
+        let fd = rustix::fs::openat(
+            &dir,
+            tmp.as_str(),
+            OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )?;
+        Ok(Spool {
+            dir,
+            tmp,
+            file: std::fs::File::from(fd),
+            hasher: blake3::Hasher::new(),
+            len: 0,
+            done: false,
+        })
+    }
+
     /// Creates the directory `rel` and its missing parents.
     pub fn mkdir_p(&self, rel: &str, mode: u32) -> io::Result<()> {
         let mut done = String::new();
@@ -188,46 +247,6 @@ impl LocalTree {
         }
         // The last component must now be a real directory (not a symlink or a file).
         self.open_dir(rel).map(|_| ())
-    }
-
-    /// Replaces `rel` with a file holding `data` with permission bits `mode`, through a temp
-    /// file renamed into place, creating missing parents; returns the new file's stat.
-    pub fn write_atomic(&self, rel: &str, data: &[u8], mode: u32) -> io::Result<LocalItem> {
-        let (parent_rel, _) = split(rel);
-        if !parent_rel.is_empty() {
-            self.mkdir_p(parent_rel, 0o755)?;
-        }
-        let (parent, name) = self.open_parent(rel)?;
-        if let Ok(st) = rustix::fs::statat(&parent, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
-            if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
-                return Err(io::Error::new(
-                    io::ErrorKind::IsADirectory,
-                    "a directory is in the way",
-                ));
-            }
-        }
-        let dir = self.open_dir(parent_rel)?;
-        let tmp = tmp_name();
-        let fd = rustix::fs::openat(
-            &dir,
-            tmp.as_str(),
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o600),
-        )?;
-        let result = (|| {
-            let mut file = std::fs::File::from(fd);
-            file.write_all(data)?;
-            rustix::fs::fchmod(&file, Mode::from_raw_mode(mode & 0o7777))?;
-            file.sync_data()?;
-            rustix::fs::renameat(&dir, tmp.as_str(), &dir, name.as_str())?;
-            Ok::<_, io::Error>(())
-        })();
-        if let Err(e) = result {
-            let _ = rustix::fs::unlinkat(&dir, tmp.as_str(), AtFlags::empty());
-            return Err(e);
-        }
-        let st = rustix::fs::statat(&dir, name.as_str(), AtFlags::SYMLINK_NOFOLLOW)?;
-        Ok(LocalItem::from_stat(LocalKind::File, &st))
     }
 
     /// Replaces `rel` with a symlink to `target` (through a temp name renamed into place).
@@ -266,6 +285,68 @@ impl LocalTree {
         match rustix::fs::unlinkat(&parent, name.as_str(), flags) {
             Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
             Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// A download in progress: a temp file beside its destination that hashes what is written.
+pub struct Spool {
+    dir: OwnedFd,
+    tmp: String,
+    pub file: std::fs::File,
+    hasher: blake3::Hasher,
+    len: u64,
+    done: bool,
+}
+
+impl io::Write for Spool {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.file.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.len += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.file.flush()
+    }
+}
+
+impl Spool {
+    /// The BLAKE3 of what was written.
+    pub fn hash(&self) -> String {
+        self.hasher.finalize().to_hex().to_string()
+    }
+
+    /// How many bytes were written.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Gives the file `mode`, syncs it and renames it over `name` (in the same directory);
+    /// refuses when a directory is in the way. Returns the new file's stat.
+    pub fn commit(&mut self, name: &str, mode: u32) -> io::Result<LocalItem> {
+        if let Ok(st) = rustix::fs::statat(&self.dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+                return Err(io::Error::new(
+                    io::ErrorKind::IsADirectory,
+                    "a directory is in the way",
+                ));
+            }
+        }
+        rustix::fs::fchmod(&self.file, Mode::from_raw_mode(mode & 0o777))?;
+        self.file.sync_data()?;
+        rustix::fs::renameat(&self.dir, self.tmp.as_str(), &self.dir, name)?;
+        self.done = true;
+        let st = rustix::fs::statat(&self.dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
+        Ok(LocalItem::from_stat(LocalKind::File, &st))
+    }
+}
+
+impl Drop for Spool {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = rustix::fs::unlinkat(&self.dir, self.tmp.as_str(), AtFlags::empty());
         }
     }
 }

@@ -19,6 +19,7 @@
 mod local;
 
 use std::collections::{BTreeMap, HashMap};
+use std::io::Seek as _;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
@@ -26,11 +27,13 @@ use std::time::Instant;
 use bytes::Bytes;
 use serde::Serialize;
 
+use crate::core::foreign::{self, GitDir, LinkResolver};
 use crate::core::remote::{
     join_remote, BatchItem, HashAlgo, RemoteError, RemoteFs, RemoteMeta, WalkEntry,
 };
-use crate::core::EntryKind;
+use crate::core::{EntryKind, FsError, Replacement, VPath, Zone, ZoneId, Zones};
 use crate::state::{Db, MirrorEntryRow, StateError};
+use crate::state::{Origin, Via};
 pub use local::TMP_PREFIX;
 use local::{LocalItem, LocalKind, LocalTree};
 
@@ -51,6 +54,15 @@ pub enum MirrorError {
     },
     #[error(transparent)]
     State(#[from] StateError),
+}
+
+fn fs_err(path: &str, op: &'static str) -> impl FnOnce(FsError) -> MirrorError {
+    let path = path.to_string();
+    move |e| MirrorError::Local {
+        path,
+        op,
+        source: std::io::Error::other(e.to_string()),
+    }
 }
 
 fn local_err(path: &str, op: &'static str) -> impl FnOnce(std::io::Error) -> MirrorError {
@@ -183,7 +195,54 @@ pub struct MirrorOptions {
     pub now_ms: i64,
     /// Told how the transfer advances (none: not reported).
     pub progress: Option<ProgressFn>,
+    /// Pull: larger remote files are skipped and reported (`limits.sandbox_file_bytes`).
+    pub max_file_bytes: Option<u64>,
+    /// The zone the local root serves, when run by the daemon: a push then applies the zone's
+    /// hard-link rule ([`crate::core::zone::LocalZone::check_links`]), and a pull writes
+    /// through the core ([`Zones::replace_entry`], compare-and-swap under the path lock), which
+    /// journals each change as it happens and tells the mount.
+    pub zone: Option<ZoneRef>,
 }
+
+/// A zone of the core, for [`MirrorOptions::zone`].
+#[derive(Clone)]
+pub struct ZoneRef {
+    pub zones: Arc<Zones>,
+    pub id: ZoneId,
+}
+
+impl std::fmt::Debug for ZoneRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ZoneRef({})", self.id.name())
+    }
+}
+
+impl ZoneRef {
+    /// Returns the zone's path string of `rel` (`/workspace/rel`).
+    fn path(&self, rel: &str) -> Result<VPath, MirrorError> {
+        VPath::new(self.id, rel).map_err(|e| MirrorError::Local {
+            path: rel.to_string(),
+            op: "resolve",
+            source: std::io::Error::other(e.to_string()),
+        })
+    }
+
+    /// Returns why the zone's hard-link rule refuses the local file `rel`, if it does.
+    fn links_refused(&self, tree: &LocalTree, rel: &str) -> Option<String> {
+        let Zone::Local(z) = self.zones.zone(self.id) else {
+            return None;
+        };
+        let st = tree.lstat_raw(rel).ok()?;
+        let vp = VPath::new(self.id, rel).ok()?;
+        z.check_links(&vp, &st).err().map(|e| e.to_string())
+    }
+}
+
+const ORIGIN: Origin = Origin {
+    via: Via::Mirror,
+    pid: None,
+    uid: None,
+};
 
 impl MirrorOptions {
     fn report(&self, p: MirrorProgress) {
@@ -213,7 +272,37 @@ pub struct PushSummary {
     pub deleted: u64,
     pub renamed: u64,
     pub conflicts: Vec<Conflict>,
+    /// Local files not sent (a file the zone's hard-link rule refuses), with why.
+    pub skipped: Vec<Skipped>,
     pub duration_ms: u64,
+}
+
+/// An entry a push or pull left alone, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Skipped {
+    pub path: String,
+    pub reason: String,
+}
+
+impl PullSummary {
+    /// Notes a deletion; through the core's journal at once when the pull runs for a zone (a
+    /// pull that fails later still leaves what it did in the journal and the mount's caches).
+    fn note_delete(&mut self, opts: &MirrorOptions, path: &str) {
+        self.changed.push((path.to_string(), "delete", None));
+        if let Some(z) = &opts.zone {
+            if let Ok(vp) = VPath::new(z.id, path) {
+                z.zones.record_change(&vp, "delete", None, None, ORIGIN);
+            }
+        }
+    }
+
+    fn skip(&mut self, path: &str, reason: String) {
+        tracing::warn!(path, reason = %reason, "mirror pull: skipped");
+        self.skipped.push(Skipped {
+            path: path.to_string(),
+            reason,
+        });
+    }
 }
 
 /// What a pull did.
@@ -224,6 +313,9 @@ pub struct PullSummary {
     pub bytes_received: u64,
     pub deleted: u64,
     pub conflicts: Vec<Conflict>,
+    /// Remote entries left alone (a bad name, an escaping link, a file over the size limit, a
+    /// local error at that path), with why.
+    pub skipped: Vec<Skipped>,
     pub duration_ms: u64,
     /// What changed locally, in order (path, `write`/`symlink`/`delete`, bytes), for the journal.
     #[serde(skip)]
@@ -247,17 +339,25 @@ fn fingerprint_same(m: &MirrorEntryRow, r: &RemoteMeta) -> bool {
     m.remote_size == Some(r.size) && m.remote_mtime_ns.is_some() && m.remote_mtime_ns == r.mtime_ns
 }
 
-/// Returns the BLAKE3 of a remote file, hashed in the sandbox when it can, else downloaded
-/// (the content is returned too then, so a caller that needs it does not download twice).
-async fn remote_blake3(
-    remote: &dyn RemoteFs,
-    path: &str,
-) -> Result<(String, Option<Bytes>), RemoteError> {
+/// Returns the BLAKE3 of a remote file, hashed in the sandbox when it can, else streamed
+/// through the hasher (never whole in memory).
+async fn remote_blake3(remote: &dyn RemoteFs, path: &str) -> Result<String, RemoteError> {
     if remote.caps().remote_hashes.contains(&HashAlgo::Blake3) {
-        return Ok((remote.hash(path, HashAlgo::Blake3).await?, None));
+        return remote.hash(path, HashAlgo::Blake3).await;
     }
-    let data = remote.read(path).await?;
-    Ok((HashAlgo::Blake3.digest(&data), Some(data)))
+    struct HashSink(blake3::Hasher);
+    impl std::io::Write for HashSink {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.update(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut sink = HashSink(blake3::Hasher::new());
+    remote.read_into(path, u64::MAX, &mut sink).await?;
+    Ok(sink.0.finalize().to_hex().to_string())
 }
 
 /// Classifies the remote side of a manifest entry; `refresh` gets entries whose fingerprint
@@ -281,7 +381,7 @@ async fn remote_side(
             if fingerprint_same(m, r) {
                 Side::Same
             } else {
-                let (hash, _) = remote_blake3(remote, &join_remote(remote_root, &m.path)).await?;
+                let hash = remote_blake3(remote, &join_remote(remote_root, &m.path)).await?;
                 if Some(&hash) == m.hash.as_ref() {
                     let mut e = m.clone();
                     e.remote_size = Some(r.size);
@@ -326,8 +426,8 @@ fn local_side(
             {
                 return Ok((Side::Same, None));
             }
-            let (data, item) = tree.read(&m.path).map_err(local_err(&m.path, "read"))?;
-            let hash = blake3::hash(&data).to_hex().to_string();
+            // Hashed as a stream; a push reads a changed file's content when it sends it.
+            let (hash, item) = tree.hash(&m.path).map_err(local_err(&m.path, "read"))?;
             if Some(&hash) == m.hash.as_ref() && item.mode == m.mode {
                 let mut e = m.clone();
                 e.local_size = Some(item.size);
@@ -335,7 +435,7 @@ fn local_side(
                 refresh.push(e);
                 (Side::Same, None)
             } else {
-                (Side::Changed, Some(Read { data, hash, item }))
+                (Side::Changed, None)
             }
         }
         _ => (Side::Changed, None),
@@ -476,6 +576,20 @@ pub async fn push(
         if conflicted.contains(path) {
             continue;
         }
+        if l.kind == LocalKind::File {
+            if let Some(reason) = opts
+                .zone
+                .as_ref()
+                .and_then(|z| z.links_refused(&tree, path))
+            {
+                tracing::warn!(path, reason = %reason, "mirror push: skipped");
+                summary.skipped.push(Skipped {
+                    path: path.clone(),
+                    reason,
+                });
+                continue;
+            }
+        }
         if manifest.get(path).is_none() {
             let mut read = None;
             if l.kind == LocalKind::File {
@@ -489,10 +603,7 @@ pub async fn push(
                 if r.kind != EntryKind::Dir {
                     let same = r.kind == EntryKind::File
                         && r.size == rd.data.len() as u64
-                        && remote_blake3(remote, &join_remote(remote_root, path))
-                            .await?
-                            .0
-                            == rd.hash;
+                        && remote_blake3(remote, &join_remote(remote_root, path)).await? == rd.hash;
                     if !same {
                         summary.conflicts.push(Conflict {
                             path: path.clone(),
@@ -760,153 +871,42 @@ pub async fn pull(
     let tree = LocalTree::open(local_root).map_err(local_err(&root_shown, "open"))?;
     // Unlike a push, a missing remote root is an error here (never "everything was deleted").
     let remote_map: BTreeMap<String, RemoteMeta> = by_path(remote.walk(remote_root).await?);
-    let suffix = format!(".sandbox-{}", opts.sandbox);
+    // Links are judged by where they resolve through all the links of the remote tree.
+    let mut links = LinkResolver::new();
+    for (path, r) in &remote_map {
+        if let (EntryKind::Symlink, Some(t)) = (r.kind, &r.link_target) {
+            links.add(path, t);
+        }
+    }
+    let ctx = PullCtx {
+        tree: &tree,
+        remote,
+        remote_root,
+        opts,
+        links,
+        suffix: format!(".sandbox-{}", opts.sandbox),
+        umask: crate::core::process_umask(),
+        max_file: opts.max_file_bytes.unwrap_or(u64::MAX),
+    };
 
     for (path, r) in &remote_map {
-        if path.ends_with(&suffix) && manifest.get(path).is_none() {
+        if path.ends_with(&ctx.suffix) && manifest.get(path).is_none() {
             continue;
         }
-        let m = manifest.get(path).cloned();
-        let l = tree.lstat(path).map_err(local_err(path, "stat"))?;
-        match r.kind {
-            EntryKind::Dir => {
-                match &l {
-                    None => tree
-                        .mkdir_p(path, r.mode.unwrap_or(0o755))
-                        .map_err(local_err(path, "mkdir"))?,
-                    Some(l) if l.kind == LocalKind::Dir => {}
-                    Some(_) => {
-                        summary.conflicts.push(Conflict {
-                            path: path.clone(),
-                            reason: "a directory in the sandbox, not one locally".into(),
-                            remote_copy: None,
-                        });
-                        continue;
-                    }
-                }
-                if m.as_ref().is_none_or(|m| m.kind != KIND_DIR) {
-                    let item = tree
-                        .lstat(path)
-                        .map_err(local_err(path, "stat"))?
-                        .expect("just made");
-                    manifest.commit(vec![other_row(path, &item)], Vec::new())?;
-                }
+        // A bad entry is skipped and reported; the rest of the tree still comes.
+        if let Err(e) = foreign::check_rel(path, GitDir::Allow) {
+            summary.skip(path, e.to_string());
+            continue;
+        }
+        match pull_entry(&ctx, path, r, manifest, &mut summary).await {
+            Ok(()) => {}
+            Err(MirrorError::Local { path, op, source }) => {
+                summary.skip(
+                    &path,
+                    format!("{op} in the zone directory failed: {source}"),
+                );
             }
-            EntryKind::Symlink => {
-                let target = r.link_target.clone().unwrap_or_default();
-                if m.as_ref()
-                    .is_some_and(|m| m.kind == KIND_LINK && m.link_target.as_ref() == Some(&target))
-                {
-                    continue;
-                }
-                let local_same = local_unchanged(&tree, m.as_ref(), l.as_ref())?;
-                let already = matches!(&l, Some(LocalItem { kind: LocalKind::Symlink(t), .. }) if *t == target);
-                if already {
-                    let item = l.clone().expect("present");
-                    manifest.commit(vec![other_row(path, &item)], Vec::new())?;
-                } else if local_same {
-                    let item = tree
-                        .symlink_atomic(path, &target)
-                        .map_err(local_err(path, "symlink"))?;
-                    manifest.commit(vec![other_row(path, &item)], Vec::new())?;
-                    summary.files_received += 1;
-                    summary.changed.push((path.clone(), "symlink", None));
-                } else {
-                    let copy = format!("{path}{suffix}");
-                    tree.symlink_atomic(&copy, &target)
-                        .map_err(local_err(&copy, "symlink"))?;
-                    summary.conflicts.push(Conflict {
-                        path: path.clone(),
-                        reason: "changed locally and in the sandbox".into(),
-                        remote_copy: Some(copy),
-                    });
-                }
-            }
-            EntryKind::File => {
-                if let Some(m) = &m {
-                    // Unchanged, or in flight from a cut-short push (the next push settles it).
-                    if m.kind == KIND_FILE && (fingerprint_same(m, r) || m.hash.is_none()) {
-                        continue;
-                    }
-                }
-                let full = join_remote(remote_root, path);
-                let (hash, data) = remote_blake3(remote, &full).await?;
-                let fresh = |row: &mut MirrorEntryRow| {
-                    row.remote_size = Some(r.size);
-                    row.remote_mtime_ns = r.mtime_ns;
-                };
-                if let Some(m) = &m {
-                    if m.kind == KIND_FILE && m.hash.as_ref() == Some(&hash) {
-                        // Touched, not changed.
-                        let mut row = m.clone();
-                        fresh(&mut row);
-                        manifest.commit(vec![row], Vec::new())?;
-                        continue;
-                    }
-                }
-                let local_same = local_unchanged(&tree, m.as_ref(), l.as_ref())?;
-                let local_hash = match &l {
-                    Some(LocalItem {
-                        kind: LocalKind::File,
-                        ..
-                    }) => {
-                        let (data, _) = tree.read(path).map_err(local_err(path, "read"))?;
-                        Some(blake3::hash(&data).to_hex().to_string())
-                    }
-                    _ => None,
-                };
-                let data = match data {
-                    Some(d) => d,
-                    None => remote.read(&full).await?,
-                };
-                let mode = r.mode.unwrap_or(0o644);
-                if local_hash.as_ref() == Some(&hash) {
-                    // Both sides already hold it.
-                    let (d, item) = tree.read(path).map_err(local_err(path, "read"))?;
-                    let read = Read {
-                        data: d,
-                        hash,
-                        item,
-                    };
-                    let mut row = file_row(path, &read, r.mtime_ns);
-                    fresh(&mut row);
-                    manifest.commit(vec![row], Vec::new())?;
-                } else if local_same {
-                    let item = tree
-                        .write_atomic(path, &data, mode)
-                        .map_err(local_err(path, "write"))?;
-                    summary.files_received += 1;
-                    summary.bytes_received += data.len() as u64;
-                    summary
-                        .changed
-                        .push((path.clone(), "write", Some(data.len() as u64)));
-                    opts.report(MirrorProgress {
-                        phase: "receive",
-                        files_done: summary.files_received,
-                        bytes_done: summary.bytes_received,
-                        ..Default::default()
-                    });
-                    let read = Read {
-                        data: data.to_vec(),
-                        hash,
-                        item,
-                    };
-                    let mut row = file_row(path, &read, r.mtime_ns);
-                    fresh(&mut row);
-                    manifest.commit(vec![row], Vec::new())?;
-                } else {
-                    let copy = format!("{path}{suffix}");
-                    tree.write_atomic(&copy, &data, mode)
-                        .map_err(local_err(&copy, "write"))?;
-                    summary.bytes_received += data.len() as u64;
-                    summary.conflicts.push(Conflict {
-                        path: path.clone(),
-                        reason: "changed locally and in the sandbox".into(),
-                        remote_copy: Some(copy),
-                    });
-                }
-            }
-            EntryKind::Other => {}
+            Err(e) => return Err(e),
         }
     }
 
@@ -932,14 +932,14 @@ pub async fn pull(
                     // Files of its own keep it (and are pushed next time).
                     if tree.remove(&m.path, true).is_ok() {
                         summary.deleted += 1;
-                        summary.changed.push((m.path.clone(), "delete", None));
+                        summary.note_delete(opts, &m.path);
                     }
                 }
             } else if local_unchanged(&tree, Some(&m), l.as_ref())? {
                 tree.remove(&m.path, false)
                     .map_err(local_err(&m.path, "delete"))?;
                 summary.deleted += 1;
-                summary.changed.push((m.path.clone(), "delete", None));
+                summary.note_delete(opts, &m.path);
             } else {
                 summary.conflicts.push(Conflict {
                     path: m.path.clone(),
@@ -955,6 +955,300 @@ pub async fn pull(
     manifest.touch(false, opts.now_ms)?;
     summary.duration_ms = started.elapsed().as_millis() as u64;
     Ok(summary)
+}
+
+/// What every entry of one pull shares.
+struct PullCtx<'a> {
+    tree: &'a LocalTree,
+    remote: &'a dyn RemoteFs,
+    remote_root: &'a str,
+    opts: &'a MirrorOptions,
+    links: LinkResolver,
+    suffix: String,
+    umask: u32,
+    max_file: u64,
+}
+
+/// Pulls one remote entry (its path already checked).
+async fn pull_entry(
+    ctx: &PullCtx<'_>,
+    path: &String,
+    r: &RemoteMeta,
+    manifest: &mut Manifest,
+    summary: &mut PullSummary,
+) -> Result<(), MirrorError> {
+    let tree = ctx.tree;
+    let suffix = &ctx.suffix;
+    let m = manifest.get(path).cloned();
+    // What is there now, as the core will compare it right before it replaces the entry: a
+    // write made after this check (API, mount) turns the pull's write into a conflict.
+    let zone = ctx.opts.zone.as_ref();
+    let seen = match zone {
+        Some(z) => Some(
+            z.zones
+                .seen(&z.path(path)?.to_string())
+                .map_err(fs_err(path, "stat"))?,
+        ),
+        None => None,
+    };
+    let l = tree.lstat(path).map_err(local_err(path, "stat"))?;
+    match r.kind {
+        EntryKind::Dir => {
+            match &l {
+                None => tree
+                    .mkdir_p(path, foreign::mask_mode(r.mode.unwrap_or(0o755), ctx.umask))
+                    .map_err(local_err(path, "mkdir"))?,
+                Some(l) if l.kind == LocalKind::Dir => {}
+                Some(_) => {
+                    summary.conflicts.push(Conflict {
+                        path: path.clone(),
+                        reason: "a directory in the sandbox, not one locally".into(),
+                        remote_copy: None,
+                    });
+                    return Ok(());
+                }
+            }
+            if m.as_ref().is_none_or(|m| m.kind != KIND_DIR) {
+                let item = tree
+                    .lstat(path)
+                    .map_err(local_err(path, "stat"))?
+                    .expect("just made");
+                manifest.commit(vec![other_row(path, &item)], Vec::new())?;
+            }
+        }
+        EntryKind::Symlink => {
+            let target = r.link_target.clone().unwrap_or_default();
+            if m.as_ref()
+                .is_some_and(|m| m.kind == KIND_LINK && m.link_target.as_ref() == Some(&target))
+            {
+                return Ok(());
+            }
+            if let Err(e) = ctx.links.resolve(path, &target) {
+                summary.skip(path, e.to_string());
+                return Ok(());
+            }
+            let local_same = local_unchanged(tree, m.as_ref(), l.as_ref())?;
+            let already =
+                matches!(&l, Some(LocalItem { kind: LocalKind::Symlink(t), .. }) if *t == target);
+            if already {
+                let item = l.clone().expect("present");
+                manifest.commit(vec![other_row(path, &item)], Vec::new())?;
+            } else if local_same {
+                let item = match zone {
+                    Some(z) => {
+                        let vp = z.path(path)?.to_string();
+                        match z.zones.replace_entry(
+                            &vp,
+                            Replacement::Symlink(&target),
+                            seen,
+                            ORIGIN,
+                        ) {
+                            Ok(_) => tree.lstat(path).map_err(local_err(path, "stat"))?,
+                            Err(FsError::Conflict { .. }) => None,
+                            Err(e) => return Err(fs_err(path, "symlink")(e)),
+                        }
+                    }
+                    None => Some(
+                        tree.symlink_atomic(path, &target)
+                            .map_err(local_err(path, "symlink"))?,
+                    ),
+                };
+                if let Some(item) = item {
+                    manifest.commit(vec![other_row(path, &item)], Vec::new())?;
+                    summary.files_received += 1;
+                    summary.changed.push((path.clone(), "symlink", None));
+                    return Ok(());
+                }
+                // Written locally after the check: both kept, as a conflict.
+                let copy = format!("{path}{suffix}");
+                tree.symlink_atomic(&copy, &target)
+                    .map_err(local_err(&copy, "symlink"))?;
+                summary.conflicts.push(Conflict {
+                    path: path.clone(),
+                    reason: "changed locally while the pull ran".into(),
+                    remote_copy: Some(copy),
+                });
+            } else {
+                let copy = format!("{path}{suffix}");
+                tree.symlink_atomic(&copy, &target)
+                    .map_err(local_err(&copy, "symlink"))?;
+                summary.conflicts.push(Conflict {
+                    path: path.clone(),
+                    reason: "changed locally and in the sandbox".into(),
+                    remote_copy: Some(copy),
+                });
+            }
+        }
+        EntryKind::File => {
+            if let Some(m) = &m {
+                // Unchanged, or in flight from a cut-short push (the next push settles it).
+                if m.kind == KIND_FILE && (fingerprint_same(m, r) || m.hash.is_none()) {
+                    return Ok(());
+                }
+            }
+            if r.size > ctx.max_file {
+                summary.skip(
+                    path,
+                    format!(
+                        "{} bytes, over limits.sandbox_file_bytes ({})",
+                        r.size, ctx.max_file
+                    ),
+                );
+                return Ok(());
+            }
+            let full = join_remote(ctx.remote_root, path);
+            let fresh = |row: &mut MirrorEntryRow| {
+                row.remote_size = Some(r.size);
+                row.remote_mtime_ns = r.mtime_ns;
+            };
+            // Hashed in the sandbox when it can: a touched file is then never downloaded.
+            let remote_hash = if ctx.remote.caps().remote_hashes.contains(&HashAlgo::Blake3) {
+                Some(ctx.remote.hash(&full, HashAlgo::Blake3).await?)
+            } else {
+                None
+            };
+            if let (Some(m), Some(hash)) = (&m, &remote_hash) {
+                if m.kind == KIND_FILE && m.hash.as_ref() == Some(hash) {
+                    // Touched, not changed.
+                    let mut row = m.clone();
+                    fresh(&mut row);
+                    manifest.commit(vec![row], Vec::new())?;
+                    return Ok(());
+                }
+            }
+            let local_same = local_unchanged(tree, m.as_ref(), l.as_ref())?;
+            let local_file = match &l {
+                Some(LocalItem {
+                    kind: LocalKind::File,
+                    ..
+                }) => Some(tree.hash(path).map_err(local_err(path, "read"))?),
+                _ => None,
+            };
+            let both_hold = |hash: &str, manifest: &mut Manifest| -> Result<bool, MirrorError> {
+                match &local_file {
+                    Some((h, item)) if h == hash => {
+                        let mut row = pulled_row(path, hash, item.size, item);
+                        fresh(&mut row);
+                        manifest.commit(vec![row], Vec::new())?;
+                        Ok(true)
+                    }
+                    _ => Ok(false),
+                }
+            };
+            if let Some(hash) = &remote_hash {
+                if both_hold(hash, manifest)? {
+                    return Ok(());
+                }
+            }
+            // Streamed into a temp file beside the destination: never whole in memory.
+            let mut spool = tree.spool(path).map_err(local_err(path, "write"))?;
+            match ctx.remote.read_into(&full, ctx.max_file, &mut spool).await {
+                Ok(_) => {}
+                Err(e @ RemoteError::TooLarge { .. }) => {
+                    summary.skip(path, e.to_string());
+                    return Ok(());
+                }
+                Err(e) => return Err(e.into()),
+            }
+            let hash = spool.hash();
+            let len = spool.len();
+            if let Some(m) = &m {
+                if m.kind == KIND_FILE && m.hash.as_ref() == Some(&hash) {
+                    let mut row = m.clone();
+                    fresh(&mut row);
+                    manifest.commit(vec![row], Vec::new())?;
+                    return Ok(());
+                }
+            }
+            if both_hold(&hash, manifest)? {
+                return Ok(());
+            }
+            let mode = foreign::mask_mode(r.mode.unwrap_or(0o644), ctx.umask);
+            let name = local::split(path).1;
+            // Downloaded: the moment a test hook (the progress callback) may write in between.
+            ctx.opts.report(MirrorProgress {
+                phase: "downloaded",
+                files_done: summary.files_received,
+                bytes_done: summary.bytes_received + len,
+                ..Default::default()
+            });
+            let written = if !local_same {
+                None
+            } else if let Some(z) = zone {
+                let vp = z.path(path)?.to_string();
+                spool
+                    .file
+                    .seek(std::io::SeekFrom::Start(0))
+                    .map_err(local_err(path, "write"))?;
+                let new = Replacement::File {
+                    content: &mut spool.file,
+                    mode,
+                };
+                match z.zones.replace_entry(&vp, new, seen, ORIGIN) {
+                    Ok(_) => Some(
+                        tree.lstat(path)
+                            .map_err(local_err(path, "stat"))?
+                            .ok_or_else(|| MirrorError::Local {
+                                path: path.clone(),
+                                op: "write",
+                                source: std::io::Error::other("gone right after the write"),
+                            })?,
+                    ),
+                    Err(FsError::Conflict { .. }) => None,
+                    Err(e) => return Err(fs_err(path, "write")(e)),
+                }
+            } else {
+                Some(spool.commit(name, mode).map_err(local_err(path, "write"))?)
+            };
+            if let Some(item) = written {
+                summary.files_received += 1;
+                summary.bytes_received += len;
+                summary.changed.push((path.clone(), "write", Some(len)));
+                ctx.opts.report(MirrorProgress {
+                    phase: "receive",
+                    files_done: summary.files_received,
+                    bytes_done: summary.bytes_received,
+                    ..Default::default()
+                });
+                let mut row = pulled_row(path, &hash, len, &item);
+                fresh(&mut row);
+                manifest.commit(vec![row], Vec::new())?;
+            } else {
+                let copy = format!("{path}{suffix}");
+                spool
+                    .commit(&format!("{name}{suffix}"), mode)
+                    .map_err(local_err(&copy, "write"))?;
+                summary.bytes_received += len;
+                summary.conflicts.push(Conflict {
+                    path: path.clone(),
+                    reason: if local_same {
+                        "changed locally while the pull ran".into()
+                    } else {
+                        "changed locally and in the sandbox".into()
+                    },
+                    remote_copy: Some(copy),
+                });
+            }
+        }
+        EntryKind::Other => {}
+    }
+    Ok(())
+}
+
+/// Returns the manifest row of a file both sides now hold with this content.
+fn pulled_row(path: &str, hash: &str, size: u64, item: &LocalItem) -> MirrorEntryRow {
+    MirrorEntryRow {
+        path: path.to_string(),
+        kind: KIND_FILE.into(),
+        hash: Some(hash.to_string()),
+        size,
+        mode: item.mode,
+        link_target: None,
+        local_size: Some(item.size),
+        local_mtime_ns: Some(item.mtime_ns),
+        remote_size: Some(size),
+        remote_mtime_ns: None,
+    }
 }
 
 /// Returns true when the local path still is what the manifest says (or is absent and the
