@@ -397,9 +397,10 @@ async fn remote_side(
     })
 }
 
-/// A local file read for a push.
+/// A local file hashed for a push.
+/// (The content itself is read only when its batch is built, so a push holds one batch in
+/// memory, not every new file.)
 struct Read {
-    data: Vec<u8>,
     hash: String,
     item: LocalItem,
 }
@@ -448,12 +449,12 @@ fn file_row(path: &str, read: &Read, remote_mtime_ns: Option<i64>) -> MirrorEntr
         path: path.to_string(),
         kind: KIND_FILE.into(),
         hash: Some(read.hash.clone()),
-        size: read.data.len() as u64,
+        size: read.item.size,
         mode: read.item.mode,
         link_target: None,
         local_size: Some(read.item.size),
         local_mtime_ns: Some(read.item.mtime_ns),
-        remote_size: Some(read.data.len() as u64),
+        remote_size: Some(read.item.size),
         remote_mtime_ns,
     }
 }
@@ -593,16 +594,15 @@ pub async fn push(
         if manifest.get(path).is_none() {
             let mut read = None;
             if l.kind == LocalKind::File {
-                let (data, item) = tree.read(path).map_err(local_err(path, "read"))?;
-                let hash = blake3::hash(&data).to_hex().to_string();
-                read = Some(Read { data, hash, item });
+                let (hash, item) = tree.hash(path).map_err(local_err(path, "read"))?;
+                read = Some(Read { hash, item });
             }
             // Something the sandbox created at the same path: the same content is adopted,
             // other content is a conflict.
             if let (Some(r), Some(rd)) = (remote_map.get(path), read.as_ref()) {
                 if r.kind != EntryKind::Dir {
                     let same = r.kind == EntryKind::File
-                        && r.size == rd.data.len() as u64
+                        && r.size == rd.item.size
                         && remote_blake3(remote, &join_remote(remote_root, path)).await? == rd.hash;
                     if !same {
                         summary.conflicts.push(Conflict {
@@ -619,9 +619,8 @@ pub async fn push(
         } else if let Some(read) = changed.remove(path) {
             let read = match (read, &l.kind) {
                 (None, LocalKind::File) => {
-                    let (data, item) = tree.read(path).map_err(local_err(path, "read"))?;
-                    let hash = blake3::hash(&data).to_hex().to_string();
-                    Some(Read { data, hash, item })
+                    let (hash, item) = tree.hash(path).map_err(local_err(path, "read"))?;
+                    Some(Read { hash, item })
                 }
                 (r, _) => r,
             };
@@ -731,10 +730,11 @@ pub async fn push(
                 let secs = read.item.mtime_ns.div_euclid(1_000_000_000).max(0);
                 let row = file_row(&path, &read, Some(secs * 1_000_000_000));
                 Pending {
-                    bytes: read.data.len() as u64,
+                    bytes: read.item.size,
+                    // Filled from the file when its batch is built.
                     item: BatchItem::File {
                         path: path.clone(),
-                        data: Bytes::from(read.data),
+                        data: Bytes::new(),
                         mode: read.item.mode,
                         mtime: Some(secs as u64),
                     },
@@ -767,6 +767,7 @@ pub async fn push(
         let cost = 512 + p.bytes.div_ceil(512) * 512;
         if !batch.is_empty() && batch_bytes + cost + 1024 > budget {
             send_batch(
+                &tree,
                 remote,
                 remote_root,
                 manifest,
@@ -783,6 +784,7 @@ pub async fn push(
         batch.push(p);
         if iter.peek().is_none() {
             send_batch(
+                &tree,
                 remote,
                 remote_root,
                 manifest,
@@ -810,6 +812,7 @@ fn kind_name(k: &LocalKind) -> &'static str {
 
 /// Sends one batch and records its rows once the remote accepted it.
 async fn send_batch(
+    tree: &LocalTree,
     remote: &dyn RemoteFs,
     remote_root: &str,
     manifest: &mut Manifest,
@@ -820,9 +823,35 @@ async fn send_batch(
     let mut rows = Vec::with_capacity(batch.len());
     let mut files = 0;
     let mut bytes = 0;
-    for p in batch {
+    for mut p in batch {
         if !matches!(p.item, BatchItem::Dir { .. }) {
             files += 1;
+        }
+        if let BatchItem::File {
+            path,
+            data,
+            mode,
+            mtime,
+        } = &mut p.item
+        {
+            // Read now, one batch at a time; the row describes what is really sent (the file
+            // may have changed since it was hashed).
+            let (content, item) = tree.read(path).map_err(local_err(path, "read"))?;
+            let hash = blake3::hash(&content).to_hex().to_string();
+            if p.row.hash.as_deref() != Some(hash.as_str()) || item.mode != *mode {
+                p.row.hash = Some(hash);
+                p.row.size = item.size;
+                p.row.remote_size = Some(item.size);
+                p.row.mode = item.mode;
+                *mode = item.mode;
+            }
+            let secs = item.mtime_ns.div_euclid(1_000_000_000).max(0);
+            *mtime = Some(secs as u64);
+            p.row.remote_mtime_ns = Some(secs * 1_000_000_000);
+            p.row.local_size = Some(item.size);
+            p.row.local_mtime_ns = Some(item.mtime_ns);
+            p.bytes = content.len() as u64;
+            *data = Bytes::from(content);
         }
         bytes += p.bytes;
         items.push(p.item);
