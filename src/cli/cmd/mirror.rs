@@ -69,7 +69,7 @@ fn progress_printer() -> impl FnMut(&Value) {
         let line = match p["phase"].as_str().unwrap_or("") {
             "attach" => format!("connecting to {sandbox}…"),
             "scan" => format!("comparing with {sandbox}…"),
-            phase @ ("send" | "receive") => {
+            phase @ ("send" | "receive" | "downloaded") => {
                 let secs = started.elapsed().as_secs_f64().max(0.001);
                 let rate = size((n("bytes_done") as f64 / secs) as u64);
                 let verb = if phase == "send" {
@@ -100,6 +100,16 @@ fn progress_printer() -> impl FnMut(&Value) {
 }
 
 fn conflicts(v: &Value) {
+    if let Some(list) = v["skipped"].as_array().filter(|l| !l.is_empty()) {
+        println!("skipped:");
+        for c in list {
+            println!(
+                "  {}  ({})",
+                c["path"].as_str().unwrap_or(""),
+                c["reason"].as_str().unwrap_or("")
+            );
+        }
+    }
     if let Some(list) = v["conflicts"].as_array().filter(|l| !l.is_empty()) {
         println!("changed on both sides (left as they are):");
         for c in list {
