@@ -459,6 +459,34 @@ pub trait RemoteFs: Send + Sync {
     /// sandbox, so they appear whole or not at all.
     fn write<'a>(&'a self, path: &'a str, data: Bytes) -> BoxFuture<'a, RemoteResult<()>>;
 
+    /// Like [`RemoteFs::write`], with the content read from `src` (`len` bytes expected; a
+    /// different count is an error). Providers that can stream override it so a large file is
+    /// never whole in memory; the fallback reads it whole.
+    fn write_from<'a>(
+        &'a self,
+        path: &'a str,
+        src: &'a mut (dyn std::io::Read + Send),
+        len: u64,
+    ) -> BoxFuture<'a, RemoteResult<()>> {
+        Box::pin(async move {
+            let mut data = Vec::with_capacity(len.min(64 << 20) as usize);
+            src.read_to_end(&mut data)
+                .map_err(|e| RemoteError::Protocol {
+                    url: String::new(),
+                    op: "write",
+                    reason: format!("cannot read the local content for {path}: {e}"),
+                })?;
+            if data.len() as u64 != len {
+                return Err(RemoteError::Protocol {
+                    url: String::new(),
+                    op: "write",
+                    reason: format!("{path}: read {} bytes, expected {len}", data.len()),
+                });
+            }
+            self.write(path, Bytes::from(data)).await
+        })
+    }
+
     /// Creates the directory `path` and its missing parents; an existing directory is fine.
     fn mkdir_p<'a>(&'a self, path: &'a str) -> BoxFuture<'a, RemoteResult<()>>;
 

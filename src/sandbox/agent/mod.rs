@@ -61,6 +61,7 @@ pub mod fuzzing {
     }
 }
 
+use std::io::Read as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -365,23 +366,49 @@ impl SandboxAgent {
     /// Writes a file over the body limit: parts beside it, joined and moved into place by one
     /// command, so the destination changes only once, completely.
     async fn write_chunked(&self, path: &str, data: Bytes) -> RemoteResult<()> {
+        let chunk = MAX_BODY_BYTES as usize;
+        let mut pieces = (0..data.len()).step_by(chunk).map(|at| {
+            let end = (at + chunk).min(data.len());
+            Ok(data.slice(at..end))
+        });
+        self.write_parts(path, data.len() as u64, &mut || pieces.next().transpose())
+            .await
+    }
+
+    /// Uploads the pieces `next` yields (at most [`MAX_BODY_BYTES`] each, `size` bytes in all)
+    /// as parts beside `path`, then joins them into place. One piece is in memory at a time.
+    async fn write_parts(
+        &self,
+        path: &str,
+        size: u64,
+        next: &mut (dyn FnMut() -> RemoteResult<Option<Bytes>> + Send),
+    ) -> RemoteResult<()> {
         let (parent, name) = split_parent(path);
         let stem = format!(
             "{}/.{name}.sandfs-{}",
             parent.trim_end_matches('/'),
             self.unique()
         );
-        let chunk = MAX_BODY_BYTES as usize;
         let mut parts = Vec::new();
-        for (i, piece) in data.chunks(chunk).enumerate() {
+        let mut i = 0usize;
+        loop {
+            let piece = match next() {
+                Ok(Some(piece)) => piece,
+                Ok(None) => break,
+                Err(e) => {
+                    self.discard(&parts).await;
+                    return Err(e);
+                }
+            };
             let part = format!("{stem}.part{i:05}");
+            i += 1;
             let sent = self
                 .send(
                     "write",
                     path,
                     Method::PUT,
                     &Self::fs_route("file", &part),
-                    Some(Body::bytes(data.slice_ref(piece))),
+                    Some(Body::bytes(piece)),
                 )
                 .await;
             parts.push(part);
@@ -400,7 +427,7 @@ if [ "$got" -ne "$size" ]; then echo "joined $got bytes, expected $size" >&2; ex
 if [ -e "$dest" ]; then chmod "$(stat -c %a "$dest")" "$tmp"; fi
 mv -f "$tmp" "$dest""#;
         let tmp = format!("{stem}.tmp");
-        let size = data.len().to_string();
+        let size = size.to_string();
         let mut args = vec![path, tmp.as_str(), size.as_str()];
         args.extend(parts.iter().map(String::as_str));
         let out = match self.sh("write", path, JOIN, &args).await {
@@ -638,6 +665,44 @@ impl RemoteFs for SandboxAgent {
             )
             .await
             .map(|_| ())
+        })
+    }
+
+    fn write_from<'a>(
+        &'a self,
+        path: &'a str,
+        src: &'a mut (dyn std::io::Read + Send),
+        len: u64,
+    ) -> BoxFuture<'a, RemoteResult<()>> {
+        Box::pin(async move {
+            check_remote_path(path)?;
+            let url = self.url().to_string();
+            let mut left = len;
+            let mut next = || -> RemoteResult<Option<Bytes>> {
+                let mut piece = Vec::with_capacity(MAX_BODY_BYTES.min(left) as usize);
+                let got = (&mut *src)
+                    .take(MAX_BODY_BYTES)
+                    .read_to_end(&mut piece)
+                    .map_err(|e| RemoteError::Protocol {
+                        url: url.clone(),
+                        op: "write",
+                        reason: format!("cannot read the local content for {path}: {e}"),
+                    })? as u64;
+                if got > left || (got == 0 && left > 0) {
+                    return Err(RemoteError::Protocol {
+                        url: url.clone(),
+                        op: "write",
+                        reason: format!("{path}: the local file changed size while it was sent"),
+                    });
+                }
+                left -= got;
+                Ok((got > 0).then(|| Bytes::from(piece)))
+            };
+            if len <= MAX_BODY_BYTES {
+                let data = next()?.unwrap_or_default();
+                return self.write(path, data).await;
+            }
+            self.write_parts(path, len, &mut next).await
         })
     }
 

@@ -154,8 +154,8 @@ impl LocalTree {
         Ok(Some(LocalItem::from_stat(kind, &st)))
     }
 
-    /// Reads the regular file `rel`, returning its content and the stat it was read with.
-    pub fn read(&self, rel: &str) -> io::Result<(Vec<u8>, LocalItem)> {
+    /// Opens the regular file `rel` for reading (never through a symlink), with its stat.
+    pub fn open_file(&self, rel: &str) -> io::Result<(std::fs::File, LocalItem)> {
         let fd = openat2_beneath(
             self.root.as_fd(),
             rel,
@@ -169,10 +169,18 @@ impl LocalTree {
                 "not a regular file",
             ));
         }
-        let mut file = std::fs::File::from(fd);
-        let mut data = Vec::with_capacity(st.st_size as usize);
+        Ok((
+            std::fs::File::from(fd),
+            LocalItem::from_stat(LocalKind::File, &st),
+        ))
+    }
+
+    /// Reads the regular file `rel`, returning its content and the stat it was read with.
+    pub fn read(&self, rel: &str) -> io::Result<(Vec<u8>, LocalItem)> {
+        let (mut file, item) = self.open_file(rel)?;
+        let mut data = Vec::with_capacity(item.size as usize);
         file.read_to_end(&mut data)?;
-        Ok((data, LocalItem::from_stat(LocalKind::File, &st)))
+        Ok((data, item))
     }
 
     /// Returns the raw stat of `rel` (not following a symlink in its last component).
@@ -188,25 +196,10 @@ impl LocalTree {
     /// Returns the BLAKE3 of the regular file `rel` (read 64 KiB at a time, never whole) and the
     /// stat it was read with.
     pub fn hash(&self, rel: &str) -> io::Result<(String, LocalItem)> {
-        let fd = openat2_beneath(
-            self.root.as_fd(),
-            rel,
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NOCTTY | OFlags::NONBLOCK,
-            Mode::empty(),
-        )?;
-        let st = rustix::fs::fstat(&fd)?;
-        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "not a regular file",
-            ));
-        }
+        let (file, item) = self.open_file(rel)?;
         let mut hasher = blake3::Hasher::new();
-        hasher.update_reader(std::fs::File::from(fd))?;
-        Ok((
-            hasher.finalize().to_hex().to_string(),
-            LocalItem::from_stat(LocalKind::File, &st),
-        ))
+        hasher.update_reader(file)?;
+        Ok((hasher.finalize().to_hex().to_string(), item))
     }
 
     /// Opens a temp file beside `rel` (creating missing parents) for a download to stream into;

@@ -29,7 +29,7 @@ use serde::Serialize;
 
 use crate::core::foreign::{self, GitDir, LinkResolver};
 use crate::core::remote::{
-    join_remote, BatchItem, HashAlgo, RemoteError, RemoteFs, RemoteMeta, WalkEntry,
+    join_remote, BatchItem, HashAlgo, MetaUpdate, RemoteError, RemoteFs, RemoteMeta, WalkEntry,
 };
 use crate::core::{EntryKind, FsError, Replacement, VPath, Zone, ZoneId, Zones};
 use crate::state::{Db, MirrorEntryRow, StateError};
@@ -765,7 +765,9 @@ pub async fn push(
     let mut iter = pending.into_iter().peekable();
     while let Some(p) = iter.next() {
         let cost = 512 + p.bytes.div_ceil(512) * 512;
-        if !batch.is_empty() && batch_bytes + cost + 1024 > budget {
+        let large = matches!(p.item, BatchItem::File { .. }) && cost + 1024 > budget;
+        if !batch.is_empty() && (large || batch_bytes + cost + 1024 > budget) {
+            // (What is batched goes first: directories before what they hold.)
             send_batch(
                 &tree,
                 remote,
@@ -779,6 +781,14 @@ pub async fn push(
             progress.files_done = summary.files_sent;
             progress.bytes_done = summary.bytes_sent;
             opts.report(progress.clone());
+        }
+        if large {
+            // Too large for any batch: streamed on its own, never whole in memory.
+            send_large(&tree, remote, remote_root, manifest, p, &mut summary).await?;
+            progress.files_done = summary.files_sent;
+            progress.bytes_done = summary.bytes_sent;
+            opts.report(progress.clone());
+            continue;
         }
         batch_bytes += cost;
         batch.push(p);
@@ -808,6 +818,76 @@ fn kind_name(k: &LocalKind) -> &'static str {
         LocalKind::Dir => KIND_DIR,
         LocalKind::Symlink(_) => KIND_LINK,
     }
+}
+
+/// Returns a file's row as in flight: no hash, no fingerprint, nothing claimed about the remote
+/// content, so a torn file left by a cut-short push is overwritten by the next push rather
+/// than taken for a change made in the sandbox.
+fn in_flight(r: &MirrorEntryRow) -> MirrorEntryRow {
+    MirrorEntryRow {
+        hash: None,
+        local_size: None,
+        local_mtime_ns: None,
+        remote_size: None,
+        remote_mtime_ns: None,
+        ..r.clone()
+    }
+}
+
+/// Sends one file too large for a tar batch: streamed from the local file (hashed on the way,
+/// so the row records what was sent), then its mode and mtime set.
+async fn send_large(
+    tree: &LocalTree,
+    remote: &dyn RemoteFs,
+    remote_root: &str,
+    manifest: &mut Manifest,
+    p: Pending,
+    summary: &mut PushSummary,
+) -> Result<(), MirrorError> {
+    let BatchItem::File { path, .. } = &p.item else {
+        unreachable!("only files are sent on their own");
+    };
+    let mut row = p.row;
+    manifest.commit(vec![in_flight(&row)], Vec::new())?;
+    let (file, item) = tree.open_file(path).map_err(local_err(path, "read"))?;
+    struct Hashing<R> {
+        inner: R,
+        hasher: blake3::Hasher,
+    }
+    impl<R: std::io::Read> std::io::Read for Hashing<R> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = self.inner.read(buf)?;
+            self.hasher.update(&buf[..n]);
+            Ok(n)
+        }
+    }
+    let mut src = Hashing {
+        inner: file,
+        hasher: blake3::Hasher::new(),
+    };
+    let full = join_remote(remote_root, path);
+    remote.write_from(&full, &mut src, item.size).await?;
+    let secs = item.mtime_ns.div_euclid(1_000_000_000).max(0);
+    remote
+        .set_meta(
+            &full,
+            MetaUpdate {
+                mode: Some(item.mode),
+                mtime: Some(secs as u64),
+            },
+        )
+        .await?;
+    row.hash = Some(src.hasher.finalize().to_hex().to_string());
+    row.size = item.size;
+    row.mode = item.mode;
+    row.local_size = Some(item.size);
+    row.local_mtime_ns = Some(item.mtime_ns);
+    row.remote_size = Some(item.size);
+    row.remote_mtime_ns = Some(secs * 1_000_000_000);
+    manifest.commit(vec![row], Vec::new())?;
+    summary.files_sent += 1;
+    summary.bytes_sent += item.size;
+    Ok(())
 }
 
 /// Sends one batch and records its rows once the remote accepted it.
@@ -860,19 +940,12 @@ async fn send_batch(
     // Files are marked in flight first (no hash, no fingerprint: nothing claimed about the
     // remote content), so a torn file left by a cut-short batch is overwritten by the next push
     // rather than taken for a change made in the sandbox.
-    let in_flight: Vec<MirrorEntryRow> = rows
+    let flying: Vec<MirrorEntryRow> = rows
         .iter()
         .filter(|r| r.kind == KIND_FILE)
-        .map(|r| MirrorEntryRow {
-            hash: None,
-            local_size: None,
-            local_mtime_ns: None,
-            remote_size: None,
-            remote_mtime_ns: None,
-            ..r.clone()
-        })
+        .map(in_flight)
         .collect();
-    manifest.commit(in_flight, Vec::new())?;
+    manifest.commit(flying, Vec::new())?;
     remote.put_batch(remote_root, items).await?;
     manifest.commit(rows, Vec::new())?;
     summary.files_sent += files;
