@@ -29,6 +29,7 @@ fn opts() -> MirrorOptions {
         sandbox: "bench".into(),
         now_ms: 0,
         progress: None,
+        ..Default::default()
     }
 }
 

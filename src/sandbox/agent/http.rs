@@ -70,6 +70,13 @@ impl Body {
     }
 }
 
+/// How long one exchange may take and how large its answer may be.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Bounds {
+    pub timeout: Duration,
+    pub limit: u64,
+}
+
 /// An answer with a success status.
 pub(super) struct Reply {
     pub body: Bytes,
@@ -191,9 +198,9 @@ impl Transport {
         method: Method,
         path_and_query: &str,
         body: Option<Body>,
-        timeout: Duration,
-        limit: u64,
+        bounds: Bounds,
     ) -> RemoteResult<Reply> {
+        let Bounds { timeout, limit } = bounds;
         let uri = format!("{}{}", self.base, path_and_query);
         let mut req = Request::builder().method(method).uri(&uri);
         if let Some(auth) = &self.auth {

@@ -77,7 +77,7 @@ use crate::core::remote::{
     RemoteEntry, RemoteError, RemoteFs, RemoteMeta, RemoteResult, WalkEntry,
 };
 use crate::core::EntryKind;
-use http::{query_value, Body, Transport};
+use http::{query_value, Body, Bounds, Transport};
 
 /// The largest request body sandbox-agent 0.4.2 accepts (`413 Payload Too Large` above).
 pub const MAX_BODY_BYTES: u64 = 2 * 1024 * 1024;
@@ -261,7 +261,17 @@ impl SandboxAgent {
     ) -> RemoteResult<Bytes> {
         let reply = self
             .http
-            .send(op, path, method, route, body, self.http.timeout, limit)
+            .send(
+                op,
+                path,
+                method,
+                route,
+                body,
+                Bounds {
+                    timeout: self.http.timeout,
+                    limit,
+                },
+            )
             .await?;
         Ok(reply.body)
     }
@@ -329,8 +339,10 @@ impl SandboxAgent {
                 Method::POST,
                 "/v1/processes/run",
                 Some(Body::json(&body)),
-                limit + self.http.timeout,
-                self.max_answer,
+                Bounds {
+                    timeout: limit + self.http.timeout,
+                    limit: self.max_answer,
+                },
             )
             .await?;
         let out: wire::RunOutput = self.decode(op, &reply.body)?;
