@@ -1163,8 +1163,7 @@ async fn pull_entry(
                 }
                 // Written locally after the check: both kept, as a conflict.
                 let copy = format!("{path}{suffix}");
-                tree.symlink_atomic(&copy, &target)
-                    .map_err(local_err(&copy, "symlink"))?;
+                save_link_copy(zone, tree, &copy, &target)?;
                 summary.conflicts.push(Conflict {
                     path: path.clone(),
                     reason: "changed locally while the pull ran".into(),
@@ -1172,8 +1171,7 @@ async fn pull_entry(
                 });
             } else {
                 let copy = format!("{path}{suffix}");
-                tree.symlink_atomic(&copy, &target)
-                    .map_err(local_err(&copy, "symlink"))?;
+                save_link_copy(zone, tree, &copy, &target)?;
                 summary.conflicts.push(Conflict {
                     path: path.clone(),
                     reason: "changed locally and in the sandbox".into(),
@@ -1332,9 +1330,27 @@ async fn pull_entry(
                 manifest.commit(vec![row], Vec::new())?;
             } else {
                 let copy = format!("{path}{suffix}");
-                spool
-                    .commit(&format!("{name}{suffix}"), mode)
-                    .map_err(local_err(&copy, "write"))?;
+                match zone {
+                    // Through the core: journaled and seen by the mount like any write.
+                    Some(z) => {
+                        spool
+                            .file
+                            .seek(std::io::SeekFrom::Start(0))
+                            .map_err(local_err(&copy, "write"))?;
+                        let new = Replacement::File {
+                            content: &mut spool.file,
+                            mode,
+                        };
+                        z.zones
+                            .replace_entry(&z.path(&copy)?.to_string(), new, None, ORIGIN)
+                            .map_err(fs_err(&copy, "write"))?;
+                    }
+                    None => {
+                        spool
+                            .commit(&format!("{name}{suffix}"), mode)
+                            .map_err(local_err(&copy, "write"))?;
+                    }
+                }
                 summary.bytes_received += len;
                 summary.conflicts.push(Conflict {
                     path: path.clone(),
@@ -1350,6 +1366,32 @@ async fn pull_entry(
         EntryKind::Other => {}
     }
     Ok(())
+}
+
+/// Saves the sandbox's side of a conflicting symlink beside the local one (through the core
+/// when the pull runs for a zone).
+fn save_link_copy(
+    zone: Option<&ZoneRef>,
+    tree: &LocalTree,
+    copy: &str,
+    target: &str,
+) -> Result<(), MirrorError> {
+    match zone {
+        Some(z) => z
+            .zones
+            .replace_entry(
+                &z.path(copy)?.to_string(),
+                Replacement::Symlink(target),
+                None,
+                ORIGIN,
+            )
+            .map(|_| ())
+            .map_err(fs_err(copy, "symlink")),
+        None => tree
+            .symlink_atomic(copy, target)
+            .map(|_| ())
+            .map_err(local_err(copy, "symlink")),
+    }
 }
 
 /// Returns the manifest row of a file both sides now hold with this content.
