@@ -365,6 +365,24 @@ impl SandboxAgent {
         command_result("remove", path, "rm", &out).map(|()| true)
     }
 
+    /// Returns the BLAKE3 of a remote file hashed here, the download streamed through the
+    /// hasher (never whole in memory): for sandboxes without `b3sum`.
+    async fn blake3_here(&self, path: &str) -> RemoteResult<String> {
+        struct Sink(blake3::Hasher);
+        impl std::io::Write for Sink {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.update(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut sink = Sink(blake3::Hasher::new());
+        self.read_into(path, self.max_file, &mut sink).await?;
+        Ok(sink.0.finalize().to_hex().to_string())
+    }
+
     /// Returns a name part no other upload of this process uses.
     fn unique(&self) -> String {
         let n = self.nonce.fetch_add(1, Ordering::Relaxed);
@@ -928,10 +946,7 @@ mv -fT "$1" "$2""#;
             let tool = match algo {
                 HashAlgo::Sha256 => "sha256sum",
                 HashAlgo::Blake3 if !self.no_b3sum.load(Ordering::Relaxed) => "b3sum",
-                HashAlgo::Blake3 => {
-                    let data = self.read(path).await?;
-                    return Ok(algo.digest(&data));
-                }
+                HashAlgo::Blake3 => return self.blake3_here(path).await,
             };
             const HASH: &str = r#"if [ ! -f "$2" ]; then if [ -d "$2" ]; then exit 21; fi; exit 66; fi
 command -v "$1" >/dev/null 2>&1 || exit 127
@@ -946,8 +961,7 @@ command -v "$1" >/dev/null 2>&1 || exit 127
                 }),
                 Some(127) if algo == HashAlgo::Blake3 => {
                     self.no_b3sum.store(true, Ordering::Relaxed);
-                    let data = self.read(path).await?;
-                    Ok(algo.digest(&data))
+                    self.blake3_here(path).await
                 }
                 _ => {
                     command_result("hash", path, tool, &out)?;
