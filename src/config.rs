@@ -1014,6 +1014,60 @@ mod tests {
     }
 
     #[test]
+    fn endpoints_and_host_lists() {
+        let e = Endpoint::parse("https://User@Git.Example.com/o/r.git").unwrap();
+        assert_eq!(
+            (e.scheme.as_str(), e.host.as_str(), e.effective_port()),
+            ("https", "git.example.com", Some(443))
+        );
+        assert!(e.listed_in(&["git.example.com".into()]));
+        assert!(e.listed_in(&["GIT.example.com:443".into()]));
+        assert!(!e.listed_in(&["git.example.com:80".into(), "example.com".into()]));
+        let v6 = Endpoint::parse("http://[::1]:8080/").unwrap();
+        assert!(v6.is_loopback() && v6.listed_in(&["[::1]:8080".into()]));
+        assert!(!Endpoint::parse("http://10.0.0.1/").unwrap().is_loopback());
+        assert!(Endpoint::parse("git@github.com:o/r").is_none());
+        for bad in [
+            "",
+            "https://x",
+            "x/y",
+            "a@b",
+            "::1",
+            "h:0",
+            "h:99999",
+            "[::1",
+        ] {
+            assert!(check_host_entry(bad).is_err(), "{bad}");
+        }
+        for good in ["github.com", "127.0.0.1:8080", "[::1]", "[::1]:22"] {
+            assert!(check_host_entry(good).is_ok(), "{good}");
+        }
+        let e = load("[git]\ntoken_hosts = [\"https://x\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("git.token_hosts"), "{e}");
+        let e = load("[api]\nsandbox_token_envs = [\"ghp-secret\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("api.sandbox_token_envs") && !e.contains("ghp-secret"),
+            "{e}"
+        );
+        let e = load("[git]\ngithub_api = \"http://api.example.com\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("git.github_api") && e.contains("git.http_hosts"),
+            "{e}"
+        );
+        load("[git]\ngithub_api = \"http://127.0.0.1:9\"\n").unwrap();
+        load(
+            "[git]\ngithub_api = \"http://api.example.com\"\nhttp_hosts = [\"api.example.com\"]\n",
+        )
+        .unwrap();
+    }
+
+    #[test]
     fn embedded_default_is_sandboxed_under_dot_sandfs() {
         let s = load(DEFAULT_CONFIG).unwrap();
         assert_eq!(

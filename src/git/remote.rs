@@ -149,8 +149,11 @@ fn callbacks<'a>(
 /// `git.token_over_http`. Anything else (another host, ssh, a URL that does not parse) gets no
 /// token; the error says why and which keys would allow it.
 pub fn token_may_go(url: &str, settings: &GitSection) -> Result<(), String> {
+    let var = settings.token_env.as_deref().unwrap_or("git.token_env");
     let Some(end) = Endpoint::parse(url) else {
-        return Err("the remote asks for a password and sandfs sends its token only to https URLs it can check".into());
+        return Err(format!(
+            "the remote asks for a password; the token in ${var} goes only to https URLs naming a host in git.token_hosts or git.github_url's"
+        ));
     };
     let github = Endpoint::parse(&settings.github_url);
     let listed = github
@@ -383,5 +386,60 @@ pub fn short(oid: Oid) -> String {
         "none".into()
     } else {
         oid.to_string()[..12].to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{check_transport, token_may_go};
+    use crate::config::GitSection;
+
+    #[test]
+    fn the_token_goes_only_to_its_hosts_over_https() {
+        let mut s = GitSection::default();
+        assert!(token_may_go("https://github.com/o/r.git", &s).is_ok());
+        assert!(token_may_go("https://GitHub.com:443/o/r", &s).is_ok());
+        for url in [
+            "https://github.com.evil.example/o/r.git",
+            "https://github.com@evil.example/o/r.git",
+            "https://evil.example/github.com/o/r.git",
+            "https://github.com:8443/o/r.git",
+            "http://github.com/o/r.git",
+            "ssh://git@github.com/o/r.git",
+            "git@github.com:o/r.git",
+            "http://127.0.0.1:8080/o/r.git",
+            "not a url",
+        ] {
+            let why = token_may_go(url, &s).unwrap_err();
+            assert!(why.contains("GITHUB_TOKEN"), "{url}: {why}");
+        }
+        s.token_hosts = vec!["git.example.com".into(), "127.0.0.1:8080".into()];
+        assert!(token_may_go("https://git.example.com:9443/x.git", &s).is_ok());
+        let why = token_may_go("http://127.0.0.1:8080/o/r.git", &s).unwrap_err();
+        assert!(why.contains("git.token_over_http"), "{why}");
+        s.token_over_http = true;
+        assert!(token_may_go("http://127.0.0.1:8080/o/r.git", &s).is_ok());
+        assert!(token_may_go("http://127.0.0.1:8081/o/r.git", &s).is_err());
+        // Over plain http only to loopback, even when listed.
+        assert!(token_may_go("http://git.example.com/x.git", &s).is_err());
+    }
+
+    #[test]
+    fn plain_http_goes_only_to_loopback_or_listed_hosts() {
+        let mut s = GitSection::default();
+        for ok in [
+            "https://example.com/x.git",
+            "http://127.0.0.1:9/x.git",
+            "http://[::1]:9/x.git",
+            "http://localhost/x.git",
+            "git://example.com/x.git",
+            "/srv/x.git",
+        ] {
+            assert!(check_transport(ok, &s).is_ok(), "{ok}");
+        }
+        let e = check_transport("http://example.com/x.git", &s).unwrap_err();
+        assert!(e.to_string().contains("git.http_hosts"), "{e}");
+        s.http_hosts = vec!["example.com".into()];
+        assert!(check_transport("http://example.com/x.git", &s).is_ok());
     }
 }
