@@ -315,7 +315,7 @@ path = \"$home/remote/files\"")
   start_daemon "$c"
   for _ in $(seq 100); do [ -e "$work/mnt/workspace/big.bin" ] && break; sleep 0.1; done
   note=$(run_op cmp "$work/mnt/workspace/big.bin" "$home/remote/files/big.bin")
-  finish_case remote "cat through the mount, one $(human "$unit") remote file" "$note"
+  finish_case remote "read through the mount (cmp), one $(human "$unit") remote file" "$note"
   rm -rf "$home/remote/files"
 fi
 

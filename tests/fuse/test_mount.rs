@@ -205,6 +205,7 @@ fn a_file_hard_linked_from_outside_the_zone_is_never_read_or_changed_through_the
         fs::OpenOptions::new()
             .write(true)
             .create(true)
+            .truncate(false)
             .open(&h)
             .map(drop),
         "write open with O_CREAT",
