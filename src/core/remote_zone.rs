@@ -333,6 +333,36 @@ impl RemoteZone {
         })
     }
 
+    /// Streams a whole file into `out` (an empty local file, usually a [`spool_file`]) and
+    /// returns its length: the content never sits in memory whole (when the provider streams).
+    ///
+    /// [`spool_file`]: RemoteZone::spool_file
+    pub fn download(&self, vp: &VPath, out: &std::fs::File, size_hint: u64) -> FsResult<u64> {
+        let path = self.remote_path(vp);
+        let out = out
+            .try_clone()
+            .map_err(|e| FsError::from_io(&vp.to_string(), "spool", e))?;
+        self.run(vp, "read", self.deadline(size_hint), move |fs| {
+            Box::pin(async move { fs.download(&path, out).await })
+        })
+    }
+
+    /// Replaces (or creates) a whole file with the content of the local file `src`, streamed;
+    /// its parent directories are created.
+    pub fn upload(&self, vp: &VPath, src: &std::fs::File) -> FsResult<()> {
+        let path = self.remote_path(vp);
+        let len = src
+            .metadata()
+            .map_err(|e| FsError::from_io(&vp.to_string(), "spool", e))?
+            .len();
+        let src = src
+            .try_clone()
+            .map_err(|e| FsError::from_io(&vp.to_string(), "spool", e))?;
+        self.change(vp, "write", self.deadline(len), move |fs| {
+            Box::pin(async move { fs.upload(&path, src).await })
+        })
+    }
+
     /// Replaces (or creates) a whole file; its parent directories are created.
     pub fn write(&self, vp: &VPath, data: Bytes) -> FsResult<()> {
         let path = self.remote_path(vp);
