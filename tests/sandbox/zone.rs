@@ -261,3 +261,136 @@ fn a_sandbox_that_stops_answering_gives_sandbox_unavailable_and_eio_never_a_hang
         "b\n"
     );
 }
+
+/// Closes `f` with close(2) itself, returning its error (std ignores it).
+fn close(f: std::fs::File) -> std::io::Result<()> {
+    use std::os::fd::IntoRawFd;
+    // SAFETY: the fd was just taken out of its owner, so it is closed exactly once.
+    match unsafe { libc::close(f.into_raw_fd()) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
+/// The files in the daemon's durable write-back queue of the workspace.
+fn queued(m: &Mounted) -> Vec<String> {
+    let dir = m.dir.path().join("state/remote-spool/workspace/pending");
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// Waits (at most 20 s) until `path` holds `want`; returns whether it did.
+fn arrives(path: &Path, want: &str) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if std::fs::read_to_string(path).is_ok_and(|s| s == want) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+fn status(api: &Api) -> Value {
+    api.rt
+        .block_on(api.client.get::<Value>("/v1/status"))
+        .expect("GET /v1/status")
+}
+
+#[test]
+fn a_write_back_the_sandbox_misses_is_queued_reported_and_delivered_even_after_a_restart() {
+    use std::io::Write as _;
+    let server = AgentServer::start();
+    let work = server.work();
+    let (mut m, api) = start(&server);
+
+    // Created while the sandbox answers, written and closed while it does not.
+    let mut f = std::fs::File::create(m.ws().join("kept.txt")).unwrap();
+    server.pause();
+    f.write_all(b"not lost\n").unwrap();
+    let err = f.sync_all().unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EIO), "fsync: {err}");
+    let err = close(f).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EIO), "close: {err}");
+    assert_eq!(
+        std::fs::read_to_string(work.join("kept.txt")).unwrap(),
+        "",
+        "the sandbox did not get it yet"
+    );
+    let q = queued(&m);
+    assert_eq!(q.len(), 2, "a record and its content are queued: {q:?}");
+    let data = q.iter().find(|n| n.ends_with(".data")).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(
+            m.dir
+                .path()
+                .join("state/remote-spool/workspace/pending")
+                .join(data)
+        )
+        .unwrap(),
+        "not lost\n"
+    );
+    let s = status(&api);
+    assert_eq!(
+        s["pending_write_backs"][0]["path"], "/workspace/kept.txt",
+        "{s}"
+    );
+    assert_eq!(s["pending_write_backs"][0]["bytes"], 9, "{s}");
+    let text = m.cli(&["status"]);
+    assert!(text.contains("pending  /workspace/kept.txt"), "{text}");
+
+    // The sandbox comes back: the queue delivers it, and the journal says so.
+    server.resume();
+    assert!(
+        arrives(&work.join("kept.txt"), "not lost\n"),
+        "never delivered: {}",
+        m.log_text()
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !queued(&m).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(queued(&m).is_empty(), "{:?}", queued(&m));
+    assert_eq!(status(&api)["pending_write_backs"], json!([]));
+    let log: Value = api
+        .rt
+        .block_on(api.client.get("/v1/log?limit=100"))
+        .expect("GET /v1/log");
+    let ops: Vec<String> = log["entries"]
+        .as_array()
+        .unwrap_or(&Vec::new())
+        .iter()
+        .filter(|e| e["path"] == "kept.txt")
+        .map(|e| e["op"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert!(
+        ops.iter().any(|o| o == "write-back-queued") && ops.iter().any(|o| o == "write"),
+        "{log}"
+    );
+
+    // Across a crash of the daemon: the queue on disk is delivered by the next run.
+    let mut f = std::fs::File::create(m.ws().join("survives.txt")).unwrap();
+    server.pause();
+    f.write_all(b"after a restart\n").unwrap();
+    assert_eq!(close(f).unwrap_err().raw_os_error(), Some(libc::EIO));
+    assert_eq!(queued(&m).len(), 2);
+    m.crash();
+    server.resume();
+    assert_eq!(
+        std::fs::read_to_string(work.join("survives.txt")).unwrap(),
+        "",
+        "nothing sent it before the restart"
+    );
+    m.spawn();
+    assert!(
+        arrives(&work.join("survives.txt"), "after a restart\n"),
+        "never delivered after the restart: {}",
+        m.log_text()
+    );
+}
