@@ -645,17 +645,20 @@ impl RemoteTree {
         }
         let rel = self.rel_of(ino)?;
         let vp = self.vpath(&rel)?;
+        // Counted under the table's lock, which the last release holds while it removes the
+        // copy: an open racing a release (the kernel sends it after close returns) either
+        // shares the copy before it goes or makes a new one, never holds one the table lost.
         let shared = self
             .contents
             .lock()
             .expect("not poisoned")
             .get(&ino)
-            .cloned();
+            .cloned()
+            .inspect(|c| c.lock().expect("not poisoned").opens += 1);
         let content = match shared {
             Some(c) => {
                 {
                     let mut g = c.lock().expect("not poisoned");
-                    g.opens += 1;
                     if truncate {
                         g.file.set_len(0).map_err(|e| io_errno(&e))?;
                         g.dirty = true;
@@ -877,19 +880,18 @@ impl RemoteTree {
             .remove(&fh)
             .ok_or(Errno::EBADF)?;
         let res = self.write_back(h.ino, &h.content, false);
+        let mut contents = self.contents.lock().expect("not poisoned");
         let last = {
             let mut c = h.content.lock().expect("not poisoned");
             c.opens = c.opens.saturating_sub(1);
             c.opens == 0
         };
-        if last {
-            let mut contents = self.contents.lock().expect("not poisoned");
-            if contents
+        if last
+            && contents
                 .get(&h.ino)
                 .is_some_and(|c| Arc::ptr_eq(c, &h.content))
-            {
-                contents.remove(&h.ino);
-            }
+        {
+            contents.remove(&h.ino);
         }
         res
     }

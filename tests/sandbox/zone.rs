@@ -394,3 +394,42 @@ fn a_write_back_the_sandbox_misses_is_queued_reported_and_delivered_even_after_a
         m.log_text()
     );
 }
+
+/// The peak resident set of process `pid` so far, in KiB (`VmHWM`).
+fn peak_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[test]
+fn a_big_file_written_through_the_mount_is_streamed_to_the_sandbox() {
+    use std::io::Write as _;
+    let server = AgentServer::start();
+    let (m, _api) = start(&server);
+    let before = peak_kib(m.pid());
+    // 48 MiB, written in 1 MiB pieces: the daemon's spool file holds it, and the write-back
+    // reads it piece by piece (it used to read the whole file into memory at every flush).
+    let piece = noise(1 << 20, 11);
+    let mut f = std::fs::File::create(m.ws().join("big.bin")).unwrap();
+    for _ in 0..48 {
+        f.write_all(&piece).unwrap();
+    }
+    f.sync_all().unwrap();
+    drop(f);
+    let grown = peak_kib(m.pid()).saturating_sub(before);
+    let got = std::fs::metadata(server.work().join("big.bin"))
+        .unwrap()
+        .len();
+    assert_eq!(got, 48 << 20, "the whole file reached the sandbox");
+    let mut back = std::fs::File::open(server.work().join("big.bin")).unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    for i in 0..48 {
+        std::io::Read::read_exact(&mut back, &mut buf).unwrap();
+        assert!(buf == piece, "piece {i} differs");
+    }
+    assert!(
+        grown < 24 << 10,
+        "writing 48 MiB back grew the daemon's peak by {grown} KiB"
+    );
+}
