@@ -845,3 +845,61 @@ pub fn spawn_write_back_retries(zones: &Arc<super::Zones>) -> std::io::Result<()
         })?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_queue_left_by_a_crash_is_read_back_and_its_debris_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let rec = |rel: &str| PendingRecord {
+            rel: rel.into(),
+            bytes: 3,
+            queued_ms: 7,
+            pid: Some(1),
+            uid: None,
+        };
+        let put = |stem: &str, r: &PendingRecord| {
+            std::fs::write(
+                d.join(format!("{stem}.json")),
+                serde_json::to_vec(r).unwrap(),
+            )
+            .unwrap()
+        };
+        // Whole: record and content.
+        let good = pending_stem("a/b.txt");
+        put(&good, &rec("a/b.txt"));
+        std::fs::write(d.join(format!("{good}.data")), "abc").unwrap();
+        // Content whose record was never written, and temp files of an interrupted queueing.
+        let orphan = pending_stem("orphan.txt");
+        std::fs::write(d.join(format!("{orphan}.data")), "x").unwrap();
+        std::fs::write(d.join(format!("{orphan}.json.tmp")), "{").unwrap();
+        // A record under another path's name, and one that climbs out of the zone: not trusted.
+        let other = pending_stem("other.txt");
+        put(&other, &rec("not-other.txt"));
+        std::fs::write(d.join(format!("{other}.data")), "y").unwrap();
+        let out = pending_stem("../out.txt");
+        put(&out, &rec("../out.txt"));
+        std::fs::write(d.join(format!("{out}.data")), "z").unwrap();
+
+        let loaded = load_pending(d, ZoneId::Workspace).unwrap();
+        assert_eq!(loaded.keys().collect::<Vec<_>>(), ["a/b.txt"]);
+        assert_eq!(loaded["a/b.txt"].record.bytes, 3);
+        assert!(!d.join(format!("{orphan}.data")).exists());
+        assert!(!d.join(format!("{orphan}.json.tmp")).exists());
+        assert!(d.join(format!("{good}.data")).exists());
+        // A missing queue is an empty one.
+        assert!(load_pending(&d.join("none"), ZoneId::Workspace)
+            .unwrap()
+            .is_empty());
+    }
+
+    #[test]
+    fn retries_back_off_up_to_a_minute() {
+        assert_eq!(backoff(0), RETRY_FIRST);
+        assert_eq!(backoff(1), RETRY_FIRST * 2);
+        assert_eq!(backoff(40), RETRY_MAX);
+    }
+}

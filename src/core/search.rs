@@ -910,3 +910,54 @@ fn walker(root: &Path, gitignore: bool, hidden: bool) -> WalkBuilder {
         .threads(std::thread::available_parallelism().map_or(2, |n| n.get()));
     wb
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_lines_are_cut_with_a_marker_and_never_inside_a_character() {
+        assert_eq!(line_text(b"short\r\n"), "short");
+        let long = "é".repeat(MAX_LINE_TEXT); // 2 bytes each
+        let text = line_text(long.as_bytes());
+        assert!(text.len() < MAX_LINE_TEXT + 64, "{}", text.len());
+        assert!(text.ends_with(&format!("… [line cut: {} more bytes]", MAX_LINE_TEXT)));
+        assert!(!text.contains('\u{fffd}'), "a character was split");
+    }
+
+    #[test]
+    fn a_sink_stops_at_its_cap_and_at_the_text_budget() {
+        // Fresh each time, at offset 0 (a search reads from the file's offset).
+        let lines = || {
+            let file = tempfile::tempfile().unwrap();
+            std::os::unix::fs::FileExt::write_all_at(&file, "a\n".repeat(10_000).as_bytes(), 0)
+                .unwrap();
+            file
+        };
+        let matcher = RegexMatcherBuilder::new().build("a").unwrap();
+        let mut searcher = SearcherBuilder::new().line_number(true).build();
+        let shared = Shared::new(5, 1 << 20);
+        assert!(!search_one(
+            &mut searcher,
+            &matcher,
+            &lines(),
+            "/workspace/a".into(),
+            GrepMode::Content,
+            &shared
+        ));
+        let r = assemble(shared, GrepMode::Content);
+        assert_eq!((r.lines.len(), r.total, r.truncated), (5, 5, true));
+        // Text budget of 3 bytes: three one-byte lines fit, the fourth stops the search.
+        let shared = Shared::new(100, 3);
+        search_one(
+            &mut searcher,
+            &matcher,
+            &lines(),
+            "/workspace/a".into(),
+            GrepMode::Content,
+            &shared,
+        );
+        let r = assemble(shared, GrepMode::Content);
+        assert_eq!((r.lines.len(), r.truncated), (3, true));
+    }
+}
