@@ -443,21 +443,29 @@ pub trait RemoteFs: Send + Sync {
     /// sandbox, so they appear whole or not at all.
     fn write<'a>(&'a self, path: &'a str, data: Bytes) -> BoxFuture<'a, RemoteResult<()>>;
 
-    /// Copies the content of the file `path` into `out` (an empty local file) and returns its
-    /// length. Providers that can stream a body override this so a file never sits in memory
-    /// whole; the fallback reads it with [`read`](RemoteFs::read) and holds it once.
-    fn download<'a>(
+    /// Streams the content of the file `path` into `sink`, at most `limit` bytes (`TooLarge`
+    /// beyond), and returns its length. Providers that can stream override it so a download
+    /// never sits whole in memory; the fallback reads it whole.
+    fn read_into<'a>(
         &'a self,
         path: &'a str,
-        out: std::fs::File,
+        limit: u64,
+        sink: &'a mut (dyn std::io::Write + Send),
     ) -> BoxFuture<'a, RemoteResult<u64>> {
         Box::pin(async move {
             let data = self.read(path).await?;
-            let spool = |source| RemoteError::Spool {
+            if data.len() as u64 > limit {
+                return Err(RemoteError::TooLarge {
+                    path: path.to_string(),
+                    what: "file",
+                    size: data.len() as u64,
+                    limit,
+                });
+            }
+            sink.write_all(&data).map_err(|source| RemoteError::Spool {
                 path: path.to_string(),
                 source,
-            };
-            std::os::unix::fs::FileExt::write_all_at(&out, &data, 0).map_err(spool)?;
+            })?;
             Ok(data.len() as u64)
         })
     }

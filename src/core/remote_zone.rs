@@ -420,12 +420,23 @@ impl RemoteZone {
     /// [`spool_file`]: RemoteZone::spool_file
     pub fn download(&self, vp: &VPath, out: &std::fs::File, size_hint: u64) -> FsResult<u64> {
         let path = self.remote_path(vp);
-        let out = out
-            .try_clone()
-            .map_err(|e| FsError::from_io(&vp.to_string(), "spool", e))?;
-        self.run(vp, "read", self.deadline(size_hint), move |fs| {
-            Box::pin(async move { fs.download(&path, out).await })
-        })
+        let spool = |e| FsError::from_io(&vp.to_string(), "spool", e);
+        let file = out.try_clone().map_err(spool)?;
+        let n = self.run(vp, "read", self.deadline(size_hint), move |fs| {
+            Box::pin(async move {
+                // Written from its start: the spool file is new and empty.
+                let mut out = std::io::BufWriter::new(file);
+                let n = fs.read_into(&path, u64::MAX, &mut out).await?;
+                std::io::Write::flush(&mut out).map_err(|source| RemoteError::Spool {
+                    path: path.clone(),
+                    source,
+                })?;
+                Ok(n)
+            })
+        })?;
+        // The clone shares the file offset: rewind it for readers that read from the offset.
+        std::io::Seek::seek(&mut &*out, std::io::SeekFrom::Start(0)).map_err(spool)?;
+        Ok(n)
     }
 
     /// Replaces (or creates) a whole file with the content of the local file `src`, streamed;

@@ -429,6 +429,9 @@ impl Zones {
                 .map(|(rel, m)| (rel, m.size))
                 .collect()
         };
+        // In path order, so a capped answer is the same whatever order the sandbox listed.
+        let mut files = files;
+        files.sort_unstable();
         for (rel, size) in files {
             let fvp = if rel.is_empty() {
                 vp.clone()

@@ -433,3 +433,34 @@ fn a_big_file_written_through_the_mount_is_streamed_to_the_sandbox() {
         "writing 48 MiB back grew the daemon's peak by {grown} KiB"
     );
 }
+
+#[test]
+fn remote_grep_streams_each_file_stops_at_the_limit_and_names_what_it_skips() {
+    let server = AgentServer::start();
+    let work = server.work();
+    std::fs::write(work.join("many.txt"), "hit\n".repeat(100_000)).unwrap();
+    std::fs::write(work.join("huge.txt"), "hit ".repeat(1 << 19)).unwrap(); // 2 MiB
+    let m = Mounted::start_with_env(
+        &format!(
+            "{}[limits]\nmax_read_bytes = 1048576\n",
+            zone_config(&server)
+        ),
+        &[(TOKEN, server.token())],
+    );
+    let api = Api::new(&m.socket);
+    let g = api.ok("/v1/fs/grep", json!({"pattern": "hit", "limit": 3}));
+    assert_eq!(g["lines"].as_array().unwrap().len(), 3, "{g}");
+    assert_eq!(
+        (g["total"].as_u64(), g["truncated"].as_bool()),
+        (Some(3), Some(true))
+    );
+    assert_eq!(g["lines"][2]["line"], 3, "{g}");
+    assert_eq!(g["skipped"][0]["path"], "/workspace/huge.txt", "{g}");
+    assert!(
+        g["skipped"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("limits.max_read_bytes"),
+        "{g}"
+    );
+}
