@@ -64,6 +64,9 @@ pub struct RemoteZone {
     lists: Mutex<HashMap<String, CachedList>>,
     /// Write-backs that failed, by path relative to the zone (their content is on disk).
     pending: Mutex<HashMap<String, Pending>>,
+    /// Held while a queued write-back is sent, and by a change of a path that has one queued:
+    /// a retry landing after a newer write would otherwise put the older content back.
+    resend: Mutex<()>,
 }
 
 /// The durable record of one queued write-back (`pending/<hash>.json`; the content is
@@ -190,6 +193,7 @@ impl RemoteZone {
             attrs: Mutex::new(HashMap::new()),
             lists: Mutex::new(HashMap::new()),
             pending: Mutex::new(pending),
+            resend: Mutex::new(()),
         })
     }
 
@@ -296,9 +300,12 @@ impl RemoteZone {
     where
         F: FnOnce(Arc<dyn RemoteFs>) -> super::remote::BoxFuture<'static, RemoteResult<()>>,
     {
+        let supersedes = matches!(op, "write" | "remove" | "symlink");
+        let _resend =
+            (supersedes && self.has_pending(vp)).then(|| self.resend.lock().expect("not poisoned"));
         let res = self.run(vp, op, deadline, call);
         self.forget(vp);
-        if res.is_ok() && matches!(op, "write" | "remove" | "symlink") {
+        if res.is_ok() && supersedes {
             // What sandfs just put there is newer than a queued write-back of the same path.
             self.drop_pending(vp.rel(), None);
         }
@@ -701,6 +708,17 @@ impl RemoteZone {
 
     fn retry_one(&self, rel: &str, generation: u64) -> Option<WrittenBack> {
         let vp = VPath::new(self.id, rel).ok()?;
+        let _resend = self.resend.lock().expect("not poisoned");
+        if self
+            .pending
+            .lock()
+            .expect("not poisoned")
+            .get(rel)
+            .is_none_or(|p| p.generation != generation)
+        {
+            // Superseded or re-queued while this waited for its turn.
+            return None;
+        }
         let data = self
             .pending_dir()
             .join(format!("{}.data", pending_stem(rel)));
@@ -838,6 +856,12 @@ fn load_pending(dir: &Path, id: ZoneId) -> std::io::Result<HashMap<String, Pendi
 /// Sends the zones' queued write-backs in the background, with backoff, and journals each one
 /// the sandbox takes; the thread ends when the zones are dropped.
 pub fn spawn_write_back_retries(zones: &Arc<super::Zones>) -> std::io::Result<()> {
+    if !ZoneId::ALL
+        .iter()
+        .any(|id| matches!(zones.zone(*id), super::Zone::Remote(_)))
+    {
+        return Ok(());
+    }
     let weak: Weak<super::Zones> = Arc::downgrade(zones);
     std::thread::Builder::new()
         .name("sandfs-write-back".into())
