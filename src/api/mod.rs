@@ -53,7 +53,9 @@ impl AppState {
     pub fn new(zones: Arc<Zones>, settings: Settings, mounted: bool) -> Arc<AppState> {
         Arc::new(AppState {
             git: Arc::new(crate::git::Git::new(zones.clone(), &settings)),
-            sandboxes: Arc::new(crate::sandbox::Registry::new(zones.clone())),
+            sandboxes: Arc::new(crate::sandbox::Registry::new(zones.clone()).with_policy(
+                crate::sandbox::registry::AddPolicy::from_settings(&settings),
+            )),
             zones,
             metrics: Metrics::new(),
             settings,
