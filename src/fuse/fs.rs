@@ -1272,7 +1272,7 @@ impl fuser::Filesystem for SandFs {
         reply: ReplyEmpty,
     ) {
         if let Some(t) = self.tree_fh(fh.0) {
-            return reply!(reply, t.flush(fh.0), |()| reply.ok());
+            return reply!(reply, t.fsync(fh.0), |()| reply.ok());
         }
         let res = self.handle(fh).and_then(|h| {
             if datasync {

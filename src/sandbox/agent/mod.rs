@@ -326,30 +326,69 @@ impl SandboxAgent {
     /// Writes a file over the body limit: parts beside it, joined and moved into place by one
     /// command, so the destination changes only once, completely.
     async fn write_chunked(&self, path: &str, data: Bytes) -> RemoteResult<()> {
+        let len = data.len() as u64;
+        self.write_pieces(path, len, |at, n| {
+            Ok(data.slice(at as usize..at as usize + n))
+        })
+        .await
+    }
+
+    /// [`write_chunked`](Self::write_chunked) with the pieces read from a local file one at a
+    /// time, so an upload holds one piece in memory, never the file.
+    async fn upload_chunked(&self, path: &str, src: &std::fs::File, len: u64) -> RemoteResult<()> {
+        self.write_pieces(path, len, |at, n| {
+            let mut buf = vec![0u8; n];
+            std::os::unix::fs::FileExt::read_exact_at(src, &mut buf, at).map_err(|source| {
+                RemoteError::Spool {
+                    path: path.to_string(),
+                    source,
+                }
+            })?;
+            Ok(Bytes::from(buf))
+        })
+        .await
+    }
+
+    /// Sends `len` bytes as parts of at most the body limit (`piece(offset, n)` gives each),
+    /// then joins them in place.
+    async fn write_pieces(
+        &self,
+        path: &str,
+        len: u64,
+        piece: impl Fn(u64, usize) -> RemoteResult<Bytes>,
+    ) -> RemoteResult<()> {
         let (parent, name) = split_parent(path);
         let stem = format!(
             "{}/.{name}.sandfs-{}",
             parent.trim_end_matches('/'),
             self.unique()
         );
-        let chunk = MAX_BODY_BYTES as usize;
         let mut parts = Vec::new();
-        for (i, piece) in data.chunks(chunk).enumerate() {
+        let mut at = 0u64;
+        let mut i = 0usize;
+        while at < len {
+            let n = (len - at).min(MAX_BODY_BYTES) as usize;
             let part = format!("{stem}.part{i:05}");
-            let sent = self
-                .send(
-                    "write",
-                    path,
-                    Method::PUT,
-                    &Self::fs_route("file", &part),
-                    Some(Body::bytes(data.slice_ref(piece))),
-                )
-                .await;
+            let sent = match piece(at, n) {
+                Ok(data) => {
+                    self.send(
+                        "write",
+                        path,
+                        Method::PUT,
+                        &Self::fs_route("file", &part),
+                        Some(Body::bytes(data)),
+                    )
+                    .await
+                }
+                Err(e) => Err(e),
+            };
             parts.push(part);
             if let Err(e) = sent {
                 self.discard(&parts).await;
                 return Err(e);
             }
+            at += n as u64;
+            i += 1;
         }
         const JOIN: &str = r#"set -e
 dest=$1; tmp=$2; size=$3; shift 3
@@ -361,7 +400,7 @@ if [ "$got" -ne "$size" ]; then echo "joined $got bytes, expected $size" >&2; ex
 if [ -e "$dest" ]; then chmod "$(stat -c %a "$dest")" "$tmp"; fi
 mv -f "$tmp" "$dest""#;
         let tmp = format!("{stem}.tmp");
-        let size = data.len().to_string();
+        let size = len.to_string();
         let mut args = vec![path, tmp.as_str(), size.as_str()];
         args.extend(parts.iter().map(String::as_str));
         let out = match self.sh("write", path, JOIN, &args).await {
@@ -539,6 +578,30 @@ impl RemoteFs for SandboxAgent {
             )
             .await
             .map(|_| ())
+        })
+    }
+
+    fn upload<'a>(&'a self, path: &'a str, src: std::fs::File) -> BoxFuture<'a, RemoteResult<()>> {
+        Box::pin(async move {
+            check_remote_path(path)?;
+            let len = src
+                .metadata()
+                .map_err(|source| RemoteError::Spool {
+                    path: path.to_string(),
+                    source,
+                })?
+                .len();
+            if len > MAX_BODY_BYTES {
+                return self.upload_chunked(path, &src, len).await;
+            }
+            let mut data = vec![0u8; len as usize];
+            std::os::unix::fs::FileExt::read_exact_at(&src, &mut data, 0).map_err(|source| {
+                RemoteError::Spool {
+                    path: path.to_string(),
+                    source,
+                }
+            })?;
+            self.write(path, Bytes::from(data)).await
         })
     }
 
