@@ -1049,3 +1049,28 @@ fn discard_revert_replaces_a_symlink_as_itself() {
         "the revert wrote through the link"
     );
 }
+
+#[test]
+fn stage_never_reads_a_file_hard_linked_from_outside_the_zone() {
+    let repo = seeded();
+    let server = GitDaemon::serve(&repo);
+    let d = Daemon::start("", None);
+    pull(&d, &server.url("proj"));
+    let outside = tempfile::tempdir().unwrap();
+    let secret = outside.path().join("secret.txt");
+    std::fs::write(&secret, "HARD-SECRET\n").unwrap();
+    // A change the journal knows of, then swapped for a hard link to the outside file.
+    d.write("/workspace/proj/leak.txt", "harmless\n");
+    std::fs::remove_file(d.workspace().join("proj/leak.txt")).unwrap();
+    std::fs::hard_link(&secret, d.workspace().join("proj/leak.txt")).unwrap();
+    let (code, msg) = d.err("/v1/git/stage", json!({ "message": "leak" }));
+    assert!(
+        msg.contains("leak.txt") && msg.contains("allow_hardlinks"),
+        "{msg}"
+    );
+    assert_eq!(code, ErrorCode::OutsideZone, "{msg}");
+    assert!(!msg.contains("HARD-SECRET"), "{msg}");
+    let (code, msg) = d.err("/v1/git/status", json!({ "rescan": true }));
+    assert_eq!(code, ErrorCode::OutsideZone, "{msg}");
+    assert_eq!(d.get("/v1/status")["staged_awaiting_review"], 0);
+}
