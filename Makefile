@@ -4,7 +4,7 @@ CARGO ?= cargo
 # Where cargo builds (honours $CARGO_TARGET_DIR like cargo does).
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: run test lint build bench bench-api bench-fuse bench-git bench-sandbox
+.PHONY: run test lint build bench bench-api bench-fuse bench-git bench-sandbox bench-memory
 
 ## make run: install what is missing, build, and start the daemon on the embedded default
 run:
@@ -35,6 +35,7 @@ bench:
 	bash benches/fuse.sh
 	bash benches/git.sh
 	bash benches/sandbox.sh
+	bash benches/memory.sh
 
 ## make bench-api: grep/glob against rg/fd, API round trips against native I/O
 bench-api:
@@ -51,3 +52,8 @@ bench-git:
 ## make bench-sandbox: mirror pushes into the real sandbox-agent against hand-made tar/curl uploads (root)
 bench-sandbox:
 	bash benches/sandbox.sh
+
+## make bench-memory: the daemon's peak RSS while grepping 1 GiB, mirroring 2 GiB, reading a 1 GiB
+## remote file through the mount and answering an endless sandbox body; target < 100 MB (root)
+bench-memory:
+	bash benches/memory.sh

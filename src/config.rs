@@ -141,6 +141,12 @@ impl Default for Limits {
 pub struct ApiSection {
     #[serde(default)]
     pub allowed_uids: Vec<u32>,
+    /// The token variables a sandbox added through the API (`sandfs sandbox add`) may name.
+    #[serde(default)]
+    pub sandbox_token_envs: Vec<String>,
+    /// Hosts besides loopback that a sandbox added through the API may reach over plain http.
+    #[serde(default)]
+    pub sandbox_http_hosts: Vec<String>,
 }
 
 /// `[git]`.
@@ -155,6 +161,12 @@ pub struct GitSection {
     pub author_name: String,
     pub author_email: String,
     pub max_diff_bytes: u64,
+    /// Hosts (`host` or `host:port`) besides `github_url`'s that the token may be sent to.
+    pub token_hosts: Vec<String>,
+    /// Whether the token may go over plain http to a loopback host it may be sent to.
+    pub token_over_http: bool,
+    /// Hosts besides loopback that remotes may be reached at over plain http.
+    pub http_hosts: Vec<String>,
 }
 
 impl Default for GitSection {
@@ -168,6 +180,9 @@ impl Default for GitSection {
             author_name: "sandfs agent".into(),
             author_email: "sandfs@localhost".into(),
             max_diff_bytes: 1 << 20,
+            token_hosts: Vec::new(),
+            token_over_http: false,
+            http_hosts: Vec::new(),
         }
     }
 }
@@ -390,6 +405,142 @@ pub fn is_env_name(name: &str) -> bool {
         && !name.starts_with(|c: char| c.is_ascii_digit())
 }
 
+/// The scheme, host and port of a URL: what decides where a credential or a plain-http
+/// request may go. Parsed once, here, for the git remotes, the GitHub URLs and the sandboxes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// Lower case (`https`, `http`, `ssh`, ...).
+    pub scheme: String,
+    /// Lower case, without the brackets of an IPv6 address.
+    pub host: String,
+    /// The port the URL names, if any.
+    pub port: Option<u16>,
+}
+
+impl Endpoint {
+    /// Parses `scheme://[user@]host[:port]/...`; `None` for anything else (an scp-like
+    /// `git@host:path`, a local path, a URL without a host).
+    pub fn parse(url: &str) -> Option<Endpoint> {
+        let uri: hyper::Uri = url.parse().ok()?;
+        let scheme = uri.scheme_str()?.to_ascii_lowercase();
+        let host = uri
+            .host()?
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_ascii_lowercase();
+        if host.is_empty() {
+            return None;
+        }
+        Some(Endpoint {
+            scheme,
+            host,
+            port: uri.port_u16(),
+        })
+    }
+
+    /// The port connected to: the URL's, or its scheme's default.
+    pub fn effective_port(&self) -> Option<u16> {
+        self.port.or(match self.scheme.as_str() {
+            "http" => Some(80),
+            "https" => Some(443),
+            "ssh" => Some(22),
+            "git" => Some(9418),
+            _ => None,
+        })
+    }
+
+    /// `http` or `https`.
+    pub fn is_http_or_https(&self) -> bool {
+        self.scheme == "http" || self.scheme == "https"
+    }
+
+    /// `localhost` or a loopback address: traffic that never leaves the machine.
+    pub fn is_loopback(&self) -> bool {
+        self.host == "localhost"
+            || self
+                .host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
+    }
+
+    /// Whether `list` (entries `host`, `host:port`, `[v6]` or `[v6]:port`, as
+    /// [`check_host_entry`] accepts) names this endpoint's host (and port, when the entry has one).
+    pub fn listed_in(&self, list: &[String]) -> bool {
+        list.iter().any(|entry| match split_host_entry(entry) {
+            Some((host, port)) => {
+                host.eq_ignore_ascii_case(&self.host)
+                    && port.is_none_or(|p| Some(p) == self.effective_port())
+            }
+            None => false,
+        })
+    }
+
+    /// Whether plain http may go here: not http at all, a loopback host, or a host in `list`.
+    pub fn plain_http_allowed(&self, list: &[String]) -> bool {
+        self.scheme != "http" || self.is_loopback() || self.listed_in(list)
+    }
+
+    /// The rule a refused plain-http endpoint broke, naming the key that would allow it.
+    pub fn plain_http_rule(&self, key: &str) -> String {
+        format!(
+            "plain http to {} is refused: it is not a loopback host, and {key} does not list it (use https)",
+            self.authority()
+        )
+    }
+
+    /// `host:port` (`[v6]:port`) for messages.
+    pub fn authority(&self) -> String {
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
+        match self.effective_port() {
+            Some(p) => format!("{host}:{p}"),
+            None => host,
+        }
+    }
+}
+
+/// Splits a host-list entry into its host (no brackets) and optional port.
+fn split_host_entry(entry: &str) -> Option<(&str, Option<u16>)> {
+    let (host, port) = if let Some(rest) = entry.strip_prefix('[') {
+        let (host, after) = rest.split_once(']')?;
+        match after {
+            "" => (host, None),
+            p => (host, Some(p.strip_prefix(':')?)),
+        }
+    } else {
+        match entry.split_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (entry, None),
+        }
+    };
+    let port = match port {
+        Some(p) => Some(p.parse::<u16>().ok().filter(|p| *p > 0)?),
+        None => None,
+    };
+    let ok_char = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == ':';
+    if host.is_empty()
+        || !host.chars().all(ok_char)
+        || (host.contains(':') && !entry.starts_with('['))
+    {
+        return None;
+    }
+    Some((host, port))
+}
+
+/// Checks one entry of a host list (`git.token_hosts`, `git.http_hosts`,
+/// `api.sandbox_http_hosts`): `host`, `host:port`, `[v6]` or `[v6]:port`; no scheme, user or path.
+pub fn check_host_entry(entry: &str) -> Result<(), String> {
+    match split_host_entry(entry) {
+        Some(_) => Ok(()),
+        None => Err(format!(
+            "{entry:?} must be a host name or address, optionally with :port (no scheme, user or path)"
+        )),
+    }
+}
+
 /// Where a zone's files are.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Backing {
@@ -435,6 +586,10 @@ pub struct Settings {
     pub zones: Vec<ZoneSettings>,
     pub limits: Limits,
     pub allowed_uids: Vec<u32>,
+    /// `api.sandbox_token_envs`: the token variables `sandbox add` may name.
+    pub sandbox_token_envs: Vec<String>,
+    /// `api.sandbox_http_hosts`: non-loopback hosts `sandbox add` may name over plain http.
+    pub sandbox_http_hosts: Vec<String>,
     pub git: GitSection,
     pub journal: JournalSection,
     pub mcp: McpSection,
@@ -702,12 +857,36 @@ fn resolve(
             ));
         }
     }
+    for (key, list) in [
+        ("git.token_hosts", &git.token_hosts),
+        ("git.http_hosts", &git.http_hosts),
+        ("api.sandbox_http_hosts", &file.api.sandbox_http_hosts),
+    ] {
+        for h in list {
+            check_host_entry(h).map_err(|rule| bad(key, rule))?;
+        }
+    }
+    for name in &file.api.sandbox_token_envs {
+        if !is_env_name(name) {
+            // Never echo the value: it may be a token pasted where its variable's name belongs.
+            return Err(bad(
+                "api.sandbox_token_envs",
+                "must list NAMES of environment variables (letters, digits, _), not tokens".into(),
+            ));
+        }
+    }
     for (key, v) in [
         ("git.github_url", &git.github_url),
         ("git.github_api", &git.github_api),
     ] {
-        if !(v.starts_with("https://") || v.starts_with("http://")) {
-            return Err(bad(key, format!("{v:?} must be an http(s):// URL")));
+        let Some(end) = Endpoint::parse(v).filter(|e| e.is_http_or_https()) else {
+            return Err(bad(
+                key,
+                format!("{v:?} must be an http(s):// URL with a host"),
+            ));
+        };
+        if !end.plain_http_allowed(&git.http_hosts) {
+            return Err(bad(key, end.plain_http_rule("git.http_hosts")));
         }
     }
     if git.author_name.trim().is_empty() {
@@ -742,6 +921,8 @@ fn resolve(
         zones,
         limits: l,
         allowed_uids: file.api.allowed_uids,
+        sandbox_token_envs: file.api.sandbox_token_envs,
+        sandbox_http_hosts: file.api.sandbox_http_hosts,
         git,
         journal: file.journal,
         mcp: file.mcp,
@@ -856,6 +1037,60 @@ mod tests {
 
     fn load(text: &str) -> Result<Settings, ConfigError> {
         Settings::from_str(text, "test", Path::new("/base"), None)
+    }
+
+    #[test]
+    fn endpoints_and_host_lists() {
+        let e = Endpoint::parse("https://User@Git.Example.com/o/r.git").unwrap();
+        assert_eq!(
+            (e.scheme.as_str(), e.host.as_str(), e.effective_port()),
+            ("https", "git.example.com", Some(443))
+        );
+        assert!(e.listed_in(&["git.example.com".into()]));
+        assert!(e.listed_in(&["GIT.example.com:443".into()]));
+        assert!(!e.listed_in(&["git.example.com:80".into(), "example.com".into()]));
+        let v6 = Endpoint::parse("http://[::1]:8080/").unwrap();
+        assert!(v6.is_loopback() && v6.listed_in(&["[::1]:8080".into()]));
+        assert!(!Endpoint::parse("http://10.0.0.1/").unwrap().is_loopback());
+        assert!(Endpoint::parse("git@github.com:o/r").is_none());
+        for bad in [
+            "",
+            "https://x",
+            "x/y",
+            "a@b",
+            "::1",
+            "h:0",
+            "h:99999",
+            "[::1",
+        ] {
+            assert!(check_host_entry(bad).is_err(), "{bad}");
+        }
+        for good in ["github.com", "127.0.0.1:8080", "[::1]", "[::1]:22"] {
+            assert!(check_host_entry(good).is_ok(), "{good}");
+        }
+        let e = load("[git]\ntoken_hosts = [\"https://x\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("git.token_hosts"), "{e}");
+        let e = load("[api]\nsandbox_token_envs = [\"ghp-secret\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("api.sandbox_token_envs") && !e.contains("ghp-secret"),
+            "{e}"
+        );
+        let e = load("[git]\ngithub_api = \"http://api.example.com\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("git.github_api") && e.contains("git.http_hosts"),
+            "{e}"
+        );
+        load("[git]\ngithub_api = \"http://127.0.0.1:9\"\n").unwrap();
+        load(
+            "[git]\ngithub_api = \"http://api.example.com\"\nhttp_hosts = [\"api.example.com\"]\n",
+        )
+        .unwrap();
     }
 
     #[test]

@@ -53,7 +53,9 @@ impl AppState {
     pub fn new(zones: Arc<Zones>, settings: Settings, mounted: bool) -> Arc<AppState> {
         Arc::new(AppState {
             git: Arc::new(crate::git::Git::new(zones.clone(), &settings)),
-            sandboxes: Arc::new(crate::sandbox::Registry::new(zones.clone())),
+            sandboxes: Arc::new(crate::sandbox::Registry::new(zones.clone()).with_policy(
+                crate::sandbox::registry::AddPolicy::from_settings(&settings),
+            )),
             zones,
             metrics: Metrics::new(),
             settings,
@@ -188,6 +190,10 @@ pub struct Status {
     /// The named sandboxes and their session status (`sandfs sandbox list` has the details).
     #[serde(default)]
     pub sandboxes: Vec<StatusSandbox>,
+    /// Files written through the mount that a remote zone's sandbox has not taken yet (queued
+    /// on disk, retried with backoff).
+    #[serde(default)]
+    pub pending_write_backs: Vec<crate::core::remote_zone::PendingWriteBack>,
 }
 
 /// One sandbox in `/v1/status`.
@@ -220,6 +226,13 @@ async fn status(State(app): State<Arc<AppState>>) -> Result<Json<Status>, ApiErr
             name: i.name,
             status: i.status,
             last_error: i.last_error,
+        })
+        .collect();
+    let pending_write_backs = crate::core::ZoneId::ALL
+        .iter()
+        .flat_map(|id| match app.zones.zone(*id) {
+            Zone::Remote(r) => r.pending_write_backs(),
+            Zone::Local(_) | Zone::Disabled(_) => Vec::new(),
         })
         .collect();
     let zones = s
@@ -259,6 +272,7 @@ async fn status(State(app): State<Arc<AppState>>) -> Result<Json<Status>, ApiErr
         journal_rows,
         staged_awaiting_review,
         sandboxes,
+        pending_write_backs,
         zones,
     }))
 }

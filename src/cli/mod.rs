@@ -100,6 +100,16 @@ pub struct Ctx {
 /// Parses the command line and runs it.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Like other Unix tools, die quietly when the reader of our output goes away (`| head`),
+    // instead of panicking in the first `println!` that meets EPIPE. Not the daemon, which must
+    // outlive any client it writes to, nor the MCP server, whose stdout is its protocol: it ends
+    // the session itself when the client closes it.
+    if !matches!(cli.command, Command::Serve(_) | Command::Mcp(_)) {
+        // SAFETY: resetting a signal disposition to its default before any thread is started.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     if let Command::Serve(args) = &cli.command {
         return cmd::serve::run(cli.config.as_deref(), cli.socket.clone(), args);
     }
@@ -117,11 +127,6 @@ pub fn main() -> ExitCode {
     }
     if let Command::Mcp(args) = &cli.command {
         return cmd::mcp::run(cli.config.as_deref(), cli.socket.clone(), args);
-    }
-    // Like other Unix tools, die quietly when the reader of our output goes away (`| head`).
-    // SAFETY: resetting a signal disposition to its default before any thread is started.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
     let socket = match cli.socket.clone() {
         Some(s) => s,

@@ -289,6 +289,13 @@ pub enum RemoteError {
         op: &'static str,
         reason: String,
     },
+    /// The local file a transfer streams to or from failed (disk full, I/O error).
+    #[error("{path}: the local spool file failed: {source}")]
+    Spool {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 impl RemoteError {
@@ -315,6 +322,10 @@ impl RemoteError {
             | RemoteError::CommandFailed { .. }
             | RemoteError::Unsupported { .. }
             | RemoteError::Protocol { .. } => ErrorCode::Internal,
+            RemoteError::Spool { source, .. } if source.raw_os_error() == Some(libc::ENOSPC) => {
+                ErrorCode::NoSpace
+            }
+            RemoteError::Spool { .. } => ErrorCode::Internal,
         }
     }
 
@@ -331,7 +342,8 @@ impl RemoteError {
             | RemoteError::InvalidPath { path, .. }
             | RemoteError::TooLarge { path, .. }
             | RemoteError::Remote { path, .. }
-            | RemoteError::CommandFailed { path, .. } => Some(path),
+            | RemoteError::CommandFailed { path, .. }
+            | RemoteError::Spool { path, .. } => Some(path),
             _ => None,
         }
     }
@@ -426,6 +438,11 @@ pub trait RemoteFs: Send + Sync {
     /// Returns the whole content of the file `path`.
     fn read<'a>(&'a self, path: &'a str) -> BoxFuture<'a, RemoteResult<Bytes>>;
 
+    /// Replaces the content of the file `path` with `data`, creating it and its missing parent
+    /// directories. Files over [`Limits::max_request_bytes`] are sent in chunks and joined in the
+    /// sandbox, so they appear whole or not at all.
+    fn write<'a>(&'a self, path: &'a str, data: Bytes) -> BoxFuture<'a, RemoteResult<()>>;
+
     /// Streams the content of the file `path` into `sink`, at most `limit` bytes (`TooLarge`
     /// beyond), and returns its length. Providers that can stream override it so a download
     /// never sits whole in memory; the fallback reads it whole.
@@ -440,49 +457,31 @@ pub trait RemoteFs: Send + Sync {
             if data.len() as u64 > limit {
                 return Err(RemoteError::TooLarge {
                     path: path.to_string(),
-                    what: "file (limits.sandbox_file_bytes)",
+                    what: "file",
                     size: data.len() as u64,
                     limit,
                 });
             }
-            sink.write_all(&data).map_err(|e| RemoteError::Protocol {
-                url: String::new(),
-                op: "read",
-                reason: format!("cannot store the download of {path} locally: {e}"),
+            sink.write_all(&data).map_err(|source| RemoteError::Spool {
+                path: path.to_string(),
+                source,
             })?;
             Ok(data.len() as u64)
         })
     }
 
-    /// Replaces the content of the file `path` with `data`, creating it and its missing parent
-    /// directories. Files over [`Limits::max_request_bytes`] are sent in chunks and joined in the
-    /// sandbox, so they appear whole or not at all.
-    fn write<'a>(&'a self, path: &'a str, data: Bytes) -> BoxFuture<'a, RemoteResult<()>>;
-
-    /// Like [`RemoteFs::write`], with the content read from `src` (`len` bytes expected; a
-    /// different count is an error). Providers that can stream override it so a large file is
-    /// never whole in memory; the fallback reads it whole.
-    fn write_from<'a>(
-        &'a self,
-        path: &'a str,
-        src: &'a mut (dyn std::io::Read + Send),
-        len: u64,
-    ) -> BoxFuture<'a, RemoteResult<()>> {
+    /// Replaces the content of the file `path` with the content of the local file `src`, like
+    /// [`write`](RemoteFs::write). Providers that send large files in pieces override this to
+    /// read one piece at a time; the fallback reads `src` whole.
+    fn upload<'a>(&'a self, path: &'a str, src: std::fs::File) -> BoxFuture<'a, RemoteResult<()>> {
         Box::pin(async move {
-            let mut data = Vec::with_capacity(len.min(64 << 20) as usize);
-            src.read_to_end(&mut data)
-                .map_err(|e| RemoteError::Protocol {
-                    url: String::new(),
-                    op: "write",
-                    reason: format!("cannot read the local content for {path}: {e}"),
-                })?;
-            if data.len() as u64 != len {
-                return Err(RemoteError::Protocol {
-                    url: String::new(),
-                    op: "write",
-                    reason: format!("{path}: read {} bytes, expected {len}", data.len()),
-                });
-            }
+            let spool = |source| RemoteError::Spool {
+                path: path.to_string(),
+                source,
+            };
+            let len = src.metadata().map_err(spool)?.len();
+            let mut data = vec![0u8; len as usize];
+            std::os::unix::fs::FileExt::read_exact_at(&src, &mut data, 0).map_err(spool)?;
             self.write(path, Bytes::from(data)).await
         })
     }

@@ -11,16 +11,25 @@
 //! directory (under the state dir): the API's streamed writes are collected there and uploaded
 //! on commit, and the mount keeps an open file's content there between open and close.
 //!
+//! A write-back that fails (the sandbox is down when a file written through the mount is closed)
+//! is never dropped: the content is copied into a durable queue under the spool directory
+//! (`pending/`, fsynced, with a small JSON record per file), the close reports `EIO`, and
+//! [`spawn_write_back_retries`] sends it again with backoff until the sandbox takes it, also
+//! after a daemon restart (the queue is read back at open). A later change of the same path
+//! through sandfs supersedes the queued content. `sandfs status` lists what is queued.
+//!
 //! Remote paths are built only by [`RemoteZone::remote_path`] from a parsed [`VPath`] (no `..`,
 //! no absolute part), so no request names anything outside the zone's directory; the provider
 //! refuses relative paths and NUL bytes once more before each request.
 
 use std::collections::HashMap;
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use serde::{Deserialize, Serialize};
 
 use super::error::{ErrorCode, FsError, FsResult};
 use super::path::{VPath, ZoneId};
@@ -53,6 +62,67 @@ pub struct RemoteZone {
     spooled: std::sync::atomic::AtomicU64,
     attrs: Mutex<HashMap<String, (Instant, Option<RemoteMeta>)>>,
     lists: Mutex<HashMap<String, CachedList>>,
+    /// Write-backs that failed, by path relative to the zone (their content is on disk).
+    pending: Mutex<HashMap<String, Pending>>,
+    /// Held while a queued write-back is sent, and by a change of a path that has one queued:
+    /// a retry landing after a newer write would otherwise put the older content back.
+    resend: Mutex<()>,
+}
+
+/// The durable record of one queued write-back (`pending/<hash>.json`; the content is
+/// `pending/<hash>.data`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct PendingRecord {
+    /// Path relative to the zone.
+    rel: String,
+    bytes: u64,
+    /// When the first write-back of this content failed (ms since the epoch).
+    queued_ms: i64,
+    /// Who wrote it through the mount, for the journal row of the eventual write.
+    pid: Option<u32>,
+    uid: Option<u32>,
+}
+
+/// A queued write-back in memory: its record, a generation (a newer queueing of the same path
+/// replaces it), and its retry state.
+#[derive(Debug, Clone)]
+struct Pending {
+    record: PendingRecord,
+    generation: u64,
+    attempts: u32,
+    next_try: Instant,
+    last_error: String,
+}
+
+/// One queued write-back, as `sandfs status` shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PendingWriteBack {
+    /// The virtual path (`/workspace/a.txt`).
+    pub path: String,
+    pub bytes: u64,
+    /// When the first write-back failed (ms since the epoch).
+    pub queued_ms: i64,
+    /// Failed attempts so far (the close that queued it included).
+    pub attempts: u32,
+    pub last_error: String,
+}
+
+/// A queued write-back that reached the sandbox.
+#[derive(Debug, Clone)]
+pub struct WrittenBack {
+    pub path: VPath,
+    pub bytes: u64,
+    pub origin: crate::state::Origin,
+}
+
+/// First wait before a failed write-back is tried again; it doubles up to [`RETRY_MAX`].
+const RETRY_FIRST: Duration = Duration::from_millis(500);
+const RETRY_MAX: Duration = Duration::from_secs(60);
+
+fn backoff(attempts: u32) -> Duration {
+    RETRY_FIRST
+        .saturating_mul(1 << attempts.min(16))
+        .min(RETRY_MAX)
 }
 
 /// A listing and when it was taken.
@@ -100,6 +170,15 @@ impl RemoteZone {
             .enable_all()
             .build()?;
         let request_timeout = fs.limits().request_timeout;
+        let pending = load_pending(&spool.join(PENDING_DIR), id)?;
+        if !pending.is_empty() {
+            tracing::warn!(
+                zone = id.name(),
+                sandbox,
+                count = pending.len(),
+                "write-backs queued by a previous run will be sent to the sandbox"
+            );
+        }
         Ok(RemoteZone {
             id,
             sandbox: sandbox.to_string(),
@@ -113,6 +192,8 @@ impl RemoteZone {
             spooled: std::sync::atomic::AtomicU64::new(0),
             attrs: Mutex::new(HashMap::new()),
             lists: Mutex::new(HashMap::new()),
+            pending: Mutex::new(pending),
+            resend: Mutex::new(()),
         })
     }
 
@@ -219,8 +300,15 @@ impl RemoteZone {
     where
         F: FnOnce(Arc<dyn RemoteFs>) -> super::remote::BoxFuture<'static, RemoteResult<()>>,
     {
+        let supersedes = matches!(op, "write" | "remove" | "symlink");
+        let _resend =
+            (supersedes && self.has_pending(vp)).then(|| self.resend.lock().expect("not poisoned"));
         let res = self.run(vp, op, deadline, call);
         self.forget(vp);
+        if res.is_ok() && supersedes {
+            // What sandfs just put there is newer than a queued write-back of the same path.
+            self.drop_pending(vp.rel(), None);
+        }
         res
     }
 
@@ -333,6 +421,47 @@ impl RemoteZone {
         })
     }
 
+    /// Streams a whole file into `out` (an empty local file, usually a [`spool_file`]) and
+    /// returns its length: the content never sits in memory whole (when the provider streams).
+    ///
+    /// [`spool_file`]: RemoteZone::spool_file
+    pub fn download(&self, vp: &VPath, out: &std::fs::File, size_hint: u64) -> FsResult<u64> {
+        let path = self.remote_path(vp);
+        let spool = |e| FsError::from_io(&vp.to_string(), "spool", e);
+        let file = out.try_clone().map_err(spool)?;
+        let n = self.run(vp, "read", self.deadline(size_hint), move |fs| {
+            Box::pin(async move {
+                // Written from its start: the spool file is new and empty.
+                let mut out = std::io::BufWriter::new(file);
+                let n = fs.read_into(&path, u64::MAX, &mut out).await?;
+                std::io::Write::flush(&mut out).map_err(|source| RemoteError::Spool {
+                    path: path.clone(),
+                    source,
+                })?;
+                Ok(n)
+            })
+        })?;
+        // The clone shares the file offset: rewind it for readers that read from the offset.
+        std::io::Seek::seek(&mut &*out, std::io::SeekFrom::Start(0)).map_err(spool)?;
+        Ok(n)
+    }
+
+    /// Replaces (or creates) a whole file with the content of the local file `src`, streamed;
+    /// its parent directories are created.
+    pub fn upload(&self, vp: &VPath, src: &std::fs::File) -> FsResult<()> {
+        let path = self.remote_path(vp);
+        let len = src
+            .metadata()
+            .map_err(|e| FsError::from_io(&vp.to_string(), "spool", e))?
+            .len();
+        let src = src
+            .try_clone()
+            .map_err(|e| FsError::from_io(&vp.to_string(), "spool", e))?;
+        self.change(vp, "write", self.deadline(len), move |fs| {
+            Box::pin(async move { fs.upload(&path, src).await })
+        })
+    }
+
     /// Replaces (or creates) a whole file; its parent directories are created.
     pub fn write(&self, vp: &VPath, data: Bytes) -> FsResult<()> {
         let path = self.remote_path(vp);
@@ -371,6 +500,9 @@ impl RemoteZone {
             Box::pin(async move { fs.rename(&src, &dst).await })
         });
         self.forget(to);
+        if res.is_ok() {
+            self.drop_pending(to.rel(), None);
+        }
         res
     }
 
@@ -399,6 +531,240 @@ impl RemoteZone {
         })
     }
 
+    fn pending_dir(&self) -> PathBuf {
+        self.spool.join(PENDING_DIR)
+    }
+
+    /// Queues the content of `src` as the write-back of `vp` that just failed with `error`:
+    /// copied into the durable queue (synced) before this returns, replacing an older queued
+    /// content of the same path.
+    pub fn queue_write_back(
+        &self,
+        vp: &VPath,
+        src: &std::fs::File,
+        origin: Option<crate::state::Origin>,
+        now_ms: i64,
+        error: &FsError,
+    ) -> std::io::Result<()> {
+        let dir = self.pending_dir();
+        std::fs::create_dir_all(&dir)?;
+        let stem = pending_stem(vp.rel());
+        let mut pending = self.pending.lock().expect("not poisoned");
+        // Copy, sync, then rename into place: a crash leaves the old entry or the new, whole.
+        let tmp = dir.join(format!("{stem}.data.tmp"));
+        let mut out = std::fs::File::create(&tmp)?;
+        let mut from = src.try_clone()?;
+        std::io::Seek::seek(&mut from, std::io::SeekFrom::Start(0))?;
+        let bytes = std::io::copy(&mut from, &mut out)?;
+        out.sync_all()?;
+        std::fs::rename(&tmp, dir.join(format!("{stem}.data")))?;
+        let record = PendingRecord {
+            rel: vp.rel().to_string(),
+            bytes,
+            queued_ms: pending.get(vp.rel()).map_or(now_ms, |p| p.record.queued_ms),
+            pid: origin.and_then(|o| o.pid),
+            uid: origin.and_then(|o| o.uid),
+        };
+        let tmp = dir.join(format!("{stem}.json.tmp"));
+        let mut out = std::fs::File::create(&tmp)?;
+        out.write_all(&serde_json::to_vec(&record).map_err(std::io::Error::other)?)?;
+        out.sync_all()?;
+        std::fs::rename(&tmp, dir.join(format!("{stem}.json")))?;
+        std::fs::File::open(&dir)?.sync_all()?;
+        let (generation, attempts) = pending
+            .get(vp.rel())
+            .map_or((0, 0), |p| (p.generation + 1, p.attempts));
+        tracing::warn!(
+            sandbox = %self.sandbox, path = %vp, bytes, error = %error,
+            "write-back failed; the content is queued and will be sent when the sandbox answers"
+        );
+        pending.insert(
+            vp.rel().to_string(),
+            Pending {
+                record,
+                generation,
+                attempts: attempts + 1,
+                next_try: Instant::now() + backoff(attempts),
+                last_error: error.to_string(),
+            },
+        );
+        Ok(())
+    }
+
+    /// Returns a copy of the queued content of `vp` (in a spool file), when a write-back of it
+    /// is pending: what a new open must see rather than the sandbox's older content.
+    pub fn pending_content(&self, vp: &VPath) -> std::io::Result<Option<std::fs::File>> {
+        if !self
+            .pending
+            .lock()
+            .expect("not poisoned")
+            .contains_key(vp.rel())
+        {
+            return Ok(None);
+        }
+        let data = self
+            .pending_dir()
+            .join(format!("{}.data", pending_stem(vp.rel())));
+        let mut from = match std::fs::File::open(data) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let mut copy = self.spool_file()?;
+        std::io::copy(&mut from, &mut copy)?;
+        Ok(Some(copy))
+    }
+
+    /// Returns true when a write-back of `vp` is queued.
+    pub fn has_pending(&self, vp: &VPath) -> bool {
+        self.pending
+            .lock()
+            .expect("not poisoned")
+            .contains_key(vp.rel())
+    }
+
+    /// Lists the queued write-backs.
+    pub fn pending_write_backs(&self) -> Vec<PendingWriteBack> {
+        let pending = self.pending.lock().expect("not poisoned");
+        let mut out: Vec<PendingWriteBack> = pending
+            .values()
+            .map(|p| PendingWriteBack {
+                path: VPath::new(self.id, &p.record.rel)
+                    .map(|v| v.to_string())
+                    .unwrap_or_else(|_| p.record.rel.clone()),
+                bytes: p.record.bytes,
+                queued_ms: p.record.queued_ms,
+                attempts: p.attempts,
+                last_error: p.last_error.clone(),
+            })
+            .collect();
+        out.sort_by(|a, b| a.path.cmp(&b.path));
+        out
+    }
+
+    /// Forgets the queued write-back of `rel` (only generation `generation`, when given) and
+    /// deletes its files.
+    fn drop_pending(&self, rel: &str, generation: Option<u64>) {
+        let mut pending = self.pending.lock().expect("not poisoned");
+        match pending.get(rel) {
+            Some(p) if generation.is_none_or(|g| g == p.generation) => {}
+            _ => return,
+        }
+        pending.remove(rel);
+        let stem = pending_stem(rel);
+        let dir = self.pending_dir();
+        // The record goes first: a data file without one is an orphan, removed at the next open.
+        let _ = std::fs::remove_file(dir.join(format!("{stem}.json")));
+        let _ = std::fs::remove_file(dir.join(format!("{stem}.data")));
+    }
+
+    /// Sends the queued write-backs that are due (all of them with `force`), returning those the
+    /// sandbox took; each failure pushes its next try further out.
+    pub fn retry_write_backs(&self, force: bool) -> Vec<WrittenBack> {
+        let due: Vec<(String, u64)> = {
+            let now = Instant::now();
+            self.pending
+                .lock()
+                .expect("not poisoned")
+                .iter()
+                .filter(|(_, p)| force || p.next_try <= now)
+                .map(|(rel, p)| (rel.clone(), p.generation))
+                .collect()
+        };
+        let mut done = Vec::new();
+        for (rel, generation) in due {
+            if let Some(w) = self.retry_one(&rel, generation) {
+                done.push(w);
+            }
+        }
+        done
+    }
+
+    /// Sends the queued write-back of `vp` now; Ok when none is queued or the sandbox took it.
+    pub fn retry_write_back(&self, vp: &VPath) -> FsResult<Option<WrittenBack>> {
+        let generation = match self.pending.lock().expect("not poisoned").get(vp.rel()) {
+            Some(p) => p.generation,
+            None => return Ok(None),
+        };
+        match self.retry_one(vp.rel(), generation) {
+            Some(w) => Ok(Some(w)),
+            None if !self.has_pending(vp) => Ok(None),
+            None => Err(FsError::Sandbox {
+                path: vp.to_string(),
+                sandbox: self.sandbox.clone(),
+                code: ErrorCode::SandboxUnavailable,
+                reason: format!(
+                    "the write-back is still queued: {}",
+                    self.pending
+                        .lock()
+                        .expect("not poisoned")
+                        .get(vp.rel())
+                        .map(|p| p.last_error.clone())
+                        .unwrap_or_default()
+                ),
+            }),
+        }
+    }
+
+    fn retry_one(&self, rel: &str, generation: u64) -> Option<WrittenBack> {
+        let vp = VPath::new(self.id, rel).ok()?;
+        let _resend = self.resend.lock().expect("not poisoned");
+        if self
+            .pending
+            .lock()
+            .expect("not poisoned")
+            .get(rel)
+            .is_none_or(|p| p.generation != generation)
+        {
+            // Superseded or re-queued while this waited for its turn.
+            return None;
+        }
+        let data = self
+            .pending_dir()
+            .join(format!("{}.data", pending_stem(rel)));
+        let res = std::fs::File::open(&data)
+            .map_err(|e| FsError::from_io(&vp.to_string(), "open queued write-back", e))
+            .and_then(|f| {
+                let len = f
+                    .metadata()
+                    .map_err(|e| FsError::from_io(&vp.to_string(), "spool", e))?
+                    .len();
+                let path = self.remote_path(&vp);
+                let res = self.run(&vp, "write", self.deadline(len), move |fs| {
+                    Box::pin(async move { fs.upload(&path, f).await })
+                });
+                self.forget(&vp);
+                res.map(|()| len)
+            });
+        let mut pending = self.pending.lock().expect("not poisoned");
+        let p = pending.get_mut(rel)?;
+        match res {
+            Ok(bytes) if p.generation == generation => {
+                let record = p.record.clone();
+                drop(pending);
+                self.drop_pending(rel, Some(generation));
+                tracing::info!(sandbox = %self.sandbox, path = %vp, bytes, "queued write-back sent");
+                Some(WrittenBack {
+                    path: vp,
+                    bytes,
+                    origin: crate::state::Origin {
+                        via: crate::state::Via::Fuse,
+                        pid: record.pid,
+                        uid: record.uid,
+                    },
+                })
+            }
+            // A newer content was queued meanwhile: it goes on the next round.
+            Ok(_) => None,
+            Err(e) => {
+                p.last_error = e.to_string();
+                p.next_try = Instant::now() + backoff(p.attempts);
+                p.attempts = p.attempts.saturating_add(1);
+                None
+            }
+        }
+    }
+
     /// Drops what the caches know about `vp`, beneath it, and about its ancestors (a write may
     /// have created them, and their listings now hold a new name).
     pub fn forget(&self, vp: &VPath) {
@@ -424,4 +790,151 @@ impl RemoteZone {
 /// A remote modification time in milliseconds (0 when the provider gives none).
 pub fn mtime_ms(meta: &RemoteMeta) -> i64 {
     meta.mtime_ns.map(|ns| ns / 1_000_000).unwrap_or(0)
+}
+
+/// The queue of failed write-backs, beneath the spool directory (never emptied at open).
+const PENDING_DIR: &str = "pending";
+
+/// The file name stem of a queued write-back: a hash, so any path fits in one name.
+fn pending_stem(rel: &str) -> String {
+    super::remote::HashAlgo::Sha256.digest(rel.as_bytes())
+}
+
+/// Reads the queue a previous run left; half-written entries (a crash mid-queue) are removed.
+fn load_pending(dir: &Path, id: ZoneId) -> std::io::Result<HashMap<String, Pending>> {
+    let mut out = HashMap::new();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(e),
+    };
+    let mut names = Vec::new();
+    for e in entries {
+        names.push(e?.file_name().to_string_lossy().into_owned());
+    }
+    for name in &names {
+        let Some(stem) = name.strip_suffix(".json") else {
+            continue;
+        };
+        let record: Option<PendingRecord> = std::fs::read(dir.join(name))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok());
+        match record {
+            Some(r)
+                if names.contains(&format!("{stem}.data"))
+                    && pending_stem(&r.rel) == stem
+                    && VPath::new(id, &r.rel).is_ok() =>
+            {
+                out.insert(
+                    r.rel.clone(),
+                    Pending {
+                        record: r,
+                        generation: 0,
+                        attempts: 0,
+                        next_try: Instant::now(),
+                        last_error: "queued by a previous run of the daemon".into(),
+                    },
+                );
+            }
+            _ => {
+                tracing::error!(file = %dir.join(name).display(), "unreadable queued write-back record; left in place");
+            }
+        }
+    }
+    // Temp files of an interrupted queueing, and data whose record never got written.
+    for name in &names {
+        let stem = name
+            .strip_suffix(".data")
+            .filter(|s| !names.contains(&format!("{s}.json")));
+        if name.ends_with(".tmp") || stem.is_some() {
+            let _ = std::fs::remove_file(dir.join(name));
+        }
+    }
+    Ok(out)
+}
+
+/// Sends the zones' queued write-backs in the background, with backoff, and journals each one
+/// the sandbox takes; the thread ends when the zones are dropped.
+pub fn spawn_write_back_retries(zones: &Arc<super::Zones>) -> std::io::Result<()> {
+    if !ZoneId::ALL
+        .iter()
+        .any(|id| matches!(zones.zone(*id), super::Zone::Remote(_)))
+    {
+        return Ok(());
+    }
+    let weak: Weak<super::Zones> = Arc::downgrade(zones);
+    std::thread::Builder::new()
+        .name("sandfs-write-back".into())
+        .spawn(move || loop {
+            std::thread::sleep(Duration::from_millis(250));
+            let Some(zones) = weak.upgrade() else {
+                return;
+            };
+            for id in [ZoneId::Cache, ZoneId::Workspace] {
+                if let super::Zone::Remote(r) = zones.zone(id) {
+                    for w in r.retry_write_backs(false) {
+                        zones.record_change(&w.path, "write", Some(w.bytes), None, w.origin);
+                    }
+                }
+            }
+        })?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_queue_left_by_a_crash_is_read_back_and_its_debris_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let rec = |rel: &str| PendingRecord {
+            rel: rel.into(),
+            bytes: 3,
+            queued_ms: 7,
+            pid: Some(1),
+            uid: None,
+        };
+        let put = |stem: &str, r: &PendingRecord| {
+            std::fs::write(
+                d.join(format!("{stem}.json")),
+                serde_json::to_vec(r).unwrap(),
+            )
+            .unwrap()
+        };
+        // Whole: record and content.
+        let good = pending_stem("a/b.txt");
+        put(&good, &rec("a/b.txt"));
+        std::fs::write(d.join(format!("{good}.data")), "abc").unwrap();
+        // Content whose record was never written, and temp files of an interrupted queueing.
+        let orphan = pending_stem("orphan.txt");
+        std::fs::write(d.join(format!("{orphan}.data")), "x").unwrap();
+        std::fs::write(d.join(format!("{orphan}.json.tmp")), "{").unwrap();
+        // A record under another path's name, and one that climbs out of the zone: not trusted.
+        let other = pending_stem("other.txt");
+        put(&other, &rec("not-other.txt"));
+        std::fs::write(d.join(format!("{other}.data")), "y").unwrap();
+        let out = pending_stem("../out.txt");
+        put(&out, &rec("../out.txt"));
+        std::fs::write(d.join(format!("{out}.data")), "z").unwrap();
+
+        let loaded = load_pending(d, ZoneId::Workspace).unwrap();
+        assert_eq!(loaded.keys().collect::<Vec<_>>(), ["a/b.txt"]);
+        assert_eq!(loaded["a/b.txt"].record.bytes, 3);
+        assert!(!d.join(format!("{orphan}.data")).exists());
+        assert!(!d.join(format!("{orphan}.json.tmp")).exists());
+        assert!(d.join(format!("{good}.data")).exists());
+        // A missing queue is an empty one.
+        assert!(load_pending(&d.join("none"), ZoneId::Workspace)
+            .unwrap()
+            .is_empty());
+    }
+
+    #[test]
+    fn retries_back_off_up_to_a_minute() {
+        assert_eq!(backoff(0), RETRY_FIRST);
+        assert_eq!(backoff(1), RETRY_FIRST * 2);
+        assert_eq!(backoff(40), RETRY_MAX);
+    }
 }

@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use globset::GlobBuilder;
 use grep_regex::RegexMatcherBuilder;
@@ -23,7 +23,7 @@ use super::error::{FsError, FsResult};
 use super::path;
 use super::remote_zone::RemoteZone;
 use super::zone::{openat2_beneath, LocalZone};
-use super::{EntryKind, Zones};
+use super::{EntryKind, VPath, Zones};
 
 fn default_true() -> bool {
     true
@@ -158,7 +158,28 @@ pub struct GrepResult {
     pub files_searched: usize,
     /// True when the result cap stopped the search early.
     pub truncated: bool,
+    /// Files not searched and why (a multiply-linked file, a line over the length cap, a remote
+    /// file over the size cap); at most [`MAX_SKIPPED_SHOWN`] are named.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<GrepSkip>,
+    /// Files not searched, all of them (`skipped` names the first few).
+    #[serde(default)]
+    pub skipped_total: usize,
 }
+
+/// A file `grep` did not search, and the rule that kept it out.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct GrepSkip {
+    pub path: String,
+    pub reason: String,
+}
+
+/// Most skipped files named in one grep answer (the rest are only counted).
+pub const MAX_SKIPPED_SHOWN: usize = 100;
+
+/// Longest line text (bytes) one grep line carries; a longer line is cut and marked, so an
+/// answer never holds a whole huge line.
+pub const MAX_LINE_TEXT: usize = 2048;
 
 /// Where a search starts: the zone, the start path, and their real paths.
 struct Start<'z> {
@@ -298,17 +319,26 @@ impl Zones {
         let before = opts.before.or(opts.context).unwrap_or(0);
         let after = opts.after.or(opts.context).unwrap_or(0);
         let mode = opts.mode;
+        // The searcher's line buffer grows to hold the longest line; `max_read_bytes` bounds it
+        // (a 1 GiB file without a newline is skipped, not held), so each search thread holds at
+        // most that much.
+        let heap = usize::try_from(self.limits.max_read_bytes)
+            .unwrap_or(usize::MAX)
+            .max(MIN_LINE_BUFFER);
         let searcher = || {
             SearcherBuilder::new()
                 .binary_detection(BinaryDetection::quit(0))
                 .line_number(true)
+                .heap_limit(Some(heap))
                 .before_context(if mode == GrepMode::Content { before } else { 0 })
                 .after_context(if mode == GrepMode::Content { after } else { 0 })
                 .build()
         };
+        let shared = Shared::new(limit, self.limits.max_read_bytes as usize);
         let vp = path::parse_in_zone(opts.path.as_deref().unwrap_or("/workspace"))?;
         if let Some(r) = self.remote(&vp) {
-            return self.remote_grep(r, &vp, opts, &matcher, searcher(), limit);
+            self.remote_grep(r, &vp, opts, &matcher, searcher(), &shared)?;
+            return Ok(assemble(shared, opts.mode));
         }
         let start = self.search_start(opts.path.as_deref())?;
         let mut wb = walker(&start.real, opts.gitignore, opts.hidden);
@@ -320,14 +350,13 @@ impl Zones {
         if let Some(t) = types {
             wb.types(t);
         }
-        let shared = Shared::new(limit);
         wb.build_parallel().run(|| {
             let mut searcher = searcher();
             let matcher = matcher.clone();
             let shared = &shared;
             let zone = start.zone;
             Box::new(move |entry| {
-                if shared.stop.load(Ordering::Relaxed) {
+                if shared.stopped() {
                     return WalkState::Quit;
                 }
                 let Ok(entry) = entry else {
@@ -348,32 +377,29 @@ impl Zones {
                 ) else {
                     return WalkState::Continue;
                 };
-                let file = std::fs::File::from(fd);
-                shared.searched.fetch_add(1, Ordering::Relaxed);
-                let mut sink = FileSink {
-                    mode,
-                    path: vpath,
-                    lines: Vec::new(),
-                    count: 0,
-                    binary: false,
+                // The hard-link rule, as `read` applies it: a second name may lie outside the
+                // zone, so such a file is not searched (and the answer says so).
+                let Ok(st) = rustix::fs::fstat(&fd) else {
+                    return WalkState::Continue;
                 };
-                if searcher.search_file(&matcher, &file, &mut sink).is_err()
-                    || sink.binary
-                    || sink.count == 0
-                {
+                if let Err(e) = VPath::new(zone.id(), rel).and_then(|v| zone.check_links(&v, &st)) {
+                    shared.skip(vpath, skip_reason(&e));
                     return WalkState::Continue;
                 }
-                if shared.add(sink) {
-                    WalkState::Continue
-                } else {
-                    WalkState::Quit
+                let file = std::fs::File::from(fd);
+                shared.searched.fetch_add(1, Ordering::Relaxed);
+                match search_one(&mut searcher, &matcher, &file, vpath, mode, shared) {
+                    true => WalkState::Continue,
+                    false => WalkState::Quit,
                 }
             })
         });
         Ok(assemble(shared, mode))
     }
 
-    /// Greps a remote zone: its walk, then each file's content, searched in memory.
+    /// Greps a remote zone: its walk, then each file streamed into a local spool file and
+    /// searched there (never a whole file in memory); files over `limits.max_read_bytes` are
+    /// skipped and named.
     fn remote_grep(
         &self,
         r: &RemoteZone,
@@ -381,8 +407,8 @@ impl Zones {
         opts: &GrepOptions,
         matcher: &grep_regex::RegexMatcher,
         mut searcher: Searcher,
-        limit: usize,
-    ) -> FsResult<GrepResult> {
+        shared: &Shared,
+    ) -> FsResult<()> {
         let base = Path::new("/");
         let (overrides, types) = file_filter(base, opts)?;
         let meta = r.stat(vp)?;
@@ -403,42 +429,97 @@ impl Zones {
                 .map(|(rel, m)| (rel, m.size))
                 .collect()
         };
-        let shared = Shared::new(limit);
+        // In path order, so a capped answer is the same whatever order the sandbox listed.
+        let mut files = files;
+        files.sort_unstable();
         for (rel, size) in files {
-            if size > self.limits.max_read_bytes {
-                continue;
-            }
             let fvp = if rel.is_empty() {
                 vp.clone()
             } else {
                 vp.join(&rel)?
             };
-            let data = match r.read(&fvp, size) {
-                Ok(d) => d,
-                Err(FsError::NotFound { .. }) => continue,
-                Err(e) => return Err(e),
-            };
-            shared.searched.fetch_add(1, Ordering::Relaxed);
-            let mut sink = FileSink {
-                mode: opts.mode,
-                path: fvp.to_string(),
-                lines: Vec::new(),
-                count: 0,
-                binary: false,
-            };
-            if searcher.search_slice(matcher, &data, &mut sink).is_err()
-                || sink.binary
-                || sink.count == 0
-            {
+            if size > self.limits.max_read_bytes {
+                shared.skip(
+                    fvp.to_string(),
+                    format!(
+                        "the remote file is {size} bytes, over limits.max_read_bytes ({})",
+                        self.limits.max_read_bytes
+                    ),
+                );
                 continue;
             }
-            if !shared.add(sink) {
+            let spool = r
+                .spool_file()
+                .map_err(|e| FsError::from_io(&fvp.to_string(), "spool", e))?;
+            match r.download(&fvp, &spool, size) {
+                Ok(_) => {}
+                Err(FsError::NotFound { .. }) => continue,
+                Err(e) => return Err(e),
+            }
+            shared.searched.fetch_add(1, Ordering::Relaxed);
+            if !search_one(
+                &mut searcher,
+                matcher,
+                &spool,
+                fvp.to_string(),
+                opts.mode,
+                shared,
+            ) {
                 break;
             }
         }
-        Ok(assemble(shared, opts.mode))
+        Ok(())
     }
 }
+
+/// Searches one open file and hands its results over; returns false once the search should
+/// stop (the cap is reached).
+fn search_one(
+    searcher: &mut Searcher,
+    matcher: &grep_regex::RegexMatcher,
+    file: &std::fs::File,
+    vpath: String,
+    mode: GrepMode,
+    shared: &Shared,
+) -> bool {
+    let mut sink = FileSink {
+        mode,
+        path: vpath,
+        lines: Vec::new(),
+        count: 0,
+        binary: false,
+        cap: shared.limit,
+        guard: shared.guard.clone(),
+    };
+    if let Err(e) = searcher.search_file(matcher, file, &mut sink) {
+        // grep-searcher reports its heap limit only as an `io::Error` with this text.
+        let reason = if e.to_string().contains("allocation limit") {
+            format!(
+                "a line is longer than limits.max_read_bytes ({} bytes)",
+                sink.guard.text_cap
+            )
+        } else {
+            format!("cannot be read: {e}")
+        };
+        shared.skip(sink.path, reason);
+        return !shared.stopped();
+    }
+    if sink.binary || sink.count == 0 {
+        return !shared.stopped();
+    }
+    shared.add(sink)
+}
+
+/// The reason a file is left out of a search, without the path (the answer names it).
+fn skip_reason(e: &FsError) -> String {
+    match e {
+        FsError::OutsideZone { rule, .. } => rule.clone(),
+        e => e.to_string(),
+    }
+}
+
+/// Smallest line buffer the searcher gets, whatever `max_read_bytes` says.
+const MIN_LINE_BUFFER: usize = 64 << 10;
 
 /// The glob and type filters of a grep, for paths under `root`.
 type FileFilter = (
@@ -495,13 +576,17 @@ fn remote_entries(
 /// Sorts and trims the per-file results of a grep into its answer.
 fn assemble(shared: Shared, mode: GrepMode) -> GrepResult {
     let limit = shared.limit;
+    let skipped = shared.skipped.into_inner().expect("not poisoned");
+    let skipped_total = shared.skipped_total.load(Ordering::Relaxed);
     let mut files = shared.results.into_inner().expect("not poisoned");
     files.sort_unstable_by(|a, b| a.path.cmp(&b.path));
     let mut out = GrepResult {
         mode,
         total: 0,
         files_searched: shared.searched.load(Ordering::Relaxed),
-        truncated: shared.stop.load(Ordering::Relaxed),
+        truncated: shared.guard.stop.load(Ordering::Relaxed),
+        skipped,
+        skipped_total,
         ..Default::default()
     };
     {
@@ -641,18 +726,60 @@ struct Shared {
     results: Mutex<Vec<FileSink>>,
     total: AtomicUsize,
     searched: AtomicUsize,
-    stop: AtomicBool,
+    skipped: Mutex<Vec<GrepSkip>>,
+    skipped_total: AtomicUsize,
+    guard: Arc<Guard>,
     limit: usize,
 }
 
+/// What every sink checks before it keeps a line: whether the search was stopped, and how much
+/// line text the answer already holds (context lines are not counted by `limit`, so without
+/// this a wide context could hold millions of lines).
+struct Guard {
+    stop: AtomicBool,
+    text: AtomicUsize,
+    text_cap: usize,
+}
+
+impl Guard {
+    /// Reserves `n` bytes of line text; false (and the search stops) when the answer is full.
+    fn take_text(&self, n: usize) -> bool {
+        if self.text.fetch_add(n, Ordering::Relaxed) + n > self.text_cap {
+            self.stop.store(true, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+}
+
 impl Shared {
-    fn new(limit: usize) -> Shared {
+    fn new(limit: usize, text_cap: usize) -> Shared {
         Shared {
             results: Mutex::new(Vec::new()),
             total: AtomicUsize::new(0),
             searched: AtomicUsize::new(0),
-            stop: AtomicBool::new(false),
+            skipped: Mutex::new(Vec::new()),
+            skipped_total: AtomicUsize::new(0),
+            guard: Arc::new(Guard {
+                stop: AtomicBool::new(false),
+                text: AtomicUsize::new(0),
+                text_cap,
+            }),
             limit,
+        }
+    }
+
+    fn stopped(&self) -> bool {
+        self.guard.stop.load(Ordering::Relaxed)
+    }
+
+    /// Counts a file that was not searched; the first few are named.
+    fn skip(&self, path: String, reason: String) {
+        if self.skipped_total.fetch_add(1, Ordering::Relaxed) < MAX_SKIPPED_SHOWN {
+            self.skipped
+                .lock()
+                .expect("not poisoned")
+                .push(GrepSkip { path, reason });
         }
     }
 
@@ -664,59 +791,96 @@ impl Shared {
         };
         let before = self.total.fetch_add(n, Ordering::Relaxed);
         if before >= self.limit {
-            self.stop.store(true, Ordering::Relaxed);
+            self.guard.stop.store(true, Ordering::Relaxed);
             return false;
         }
         self.results.lock().expect("not poisoned").push(sink);
         if before + n >= self.limit {
-            self.stop.store(true, Ordering::Relaxed);
+            self.guard.stop.store(true, Ordering::Relaxed);
             return false;
         }
         true
     }
 }
 
-/// Collects one file's results; discards them when the file turns out to be binary.
+/// Collects one file's results; discards them when the file turns out to be binary. It stops
+/// the file's search once it holds `cap` matching lines (the answer never needs more) or the
+/// search was stopped, so a file of a million matches costs `cap` lines, not a million.
 struct FileSink {
     mode: GrepMode,
     path: String,
     lines: Vec<GrepLine>,
     count: u64,
     binary: bool,
+    cap: usize,
+    guard: Arc<Guard>,
 }
 
+/// The text of a line as reported: its terminator dropped, invalid UTF-8 replaced, and cut at
+/// [`MAX_LINE_TEXT`] bytes with a marker saying how much was left out.
 fn line_text(bytes: &[u8]) -> String {
     let b = bytes.strip_suffix(b"\n").unwrap_or(bytes);
     let b = b.strip_suffix(b"\r").unwrap_or(b);
-    String::from_utf8_lossy(b).into_owned()
+    if b.len() <= MAX_LINE_TEXT {
+        return String::from_utf8_lossy(b).into_owned();
+    }
+    // Cut before a UTF-8 continuation byte, so a character is not split.
+    let mut cut = MAX_LINE_TEXT;
+    while cut > 0 && b[cut] & 0xC0 == 0x80 {
+        cut -= 1;
+    }
+    format!(
+        "{}… [line cut: {} more bytes]",
+        String::from_utf8_lossy(&b[..cut]),
+        b.len() - cut
+    )
+}
+
+impl FileSink {
+    /// Keeps a line when the answer has room for its text; false stops this file's search.
+    fn keep(&mut self, line: u64, bytes: &[u8], kind: LineKind) -> bool {
+        let text = line_text(bytes);
+        if !self.guard.take_text(text.len()) {
+            return false;
+        }
+        self.lines.push(GrepLine {
+            path: self.path.clone(),
+            line,
+            text,
+            kind,
+        });
+        true
+    }
 }
 
 impl Sink for FileSink {
     type Error = std::io::Error;
 
     fn matched(&mut self, _: &Searcher, m: &SinkMatch<'_>) -> Result<bool, Self::Error> {
-        self.count += 1;
-        match self.mode {
-            GrepMode::Files => return Ok(false),
-            GrepMode::Count => {}
-            GrepMode::Content => self.lines.push(GrepLine {
-                path: self.path.clone(),
-                line: m.line_number().unwrap_or(0),
-                text: line_text(m.bytes()),
-                kind: LineKind::Match,
-            }),
+        if self.guard.stop.load(Ordering::Relaxed) {
+            return Ok(false);
         }
-        Ok(true)
+        match self.mode {
+            GrepMode::Files => {
+                self.count += 1;
+                Ok(false)
+            }
+            GrepMode::Count => {
+                self.count += 1;
+                Ok(true)
+            }
+            GrepMode::Content => {
+                if !self.keep(m.line_number().unwrap_or(0), m.bytes(), LineKind::Match) {
+                    return Ok(false);
+                }
+                self.count += 1;
+                Ok((self.count as usize) < self.cap)
+            }
+        }
     }
 
     fn context(&mut self, _: &Searcher, c: &SinkContext<'_>) -> Result<bool, Self::Error> {
-        self.lines.push(GrepLine {
-            path: self.path.clone(),
-            line: c.line_number().unwrap_or(0),
-            text: line_text(c.bytes()),
-            kind: LineKind::Context,
-        });
-        Ok(true)
+        Ok(self.keep(c.line_number().unwrap_or(0), c.bytes(), LineKind::Context))
     }
 
     fn binary_data(&mut self, _: &Searcher, _: u64) -> Result<bool, Self::Error> {
@@ -748,4 +912,55 @@ fn walker(root: &Path, gitignore: bool, hidden: bool) -> WalkBuilder {
         .follow_links(false)
         .threads(std::thread::available_parallelism().map_or(2, |n| n.get()));
     wb
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_lines_are_cut_with_a_marker_and_never_inside_a_character() {
+        assert_eq!(line_text(b"short\r\n"), "short");
+        let long = "é".repeat(MAX_LINE_TEXT); // 2 bytes each
+        let text = line_text(long.as_bytes());
+        assert!(text.len() < MAX_LINE_TEXT + 64, "{}", text.len());
+        assert!(text.ends_with(&format!("… [line cut: {} more bytes]", MAX_LINE_TEXT)));
+        assert!(!text.contains('\u{fffd}'), "a character was split");
+    }
+
+    #[test]
+    fn a_sink_stops_at_its_cap_and_at_the_text_budget() {
+        // Fresh each time, at offset 0 (a search reads from the file's offset).
+        let lines = || {
+            let file = tempfile::tempfile().unwrap();
+            std::os::unix::fs::FileExt::write_all_at(&file, "a\n".repeat(10_000).as_bytes(), 0)
+                .unwrap();
+            file
+        };
+        let matcher = RegexMatcherBuilder::new().build("a").unwrap();
+        let mut searcher = SearcherBuilder::new().line_number(true).build();
+        let shared = Shared::new(5, 1 << 20);
+        assert!(!search_one(
+            &mut searcher,
+            &matcher,
+            &lines(),
+            "/workspace/a".into(),
+            GrepMode::Content,
+            &shared
+        ));
+        let r = assemble(shared, GrepMode::Content);
+        assert_eq!((r.lines.len(), r.total, r.truncated), (5, 5, true));
+        // Text budget of 3 bytes: three one-byte lines fit, the fourth stops the search.
+        let shared = Shared::new(100, 3);
+        search_one(
+            &mut searcher,
+            &matcher,
+            &lines(),
+            "/workspace/a".into(),
+            GrepMode::Content,
+            &shared,
+        );
+        let r = assemble(shared, GrepMode::Content);
+        assert_eq!((r.lines.len(), r.truncated), (3, true));
+    }
 }

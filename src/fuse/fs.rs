@@ -24,7 +24,7 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat, Timespec, Timestamps};
 use super::inodes::{zone_ino, Inode, Inodes, ROOT_INO};
 use super::invalidate::OwnChanges;
 use super::remote::{RemoteTree, REMOTE_FH_BASE};
-use crate::core::{Zone, ZoneId, Zones};
+use crate::core::{VPath, Zone, ZoneId, Zones};
 use crate::state::{Origin, Via};
 
 /// How long the kernel may cache entries and attributes; changes made behind its back are
@@ -263,6 +263,47 @@ impl SandFs {
             Zone::Remote(r) if r.read_only() => Err(Errno::EROFS),
             _ => Ok(()),
         }
+    }
+
+    /// Applies the zone's hard-link rule ([`crate::core::LocalZone::check_links`], the one the API
+    /// uses) before `op` opens, changes or links the file `inode` whose stat is `st`: a file with
+    /// another link may be named outside the zone, so reading it, writing it in place or changing
+    /// its attributes would reach that outside file. Refused with `EACCES` and a log line naming
+    /// the file and the rule (`zones.<zone>.allow_hardlinks` lifts it).
+    fn check_links(&self, inode: &Inode, st: &Stat, op: &str) -> Res<()> {
+        self.check_links_at(inode.zone, st, op, || self.vpath(inode))
+    }
+
+    /// [`SandFs::check_links`] for a file of `zone`, with `path` giving its name for the log.
+    fn check_links_at(
+        &self,
+        zone: ZoneId,
+        st: &Stat,
+        op: &str,
+        path: impl FnOnce() -> Option<VPath>,
+    ) -> Res<()> {
+        let Zone::Local(z) = self.zones.zone(zone) else {
+            return Ok(());
+        };
+        // Asked first with the zone root as the name, so the common case costs no path lookup;
+        // the path is looked up only for the refusal's message.
+        if z.check_links(&VPath::root(zone), st).is_ok() {
+            return Ok(());
+        }
+        let vp = path().unwrap_or_else(|| VPath::root(zone));
+        if let Err(e) = z.check_links(&vp, st) {
+            tracing::warn!(path = %vp, op, "refused through the mount: {e}");
+        }
+        Err(Errno::EACCES)
+    }
+
+    /// [`SandFs::check_links`] on the inode's current attributes.
+    fn check_links_now(&self, inode: &Inode, op: &str) -> Res<()> {
+        if inode.kind != FileType::RegularFile {
+            return Ok(());
+        }
+        let st = inode.stat().map_err(errno)?;
+        self.check_links(inode, &st, op)
     }
 
     /// A directory inode to create or remove names in (never the virtual top level).
@@ -515,6 +556,8 @@ impl SandFs {
             return Err(Errno::EPERM);
         }
         self.writable(inode.zone)?;
+        // Size, mode, owner and times all live in the one inode every link shares.
+        self.check_links_now(inode, "setattr")?;
         if let Some(mode) = mode {
             rustix::fs::chmod(
                 inode.proc_path().as_str(),
@@ -1016,6 +1059,15 @@ impl fuser::Filesystem for SandFs {
                 return Err(Errno::EXDEV);
             }
             let name = plain_name(newname)?;
+            // A link made here would give the file the second name the zone's rule refuses to
+            // open: refused up front (EPERM, as for a filesystem without hard links; tools such
+            // as cargo and git then copy), so the rule is asked about the count after linking.
+            if i.kind == FileType::RegularFile {
+                let mut st = i.stat().map_err(errno)?;
+                st.st_nlink += 1;
+                self.check_links(&i, &st, "link")
+                    .map_err(|_| Errno::EPERM)?;
+            }
             rustix::fs::linkat(
                 rustix::fs::CWD,
                 i.proc_path().as_str(),
@@ -1049,6 +1101,11 @@ impl fuser::Filesystem for SandFs {
         };
         let write = SandFs::is_write(flags.0);
         let oflags = SandFs::open_flags(flags.0);
+        // Before anything is opened (O_TRUNC would already change the file), and before the
+        // passthrough shortcut below, which opens nothing.
+        if let Err(e) = self.check_links_now(&i, "open") {
+            return reply.error(e);
+        }
         // A file read through passthrough before: the kernel already has its backing file, so
         // there is nothing to open here (our own descriptor is opened if a later call needs it).
         if !write && i.kind == FileType::RegularFile && self.passthrough.load(Ordering::Relaxed) {
@@ -1062,7 +1119,13 @@ impl fuser::Filesystem for SandFs {
             if write {
                 self.writable(i.zone)?;
             }
-            self.reopen(&i, oflags)
+            let fd = self.reopen(&i, oflags)?;
+            // Again on what was opened: a link made outside since the check above.
+            if i.kind == FileType::RegularFile {
+                let st = rustix::fs::fstat(&fd).map_err(errno)?;
+                self.check_links(&i, &st, "open")?;
+            }
+            Ok(fd)
         })();
         let fd = match res {
             Ok(fd) => fd,
@@ -1209,7 +1272,7 @@ impl fuser::Filesystem for SandFs {
         reply: ReplyEmpty,
     ) {
         if let Some(t) = self.tree_fh(fh.0) {
-            return reply!(reply, t.flush(fh.0), |()| reply.ok());
+            return reply!(reply, t.fsync(fh.0), |()| reply.ok());
         }
         let res = self.handle(fh).and_then(|h| {
             if datasync {
@@ -1435,6 +1498,7 @@ impl fuser::Filesystem for SandFs {
         let res = (|| {
             let i = self.inode(ino)?;
             self.writable(i.zone)?;
+            self.check_links_now(&i, "setxattr")?;
             rustix::fs::setxattr(
                 i.proc_path().as_str(),
                 name,
@@ -1514,6 +1578,7 @@ impl fuser::Filesystem for SandFs {
         let res = (|| {
             let i = self.inode(ino)?;
             self.writable(i.zone)?;
+            self.check_links_now(&i, "removexattr")?;
             rustix::fs::removexattr(i.proc_path().as_str(), name).map_err(errno)?;
             if let Ok(st) = i.stat() {
                 self.own.note(&st);
@@ -1591,8 +1656,22 @@ impl fuser::Filesystem for SandFs {
                         fd
                     }
                     // It appeared behind the kernel's back; open it unless the caller wanted O_EXCL.
+                    // Opened without O_TRUNC first: the hard-link rule is asked before the
+                    // file changes.
                     Err(rustix::io::Errno::EXIST) if flags & libc::O_EXCL == 0 => {
-                        rustix::fs::openat(&p.fd, name, base, Mode::empty()).map_err(errno)?
+                        let fd =
+                            rustix::fs::openat(&p.fd, name, base - OFlags::TRUNC, Mode::empty())
+                                .map_err(errno)?;
+                        let st = rustix::fs::fstat(&fd).map_err(errno)?;
+                        self.check_links_at(p.zone, &st, "create", || {
+                            self.vpath(&p)
+                                .and_then(|v| v.join(&name.to_string_lossy()).ok())
+                        })?;
+                        if base.contains(OFlags::TRUNC) {
+                            rustix::fs::openat(&p.fd, name, base, Mode::empty()).map_err(errno)?
+                        } else {
+                            fd
+                        }
                     }
                     Err(e) => return Err(errno(e)),
                 }

@@ -6,9 +6,13 @@
 //! zone's `attr_ttl`; the kernel is told the same TTL, so a change made inside the sandbox shows
 //! through the mount within that time.
 //!
-//! File contents use a whole-file cache: the first open of a file downloads it into an unnamed
-//! file in the zone's spool directory; reads and writes go to that copy; the copy is written back
-//! to the sandbox on `flush` (every `close`), `fsync` and the last `release` when it changed.
+//! File contents use a whole-file cache on disk: the first open of a file streams it into an
+//! unnamed file in the zone's spool directory (never whole in memory); reads and writes go to
+//! that copy; the copy is streamed back to the sandbox on `flush` (every `close`), `fsync` and
+//! the last `release` when it changed. A write-back the sandbox does not take is queued durably
+//! (see [`RemoteZone::queue_write_back`]) and the `close`/`fsync` fails with `EIO`; until the
+//! queue has sent it, a new open sees the queued content and `fsync` or the `close` of a
+//! writable handle fails with `EIO` again.
 //! Remote files are opened with `FOPEN_DIRECT_IO`: reads and writes go to the daemon's copy
 //! without the kernel's page cache, so a reader never sees a size the kernel cached before
 //! another writer grew the file, and each open sees what the sandbox holds then (shared
@@ -409,15 +413,14 @@ impl RemoteTree {
                     c.origin = Some(origin);
                 }
                 None => {
-                    let data = if size == 0 {
-                        Vec::new()
-                    } else {
+                    let file = self.spool_file(&vp)?;
+                    if size > 0 {
                         let meta = self.stat(&vp)?;
-                        let mut d = r.read(&vp, meta.size).map_err(|e| errno_of(&e))?.to_vec();
-                        d.resize(size as usize, 0);
-                        d
-                    };
-                    r.write(&vp, Bytes::from(data)).map_err(|e| errno_of(&e))?;
+                        r.download(&vp, &file, meta.size)
+                            .map_err(|e| errno_of(&e))?;
+                        file.set_len(size).map_err(|e| io_errno(&e))?;
+                    }
+                    r.upload(&vp, &file).map_err(|e| errno_of(&e))?;
                     self.record(&vp, "truncate", Some(size), None, origin);
                 }
             }
@@ -642,17 +645,20 @@ impl RemoteTree {
         }
         let rel = self.rel_of(ino)?;
         let vp = self.vpath(&rel)?;
+        // Counted under the table's lock, which the last release holds while it removes the
+        // copy: an open racing a release (the kernel sends it after close returns) either
+        // shares the copy before it goes or makes a new one, never holds one the table lost.
         let shared = self
             .contents
             .lock()
             .expect("not poisoned")
             .get(&ino)
-            .cloned();
+            .cloned()
+            .inspect(|c| c.lock().expect("not poisoned").opens += 1);
         let content = match shared {
             Some(c) => {
                 {
                     let mut g = c.lock().expect("not poisoned");
-                    g.opens += 1;
                     if truncate {
                         g.file.set_len(0).map_err(|e| io_errno(&e))?;
                         g.dirty = true;
@@ -662,15 +668,24 @@ impl RemoteTree {
                 c
             }
             None => {
-                let file = self.spool_file(&vp)?;
-                if !truncate && !created {
-                    let r = self.remote();
+                let r = self.remote();
+                // A queued write-back is newer than what the sandbox holds.
+                let queued = if truncate {
+                    None
+                } else {
+                    r.pending_content(&vp).map_err(|e| io_errno(&e))?
+                };
+                let file = match queued {
+                    Some(f) => f,
+                    None => self.spool_file(&vp)?,
+                };
+                if !truncate && !created && !r.has_pending(&vp) {
                     let meta = r.stat_fresh(&vp).map_err(|e| errno_of(&e))?;
                     if meta.kind == EntryKind::Dir {
                         return Err(Errno::EISDIR);
                     }
-                    let data = r.read(&vp, meta.size).map_err(|e| errno_of(&e))?;
-                    file.write_all_at(&data, 0).map_err(|e| io_errno(&e))?;
+                    r.download(&vp, &file, meta.size)
+                        .map_err(|e| errno_of(&e))?;
                 }
                 let c = Arc::new(Mutex::new(Content {
                     file,
@@ -789,29 +804,64 @@ impl RemoteTree {
         Ok(data.len() as u32)
     }
 
-    /// Sends the local copy to the sandbox when it changed.
+    /// Sends the local copy to the sandbox when it changed (`close`).
     pub fn flush(&self, fh: u64) -> Res<()> {
         let h = self.handle(fh)?;
-        self.write_back(h.ino, &h.content)
+        self.write_back(h.ino, &h.content, h.writable)
     }
 
-    fn write_back(&self, ino: u64, content: &Mutex<Content>) -> Res<()> {
+    /// Sends the local copy to the sandbox when it changed, or a queued write-back of the file
+    /// (`fsync`): it succeeds only once the sandbox holds what was written.
+    pub fn fsync(&self, fh: u64) -> Res<()> {
+        let h = self.handle(fh)?;
+        self.write_back(h.ino, &h.content, true)
+    }
+
+    /// Writes the local copy back; a failure queues it durably and gives `EIO`. `settle`: with
+    /// a clean copy, send a queued write-back of the file now and fail while it stays queued.
+    fn write_back(&self, ino: u64, content: &Mutex<Content>, settle: bool) -> Res<()> {
         let mut c = content.lock().expect("not poisoned");
-        if !c.dirty {
-            return Ok(());
-        }
         let vp = self.vpath(&self.rel_of(ino)?)?;
+        let r = self.remote();
+        if !c.dirty {
+            if !settle || !r.has_pending(&vp) {
+                return Ok(());
+            }
+            return match r.retry_write_back(&vp) {
+                Ok(Some(w)) => {
+                    self.record(&w.path, "write", Some(w.bytes), None, w.origin);
+                    Ok(())
+                }
+                Ok(None) => Ok(()),
+                Err(e) => {
+                    tracing::warn!(path = %vp, error = %e, "the file's write-back is still queued");
+                    Err(Errno::EIO)
+                }
+            };
+        }
         let len = c.file.metadata().map_err(|e| io_errno(&e))?.len();
-        let mut data = vec![0u8; len as usize];
-        c.file
-            .read_exact_at(&mut data, 0)
-            .map_err(|e| io_errno(&e))?;
-        self.remote()
-            .write(&vp, Bytes::from(data))
-            .map_err(|e| {
-                tracing::error!(path = %vp, error = %e, "could not write a file back to the sandbox; it stays dirty until the next flush");
-                errno_of(&e)
-            })?;
+        if let Err(e) = r.upload(&vp, &c.file) {
+            // The copy must outlive this close (it may be the last) and the daemon.
+            let now = self.zones.now_ms();
+            return match r.queue_write_back(&vp, &c.file, c.origin, now, &e) {
+                Ok(()) => {
+                    c.dirty = false;
+                    let origin = c.origin.unwrap_or(Origin::INTERNAL);
+                    drop(c);
+                    self.zones.record_event(
+                        &vp,
+                        "write-back-queued",
+                        &format!("{len} bytes queued for the sandbox: {e}"),
+                        origin,
+                    );
+                    Err(Errno::EIO)
+                }
+                Err(qe) => {
+                    tracing::error!(path = %vp, error = %e, queue_error = %qe, "could not write a file back to the sandbox nor queue it; it stays dirty while open");
+                    Err(Errno::EIO)
+                }
+            };
+        }
         c.dirty = false;
         let origin = c.origin.take();
         drop(c);
@@ -829,20 +879,19 @@ impl RemoteTree {
             .expect("not poisoned")
             .remove(&fh)
             .ok_or(Errno::EBADF)?;
-        let res = self.write_back(h.ino, &h.content);
+        let res = self.write_back(h.ino, &h.content, false);
+        let mut contents = self.contents.lock().expect("not poisoned");
         let last = {
             let mut c = h.content.lock().expect("not poisoned");
             c.opens = c.opens.saturating_sub(1);
             c.opens == 0
         };
-        if last {
-            let mut contents = self.contents.lock().expect("not poisoned");
-            if contents
+        if last
+            && contents
                 .get(&h.ino)
                 .is_some_and(|c| Arc::ptr_eq(c, &h.content))
-            {
-                contents.remove(&h.ino);
-            }
+        {
+            contents.remove(&h.ino);
         }
         res
     }

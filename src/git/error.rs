@@ -56,6 +56,13 @@ pub enum GitError {
     NeedsReview { id: String, paths: Vec<String> },
     #[error("the remote rejected the push of {refname}: {reason}")]
     Rejected { refname: String, reason: String },
+    #[error("{url} {branch}: the tree holds {entry:?}, {rule}; nothing was written")]
+    UnsafeTree {
+        url: String,
+        branch: String,
+        entry: String,
+        rule: String,
+    },
     #[error("pull request: {0}")]
     PullRequest(String),
     #[error("pull request: GitHub refused the token: {0}")]
@@ -83,7 +90,7 @@ impl GitError {
             GitError::Discarded { .. } => ErrorCode::Conflict,
             GitError::Conflict { .. } | GitError::WrongState { .. } => ErrorCode::Conflict,
             GitError::RemoteMoved { .. } | GitError::NeedsReview { .. } => ErrorCode::RemoteMoved,
-            GitError::Rejected { .. } => ErrorCode::Rejected,
+            GitError::Rejected { .. } | GitError::UnsafeTree { .. } => ErrorCode::Rejected,
             GitError::PullRequest(_) => ErrorCode::RemoteUnavailable,
         }
     }

@@ -28,7 +28,8 @@ pub use error::{GitError, GitResult};
 pub use remote::{OnProgress, Progress};
 
 use crate::config::{GitSection, Settings};
-use crate::core::{EntryKind, ErrorCode, FsError, VPath, Zone, ZoneId, Zones};
+use crate::core::foreign::{self, GitDir, LinkResolver};
+use crate::core::{EntryKind, ErrorCode, FsError, Replacement, Seen, VPath, Zone, ZoneId, Zones};
 use crate::state::{FileRow, Origin, RepoRow, StagedRow, Via};
 
 const MODE_FILE: u32 = 0o100644;
@@ -277,27 +278,6 @@ fn under(path: &str, prefix: &str) -> bool {
             && path.as_bytes()[prefix.len()] == b'/')
 }
 
-/// Whether a symlink at `path` (inside the repository) pointing at `target` stays inside it.
-fn link_stays_inside(path: &str, target: &str) -> bool {
-    if target.starts_with('/') {
-        return false;
-    }
-    let mut depth: i64 = path.matches('/').count() as i64;
-    for c in target.split('/') {
-        match c {
-            "" | "." => {}
-            ".." => {
-                depth -= 1;
-                if depth < 0 {
-                    return false;
-                }
-            }
-            _ => depth += 1,
-        }
-    }
-    true
-}
-
 impl Git {
     /// Creates the service; mirrors live under `<state_dir>/git/`.
     pub fn new(zones: Arc<Zones>, settings: &Settings) -> Git {
@@ -496,17 +476,22 @@ impl Git {
             .map_err(GitError::git("read commit"))?;
         let tree = tip_commit.tree().map_err(GitError::git("read tree"))?;
 
-        // The upstream files, filtered by `paths`.
+        // The upstream files, filtered by `paths`. Every entry is validated as git's own
+        // `verify_path` would (a hostile tree may hold `..`, `.git`, `/` or NUL): one bad entry
+        // fails the pull before anything is written.
         let mut upstream: BTreeMap<String, (Oid, u32)> = BTreeMap::new();
         let mut skipped = Vec::new();
+        let mut bad: Option<(String, String)> = None;
         tree.walk(TreeWalkMode::PreOrder, |root, entry| {
-            let Ok(name) = entry.name() else {
-                return TreeWalkResult::Skip;
-            };
-            let path = format!("{root}{name}");
-            if name == ".git" {
-                return TreeWalkResult::Skip;
+            let name = entry.name_bytes();
+            if let Err(e) = foreign::check_name(name, GitDir::Refuse) {
+                bad = Some((
+                    format!("{root}{}", String::from_utf8_lossy(name)),
+                    e.rule.to_string(),
+                ));
+                return TreeWalkResult::Abort;
             }
+            let path = format!("{root}{}", String::from_utf8_lossy(name));
             let wanted =
                 paths.is_empty() || paths.iter().any(|p| under(&path, p) || under(p, &path));
             if !wanted {
@@ -526,7 +511,39 @@ impl Git {
             }
             TreeWalkResult::Ok
         })
+        .or_else(|e| if bad.is_some() { Ok(()) } else { Err(e) })
         .map_err(GitError::git("walk tree"))?;
+        let unsafe_tree = |entry: String, rule: String| GitError::UnsafeTree {
+            url: url.clone(),
+            branch: branch.clone(),
+            entry,
+            rule,
+        };
+        if let Some((entry, rule)) = bad {
+            return Err(unsafe_tree(entry, rule));
+        }
+        // Each path must land beneath the pull directory (it does when every name is plain;
+        // checked again on the joined path, the one the core will open).
+        let root = VPath::new(ZoneId::Workspace, &dir)?;
+        for path in upstream.keys() {
+            match VPath::new(ZoneId::Workspace, &format!("{dir}/{path}")) {
+                Ok(v) if v.starts_with(&root) && v != root => {}
+                _ => {
+                    return Err(unsafe_tree(
+                        path.clone(),
+                        format!("a path that does not lie beneath {}", vdir(&dir)),
+                    ))
+                }
+            }
+        }
+        // Symlinks are judged by where they resolve through the tree's own links.
+        let mut links = LinkResolver::new();
+        for (path, (oid, mode)) in &upstream {
+            if *mode == MODE_LINK {
+                let blob = mirror.find_blob(*oid).map_err(GitError::git("read blob"))?;
+                links.add(path, &String::from_utf8_lossy(blob.content()));
+            }
+        }
         for p in &paths {
             if !upstream.keys().any(|k| under(k, p)) {
                 return Err(GitError::Fs(FsError::NotFound {
@@ -555,6 +572,39 @@ impl Git {
         let mut rows = Vec::with_capacity(upstream.len());
         let mut conflicts = Vec::new();
         let (mut written, mut deleted, mut unchanged) = (0, 0, 0);
+        // Files gone upstream (or no longer chosen) go first: a link or file upstream turned into
+        // a directory must be out of the way before anything is written beneath its name.
+        for (path, row) in &old_rows {
+            if upstream.contains_key(path) {
+                continue;
+            }
+            let v = vfile(&dir, path);
+            let local = self.local_blob(&v)?;
+            let local_s = local.map(|(o, m)| (o.to_string(), m));
+            match (&row.base_oid, &local_s) {
+                (None, _) => rows.push(row.clone()), // created by the agent: still theirs
+                (Some(_), None) => {}
+                (Some(b), Some((l, lm))) if b == l && row.base_mode == Some(*lm) => {
+                    self.zones.delete(&v, false, origin)?;
+                    self.prune_empty_parents(&dir, path, origin);
+                    deleted += 1;
+                }
+                (Some(_), Some(_)) => {
+                    conflicts.push(PullConflict {
+                        path: v,
+                        reason: "changed locally, deleted upstream".into(),
+                        upstream: None,
+                    });
+                    rows.push(FileRow {
+                        path: path.clone(),
+                        base_oid: None,
+                        base_mode: None,
+                        state: "created".into(),
+                        upstream_oid: None,
+                    });
+                }
+            }
+        }
         let total = upstream.len();
         for (i, (path, (oid, mode))) in upstream.iter().enumerate() {
             if i % 256 == 0 {
@@ -566,6 +616,9 @@ impl Git {
                 });
             }
             let v = vfile(&dir, path);
+            // What is there now, before its contents are read: the write below replaces it only
+            // if it is still this (a write acknowledged meanwhile becomes a conflict).
+            let seen = self.zones.seen(&v)?;
             let local = self.local_blob(&v)?;
             let base = old_rows.get(path).and_then(|r| r.base_oid.clone());
             let up = (oid.to_string(), *mode);
@@ -601,28 +654,35 @@ impl Git {
                 rows.push(old_rows[path].clone());
                 continue;
             }
+            let mut changed_meanwhile = None;
             if untouched {
                 let blob = mirror.find_blob(*oid).map_err(GitError::git("read blob"))?;
-                match self.write_entry(&v, path, blob.content(), *mode, origin) {
+                match self.write_entry(&v, &dir, path, blob.content(), *mode, seen, &links) {
                     Ok(()) => {
                         written += 1;
                         clean_row(&mut rows);
+                        continue;
                     }
-                    Err(reason) => skipped.push(PathNote { path: v, reason }),
+                    Err(Refusal::Changed(reason)) => changed_meanwhile = Some(reason),
+                    Err(Refusal::Skipped(reason)) => {
+                        skipped.push(PathNote { path: v, reason });
+                        continue;
+                    }
                 }
-            } else {
+            }
+            {
                 let blob = mirror.find_blob(*oid).map_err(GitError::git("read blob"))?;
                 let upstream_copy = self.save_upstream(&dir, path, blob.content());
                 conflicts.push(PullConflict {
                     path: v,
                     upstream: upstream_copy,
-                    reason: match (&base, &local_s) {
+                    reason: changed_meanwhile.unwrap_or_else(|| match (&base, &local_s) {
                         (_, None) => "deleted locally, changed upstream".into(),
                         (None, Some(_)) => {
                             "created locally and upstream with different contents".into()
                         }
                         _ => "changed locally and upstream".into(),
-                    },
+                    }),
                 });
                 rows.push(FileRow {
                     path: path.clone(),
@@ -631,38 +691,6 @@ impl Git {
                     state: "conflict".into(),
                     upstream_oid: Some(up.0.clone()),
                 });
-            }
-        }
-        // Files gone upstream (or no longer chosen).
-        for (path, row) in &old_rows {
-            if upstream.contains_key(path) {
-                continue;
-            }
-            let v = vfile(&dir, path);
-            let local = self.local_blob(&v)?;
-            let local_s = local.map(|(o, m)| (o.to_string(), m));
-            match (&row.base_oid, &local_s) {
-                (None, _) => rows.push(row.clone()), // created by the agent: still theirs
-                (Some(_), None) => {}
-                (Some(b), Some((l, lm))) if b == l && row.base_mode == Some(*lm) => {
-                    self.zones.delete(&v, false, origin)?;
-                    self.prune_empty_parents(&dir, path, origin);
-                    deleted += 1;
-                }
-                (Some(_), Some(_)) => {
-                    conflicts.push(PullConflict {
-                        path: v,
-                        reason: "changed locally, deleted upstream".into(),
-                        upstream: None,
-                    });
-                    rows.push(FileRow {
-                        path: path.clone(),
-                        base_oid: None,
-                        base_mode: None,
-                        state: "created".into(),
-                        upstream_oid: None,
-                    });
-                }
             }
         }
         mirror
@@ -749,32 +777,75 @@ impl Git {
         }
     }
 
-    /// Writes one pulled entry; `Err` says why it was not written.
+    /// Writes one pulled entry at `v` (`path` in the repository at `dir`) as itself: a symlink
+    /// there is replaced, never written through, and only if the entry is still what `seen`
+    /// recorded. A symlink is written only when it resolves beneath the repository through the
+    /// tree's own links; nothing is written beneath a parent that is a symlink locally.
+    #[allow(clippy::too_many_arguments)]
     fn write_entry(
         &self,
         v: &str,
+        dir: &str,
         path: &str,
         content: &[u8],
         mode: u32,
-        origin: Origin,
-    ) -> Result<(), String> {
+        seen: Seen,
+        links: &LinkResolver,
+    ) -> Result<(), Refusal> {
+        let mut parent = path;
+        while let Some((p, _)) = parent.rsplit_once('/') {
+            if let Ok(st) = self.zones.stat(&vfile(dir, p)) {
+                if st.kind != EntryKind::Dir {
+                    return Err(Refusal::Changed(format!(
+                        "{} is a {} locally, a directory upstream",
+                        vfile(dir, p),
+                        if st.kind == EntryKind::Symlink {
+                            "symlink"
+                        } else {
+                            "file"
+                        }
+                    )));
+                }
+            }
+            parent = p;
+        }
         let res = if mode == MODE_LINK {
             let Ok(target) = std::str::from_utf8(content) else {
-                return Err("a symlink whose target is not UTF-8".into());
-            };
-            if !link_stays_inside(path, target) {
-                return Err(format!(
-                    "a symlink to {target:?}, outside the repository; not written"
+                return Err(Refusal::Skipped(
+                    "a symlink whose target is not UTF-8".into(),
                 ));
+            };
+            if let Err(e) = links.resolve(path, target) {
+                return Err(Refusal::Skipped(format!(
+                    "a symlink to {target:?}: {}; not written",
+                    e.rule
+                )));
             }
-            self.zones.symlink(v, target, origin)
+            self.zones
+                .replace_entry(v, Replacement::Symlink(target), Some(seen), origin_git())
         } else {
             let perm = if mode == MODE_EXEC { 0o755 } else { 0o644 };
-            self.zones
-                .write_with_mode(v, content, perm, origin)
-                .map(|_| ())
+            let mut bytes = content;
+            self.zones.replace_entry(
+                v,
+                Replacement::File {
+                    content: &mut bytes,
+                    mode: perm,
+                },
+                Some(seen),
+                origin_git(),
+            )
         };
-        res.map_err(|e| e.to_string())
+        match res {
+            Ok(_) => Ok(()),
+            Err(e) if e.code() == ErrorCode::Conflict => Err(Refusal::Changed(
+                "changed locally while the pull ran; both versions kept".into(),
+            )),
+            Err(e) if e.code() == ErrorCode::IsDir => Err(Refusal::Changed(
+                "a directory locally, a file upstream".into(),
+            )),
+            Err(e) => Err(Refusal::Skipped(e.to_string())),
+        }
     }
 
     /// The blob id and git mode of what is at `v` now (None: nothing, or a directory).
@@ -1672,8 +1743,26 @@ impl Git {
                 .and_then(|o| mirror.find_commit(o))
                 .and_then(|c| c.tree())
                 .map_err(GitError::git("read base"))?;
+            // Reverted links are judged through the base tree's own links, as a pull judges them.
+            let mut links = LinkResolver::new();
+            base_tree
+                .walk(TreeWalkMode::PreOrder, |root, e| {
+                    if e.filemode() as u32 == MODE_LINK {
+                        if let Some(target) =
+                            e.to_object(&mirror).ok().and_then(|o| o.into_blob().ok())
+                        {
+                            links.add(
+                                &format!("{root}{}", e.name().unwrap_or("")),
+                                &String::from_utf8_lossy(target.content()),
+                            );
+                        }
+                    }
+                    TreeWalkResult::Ok
+                })
+                .map_err(GitError::git("walk base tree"))?;
             for f in self.zones.db().staged_files(id)? {
                 let v = vfile(&repo.dir, &f.path);
+                let seen = self.zones.seen(&v)?;
                 let now = self.local_blob(&v)?.map(|(o, _)| o.to_string());
                 if now != f.oid {
                     kept.push(PathNote {
@@ -1687,13 +1776,17 @@ impl Git {
                         let blob = mirror
                             .find_blob(entry.id())
                             .map_err(GitError::git("read blob"))?;
-                        if let Err(reason) = self.write_entry(
-                            &v,
-                            &f.path,
-                            blob.content(),
-                            entry.filemode() as u32,
-                            origin_git(),
-                        ) {
+                        if let Err(Refusal::Changed(reason) | Refusal::Skipped(reason)) = self
+                            .write_entry(
+                                &v,
+                                &repo.dir,
+                                &f.path,
+                                blob.content(),
+                                entry.filemode() as u32,
+                                seen,
+                                &links,
+                            )
+                        {
                             kept.push(PathNote { path: v, reason });
                             continue;
                         }
@@ -1733,6 +1826,15 @@ impl Git {
             kept,
         })
     }
+}
+
+/// Why a pulled or reverted entry was not written.
+enum Refusal {
+    /// The local entry is not what the pull expected (changed meanwhile, or of another type):
+    /// a conflict, both sides kept.
+    Changed(String),
+    /// The entry cannot be written at all (a symlink out of the repository, a bad target).
+    Skipped(String),
 }
 
 fn file_mode(mode: u32) -> git2::FileMode {
@@ -1795,16 +1897,86 @@ fn check_branch(b: &str) -> GitResult<()> {
 mod tests {
     use super::*;
 
+    /// A bare repository at `dir/up.git` whose `main` holds `files`, committed on top of the
+    /// previous tip; returns its path.
+    fn commit_files(dir: &Path, files: &[(&str, &str)]) -> PathBuf {
+        let path = dir.join("up.git");
+        let repo = Repository::open_bare(&path)
+            .or_else(|_| Repository::init_bare(&path))
+            .unwrap();
+        let mut tb = repo.treebuilder(None).unwrap();
+        for (name, content) in files {
+            let oid = repo.blob(content.as_bytes()).unwrap();
+            tb.insert(name, oid, 0o100644).unwrap();
+        }
+        let tree = repo.find_tree(tb.write().unwrap()).unwrap();
+        let sig = git2::Signature::new("t", "t@example.invalid", &git2::Time::new(0, 0)).unwrap();
+        let parent = repo
+            .refname_to_id("refs/heads/main")
+            .ok()
+            .map(|o| repo.find_commit(o).unwrap());
+        let parents: Vec<&git2::Commit> = parent.iter().collect();
+        repo.commit(Some("refs/heads/main"), &sig, &sig, "c", &tree, &parents)
+            .unwrap();
+        path
+    }
+
+    #[test]
+    fn a_write_acknowledged_during_a_pull_is_a_conflict_not_a_lost_write() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let dir = tempfile::tempdir().unwrap();
+        let settings =
+            Settings::from_str("[zones]\nroot = \"z\"\n", "test", dir.path(), None).unwrap();
+        let zones = Arc::new(
+            Zones::open(
+                &settings,
+                Arc::new(crate::state::Db::open_in_memory().unwrap()),
+                crate::core::system_clock(),
+            )
+            .unwrap(),
+        );
+        let git = Git::new(zones.clone(), &settings);
+        let up = commit_files(dir.path(), &[("f.txt", "v1\n")]);
+        let req = PullRequest {
+            remote: up.display().to_string(),
+            branch: Some("main".into()),
+            paths: vec![],
+            into: Some("/workspace/r".into()),
+            progress: false,
+        };
+        git.pull(&req, &|_| {}).unwrap();
+        commit_files(dir.path(), &[("f.txt", "v2\n")]);
+        // The agent's write lands after the pull checked f.txt and before it replaces it.
+        let real = dir.path().join("z/workspace/r/f.txt");
+        let once = Arc::new(AtomicBool::new(false));
+        let (writer, flag) = (real.clone(), once.clone());
+        *zones.before_replace.lock().unwrap() = Some(Box::new(move || {
+            if !flag.swap(true, Ordering::SeqCst) {
+                std::fs::write(&writer, "acknowledged\n").unwrap();
+            }
+        }));
+        let r = git.pull(&req, &|_| {}).unwrap();
+        *zones.before_replace.lock().unwrap() = None;
+        assert!(once.load(Ordering::SeqCst), "the hook ran");
+        assert_eq!(std::fs::read_to_string(&real).unwrap(), "acknowledged\n");
+        assert_eq!(r.written, 0, "{r:?}");
+        assert_eq!(r.conflicts.len(), 1, "{r:?}");
+        assert!(
+            r.conflicts[0].reason.contains("while the pull ran"),
+            "{r:?}"
+        );
+        let kept = r.conflicts[0]
+            .upstream
+            .as_deref()
+            .expect("upstream copy kept");
+        assert_eq!(zones.read(kept, None, None).unwrap().content, "v2\n");
+    }
+
     #[test]
     fn names_links_and_paths() {
         assert_eq!(repo_name("https://h/o/r.git"), "r");
         assert_eq!(repo_name("git@h:o/r.git"), "r");
         assert_eq!(repo_name("/srv/r/"), "r");
-        assert!(link_stays_inside("a/b", "c"));
-        assert!(link_stays_inside("a/b", "../c"));
-        assert!(!link_stays_inside("a/b", "../../c"));
-        assert!(!link_stays_inside("b", "/etc/passwd"));
-        assert!(link_stays_inside("a/b", "./x/../y"));
         assert!(repo_path("p", "../x").is_err());
         assert_eq!(repo_path("p", "/src/").unwrap(), "src");
         assert!(check_branch("main").is_ok());

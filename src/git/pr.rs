@@ -1,6 +1,7 @@
 //! Pull requests through GitHub's REST API (octocrab), with a configurable base URI for GitHub
 //! Enterprise or a test server. A pull request that already exists for the branch (422) is found
-//! and reused. The token comes from the variable named by `git.token_env` and goes nowhere else.
+//! and reused. The token comes from the variable named by `git.token_env` and goes only to
+//! `git.github_api`, over https (plain http only to a loopback API with `git.token_over_http`).
 
 use super::error::{GitError, GitResult};
 use crate::config::GitSection;
@@ -85,6 +86,16 @@ impl Target {
                     "set ${var} (git.token_env) in the daemon's environment"
                 ))
             })?;
+        let api = crate::config::Endpoint::parse(&settings.github_api);
+        let secure = api
+            .as_ref()
+            .is_some_and(|a| a.scheme == "https" || (a.is_loopback() && settings.token_over_http));
+        if !secure {
+            return Err(GitError::PullRequestAuth(format!(
+                "git.github_api ({}) is not https: the token in ${var} goes over plain http only to a loopback API, with git.token_over_http = true",
+                api.map(|a| a.authority()).unwrap_or_default()
+            )));
+        }
         Ok(Target { owner, repo, token })
     }
 

@@ -2,7 +2,12 @@
 //!
 //! Credentials come from the environment variable named by `git.token_env` (HTTPS), ssh-agent or
 //! `git.ssh_key` (ssh); the callback gives up after [`MAX_AUTH_ATTEMPTS`] (libgit2 keeps asking
-//! otherwise) and the token is never put in a URL, a log line or the database. A push carries a
+//! otherwise) and the token is never put in a URL, a log line or the database. The token is
+//! bound to its hosts ([`token_may_go`]): a remote URL comes from the API, that is from an agent,
+//! so it goes only over https to `git.github_url`'s host and the hosts in `git.token_hosts`
+//! (plain http only to a listed loopback host with `git.token_over_http`), judged on the URL
+//! libgit2 is actually talking to (after any redirect). Plain http to a host that is not
+//! loopback is refused unless `git.http_hosts` lists it ([`check_transport`]). A push carries a
 //! lease: `push_negotiation` checks that the remote ref still points where we last saw it, and a
 //! `push_update_reference` status is a rejection even though libgit2 reports success.
 
@@ -13,7 +18,7 @@ use git2::{Cred, CredentialType, Direction, FetchOptions, Oid, PushOptions, Remo
 use serde::Serialize;
 
 use super::error::{GitError, GitResult};
-use crate::config::GitSection;
+use crate::config::{Endpoint, GitSection};
 
 /// How many times the credential callback answers before giving up.
 pub const MAX_AUTH_ATTEMPTS: u32 = 3;
@@ -51,7 +56,7 @@ fn callbacks<'a>(
     progress: OnProgress<'a>,
 ) -> RemoteCallbacks<'a> {
     let mut cb = RemoteCallbacks::new();
-    cb.credentials(move |_url, user_from_url, allowed| {
+    cb.credentials(move |url, user_from_url, allowed| {
         let n = seen.attempts.get() + 1;
         seen.attempts.set(n);
         let give_up = |why: String| {
@@ -63,7 +68,18 @@ fn callbacks<'a>(
                 "the remote refused the credentials {MAX_AUTH_ATTEMPTS} times; giving up"
             ));
         }
-        if allowed.contains(CredentialType::USER_PASS_PLAINTEXT) {
+        let token_refused = if allowed.contains(CredentialType::USER_PASS_PLAINTEXT) {
+            token_may_go(url, settings).err()
+        } else {
+            None
+        };
+        if let Some(why) = &token_refused {
+            // An ssh server may offer passwords and keys both: keys are still tried.
+            if !allowed.intersects(CredentialType::SSH_KEY | CredentialType::USERNAME) {
+                return give_up(why.clone());
+            }
+        }
+        if allowed.contains(CredentialType::USER_PASS_PLAINTEXT) && token_refused.is_none() {
             let Some(var) = settings.token_env.as_deref() else {
                 return give_up(
                     "the remote wants a token and git.token_env names no variable".into(),
@@ -127,6 +143,57 @@ fn callbacks<'a>(
     cb
 }
 
+/// Decides whether the token of `git.token_env` may be sent to `url` (the URL libgit2 is
+/// talking to, after any redirect): over https to `git.github_url`'s host or a host in
+/// `git.token_hosts`; over plain http only to such a host that is loopback, and only with
+/// `git.token_over_http`. Anything else (another host, ssh, a URL that does not parse) gets no
+/// token; the error says why and which keys would allow it.
+pub fn token_may_go(url: &str, settings: &GitSection) -> Result<(), String> {
+    let var = settings.token_env.as_deref().unwrap_or("git.token_env");
+    let Some(end) = Endpoint::parse(url) else {
+        return Err(format!(
+            "the remote asks for a password; the token in ${var} goes only to https URLs naming a host in git.token_hosts or git.github_url's"
+        ));
+    };
+    let github = Endpoint::parse(&settings.github_url);
+    let listed = github
+        .as_ref()
+        .is_some_and(|g| g.host == end.host && g.effective_port() == end.effective_port())
+        || end.listed_in(&settings.token_hosts);
+    let var = settings.token_env.as_deref().unwrap_or("git.token_env");
+    if !listed {
+        return Err(format!(
+            "{} asks for a password; the token in ${var} goes only to the host of git.github_url ({}) and the hosts in git.token_hosts",
+            end.authority(),
+            github.map(|g| g.authority()).unwrap_or_default()
+        ));
+    }
+    match end.scheme.as_str() {
+        "https" => Ok(()),
+        "http" if end.is_loopback() && settings.token_over_http => Ok(()),
+        "http" => Err(format!(
+            "{} asks for a password over plain http; the token in ${var} goes over http only to a loopback host, with git.token_over_http = true",
+            end.authority()
+        )),
+        other => Err(format!(
+            "{} asks for a password over {other}; the token in ${var} goes only over https",
+            end.authority()
+        )),
+    }
+}
+
+/// Refuses plain http to a host that is neither loopback nor in `git.http_hosts` (anything on
+/// the way could read or change what is fetched and pushed). Other URLs are left to libgit2.
+pub fn check_transport(url: &str, settings: &GitSection) -> GitResult<()> {
+    match Endpoint::parse(url) {
+        Some(end) if !end.plain_http_allowed(&settings.http_hosts) => Err(GitError::BadRemote {
+            url: url.into(),
+            reason: end.plain_http_rule("git.http_hosts"),
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// Turns a failed network operation into the error a user can act on.
 fn failed(url: &str, op: &str, seen: &Seen, e: git2::Error) -> GitError {
     if let Some(why) = seen.auth_problem.borrow_mut().take() {
@@ -181,6 +248,7 @@ pub fn fetch(
     settings: &GitSection,
     progress: OnProgress<'_>,
 ) -> GitResult<()> {
+    check_transport(url, settings)?;
     let seen = Seen::default();
     let mut remote = repo
         .remote_anonymous(url)
@@ -206,6 +274,7 @@ pub fn ls_remote(
     url: &str,
     settings: &GitSection,
 ) -> GitResult<(HashMap<String, Oid>, Option<String>)> {
+    check_transport(url, settings)?;
     let seen = Seen::default();
     let noop = |_: &Progress| {};
     let mut remote = repo
@@ -244,6 +313,7 @@ pub fn push(
     settings: &GitSection,
     progress: OnProgress<'_>,
 ) -> GitResult<()> {
+    check_transport(url, settings)?;
     let dst_owned = dst.to_string();
     let seen = Seen::default();
     let mut remote = repo
@@ -316,5 +386,60 @@ pub fn short(oid: Oid) -> String {
         "none".into()
     } else {
         oid.to_string()[..12].to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{check_transport, token_may_go};
+    use crate::config::GitSection;
+
+    #[test]
+    fn the_token_goes_only_to_its_hosts_over_https() {
+        let mut s = GitSection::default();
+        assert!(token_may_go("https://github.com/o/r.git", &s).is_ok());
+        assert!(token_may_go("https://GitHub.com:443/o/r", &s).is_ok());
+        for url in [
+            "https://github.com.evil.example/o/r.git",
+            "https://github.com@evil.example/o/r.git",
+            "https://evil.example/github.com/o/r.git",
+            "https://github.com:8443/o/r.git",
+            "http://github.com/o/r.git",
+            "ssh://git@github.com/o/r.git",
+            "git@github.com:o/r.git",
+            "http://127.0.0.1:8080/o/r.git",
+            "not a url",
+        ] {
+            let why = token_may_go(url, &s).unwrap_err();
+            assert!(why.contains("GITHUB_TOKEN"), "{url}: {why}");
+        }
+        s.token_hosts = vec!["git.example.com".into(), "127.0.0.1:8080".into()];
+        assert!(token_may_go("https://git.example.com:9443/x.git", &s).is_ok());
+        let why = token_may_go("http://127.0.0.1:8080/o/r.git", &s).unwrap_err();
+        assert!(why.contains("git.token_over_http"), "{why}");
+        s.token_over_http = true;
+        assert!(token_may_go("http://127.0.0.1:8080/o/r.git", &s).is_ok());
+        assert!(token_may_go("http://127.0.0.1:8081/o/r.git", &s).is_err());
+        // Over plain http only to loopback, even when listed.
+        assert!(token_may_go("http://git.example.com/x.git", &s).is_err());
+    }
+
+    #[test]
+    fn plain_http_goes_only_to_loopback_or_listed_hosts() {
+        let mut s = GitSection::default();
+        for ok in [
+            "https://example.com/x.git",
+            "http://127.0.0.1:9/x.git",
+            "http://[::1]:9/x.git",
+            "http://localhost/x.git",
+            "git://example.com/x.git",
+            "/srv/x.git",
+        ] {
+            assert!(check_transport(ok, &s).is_ok(), "{ok}");
+        }
+        let e = check_transport("http://example.com/x.git", &s).unwrap_err();
+        assert!(e.to_string().contains("git.http_hosts"), "{e}");
+        s.http_hosts = vec!["example.com".into()];
+        assert!(check_transport("http://example.com/x.git", &s).is_ok());
     }
 }

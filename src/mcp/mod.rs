@@ -207,8 +207,9 @@ impl Server {
     /// Search file contents with ripgrep's engine. Hidden and binary files are skipped and
     /// .gitignore is honoured unless told otherwise. Returns {mode, then lines: [{path, line,
     /// text, kind (match or context)}] (content mode), files: [path] (files mode) or counts:
-    /// [{path, count}] (count mode), total, files_searched, truncated}; the array is left out when
-    /// nothing matched. Results are sorted by path and line. Limit: at most the daemon's
+    /// [{path, count}] (count mode), total, files_searched, truncated, skipped_total, skipped:
+    /// [{path, reason}] (files a rule kept out, e.g. a hard-linked file)}; the array is left out
+    /// when nothing matched; a line over 2048 bytes is cut with a marker. Results are sorted by path and line. Limit: at most the daemon's
     /// limits.grep_max_results results (1000 by default); truncated is true when more matches
     /// exist: narrow the path, glob or pattern. Errors: INVALID_ARGUMENT (bad regex, glob, type or
     /// limit), NOT_FOUND, NOT_DIR, OUTSIDE_ZONE, INVALID_PATH, ZONE_UNAVAILABLE.

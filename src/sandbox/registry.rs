@@ -132,6 +132,52 @@ fn default_provider() -> String {
     PROVIDER_SANDBOX_AGENT.to_string()
 }
 
+/// What a sandbox added at run time may name. The config file is written by a person and may
+/// name any variable and any URL; `sandbox add` comes through the API, that is possibly from an
+/// agent, which must not be able to point the person's tokens at a server of its choosing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AddPolicy {
+    /// `api.sandbox_token_envs`: the token variables it may name (none by default).
+    pub token_envs: Vec<String>,
+    /// `api.sandbox_http_hosts`: hosts besides loopback it may reach over plain http.
+    pub http_hosts: Vec<String>,
+}
+
+impl AddPolicy {
+    /// The policy the settings give.
+    pub fn from_settings(s: &crate::config::Settings) -> AddPolicy {
+        AddPolicy {
+            token_envs: s.sandbox_token_envs.clone(),
+            http_hosts: s.sandbox_http_hosts.clone(),
+        }
+    }
+
+    /// Checks a sandbox added at run time (its name, token variable and URL) against the policy.
+    fn check(&self, name: &str, token_env: Option<&str>, url: &str) -> Result<(), SandboxError> {
+        if let Some(var) = token_env {
+            if !self.token_envs.iter().any(|v| v == var) {
+                return Err(SandboxError::Invalid {
+                    key: "token_env".into(),
+                    rule: format!(
+                        "{var} is not in api.sandbox_token_envs: a sandbox added through the API may name only the token variables listed there (none by default); define the sandbox in the config file's [sandboxes.{name}] to use another"
+                    ),
+                });
+            }
+        }
+        match crate::config::Endpoint::parse(url) {
+            Some(end) if end.plain_http_allowed(&self.http_hosts) => Ok(()),
+            Some(end) => Err(SandboxError::Invalid {
+                key: "url".into(),
+                rule: end.plain_http_rule("api.sandbox_http_hosts"),
+            }),
+            None => Err(SandboxError::Invalid {
+                key: "url".into(),
+                rule: format!("{url:?} must be an http(s):// URL with a host"),
+            }),
+        }
+    }
+}
+
 /// A sandbox as the API reports it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct SandboxInfo {
@@ -192,6 +238,7 @@ struct Attached {
 pub struct Registry {
     zones: Arc<Zones>,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
+    policy: AddPolicy,
 }
 
 fn info(r: SandboxRow, attached: bool) -> SandboxInfo {
@@ -234,12 +281,20 @@ fn row_of(s: &SandboxSettings, origin: &str, now_ms: i64) -> SandboxRow {
 }
 
 impl Registry {
-    /// Returns a registry over the zones' state database and clock.
+    /// Returns a registry over the zones' state database and clock, with the strictest
+    /// [`AddPolicy`] (no token variable, no plain http beyond loopback for added sandboxes).
     pub fn new(zones: Arc<Zones>) -> Registry {
         Registry {
             zones,
             sessions: Mutex::new(HashMap::new()),
+            policy: AddPolicy::default(),
         }
+    }
+
+    /// Sets what sandboxes added at run time may name.
+    pub fn with_policy(mut self, policy: AddPolicy) -> Registry {
+        self.policy = policy;
+        self
     }
 
     fn now(&self) -> i64 {
@@ -322,7 +377,8 @@ impl Registry {
         Ok(info(r, attached))
     }
 
-    /// Adds (or redefines) a sandbox at run time; nothing is contacted until it is used.
+    /// Adds (or redefines) a sandbox at run time, within the registry's [`AddPolicy`]; nothing
+    /// is contacted until it is used.
     pub fn add(&self, req: &AddRequest) -> Result<SandboxInfo, SandboxError> {
         let mode = match req.mode.as_deref() {
             None => crate::config::SandboxMode::Lazy,
@@ -353,6 +409,8 @@ impl Registry {
                 };
                 SandboxError::Invalid { key, rule }
             })?;
+        self.policy
+            .check(&settings.name, settings.token_env.as_deref(), &settings.url)?;
         if let Some(existing) = self.zones.db().sandbox(&req.name)? {
             if existing.origin == ORIGIN_CONFIG {
                 return Err(SandboxError::FromConfig {
@@ -429,6 +487,14 @@ impl Registry {
         let remote = match attached {
             Some(a) => a.remote.clone(),
             None => {
+                // Added by an older daemon, or before the config's policy changed: the
+                // policy holds for every use, not only at `add`.
+                if def.origin == ORIGIN_ADDED {
+                    if let Err(e) = self.policy.check(name, def.token_env.as_deref(), &def.url) {
+                        self.fail(name, ERROR, &e.to_string(), &def);
+                        return Err(e);
+                    }
+                }
                 let mut config =
                     SandboxAgentConfig::new(def.url.clone()).with_limits(self.zones.limits());
                 config.token_env = def.token_env.clone();

@@ -354,3 +354,53 @@ fn embedded_default_serves_dot_sandfs_in_the_current_dir() {
     assert!(dir.path().join(".sandfs/cache").is_dir());
     assert!(dir.path().join("state/sandfs/state.db").is_file());
 }
+
+#[test]
+fn every_subcommand_exits_quietly_when_its_output_is_closed() {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::{Command, Stdio};
+    let d = Daemon::start("");
+    // More than a pipe holds, so the writer meets the closed pipe whatever it buffers.
+    let big = "line of text\n".repeat(100_000);
+    std::fs::write(d.zone_dir("workspace").join("big.txt"), &big).unwrap();
+    for args in [
+        &["completions", "bash"][..],
+        &["completions", "zsh"],
+        &["completions", "fish"],
+        &["doctor"],
+        &["install-service", "--print"],
+        &["--help"],
+        &["read", "/workspace/big.txt"],
+        &["cat", "/workspace/big.txt"],
+        &["grep", "line", "/workspace"],
+        &["ls", "/workspace"],
+        &["log"],
+    ] {
+        let mut child = Command::new(BIN)
+            .arg("--config")
+            .arg(&d.config)
+            .arg("--socket")
+            .arg(&d.socket)
+            .args(args)
+            .env_remove("SANDFS_CONFIG")
+            .env("RUST_BACKTRACE", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // `| head -0`: the reader is gone before the first byte is written.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !stderr.contains("panicked") && !stderr.contains("Broken pipe"),
+            "sandfs {args:?} with its output closed: {stderr}"
+        );
+        assert!(
+            out.status.success() || out.status.signal() == Some(libc::SIGPIPE),
+            "sandfs {args:?} with its output closed ended with {}: {stderr}",
+            out.status
+        );
+    }
+}

@@ -186,9 +186,19 @@ fn symlink_writes_refuse_to_leave_and_hard_links_are_never_written_through() {
         &json!({"path": "/workspace/hard_link", "old": "HARD", "new": "x"}),
     );
     assert_eq!((status, code(&v)), (403, "OUTSIDE_ZONE"), "{v}");
+    // grep keeps the same rule as read: the hard-linked file is skipped, and said to be.
     let (status, v) = d.post("/v1/fs/grep", &json!({"pattern": "SECRET", "hidden": true}));
     assert_eq!(status, 200);
-    assert_eq!(v["total"], 1, "grep reads the hard-linked copy only: {v}");
+    assert_eq!(v["total"], 0, "grep must not read a hard-linked file: {v}");
+    assert_eq!(v["skipped_total"], 1, "{v}");
+    assert_eq!(v["skipped"][0]["path"], "/workspace/hard_link", "{v}");
+    assert!(
+        v["skipped"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("allow_hardlinks"),
+        "{v}"
+    );
     let (status, _) = d.post(
         "/v1/fs/write",
         &json!({"path": "/workspace/hard_link", "content": "mine"}),
@@ -227,6 +237,34 @@ fn symlink_writes_refuse_to_leave_and_hard_links_are_never_written_through() {
         std::fs::read_to_string(outside.join("secret.txt")).unwrap(),
         "TOP-SECRET\n"
     );
+}
+
+#[test]
+fn grep_skips_hard_linked_files_in_every_mode_unless_allowed() {
+    let (d, _outside) = trapped();
+    for mode in ["content", "files", "count"] {
+        let (status, v) = d.post(
+            "/v1/fs/grep",
+            &json!({"pattern": "HARD", "path": "/workspace/hard_link", "mode": mode}),
+        );
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(v["total"], 0, "{mode}: {v}");
+        assert_eq!(v["files_searched"], 0, "{mode}: {v}");
+        assert_eq!(v["skipped"][0]["path"], "/workspace/hard_link", "{v}");
+    }
+    // With the zone's permission the same file is searched.
+    let d = Daemon::start("[zones.workspace]\nallow_hardlinks = true\n");
+    let outside = d.dir.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("hard.txt"), "HARD-SECRET\n").unwrap();
+    std::fs::hard_link(
+        outside.join("hard.txt"),
+        d.zone_dir("workspace").join("hard_link"),
+    )
+    .unwrap();
+    let (status, v) = d.post("/v1/fs/grep", &json!({"pattern": "HARD"}));
+    assert_eq!((status, v["total"].as_u64()), (200, Some(1)), "{v}");
+    assert!(v.get("skipped").is_none(), "{v}");
 }
 
 #[test]

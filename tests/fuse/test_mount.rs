@@ -139,7 +139,8 @@ fn cargo_builds_a_new_project_inside_the_mount() {
 
 #[test]
 fn hard_links_share_an_inode_and_symlinks_resolve() {
-    let m = Mounted::start("");
+    // Hard links are POSIX behaviour only where the zone allows them (see the test below).
+    let m = Mounted::start("[zones.workspace]\nallow_hardlinks = true\n");
     let ws = m.ws();
     fs::write(ws.join("orig"), "data").unwrap();
     fs::hard_link(ws.join("orig"), ws.join("link")).unwrap();
@@ -168,6 +169,87 @@ fn hard_links_share_an_inode_and_symlinks_resolve() {
     fs::create_dir(ws.join("d")).unwrap();
     fs::rename(ws.join("link"), ws.join("d/moved")).unwrap();
     assert_eq!(fs::metadata(ws.join("d/moved")).unwrap().ino(), ino);
+}
+
+#[test]
+fn a_file_hard_linked_from_outside_the_zone_is_never_read_or_changed_through_the_mount() {
+    let m = Mounted::start("");
+    // The attacker's setup: a file outside the zone, hard-linked into the backing dir.
+    let outside = m.dir.path().join("outside.txt");
+    fs::write(&outside, "secret\n").unwrap();
+    fs::set_permissions(&outside, fs::Permissions::from_mode(0o600)).unwrap();
+    fs::hard_link(&outside, m.backing("workspace").join("h.txt")).unwrap();
+    let h = m.ws().join("h.txt");
+    let eacces = |r: std::io::Result<()>, what: &str| {
+        let e = r.expect_err(what);
+        assert_eq!(e.raw_os_error(), Some(libc::EACCES), "{what}: {e}");
+    };
+    // `echo x >> h.txt`, the measured case, through a real shell.
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("echo x >> h.txt")
+        .current_dir(m.ws())
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "the append succeeded");
+    eacces(
+        fs::OpenOptions::new().append(true).open(&h).map(drop),
+        "append",
+    );
+    eacces(fs::write(&h, "replaced"), "write with O_TRUNC");
+    eacces(
+        fs::OpenOptions::new().write(true).open(&h).map(drop),
+        "write open",
+    );
+    eacces(
+        fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&h)
+            .map(drop),
+        "write open with O_CREAT",
+    );
+    eacces(
+        {
+            let c = std::ffi::CString::new(h.as_os_str().as_encoded_bytes()).unwrap();
+            // SAFETY: a valid NUL-terminated path.
+            match unsafe { libc::truncate(c.as_ptr(), 1) } {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
+        },
+        "truncate",
+    );
+    eacces(
+        fs::set_permissions(&h, fs::Permissions::from_mode(0o666)),
+        "chmod",
+    );
+    // Reading follows the API's rule: refused.
+    eacces(fs::read(&h).map(drop), "read");
+    // A link made through the mount would create the same refused state inside the zone.
+    let e = fs::hard_link(m.ws().join("h.txt"), m.ws().join("h2.txt")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EPERM), "link: {e}");
+    fs::write(m.ws().join("own.txt"), "mine").unwrap();
+    let e = fs::hard_link(m.ws().join("own.txt"), m.ws().join("own2.txt")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EPERM), "link: {e}");
+    assert!(!m.backing("workspace").join("own2.txt").exists());
+    // The outside file is exactly as it was.
+    assert_eq!(fs::read_to_string(&outside).unwrap(), "secret\n");
+    let meta = fs::metadata(&outside).unwrap();
+    assert_eq!((meta.mode() & 0o7777, meta.nlink()), (0o600, 2));
+    // Stat and rename still work, and the refusal is logged with the rule.
+    assert_eq!(fs::metadata(&h).unwrap().nlink(), 2);
+    let log = m.log_text();
+    assert!(
+        log.contains("h.txt") && log.contains("allow_hardlinks"),
+        "no log line naming the file and the rule: {log}"
+    );
+    // Replacing the name (what editors and the API do) leaves the other link alone.
+    fs::write(m.ws().join("new.txt"), "new").unwrap();
+    fs::rename(m.ws().join("new.txt"), &h).unwrap();
+    assert_eq!(fs::read_to_string(&h).unwrap(), "new");
+    assert_eq!(fs::read_to_string(&outside).unwrap(), "secret\n");
 }
 
 #[test]
@@ -491,7 +573,8 @@ fn pjdfstest_passes_on_the_mounted_workspace() {
         which("pjdfstest"),
         "pjdfstest is not installed; run `cargo install pjdfstest --version 0.2.2` (make test does this)"
     );
-    let m = Mounted::start("");
+    // pjdfstest makes hard links (link(2) is POSIX); a zone that refuses them answers EPERM.
+    let m = Mounted::start("[zones.workspace]\nallow_hardlinks = true\n");
     let dir = m.ws().join("pjd");
     fs::create_dir(&dir).unwrap();
     fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();

@@ -26,7 +26,9 @@ pub struct Daemon {
 
 impl Daemon {
     /// Starts a daemon (sandboxed zones under a temp dir) with `extra` config appended; `token`
-    /// is put in the daemon's environment as [`TOKEN_VAR`].
+    /// is put in the daemon's environment as [`TOKEN_VAR`]. The test servers listen on
+    /// 127.0.0.1 over plain http, so the config lets the token go there (`git.token_hosts`,
+    /// `git.token_over_http`).
     pub fn start(extra: &str, token: Option<&str>) -> Daemon {
         let dir = tempfile::Builder::new()
             .prefix("sandfs-git")
@@ -37,7 +39,8 @@ impl Daemon {
         std::fs::write(
             &config,
             format!(
-                "state_dir = \"state\"\nsocket = \"{}\"\n[zones]\nroot = \"root\"\n[git]\ntoken_env = \"{TOKEN_VAR}\"\ntoken_user = \"sandfs\"\n{extra}",
+                "state_dir = \"state\"\nsocket = \"{}\"\n[zones]\nroot = \"root\"\n[git]\ntoken_env = \"{TOKEN_VAR}\"\ntoken_user = \"sandfs\"\n\
+                 token_hosts = [\"127.0.0.1\"]\ntoken_over_http = true\n{extra}",
                 socket.display()
             ),
         )

@@ -837,3 +837,240 @@ fn gc_drops_old_discarded_commits_and_stray_refs_and_keeps_live_ones() {
     let (code, _) = d.err("/v1/git/staged/show", json!({ "id": old }));
     assert_eq!(code, ErrorCode::NotFound);
 }
+
+/// Writes a raw object into a bare repository, unchecked (`git hash-object --literally`): the
+/// way an attacker crafts a tree git's own tools would refuse to build.
+fn raw_object(repo: &BareRepo, kind: &str, bytes: &[u8]) -> String {
+    use std::io::Write;
+    let mut child = crate::servers::git_command()
+        .current_dir(repo.path())
+        .args(["hash-object", "-t", kind, "--literally", "-w", "--stdin"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(bytes).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "hash-object failed");
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// One raw tree entry: `<mode> <name>\0<20-byte id>`.
+fn tree_entry(mode: &str, name: &[u8], hex: &str) -> Vec<u8> {
+    let mut e = format!("{mode} ").into_bytes();
+    e.extend_from_slice(name);
+    e.push(0);
+    e.extend((0..20).map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap()));
+    e
+}
+
+/// Points `main` of `repo` at a commit of the raw root tree `entries`.
+fn commit_raw_tree(repo: &BareRepo, entries: &[Vec<u8>]) {
+    let tree = raw_object(repo, "tree", &entries.concat());
+    let commit = repo.git(&["commit-tree", &tree, "-m", "crafted"]);
+    repo.git(&["update-ref", "refs/heads/main", &commit]);
+}
+
+#[test]
+fn a_tree_entry_named_dotdot_fails_the_pull_and_writes_nothing() {
+    let repo = BareRepo::new("evil");
+    let blob = raw_object(&repo, "blob", b"planted\n");
+    let inner = raw_object(&repo, "tree", &tree_entry("100644", b"x.txt", &blob));
+    commit_raw_tree(
+        &repo,
+        &[
+            tree_entry("40000", b"..", &inner),
+            tree_entry("100644", b"ok.txt", &blob),
+        ],
+    );
+    let server = GitDaemon::serve(&repo);
+    let d = Daemon::start("", None);
+    let (code, msg) = d.err(
+        "/v1/git/pull",
+        json!({ "remote": server.url("evil"), "into": "/workspace/deep/r" }),
+    );
+    assert_eq!(code, ErrorCode::Rejected, "{msg}");
+    assert!(
+        msg.contains("\"..\"") && msg.contains("nothing was written"),
+        "{msg}"
+    );
+    assert!(
+        !d.workspace().join("deep/x.txt").exists(),
+        "wrote outside the pull dir"
+    );
+    assert!(
+        !d.workspace().join("deep/r/ok.txt").exists(),
+        "wrote part of a refused tree"
+    );
+}
+
+#[test]
+fn a_dot_git_entry_in_any_case_at_any_depth_fails_the_pull() {
+    let repo = BareRepo::new("hooks");
+    let blob = raw_object(&repo, "blob", b"#!/bin/sh\necho owned\n");
+    let hooks = raw_object(
+        &repo,
+        "tree",
+        &tree_entry("100755", b"post-checkout", &blob),
+    );
+    let dotgit = raw_object(&repo, "tree", &tree_entry("40000", b"hooks", &hooks));
+    let sub = raw_object(&repo, "tree", &tree_entry("40000", b".GiT", &dotgit));
+    commit_raw_tree(
+        &repo,
+        &[
+            tree_entry("100644", b"a.txt", &blob),
+            tree_entry("40000", b"sub", &sub),
+        ],
+    );
+    let server = GitDaemon::serve(&repo);
+    let d = Daemon::start("", None);
+    let (code, msg) = d.err("/v1/git/pull", json!({ "remote": server.url("hooks") }));
+    assert_eq!(code, ErrorCode::Rejected, "{msg}");
+    assert!(msg.contains("sub/.GiT") && msg.contains(".git"), "{msg}");
+    assert!(
+        !d.workspace().join("hooks").exists(),
+        "nothing may be written"
+    );
+}
+
+#[test]
+fn a_symlink_is_judged_through_the_trees_own_links() {
+    let repo = BareRepo::new("chain");
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    crate::servers::run_git(w, &["init", "-q", "-b", "main", "."]);
+    std::fs::create_dir(w.join("d")).unwrap();
+    // `d/p -> ..` stays inside; `e` counts as inside by its `..`s alone, but through `d/p`
+    // it climbs out of the repository.
+    std::os::unix::fs::symlink("..", w.join("d/p")).unwrap();
+    std::os::unix::fs::symlink("d/p/d/p/d/p/../../etc/passwd", w.join("e")).unwrap();
+    std::fs::write(w.join("f.txt"), "f\n").unwrap();
+    crate::servers::run_git(w, &["add", "-A"]);
+    crate::servers::run_git(w, &["commit", "-qm", "chain"]);
+    crate::servers::run_git(w, &["push", "-q", repo.path().to_str().unwrap(), "main"]);
+    let server = GitDaemon::serve(&repo);
+    let d = Daemon::start("", None);
+    let r = d.ok("/v1/git/pull", json!({ "remote": server.url("chain") }));
+    let skipped: Vec<&str> = r["skipped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(skipped, ["/workspace/chain/e"], "{r}");
+    assert!(std::fs::symlink_metadata(d.workspace().join("chain/e")).is_err());
+    assert_eq!(
+        std::fs::read_link(d.workspace().join("chain/d/p")).unwrap(),
+        std::path::Path::new("..")
+    );
+}
+
+#[test]
+fn a_link_turned_into_a_file_upstream_is_replaced_as_itself() {
+    let repo = BareRepo::new("turn");
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    crate::servers::run_git(w, &["init", "-q", "-b", "main", "."]);
+    std::fs::write(w.join("target.txt"), "target\n").unwrap();
+    std::os::unix::fs::symlink("target.txt", w.join("link")).unwrap();
+    crate::servers::run_git(w, &["add", "-A"]);
+    crate::servers::run_git(w, &["commit", "-qm", "link"]);
+    crate::servers::run_git(w, &["push", "-q", repo.path().to_str().unwrap(), "main"]);
+    let server = GitDaemon::serve(&repo);
+    let d = Daemon::start("", None);
+    d.ok("/v1/git/pull", json!({ "remote": server.url("turn") }));
+    // The agent edits the link's target; upstream turns the link into a regular file.
+    d.ok(
+        "/v1/fs/write",
+        json!({ "path": "/workspace/turn/target.txt", "content": "the agent's edit\n" }),
+    );
+    std::fs::remove_file(w.join("link")).unwrap();
+    std::fs::write(w.join("link"), "now a file\n").unwrap();
+    crate::servers::run_git(w, &["add", "-A"]);
+    crate::servers::run_git(w, &["commit", "-qm", "file"]);
+    crate::servers::run_git(w, &["push", "-q", repo.path().to_str().unwrap(), "main"]);
+    let r = d.ok("/v1/git/pull", json!({ "remote": server.url("turn") }));
+    assert_eq!(r["conflicts"].as_array().unwrap().len(), 0, "{r}");
+    let link = d.workspace().join("turn/link");
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_file());
+    assert_eq!(std::fs::read_to_string(&link).unwrap(), "now a file\n");
+    assert_eq!(
+        std::fs::read_to_string(d.workspace().join("turn/target.txt")).unwrap(),
+        "the agent's edit\n",
+        "the pull wrote through the old link"
+    );
+    // And a file turned into a directory upstream, where the agent left the file alone.
+    std::fs::remove_file(w.join("link")).unwrap();
+    std::fs::create_dir(w.join("link")).unwrap();
+    std::fs::write(w.join("link/inner.txt"), "inner\n").unwrap();
+    crate::servers::run_git(w, &["add", "-A"]);
+    crate::servers::run_git(w, &["commit", "-qm", "dir"]);
+    crate::servers::run_git(w, &["push", "-q", repo.path().to_str().unwrap(), "main"]);
+    let r = d.ok("/v1/git/pull", json!({ "remote": server.url("turn") }));
+    assert_eq!(r["conflicts"].as_array().unwrap().len(), 0, "{r}");
+    assert_eq!(
+        std::fs::read_to_string(link.join("inner.txt")).unwrap(),
+        "inner\n"
+    );
+}
+
+#[test]
+fn discard_revert_replaces_a_symlink_as_itself() {
+    let repo = seeded();
+    let server = GitDaemon::serve(&repo);
+    let d = Daemon::start("", None);
+    pull(&d, &server.url("proj"));
+    // The agent turns README.md into a link to another pulled file, and stages that.
+    let readme = d.workspace().join("proj/README.md");
+    std::fs::remove_file(&readme).unwrap();
+    std::os::unix::fs::symlink("src/lib.rs", &readme).unwrap();
+    d.ok("/v1/git/status", json!({ "rescan": true }));
+    let id = stage(&d, "a link");
+    let r = d.ok("/v1/git/discard", json!({ "id": id, "revert": true }));
+    assert!(
+        r["reverted"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p == "/workspace/proj/README.md"),
+        "{r}"
+    );
+    assert!(std::fs::symlink_metadata(&readme)
+        .unwrap()
+        .file_type()
+        .is_file());
+    assert_eq!(std::fs::read_to_string(&readme).unwrap(), "# proj\n");
+    assert_eq!(
+        std::fs::read_to_string(d.workspace().join("proj/src/lib.rs")).unwrap(),
+        LIB,
+        "the revert wrote through the link"
+    );
+}
+
+#[test]
+fn stage_never_reads_a_file_hard_linked_from_outside_the_zone() {
+    let repo = seeded();
+    let server = GitDaemon::serve(&repo);
+    let d = Daemon::start("", None);
+    pull(&d, &server.url("proj"));
+    let outside = tempfile::tempdir().unwrap();
+    let secret = outside.path().join("secret.txt");
+    std::fs::write(&secret, "HARD-SECRET\n").unwrap();
+    // A change the journal knows of, then swapped for a hard link to the outside file.
+    d.write("/workspace/proj/leak.txt", "harmless\n");
+    std::fs::remove_file(d.workspace().join("proj/leak.txt")).unwrap();
+    std::fs::hard_link(&secret, d.workspace().join("proj/leak.txt")).unwrap();
+    let (code, msg) = d.err("/v1/git/stage", json!({ "message": "leak" }));
+    assert!(
+        msg.contains("leak.txt") && msg.contains("allow_hardlinks"),
+        "{msg}"
+    );
+    assert_eq!(code, ErrorCode::OutsideZone, "{msg}");
+    assert!(!msg.contains("HARD-SECRET"), "{msg}");
+    let (code, msg) = d.err("/v1/git/status", json!({ "rescan": true }));
+    assert_eq!(code, ErrorCode::OutsideZone, "{msg}");
+    assert_eq!(d.get("/v1/status")["staged_awaiting_review"], 0);
+}

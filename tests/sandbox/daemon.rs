@@ -41,7 +41,9 @@ impl Daemon {
         std::fs::write(
             &config,
             format!(
-                "state_dir = \"state\"\nsocket = \"{}\"\n[zones]\nroot = \"root\"\n{extra}",
+                "state_dir = \"state\"\nsocket = \"{}\"\n\
+                 [api]\nsandbox_token_envs = [\"{TOKEN_A}\", \"{TOKEN_B}\", \"SANDFS_TEST_UNSET_VAR\"]\n\
+                 [zones]\nroot = \"root\"\n{extra}",
                 socket.display()
             ),
         )

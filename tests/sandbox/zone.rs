@@ -261,3 +261,206 @@ fn a_sandbox_that_stops_answering_gives_sandbox_unavailable_and_eio_never_a_hang
         "b\n"
     );
 }
+
+/// Closes `f` with close(2) itself, returning its error (std ignores it).
+fn close(f: std::fs::File) -> std::io::Result<()> {
+    use std::os::fd::IntoRawFd;
+    // SAFETY: the fd was just taken out of its owner, so it is closed exactly once.
+    match unsafe { libc::close(f.into_raw_fd()) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
+/// The files in the daemon's durable write-back queue of the workspace.
+fn queued(m: &Mounted) -> Vec<String> {
+    let dir = m.dir.path().join("state/remote-spool/workspace/pending");
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// Waits (at most 20 s) until `path` holds `want`; returns whether it did.
+fn arrives(path: &Path, want: &str) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if std::fs::read_to_string(path).is_ok_and(|s| s == want) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+fn status(api: &Api) -> Value {
+    api.rt
+        .block_on(api.client.get::<Value>("/v1/status"))
+        .expect("GET /v1/status")
+}
+
+#[test]
+fn a_write_back_the_sandbox_misses_is_queued_reported_and_delivered_even_after_a_restart() {
+    use std::io::Write as _;
+    let server = AgentServer::start();
+    let work = server.work();
+    let (mut m, api) = start(&server);
+
+    // Created while the sandbox answers, written and closed while it does not.
+    let mut f = std::fs::File::create(m.ws().join("kept.txt")).unwrap();
+    server.pause();
+    f.write_all(b"not lost\n").unwrap();
+    let err = f.sync_all().unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EIO), "fsync: {err}");
+    let err = close(f).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EIO), "close: {err}");
+    assert_eq!(
+        std::fs::read_to_string(work.join("kept.txt")).unwrap(),
+        "",
+        "the sandbox did not get it yet"
+    );
+    let q = queued(&m);
+    assert_eq!(q.len(), 2, "a record and its content are queued: {q:?}");
+    let data = q.iter().find(|n| n.ends_with(".data")).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(
+            m.dir
+                .path()
+                .join("state/remote-spool/workspace/pending")
+                .join(data)
+        )
+        .unwrap(),
+        "not lost\n"
+    );
+    let s = status(&api);
+    assert_eq!(
+        s["pending_write_backs"][0]["path"], "/workspace/kept.txt",
+        "{s}"
+    );
+    assert_eq!(s["pending_write_backs"][0]["bytes"], 9, "{s}");
+    let text = m.cli(&["status"]);
+    assert!(text.contains("pending  /workspace/kept.txt"), "{text}");
+
+    // The sandbox comes back: the queue delivers it, and the journal says so.
+    server.resume();
+    assert!(
+        arrives(&work.join("kept.txt"), "not lost\n"),
+        "never delivered: {}",
+        m.log_text()
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !queued(&m).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(queued(&m).is_empty(), "{:?}", queued(&m));
+    assert_eq!(status(&api)["pending_write_backs"], json!([]));
+    let log: Value = api
+        .rt
+        .block_on(api.client.get("/v1/log?limit=100"))
+        .expect("GET /v1/log");
+    let ops: Vec<String> = log["entries"]
+        .as_array()
+        .unwrap_or(&Vec::new())
+        .iter()
+        .filter(|e| e["path"] == "kept.txt")
+        .map(|e| e["op"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert!(
+        ops.iter().any(|o| o == "write-back-queued") && ops.iter().any(|o| o == "write"),
+        "{log}"
+    );
+
+    // Across a crash of the daemon: the queue on disk is delivered by the next run.
+    let mut f = std::fs::File::create(m.ws().join("survives.txt")).unwrap();
+    server.pause();
+    f.write_all(b"after a restart\n").unwrap();
+    assert_eq!(close(f).unwrap_err().raw_os_error(), Some(libc::EIO));
+    assert_eq!(queued(&m).len(), 2);
+    m.crash();
+    server.resume();
+    assert_eq!(
+        std::fs::read_to_string(work.join("survives.txt")).unwrap(),
+        "",
+        "nothing sent it before the restart"
+    );
+    m.spawn();
+    assert!(
+        arrives(&work.join("survives.txt"), "after a restart\n"),
+        "never delivered after the restart: {}",
+        m.log_text()
+    );
+}
+
+/// The peak resident set of process `pid` so far, in KiB (`VmHWM`).
+fn peak_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[test]
+fn a_big_file_written_through_the_mount_is_streamed_to_the_sandbox() {
+    use std::io::Write as _;
+    let server = AgentServer::start();
+    let (m, _api) = start(&server);
+    let before = peak_kib(m.pid());
+    // 48 MiB, written in 1 MiB pieces: the daemon's spool file holds it, and the write-back
+    // reads it piece by piece (it used to read the whole file into memory at every flush).
+    let piece = noise(1 << 20, 11);
+    let mut f = std::fs::File::create(m.ws().join("big.bin")).unwrap();
+    for _ in 0..48 {
+        f.write_all(&piece).unwrap();
+    }
+    f.sync_all().unwrap();
+    drop(f);
+    let grown = peak_kib(m.pid()).saturating_sub(before);
+    let got = std::fs::metadata(server.work().join("big.bin"))
+        .unwrap()
+        .len();
+    assert_eq!(got, 48 << 20, "the whole file reached the sandbox");
+    let mut back = std::fs::File::open(server.work().join("big.bin")).unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    for i in 0..48 {
+        std::io::Read::read_exact(&mut back, &mut buf).unwrap();
+        assert!(buf == piece, "piece {i} differs");
+    }
+    assert!(
+        grown < 24 << 10,
+        "writing 48 MiB back grew the daemon's peak by {grown} KiB"
+    );
+}
+
+#[test]
+fn remote_grep_streams_each_file_stops_at_the_limit_and_names_what_it_skips() {
+    let server = AgentServer::start();
+    let work = server.work();
+    std::fs::write(work.join("many.txt"), "hit\n".repeat(100_000)).unwrap();
+    std::fs::write(work.join("huge.txt"), "hit ".repeat(1 << 19)).unwrap(); // 2 MiB
+    let m = Mounted::start_with_env(
+        &format!(
+            "{}[limits]\nmax_read_bytes = 1048576\n",
+            zone_config(&server)
+        ),
+        &[(TOKEN, server.token())],
+    );
+    let api = Api::new(&m.socket);
+    let g = api.ok("/v1/fs/grep", json!({"pattern": "hit", "limit": 3}));
+    assert_eq!(g["lines"].as_array().unwrap().len(), 3, "{g}");
+    assert_eq!(
+        (g["total"].as_u64(), g["truncated"].as_bool()),
+        (Some(3), Some(true))
+    );
+    assert_eq!(g["lines"][2]["line"], 3, "{g}");
+    assert_eq!(g["skipped"][0]["path"], "/workspace/huge.txt", "{g}");
+    assert!(
+        g["skipped"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("limits.max_read_bytes"),
+        "{g}"
+    );
+}

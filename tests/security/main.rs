@@ -13,6 +13,7 @@
 #[path = "../sandbox/support.rs"]
 #[allow(dead_code)]
 mod agent;
+mod creds;
 mod escape;
 mod fuzz_api;
 #[path = "../fuse/support.rs"]

@@ -120,7 +120,7 @@ fn tokens_never_reach_logs_the_database_errors_or_processes() {
     std::env::set_var(GIT_VAR, &git_token);
     let (git_port, git_requests) = refusing_git_server();
     let d = Daemon::start(&format!(
-        "[git]\ntoken_env = \"{GIT_VAR}\"\n\
+        "[git]\ntoken_env = \"{GIT_VAR}\"\ntoken_hosts = [\"127.0.0.1\"]\ntoken_over_http = true\n\
          [sandboxes.dev]\nprovider = \"sandbox-agent\"\nurl = \"{url}\"\ntoken_env = \"{SANDBOX_VAR}\"\nroot = \"{root}\"\nretries = 1\n\
          [sandboxes.wrong]\nprovider = \"sandbox-agent\"\nurl = \"{url}\"\ntoken_env = \"{WRONG_VAR}\"\nroot = \"{root}\"\nretries = 1\n",
         url = server.url(),

@@ -1,6 +1,7 @@
 //! `sandfs completions`: print a shell completion script, generated from the command definitions
 //! by `clap_complete`, so it can never fall behind the real subcommands and flags.
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::CommandFactory;
@@ -20,6 +21,18 @@ pub struct Args {
 
 pub fn run(args: &Args) -> ExitCode {
     let mut cmd = crate::cli::Cli::command();
-    clap_complete::generate(args.shell, &mut cmd, "sandfs", &mut std::io::stdout());
-    ExitCode::SUCCESS
+    // Generated into memory (a few kB): `clap_complete` panics when its writer fails, and a
+    // reader that stops early (`| head`) is no reason for a backtrace.
+    let mut script = Vec::new();
+    clap_complete::generate(args.shell, &mut cmd, "sandfs", &mut script);
+    let mut out = std::io::stdout().lock();
+    match out.write_all(&script).and_then(|()| out.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        // Only reached where SIGPIPE is ignored (see `cli::main`): as quiet as the signal.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sandfs completions: cannot write the script: {e}");
+            ExitCode::from(1)
+        }
+    }
 }

@@ -117,6 +117,16 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
         }
     }
     let _ = out.flush();
+    // Like ripgrep's warnings: on stderr, so piped output stays lines of matches.
+    for s in &r.skipped {
+        eprintln!("{}: not searched: {}", s.path, s.reason);
+    }
+    if r.skipped_total > r.skipped.len() {
+        eprintln!(
+            "({} more files not searched)",
+            r.skipped_total - r.skipped.len()
+        );
+    }
     if r.truncated {
         eprintln!("(results stopped at the limit; narrow the search or raise --limit)");
     }

@@ -99,6 +99,8 @@ fn serve(config: Option<&Path>, socket: Option<PathBuf>, args: &Args) -> anyhow:
             }
         }
     }
+    // Write-backs queued by the mount (this run's or a previous one's) go out in the background.
+    crate::core::remote_zone::spawn_write_back_retries(&zones)?;
     raise_fd_limit();
     // The mount lives until this function returns (after the API has stopped).
     let mount = if args.no_mount {

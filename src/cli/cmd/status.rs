@@ -54,5 +54,11 @@ pub async fn run(ctx: &Ctx, _: &Args) -> Result<Outcome, ClientError> {
             None => println!("sandbox {:<8} {}", sb.name, sb.status),
         }
     }
+    for p in &s.pending_write_backs {
+        println!(
+            "pending  {} ({} bytes, not yet in the sandbox after {} attempt(s): {})",
+            p.path, p.bytes, p.attempts, p.last_error
+        );
+    }
     Ok(Outcome::Ok)
 }

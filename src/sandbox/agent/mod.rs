@@ -61,7 +61,6 @@ pub mod fuzzing {
     }
 }
 
-use std::io::Read as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -396,22 +395,36 @@ impl SandboxAgent {
     /// Writes a file over the body limit: parts beside it, joined and moved into place by one
     /// command, so the destination changes only once, completely.
     async fn write_chunked(&self, path: &str, data: Bytes) -> RemoteResult<()> {
-        let chunk = MAX_BODY_BYTES as usize;
-        let mut pieces = (0..data.len()).step_by(chunk).map(|at| {
-            let end = (at + chunk).min(data.len());
-            Ok(data.slice(at..end))
-        });
-        self.write_parts(path, data.len() as u64, &mut || pieces.next().transpose())
-            .await
+        let len = data.len() as u64;
+        self.write_pieces(path, len, |at, n| {
+            Ok(data.slice(at as usize..at as usize + n))
+        })
+        .await
     }
 
-    /// Uploads the pieces `next` yields (at most [`MAX_BODY_BYTES`] each, `size` bytes in all)
-    /// as parts beside `path`, then joins them into place. One piece is in memory at a time.
-    async fn write_parts(
+    /// [`write_chunked`](Self::write_chunked) with the pieces read from a local file one at a
+    /// time, so an upload holds one piece in memory, never the file.
+    async fn upload_chunked(&self, path: &str, src: &std::fs::File, len: u64) -> RemoteResult<()> {
+        self.write_pieces(path, len, |at, n| {
+            let mut buf = vec![0u8; n];
+            std::os::unix::fs::FileExt::read_exact_at(src, &mut buf, at).map_err(|source| {
+                RemoteError::Spool {
+                    path: path.to_string(),
+                    source,
+                }
+            })?;
+            Ok(Bytes::from(buf))
+        })
+        .await
+    }
+
+    /// Sends `len` bytes as parts of at most the body limit (`piece(offset, n)` gives each),
+    /// then joins them in place.
+    async fn write_pieces(
         &self,
         path: &str,
-        size: u64,
-        next: &mut (dyn FnMut() -> RemoteResult<Option<Bytes>> + Send),
+        len: u64,
+        piece: impl Fn(u64, usize) -> RemoteResult<Bytes>,
     ) -> RemoteResult<()> {
         let (parent, name) = split_parent(path);
         let stem = format!(
@@ -420,32 +433,31 @@ impl SandboxAgent {
             self.unique()
         );
         let mut parts = Vec::new();
+        let mut at = 0u64;
         let mut i = 0usize;
-        loop {
-            let piece = match next() {
-                Ok(Some(piece)) => piece,
-                Ok(None) => break,
-                Err(e) => {
-                    self.discard(&parts).await;
-                    return Err(e);
-                }
-            };
+        while at < len {
+            let n = (len - at).min(MAX_BODY_BYTES) as usize;
             let part = format!("{stem}.part{i:05}");
-            i += 1;
-            let sent = self
-                .send(
-                    "write",
-                    path,
-                    Method::PUT,
-                    &Self::fs_route("file", &part),
-                    Some(Body::bytes(piece)),
-                )
-                .await;
+            let sent = match piece(at, n) {
+                Ok(data) => {
+                    self.send(
+                        "write",
+                        path,
+                        Method::PUT,
+                        &Self::fs_route("file", &part),
+                        Some(Body::bytes(data)),
+                    )
+                    .await
+                }
+                Err(e) => Err(e),
+            };
             parts.push(part);
             if let Err(e) = sent {
                 self.discard(&parts).await;
                 return Err(e);
             }
+            at += n as u64;
+            i += 1;
         }
         const JOIN: &str = r#"set -e
 dest=$1; tmp=$2; size=$3; shift 3
@@ -457,7 +469,7 @@ if [ "$got" -ne "$size" ]; then echo "joined $got bytes, expected $size" >&2; ex
 if [ -e "$dest" ]; then chmod "$(stat -c %a "$dest")" "$tmp"; fi
 mv -f "$tmp" "$dest""#;
         let tmp = format!("{stem}.tmp");
-        let size = size.to_string();
+        let size = len.to_string();
         let mut args = vec![path, tmp.as_str(), size.as_str()];
         args.extend(parts.iter().map(String::as_str));
         let out = match self.sh("write", path, JOIN, &args).await {
@@ -698,41 +710,27 @@ impl RemoteFs for SandboxAgent {
         })
     }
 
-    fn write_from<'a>(
-        &'a self,
-        path: &'a str,
-        src: &'a mut (dyn std::io::Read + Send),
-        len: u64,
-    ) -> BoxFuture<'a, RemoteResult<()>> {
+    fn upload<'a>(&'a self, path: &'a str, src: std::fs::File) -> BoxFuture<'a, RemoteResult<()>> {
         Box::pin(async move {
             check_remote_path(path)?;
-            let url = self.url().to_string();
-            let mut left = len;
-            let mut next = || -> RemoteResult<Option<Bytes>> {
-                let mut piece = Vec::with_capacity(MAX_BODY_BYTES.min(left) as usize);
-                let got = (&mut *src)
-                    .take(MAX_BODY_BYTES)
-                    .read_to_end(&mut piece)
-                    .map_err(|e| RemoteError::Protocol {
-                        url: url.clone(),
-                        op: "write",
-                        reason: format!("cannot read the local content for {path}: {e}"),
-                    })? as u64;
-                if got > left || (got == 0 && left > 0) {
-                    return Err(RemoteError::Protocol {
-                        url: url.clone(),
-                        op: "write",
-                        reason: format!("{path}: the local file changed size while it was sent"),
-                    });
-                }
-                left -= got;
-                Ok((got > 0).then(|| Bytes::from(piece)))
-            };
-            if len <= MAX_BODY_BYTES {
-                let data = next()?.unwrap_or_default();
-                return self.write(path, data).await;
+            let len = src
+                .metadata()
+                .map_err(|source| RemoteError::Spool {
+                    path: path.to_string(),
+                    source,
+                })?
+                .len();
+            if len > MAX_BODY_BYTES {
+                return self.upload_chunked(path, &src, len).await;
             }
-            self.write_parts(path, len, &mut next).await
+            let mut data = vec![0u8; len as usize];
+            std::os::unix::fs::FileExt::read_exact_at(&src, &mut data, 0).map_err(|source| {
+                RemoteError::Spool {
+                    path: path.to_string(),
+                    source,
+                }
+            })?;
+            self.write(path, Bytes::from(data)).await
         })
     }
 

@@ -834,8 +834,8 @@ fn in_flight(r: &MirrorEntryRow) -> MirrorEntryRow {
     }
 }
 
-/// Sends one file too large for a tar batch: streamed from the local file (hashed on the way,
-/// so the row records what was sent), then its mode and mtime set.
+/// Sends one file too large for a tar batch: uploaded from the local file one part at a time
+/// ([`RemoteFs::upload`]), then its mode and mtime set.
 async fn send_large(
     tree: &LocalTree,
     remote: &dyn RemoteFs,
@@ -850,23 +850,13 @@ async fn send_large(
     let mut row = p.row;
     manifest.commit(vec![in_flight(&row)], Vec::new())?;
     let (file, item) = tree.open_file(path).map_err(local_err(path, "read"))?;
-    struct Hashing<R> {
-        inner: R,
-        hasher: blake3::Hasher,
-    }
-    impl<R: std::io::Read> std::io::Read for Hashing<R> {
-        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-            let n = self.inner.read(buf)?;
-            self.hasher.update(&buf[..n]);
-            Ok(n)
-        }
-    }
-    let mut src = Hashing {
-        inner: file,
-        hasher: blake3::Hasher::new(),
-    };
+    // Hashed from the same open file that is uploaded (the upload reads it by offset).
+    let mut hasher = blake3::Hasher::new();
+    hasher
+        .update_reader(&file)
+        .map_err(local_err(path, "read"))?;
     let full = join_remote(remote_root, path);
-    remote.write_from(&full, &mut src, item.size).await?;
+    remote.upload(&full, file).await?;
     let secs = item.mtime_ns.div_euclid(1_000_000_000).max(0);
     remote
         .set_meta(
@@ -877,7 +867,7 @@ async fn send_large(
             },
         )
         .await?;
-    row.hash = Some(src.hasher.finalize().to_hex().to_string());
+    row.hash = Some(hasher.finalize().to_hex().to_string());
     row.size = item.size;
     row.mode = item.mode;
     row.local_size = Some(item.size);
