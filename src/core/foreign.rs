@@ -135,14 +135,16 @@ impl LinkResolver {
             path: format!("{path} -> {target}"),
             rule,
         };
-        if target.is_empty() || target.contains('\0') {
-            return Err(err("a symlink target that is empty or holds NUL"));
-        }
         // Components still to walk, last first; `at` is where the walk stands.
         let mut todo: Vec<String> = Vec::new();
         let mut at: Vec<String> = path.split('/').map(String::from).collect();
         at.pop();
+        // Every target on the way is checked, not only the first: a link the walk passes
+        // through may hold NUL or be empty too.
         let push_target = |todo: &mut Vec<String>, t: &str| -> Result<(), ForeignPathError> {
+            if t.is_empty() || t.contains('\0') {
+                return Err(err("a symlink target that is empty or holds NUL"));
+            }
             if t.starts_with('/') {
                 return Err(err("a symlink to an absolute path, outside the tree"));
             }
@@ -259,6 +261,10 @@ mod tests {
         l.add("x", "y");
         l.add("y", "x");
         assert!(l.check_all().unwrap_err().rule.contains("loop"));
+        // A link through a link whose target holds NUL is refused (found by fuzz/foreign).
+        let mut n = LinkResolver::new();
+        n.add("y", "\0\0\tx(");
+        assert!(n.resolve("x", "y").is_err());
         // A link through an absolute link escapes.
         let mut a = LinkResolver::new();
         a.add("abs", "/etc");

@@ -769,7 +769,8 @@ impl Zones {
     /// ctime), checked under the path lock right before the rename; otherwise `CONFLICT` and
     /// nothing changes. A directory in the way is `IS_DIR` (the caller removes it first if it
     /// means to). Modes from outside are masked ([`foreign::mask_mode`]). Pulls (git and mirror)
-    /// write through here.
+    /// write through here; `limits.max_write_bytes` (the API's body limit) does not apply, each
+    /// pull caps what it fetches itself (`limits.sandbox_file_bytes` for mirror pulls).
     pub fn replace_entry(
         &self,
         path: &str,
@@ -783,6 +784,7 @@ impl Zones {
             return match new {
                 Replacement::File { content, mode } => {
                     let mut w = self.begin_write(path)?;
+                    w.limit = u64::MAX;
                     w.set_mode(foreign::mask_mode(mode, self.umask));
                     copy_into(&mut w, content)?;
                     w.commit(origin)
@@ -802,6 +804,7 @@ impl Zones {
         match new {
             Replacement::File { content, mode } => {
                 let mut w = self.start_write(vp, parent, false)?;
+                w.limit = u64::MAX;
                 w.set_mode(foreign::mask_mode(mode, self.umask));
                 copy_into(&mut w, content)?;
                 let _guard = self.locks.lock(&w.vp);

@@ -1186,21 +1186,6 @@ async fn pull_entry(
                 );
                 return Ok(());
             }
-            // Written through the core, a file is also bounded by the core's write limit:
-            // skipped before it is downloaded for nothing.
-            if let Some(max) = zone.map(|z| z.zones.limits().max_write_bytes) {
-                if r.size > max {
-                    summary.skip(
-                        path,
-                        format!(
-                            "{} bytes, over limits.max_write_bytes ({max}), the largest file \
-                             written into a zone",
-                            r.size
-                        ),
-                    );
-                    return Ok(());
-                }
-            }
             let full = join_remote(ctx.remote_root, path);
             let fresh = |row: &mut MirrorEntryRow| {
                 row.remote_size = Some(r.size);
