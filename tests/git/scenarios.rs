@@ -10,10 +10,8 @@ const LIB: &str = "line1\nline2\nline3\nline4\nline5\nline6\nline7\nline8\nline9
 
 /// A repository with a README, a source file, an executable script and a doc on `main`.
 fn seeded() -> BareRepo {
-    let repo = BareRepo::new("proj");
-    let work = tempfile::tempdir().unwrap();
+    let (repo, work) = (BareRepo::new("proj"), work_tree());
     let w = work.path();
-    crate::servers::run_git(w, &["init", "-q", "-b", "main", "."]);
     for (p, c) in [
         ("README.md", "# proj\n"),
         ("src/lib.rs", LIB),
@@ -30,9 +28,7 @@ fn seeded() -> BareRepo {
     crate::servers::run_git(w, &["add", "-A"]);
     crate::servers::run_git(w, &["commit", "-qm", "older commit"]);
     std::fs::remove_file(w.join("HISTORY.md")).unwrap();
-    crate::servers::run_git(w, &["add", "-A"]);
-    crate::servers::run_git(w, &["commit", "-qm", "initial commit"]);
-    crate::servers::run_git(w, &["push", "-q", repo.path().to_str().unwrap(), "main"]);
+    commit_and_push(w, &repo, "initial commit");
     repo
 }
 
@@ -838,6 +834,20 @@ fn gc_drops_old_discarded_commits_and_stray_refs_and_keeps_live_ones() {
     assert_eq!(code, ErrorCode::NotFound);
 }
 
+/// An empty work tree on `main`, to build commits for a bare repository.
+fn work_tree() -> tempfile::TempDir {
+    let work = tempfile::tempdir().unwrap();
+    crate::servers::run_git(work.path(), &["init", "-q", "-b", "main", "."]);
+    work
+}
+
+/// Commits everything in the work tree `w` and pushes it to `main` of `repo`.
+fn commit_and_push(w: &std::path::Path, repo: &BareRepo, message: &str) {
+    crate::servers::run_git(w, &["add", "-A"]);
+    crate::servers::run_git(w, &["commit", "-qm", message]);
+    crate::servers::run_git(w, &["push", "-q", repo.path().to_str().unwrap(), "main"]);
+}
+
 /// Writes a raw object into a bare repository, unchecked (`git hash-object --literally`): the
 /// way an attacker crafts a tree git's own tools would refuse to build.
 fn raw_object(repo: &BareRepo, kind: &str, bytes: &[u8]) -> String {
@@ -935,19 +945,15 @@ fn a_dot_git_entry_in_any_case_at_any_depth_fails_the_pull() {
 
 #[test]
 fn a_symlink_is_judged_through_the_trees_own_links() {
-    let repo = BareRepo::new("chain");
-    let work = tempfile::tempdir().unwrap();
+    let (repo, work) = (BareRepo::new("chain"), work_tree());
     let w = work.path();
-    crate::servers::run_git(w, &["init", "-q", "-b", "main", "."]);
     std::fs::create_dir(w.join("d")).unwrap();
     // `d/p -> ..` stays inside; `e` counts as inside by its `..`s alone, but through `d/p`
     // it climbs out of the repository.
     std::os::unix::fs::symlink("..", w.join("d/p")).unwrap();
     std::os::unix::fs::symlink("d/p/d/p/d/p/../../etc/passwd", w.join("e")).unwrap();
     std::fs::write(w.join("f.txt"), "f\n").unwrap();
-    crate::servers::run_git(w, &["add", "-A"]);
-    crate::servers::run_git(w, &["commit", "-qm", "chain"]);
-    crate::servers::run_git(w, &["push", "-q", repo.path().to_str().unwrap(), "main"]);
+    commit_and_push(w, &repo, "chain");
     let server = GitDaemon::serve(&repo);
     let d = Daemon::start("", None);
     let r = d.ok("/v1/git/pull", json!({ "remote": server.url("chain") }));
@@ -967,15 +973,11 @@ fn a_symlink_is_judged_through_the_trees_own_links() {
 
 #[test]
 fn a_link_turned_into_a_file_upstream_is_replaced_as_itself() {
-    let repo = BareRepo::new("turn");
-    let work = tempfile::tempdir().unwrap();
+    let (repo, work) = (BareRepo::new("turn"), work_tree());
     let w = work.path();
-    crate::servers::run_git(w, &["init", "-q", "-b", "main", "."]);
     std::fs::write(w.join("target.txt"), "target\n").unwrap();
     std::os::unix::fs::symlink("target.txt", w.join("link")).unwrap();
-    crate::servers::run_git(w, &["add", "-A"]);
-    crate::servers::run_git(w, &["commit", "-qm", "link"]);
-    crate::servers::run_git(w, &["push", "-q", repo.path().to_str().unwrap(), "main"]);
+    commit_and_push(w, &repo, "link");
     let server = GitDaemon::serve(&repo);
     let d = Daemon::start("", None);
     d.ok("/v1/git/pull", json!({ "remote": server.url("turn") }));
@@ -986,9 +988,7 @@ fn a_link_turned_into_a_file_upstream_is_replaced_as_itself() {
     );
     std::fs::remove_file(w.join("link")).unwrap();
     std::fs::write(w.join("link"), "now a file\n").unwrap();
-    crate::servers::run_git(w, &["add", "-A"]);
-    crate::servers::run_git(w, &["commit", "-qm", "file"]);
-    crate::servers::run_git(w, &["push", "-q", repo.path().to_str().unwrap(), "main"]);
+    commit_and_push(w, &repo, "file");
     let r = d.ok("/v1/git/pull", json!({ "remote": server.url("turn") }));
     assert_eq!(r["conflicts"].as_array().unwrap().len(), 0, "{r}");
     let link = d.workspace().join("turn/link");
@@ -1006,9 +1006,7 @@ fn a_link_turned_into_a_file_upstream_is_replaced_as_itself() {
     std::fs::remove_file(w.join("link")).unwrap();
     std::fs::create_dir(w.join("link")).unwrap();
     std::fs::write(w.join("link/inner.txt"), "inner\n").unwrap();
-    crate::servers::run_git(w, &["add", "-A"]);
-    crate::servers::run_git(w, &["commit", "-qm", "dir"]);
-    crate::servers::run_git(w, &["push", "-q", repo.path().to_str().unwrap(), "main"]);
+    commit_and_push(w, &repo, "dir");
     let r = d.ok("/v1/git/pull", json!({ "remote": server.url("turn") }));
     assert_eq!(r["conflicts"].as_array().unwrap().len(), 0, "{r}");
     assert_eq!(
