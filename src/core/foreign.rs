@@ -162,7 +162,17 @@ impl LinkResolver {
                     }
                 }
                 _ => {
+                    if c.len() > MAX_NAME {
+                        return Err(err(
+                            "a symlink whose target holds a name longer than 255 bytes",
+                        ));
+                    }
                     at.push(c);
+                    if at.iter().map(|c| c.len() + 1).sum::<usize>() > super::path::MAX_PATH {
+                        return Err(err(
+                            "a symlink that resolves to a path longer than 4096 bytes",
+                        ));
+                    }
                     let here = at.join("/");
                     if let Some(t) = self.links.get(&here) {
                         hops += 1;
