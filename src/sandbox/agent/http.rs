@@ -224,16 +224,7 @@ impl Transport {
         self.counters.requests.fetch_add(1, Ordering::Relaxed);
         self.counters.bytes_sent.fetch_add(sent, Ordering::Relaxed);
 
-        let resp = match tokio::time::timeout(timeout, self.client.request(req)).await {
-            Err(_) => return Err(self.timed_out(op, timeout)),
-            Ok(Err(e)) => {
-                return Err(RemoteError::Unavailable {
-                    url: self.base.clone(),
-                    reason: chain(&e),
-                })
-            }
-            Ok(Ok(resp)) => resp,
-        };
+        let resp = self.answer(op, req, timeout).await?;
         let status = resp.status();
         // Never more than `limit` bytes of an answer in memory, whatever the server sends: an
         // endless body ends at the limit with an error, not with the daemon's memory.
@@ -306,16 +297,7 @@ impl Transport {
                 reason: format!("cannot build the request: {e}"),
             })?;
         self.counters.requests.fetch_add(1, Ordering::Relaxed);
-        let resp = match tokio::time::timeout(self.timeout, self.client.request(req)).await {
-            Err(_) => return Err(self.timed_out(op, self.timeout)),
-            Ok(Err(e)) => {
-                return Err(RemoteError::Unavailable {
-                    url: self.base.clone(),
-                    reason: chain(&e),
-                })
-            }
-            Ok(Ok(resp)) => resp,
-        };
+        let resp = self.answer(op, req, self.timeout).await?;
         let status = resp.status();
         let mut body = resp.into_body();
         if !status.is_success() {
@@ -361,6 +343,24 @@ impl Transport {
             }
         }
         Ok(written)
+    }
+
+    /// Sends `req` and waits at most `timeout` for the answer's head: a timeout or a failed
+    /// connection is `Unavailable`, never a hang.
+    async fn answer(
+        &self,
+        op: &'static str,
+        req: Request<Full<Bytes>>,
+        timeout: Duration,
+    ) -> RemoteResult<hyper::Response<hyper::body::Incoming>> {
+        match tokio::time::timeout(timeout, self.client.request(req)).await {
+            Err(_) => Err(self.timed_out(op, timeout)),
+            Ok(Err(e)) => Err(RemoteError::Unavailable {
+                url: self.base.clone(),
+                reason: chain(&e),
+            }),
+            Ok(Ok(resp)) => Ok(resp),
+        }
     }
 
     fn timed_out(&self, op: &'static str, after: Duration) -> RemoteError {
