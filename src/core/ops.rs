@@ -181,16 +181,7 @@ impl<'z> AtomicWrite<'z> {
             return self.commit_remote(op, origin);
         }
         let name = self.vp.name().expect("not a root").to_string();
-        #[cfg(test)]
-        if let Some(hook) = self
-            .zones
-            .before_replace
-            .lock()
-            .expect("not poisoned")
-            .as_ref()
-        {
-            hook();
-        }
+        self.zones.before_replace();
         let existing = check_seen(&self.parent, &name, &self.vp, expect)?;
         let mode = match &existing {
             _ if self.mode.is_some() => self.mode.unwrap_or_default(),
@@ -836,6 +827,35 @@ impl Zones {
                     created: now.is_none(),
                 })
             }
+        }
+    }
+
+    /// Removes the file or symlink at `path` only if it is still what the caller saw (compared
+    /// under the path lock, right before the unlink): a pull's deletion never removes a write
+    /// acknowledged after its check. A directory gives `IS_DIR`; a changed entry `CONFLICT`.
+    pub fn remove_entry(&self, path: &str, expect: Seen, origin: Origin) -> FsResult<()> {
+        let vp = path::parse_entry(path)?;
+        if self.remote(&vp).is_some() {
+            return self.delete(path, false, origin);
+        }
+        let z = self.writable_local(&vp)?;
+        let name = vp.name().expect("entry");
+        let parent = z.open_parent(&vp)?;
+        let _guard = self.locks.lock(&vp);
+        self.before_replace();
+        if check_seen(&parent, name, &vp, Some(expect))?.is_none() {
+            return Ok(());
+        }
+        rustix::fs::unlinkat(&parent, name, AtFlags::empty()).map_err(errno_err(&vp, "unlink"))?;
+        self.record(&vp, "delete", None, None, origin);
+        Ok(())
+    }
+
+    /// Runs the test hook that injects a concurrent change right before a compare-and-swap.
+    fn before_replace(&self) {
+        #[cfg(test)]
+        if let Some(hook) = self.before_replace.lock().expect("not poisoned").as_ref() {
+            hook();
         }
     }
 

@@ -574,128 +574,192 @@ impl Git {
         let (mut written, mut deleted, mut unchanged) = (0, 0, 0);
         // Files gone upstream (or no longer chosen) go first: a link or file upstream turned into
         // a directory must be out of the way before anything is written beneath its name.
-        for (path, row) in &old_rows {
-            if upstream.contains_key(path) {
-                continue;
-            }
-            let v = vfile(&dir, path);
-            let local = self.local_blob(&v)?;
-            let local_s = local.map(|(o, m)| (o.to_string(), m));
-            match (&row.base_oid, &local_s) {
-                (None, _) => rows.push(row.clone()), // created by the agent: still theirs
-                (Some(_), None) => {}
-                (Some(b), Some((l, lm))) if b == l && row.base_mode == Some(*lm) => {
-                    self.zones.delete(&v, false, origin)?;
-                    self.prune_empty_parents(&dir, path, origin);
-                    deleted += 1;
+        // A path that cannot be looked at or replaced (an I/O error, a hard link the config
+        // refuses) is skipped and reported, keeping what status knew of it; the rest of the pull
+        // lands and is recorded. Only a broken mirror or state database stops a pull half-way,
+        // and then each write already made is in the journal (and reached the mount) as it
+        // happened, and the journal says where the pull stopped.
+        let mut apply = || -> GitResult<()> {
+            for (path, row) in &old_rows {
+                if upstream.contains_key(path) {
+                    continue;
                 }
-                (Some(_), Some(_)) => {
+                let v = vfile(&dir, path);
+                let Some(base) = &row.base_oid else {
+                    rows.push(row.clone()); // created by the agent: still theirs
+                    continue;
+                };
+                let (seen, local) = match self.look(&v) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        skipped.push(PathNote {
+                            path: v,
+                            reason: format!("deleted upstream, but {e}; left as it is"),
+                        });
+                        rows.push(row.clone());
+                        continue;
+                    }
+                };
+                let changed =
+                    |reason: &str, conflicts: &mut Vec<PullConflict>, rows: &mut Vec<FileRow>| {
+                        conflicts.push(PullConflict {
+                            path: v.clone(),
+                            reason: reason.into(),
+                            upstream: None,
+                        });
+                        rows.push(FileRow {
+                            path: path.clone(),
+                            base_oid: None,
+                            base_mode: None,
+                            state: "created".into(),
+                            upstream_oid: None,
+                        });
+                    };
+                match local {
+                    None => {}
+                    Some((l, lm)) if l.to_string() == *base && row.base_mode == Some(lm) => {
+                        match self.zones.remove_entry(&v, seen, origin) {
+                            Ok(()) => {
+                                self.prune_empty_parents(&dir, path, origin);
+                                deleted += 1;
+                            }
+                            Err(e) if e.code() == ErrorCode::Conflict => changed(
+                                "changed locally while the pull ran, deleted upstream; kept",
+                                &mut conflicts,
+                                &mut rows,
+                            ),
+                            Err(e) => {
+                                skipped.push(PathNote {
+                                    path: v.clone(),
+                                    reason: format!("deleted upstream, but {e}; left as it is"),
+                                });
+                                rows.push(row.clone());
+                            }
+                        }
+                    }
+                    Some(_) => changed(
+                        "changed locally, deleted upstream",
+                        &mut conflicts,
+                        &mut rows,
+                    ),
+                }
+            }
+            let total = upstream.len();
+            for (i, (path, (oid, mode))) in upstream.iter().enumerate() {
+                if i % 256 == 0 {
+                    progress(&Progress {
+                        phase: "write",
+                        done: i,
+                        total,
+                        bytes: 0,
+                    });
+                }
+                let v = vfile(&dir, path);
+                // What is there now, before its contents are read: the write below replaces it only
+                // if it is still this (a write acknowledged meanwhile becomes a conflict).
+                let (seen, local) = match self.look(&v) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        skipped.push(PathNote {
+                            path: v,
+                            reason: format!("{e}; not updated"),
+                        });
+                        if let Some(row) = old_rows.get(path) {
+                            rows.push(row.clone());
+                        }
+                        continue;
+                    }
+                };
+                let base = old_rows.get(path).and_then(|r| r.base_oid.clone());
+                let up = (oid.to_string(), *mode);
+                let local_s = local.as_ref().map(|(o, m)| (o.to_string(), *m));
+                let clean_row = |r: &mut Vec<FileRow>| {
+                    r.push(FileRow {
+                        path: path.clone(),
+                        base_oid: Some(up.0.clone()),
+                        base_mode: Some(up.1),
+                        state: "clean".into(),
+                        upstream_oid: None,
+                    })
+                };
+                if local_s.as_ref() == Some(&up) {
+                    unchanged += 1;
+                    clean_row(&mut rows);
+                    continue;
+                }
+                let untouched = match (&base, &local_s) {
+                    (None, None) => true,
+                    (Some(b), Some((l, lm))) => {
+                        (Some(b) == Some(l)
+                            && old_rows.get(path).and_then(|r| r.base_mode) == Some(*lm))
+                            || pushed.contains(&(path.clone(), l.clone()))
+                    }
+                    _ => false,
+                };
+                if base.as_deref() == Some(up.0.as_str())
+                    && old_rows.get(path).and_then(|r| r.base_mode) == Some(up.1)
+                {
+                    // Unchanged upstream: keep the agent's version and what status knew of it.
+                    unchanged += 1;
+                    rows.push(old_rows[path].clone());
+                    continue;
+                }
+                let mut changed_meanwhile = None;
+                if untouched {
+                    let blob = mirror.find_blob(*oid).map_err(GitError::git("read blob"))?;
+                    match self.write_entry(&v, &dir, path, blob.content(), *mode, seen, &links) {
+                        Ok(()) => {
+                            written += 1;
+                            clean_row(&mut rows);
+                            continue;
+                        }
+                        Err(Refusal::Changed(reason)) => changed_meanwhile = Some(reason),
+                        Err(Refusal::Skipped(reason)) => {
+                            skipped.push(PathNote { path: v, reason });
+                            continue;
+                        }
+                    }
+                }
+                {
+                    let blob = mirror.find_blob(*oid).map_err(GitError::git("read blob"))?;
+                    let upstream_copy = self.save_upstream(&dir, path, blob.content());
                     conflicts.push(PullConflict {
                         path: v,
-                        reason: "changed locally, deleted upstream".into(),
-                        upstream: None,
+                        upstream: upstream_copy,
+                        reason: changed_meanwhile.unwrap_or_else(|| match (&base, &local_s) {
+                            (_, None) => "deleted locally, changed upstream".into(),
+                            (None, Some(_)) => {
+                                "created locally and upstream with different contents".into()
+                            }
+                            _ => "changed locally and upstream".into(),
+                        }),
                     });
                     rows.push(FileRow {
                         path: path.clone(),
-                        base_oid: None,
-                        base_mode: None,
-                        state: "created".into(),
-                        upstream_oid: None,
+                        base_oid: Some(up.0.clone()),
+                        base_mode: Some(up.1),
+                        state: "conflict".into(),
+                        upstream_oid: Some(up.0.clone()),
                     });
                 }
             }
+            mirror
+                .reference(&base_ref(&dir), tip, true, "sandfs: pulled")
+                .map_err(GitError::git("pin base"))?;
+            Ok(())
+        };
+        if let Err(e) = apply() {
+            self.event(
+                &dir,
+                "git-pull",
+                &format!(
+                    "{url} {branch} at {} stopped half-way: {written} written, {deleted} deleted \
+                     before {e}; the next pull takes up from there",
+                    remote::short(tip)
+                ),
+            );
+            return Err(e);
         }
-        let total = upstream.len();
-        for (i, (path, (oid, mode))) in upstream.iter().enumerate() {
-            if i % 256 == 0 {
-                progress(&Progress {
-                    phase: "write",
-                    done: i,
-                    total,
-                    bytes: 0,
-                });
-            }
-            let v = vfile(&dir, path);
-            // What is there now, before its contents are read: the write below replaces it only
-            // if it is still this (a write acknowledged meanwhile becomes a conflict).
-            let seen = self.zones.seen(&v)?;
-            let local = self.local_blob(&v)?;
-            let base = old_rows.get(path).and_then(|r| r.base_oid.clone());
-            let up = (oid.to_string(), *mode);
-            let local_s = local.as_ref().map(|(o, m)| (o.to_string(), *m));
-            let clean_row = |r: &mut Vec<FileRow>| {
-                r.push(FileRow {
-                    path: path.clone(),
-                    base_oid: Some(up.0.clone()),
-                    base_mode: Some(up.1),
-                    state: "clean".into(),
-                    upstream_oid: None,
-                })
-            };
-            if local_s.as_ref() == Some(&up) {
-                unchanged += 1;
-                clean_row(&mut rows);
-                continue;
-            }
-            let untouched = match (&base, &local_s) {
-                (None, None) => true,
-                (Some(b), Some((l, lm))) => {
-                    (Some(b) == Some(l)
-                        && old_rows.get(path).and_then(|r| r.base_mode) == Some(*lm))
-                        || pushed.contains(&(path.clone(), l.clone()))
-                }
-                _ => false,
-            };
-            if base.as_deref() == Some(up.0.as_str())
-                && old_rows.get(path).and_then(|r| r.base_mode) == Some(up.1)
-            {
-                // Unchanged upstream: keep the agent's version and what status knew of it.
-                unchanged += 1;
-                rows.push(old_rows[path].clone());
-                continue;
-            }
-            let mut changed_meanwhile = None;
-            if untouched {
-                let blob = mirror.find_blob(*oid).map_err(GitError::git("read blob"))?;
-                match self.write_entry(&v, &dir, path, blob.content(), *mode, seen, &links) {
-                    Ok(()) => {
-                        written += 1;
-                        clean_row(&mut rows);
-                        continue;
-                    }
-                    Err(Refusal::Changed(reason)) => changed_meanwhile = Some(reason),
-                    Err(Refusal::Skipped(reason)) => {
-                        skipped.push(PathNote { path: v, reason });
-                        continue;
-                    }
-                }
-            }
-            {
-                let blob = mirror.find_blob(*oid).map_err(GitError::git("read blob"))?;
-                let upstream_copy = self.save_upstream(&dir, path, blob.content());
-                conflicts.push(PullConflict {
-                    path: v,
-                    upstream: upstream_copy,
-                    reason: changed_meanwhile.unwrap_or_else(|| match (&base, &local_s) {
-                        (_, None) => "deleted locally, changed upstream".into(),
-                        (None, Some(_)) => {
-                            "created locally and upstream with different contents".into()
-                        }
-                        _ => "changed locally and upstream".into(),
-                    }),
-                });
-                rows.push(FileRow {
-                    path: path.clone(),
-                    base_oid: Some(up.0.clone()),
-                    base_mode: Some(up.1),
-                    state: "conflict".into(),
-                    upstream_oid: Some(up.0.clone()),
-                });
-            }
-        }
-        mirror
-            .reference(&base_ref(&dir), tip, true, "sandfs: pulled")
-            .map_err(GitError::git("pin base"))?;
         // The pull's own writes agree with the rows just computed: status need not look at them,
         // unless someone else wrote meanwhile.
         let journal_mark = self
@@ -848,11 +912,60 @@ impl Git {
         }
     }
 
-    /// The blob id and git mode of what is at `v` now (None: nothing, or a directory).
+    /// What is at `v` now: its identity (for a later compare-and-swap), then its blob id and mode.
+    fn look(&self, v: &str) -> GitResult<(Seen, Option<(Oid, u32)>)> {
+        let seen = self.zones.seen(v)?;
+        Ok((seen, self.local_blob(v)?))
+    }
+
+    /// The blob id and git mode of what is at `v` now (None: nothing, or a directory). A file is
+    /// hashed as it streams by, so its size does not matter.
     fn local_blob(&self, v: &str) -> GitResult<Option<(Oid, u32)>> {
-        Ok(self
-            .local_content(v)?
-            .map(|(bytes, mode)| (hash_blob(&bytes), mode)))
+        let st = match self.zones.stat(v) {
+            Ok(st) => st,
+            Err(e) if matches!(e.code(), ErrorCode::NotFound | ErrorCode::NotDir) => {
+                return Ok(None)
+            }
+            Err(e) => return Err(e.into()),
+        };
+        match st.kind {
+            EntryKind::File => {
+                use sha1::Digest;
+                use std::io::Read;
+                let (f, size) = self.zones.read_binary(v)?;
+                let mut hasher = sha1::Sha1::new();
+                hasher.update(format!("blob {size}\0").as_bytes());
+                let mut f = f.take(size);
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    match f.read(&mut buf) {
+                        Ok(0) => break,
+                        Ok(n) => hasher.update(&buf[..n]),
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(e) => {
+                            return Err(FsError::Io {
+                                path: v.into(),
+                                op: "read",
+                                source: e,
+                            }
+                            .into())
+                        }
+                    }
+                }
+                let oid = Oid::from_bytes(&hasher.finalize()).expect("20 bytes");
+                let mode = if st.mode & 0o111 != 0 {
+                    MODE_EXEC
+                } else {
+                    MODE_FILE
+                };
+                Ok(Some((oid, mode)))
+            }
+            EntryKind::Symlink => Ok(Some((
+                hash_blob(self.zones.readlink(v)?.as_bytes()),
+                MODE_LINK,
+            ))),
+            _ => Ok(None),
+        }
     }
 
     /// The bytes (a symlink's target) and git mode of what is at `v` now.
@@ -1793,7 +1906,13 @@ impl Git {
                     }
                     Err(_) => {
                         if now.is_some() {
-                            self.zones.delete(&v, false, origin_git())?;
+                            if let Err(e) = self.zones.remove_entry(&v, seen, origin_git()) {
+                                kept.push(PathNote {
+                                    path: v,
+                                    reason: format!("not removed: {e}"),
+                                });
+                                continue;
+                            }
                             self.prune_empty_parents(&repo.dir, &f.path, origin_git());
                         }
                     }
@@ -1921,12 +2040,10 @@ mod tests {
         path
     }
 
-    #[test]
-    fn a_write_acknowledged_during_a_pull_is_a_conflict_not_a_lost_write() {
-        use std::sync::atomic::{AtomicBool, Ordering};
-        let dir = tempfile::tempdir().unwrap();
-        let settings =
-            Settings::from_str("[zones]\nroot = \"z\"\n", "test", dir.path(), None).unwrap();
+    /// Zones under `dir/z`, a git service over them, and a pull request of `dir/up.git` (made
+    /// with `first`) into /workspace/r, pulled once.
+    fn pulled(dir: &Path, first: &[(&str, &str)]) -> (Arc<Zones>, Git, PullRequest) {
+        let settings = Settings::from_str("[zones]\nroot = \"z\"\n", "test", dir, None).unwrap();
         let zones = Arc::new(
             Zones::open(
                 &settings,
@@ -1936,7 +2053,7 @@ mod tests {
             .unwrap(),
         );
         let git = Git::new(zones.clone(), &settings);
-        let up = commit_files(dir.path(), &[("f.txt", "v1\n")]);
+        let up = commit_files(dir, first);
         let req = PullRequest {
             remote: up.display().to_string(),
             branch: Some("main".into()),
@@ -1945,6 +2062,14 @@ mod tests {
             progress: false,
         };
         git.pull(&req, &|_| {}).unwrap();
+        (zones, git, req)
+    }
+
+    #[test]
+    fn a_write_acknowledged_during_a_pull_is_a_conflict_not_a_lost_write() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let dir = tempfile::tempdir().unwrap();
+        let (zones, git, req) = pulled(dir.path(), &[("f.txt", "v1\n")]);
         commit_files(dir.path(), &[("f.txt", "v2\n")]);
         // The agent's write lands after the pull checked f.txt and before it replaces it.
         let real = dir.path().join("z/workspace/r/f.txt");
@@ -1970,6 +2095,63 @@ mod tests {
             .as_deref()
             .expect("upstream copy kept");
         assert_eq!(zones.read(kept, None, None).unwrap().content, "v2\n");
+    }
+
+    #[test]
+    fn a_write_acknowledged_before_a_pull_deletes_the_file_is_kept() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let dir = tempfile::tempdir().unwrap();
+        let (zones, git, req) = pulled(dir.path(), &[("f.txt", "v1\n"), ("g.txt", "g\n")]);
+        commit_files(dir.path(), &[("g.txt", "g\n")]); // f.txt deleted upstream
+        let real = dir.path().join("z/workspace/r/f.txt");
+        let once = Arc::new(AtomicBool::new(false));
+        let (writer, flag) = (real.clone(), once.clone());
+        *zones.before_replace.lock().unwrap() = Some(Box::new(move || {
+            if !flag.swap(true, Ordering::SeqCst) {
+                std::fs::write(&writer, "acknowledged\n").unwrap();
+            }
+        }));
+        let r = git.pull(&req, &|_| {}).unwrap();
+        *zones.before_replace.lock().unwrap() = None;
+        assert!(once.load(Ordering::SeqCst), "the hook ran");
+        assert_eq!(std::fs::read_to_string(&real).unwrap(), "acknowledged\n");
+        assert_eq!(r.deleted, 0, "{r:?}");
+        assert_eq!(r.conflicts.len(), 1, "{r:?}");
+        assert!(
+            r.conflicts[0].reason.contains("while the pull ran"),
+            "{r:?}"
+        );
+    }
+
+    #[test]
+    fn a_path_that_cannot_be_read_is_skipped_and_the_rest_of_the_pull_lands() {
+        let dir = tempfile::tempdir().unwrap();
+        let (zones, git, req) = pulled(dir.path(), &[("a.txt", "a1\n"), ("b.txt", "b1\n")]);
+        // b.txt gains a second link outside the zone: the default config refuses to read it.
+        let b = dir.path().join("z/workspace/r/b.txt");
+        std::fs::hard_link(&b, dir.path().join("outside.txt")).unwrap();
+        assert!(zones.read("/workspace/r/b.txt", None, None).is_err());
+        let tip = commit_files(dir.path(), &[("a.txt", "a2\n"), ("b.txt", "b2\n")]);
+        let r = git.pull(&req, &|_| {}).unwrap();
+        assert_eq!(r.written, 1, "{r:?}");
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("z/workspace/r/a.txt")).unwrap(),
+            "a2\n"
+        );
+        assert_eq!(r.skipped.len(), 1, "{r:?}");
+        assert_eq!(r.skipped[0].path, "/workspace/r/b.txt", "{r:?}");
+        assert_eq!(
+            std::fs::read_to_string(&b).unwrap(),
+            "b1\n",
+            "left as it was"
+        );
+        // The pull was recorded: its base is the new tip.
+        let upstream = Repository::open_bare(&tip).unwrap();
+        let head = upstream
+            .refname_to_id("refs/heads/main")
+            .unwrap()
+            .to_string();
+        assert_eq!(zones.db().repo_by_dir("r").unwrap().unwrap().base, head);
     }
 
     #[test]
