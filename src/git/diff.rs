@@ -80,55 +80,102 @@ pub struct Hunk {
     pub lines: Vec<HunkLine>,
 }
 
+/// One line of a git-format unified patch of one file, with its line numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PatchLine<'a> {
+    /// A line before the first hunk: `diff --git`, `index`, modes, `---`/`+++`.
+    Meta(&'a str),
+    /// A hunk's `@@ -a,b +c,d @@` header.
+    Header(&'a str),
+    /// An unchanged line and its numbers on both sides.
+    Context { old: u32, new: u32, text: &'a str },
+    /// A deleted line and its number in the old file.
+    Delete { old: u32, text: &'a str },
+    /// An added line and its number in the new file.
+    Add { new: u32, text: &'a str },
+    /// `\ No newline at end of file`.
+    Note(&'a str),
+}
+
+/// The one unified-diff reader: the API's hunks and the review page's word diffs are both built
+/// on it.
+pub fn patch_lines(patch: &str) -> impl Iterator<Item = PatchLine<'_>> {
+    let (mut old, mut new, mut in_hunk) = (0u32, 0u32, false);
+    patch.lines().map(move |line| {
+        if let Some(rest) = line.strip_prefix("@@") {
+            (old, new) = hunk_starts(rest);
+            in_hunk = true;
+            return PatchLine::Header(line);
+        }
+        if !in_hunk {
+            return PatchLine::Meta(line);
+        }
+        if let Some(text) = line.strip_prefix('-') {
+            old += 1;
+            PatchLine::Delete { old: old - 1, text }
+        } else if let Some(text) = line.strip_prefix('+') {
+            new += 1;
+            PatchLine::Add { new: new - 1, text }
+        } else if line.starts_with('\\') {
+            PatchLine::Note(line)
+        } else {
+            let text = line.strip_prefix(' ').unwrap_or(line);
+            (old, new) = (old + 1, new + 1);
+            PatchLine::Context {
+                old: old - 1,
+                new: new - 1,
+                text,
+            }
+        }
+    })
+}
+
+/// Reads the start lines of `@@ -a,b +c,d @@` (given what follows the first `@@`).
+fn hunk_starts(rest: &str) -> (u32, u32) {
+    let (mut old, mut new) = (0, 0);
+    let num = |s: &str| {
+        s.split(',')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    for part in rest.split_whitespace() {
+        if let Some(s) = part.strip_prefix('-') {
+            old = num(s);
+        } else if let Some(s) = part.strip_prefix('+') {
+            new = num(s);
+        } else if part == "@@" {
+            break;
+        }
+    }
+    (old, new)
+}
+
 /// Parses the hunks of a unified patch (as stored for a staged file).
 pub fn hunks(patch: &str) -> Vec<Hunk> {
     let mut out: Vec<Hunk> = Vec::new();
-    let (mut old, mut new) = (0u32, 0u32);
-    for line in patch.lines() {
-        if let Some(rest) = line.strip_prefix("@@ ") {
-            let nums: Vec<u32> = rest
-                .split(' ')
-                .take(2)
-                .map(|r| {
-                    r.trim_start_matches(['-', '+'])
-                        .split(',')
-                        .next()
-                        .and_then(|n| n.parse().ok())
-                        .unwrap_or(0)
-                })
-                .collect();
-            old = nums.first().copied().unwrap_or(0);
-            new = nums.get(1).copied().unwrap_or(0);
-            out.push(Hunk {
-                header: line.to_string(),
-                lines: Vec::new(),
+    for line in patch_lines(patch) {
+        let (kind, old_line, new_line, text) = match line {
+            PatchLine::Header(h) => {
+                out.push(Hunk {
+                    header: h.to_string(),
+                    lines: Vec::new(),
+                });
+                continue;
+            }
+            PatchLine::Meta(_) | PatchLine::Note(_) => continue,
+            PatchLine::Context { old, new, text } => ("context", Some(old), Some(new), text),
+            PatchLine::Delete { old, text } => ("delete", Some(old), None, text),
+            PatchLine::Add { new, text } => ("add", None, Some(new), text),
+        };
+        if let Some(h) = out.last_mut() {
+            h.lines.push(HunkLine {
+                kind: kind.to_string(),
+                old_line,
+                new_line,
+                text: text.to_string(),
             });
-            continue;
         }
-        let Some(h) = out.last_mut() else { continue };
-        let (kind, text) = match line.as_bytes().first() {
-            Some(b'+') => ("add", &line[1..]),
-            Some(b'-') => ("delete", &line[1..]),
-            Some(b' ') => ("context", &line[1..]),
-            _ => continue, // "\ No newline at end of file"
-        };
-        let (o, n) = match kind {
-            "add" => (None, Some(new)),
-            "delete" => (Some(old), None),
-            _ => (Some(old), Some(new)),
-        };
-        if kind != "add" {
-            old += 1;
-        }
-        if kind != "delete" {
-            new += 1;
-        }
-        h.lines.push(HunkLine {
-            kind: kind.to_string(),
-            old_line: o,
-            new_line: n,
-            text: text.to_string(),
-        });
     }
     out
 }

@@ -10,6 +10,7 @@ use std::fmt::Write as _;
 
 use similar::{ChangeTag, TextDiff};
 
+use crate::git::diff::{patch_lines, PatchLine};
 use crate::git::{StagedCommit, StagedFile};
 
 /// How diffs are laid out.
@@ -322,10 +323,10 @@ pub struct Patch {
     pub hunks: Vec<Hunk>,
 }
 
-/// Parses a git-format unified patch of one file, with word diffs for changed line pairs.
+/// Parses a git-format unified patch of one file (read by [`patch_lines`], the one diff reader),
+/// with word diffs for changed line pairs.
 pub fn parse_patch(text: &str) -> Patch {
     let mut patch = Patch::default();
-    let (mut old, mut new) = (0u32, 0u32);
     let mut dels: Vec<(u32, String)> = Vec::new();
     let mut adds: Vec<(u32, String)> = Vec::new();
     let flush = |hunk: &mut Hunk, dels: &mut Vec<(u32, String)>, adds: &mut Vec<(u32, String)>| {
@@ -335,41 +336,41 @@ pub fn parse_patch(text: &str) -> Patch {
         }
     };
     let mut current: Option<Hunk> = None;
-    for line in text.lines() {
-        if let Some(rest) = line.strip_prefix("@@") {
+    for line in patch_lines(text) {
+        if let PatchLine::Header(header) = line {
             if let Some(mut h) = current.take() {
                 flush(&mut h, &mut dels, &mut adds);
                 patch.hunks.push(h);
             }
-            (old, new) = hunk_starts(rest);
             current = Some(Hunk {
-                header: line.to_string(),
+                header: header.to_string(),
                 blocks: Vec::new(),
             });
             continue;
         }
         let Some(h) = current.as_mut() else {
-            patch.meta.push(line.to_string());
+            if let PatchLine::Meta(m) = line {
+                patch.meta.push(m.to_string());
+            }
             continue;
         };
-        if let Some(t) = line.strip_prefix('-') {
-            if !adds.is_empty() {
-                flush(h, &mut dels, &mut adds);
+        match line {
+            PatchLine::Delete { old, text } => {
+                if !adds.is_empty() {
+                    flush(h, &mut dels, &mut adds);
+                }
+                dels.push((old, text.to_string()));
             }
-            dels.push((old, t.to_string()));
-            old += 1;
-        } else if let Some(t) = line.strip_prefix('+') {
-            adds.push((new, t.to_string()));
-            new += 1;
-        } else if line.starts_with('\\') {
-            flush(h, &mut dels, &mut adds);
-            h.blocks.push(Block::Note(line.to_string()));
-        } else {
-            flush(h, &mut dels, &mut adds);
-            let t = line.strip_prefix(' ').unwrap_or(line);
-            h.blocks.push(Block::Context(old, new, t.to_string()));
-            old += 1;
-            new += 1;
+            PatchLine::Add { new, text } => adds.push((new, text.to_string())),
+            PatchLine::Note(note) => {
+                flush(h, &mut dels, &mut adds);
+                h.blocks.push(Block::Note(note.to_string()));
+            }
+            PatchLine::Context { old, new, text } => {
+                flush(h, &mut dels, &mut adds);
+                h.blocks.push(Block::Context(old, new, text.to_string()));
+            }
+            PatchLine::Header(_) | PatchLine::Meta(_) => {}
         }
     }
     if let Some(mut h) = current.take() {
@@ -377,28 +378,6 @@ pub fn parse_patch(text: &str) -> Patch {
         patch.hunks.push(h);
     }
     patch
-}
-
-/// Reads the start lines of `@@ -a,b +c,d @@`.
-fn hunk_starts(rest: &str) -> (u32, u32) {
-    let mut old = 0;
-    let mut new = 0;
-    for part in rest.split_whitespace() {
-        let num = |s: &str| {
-            s.split(',')
-                .next()
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(0)
-        };
-        if let Some(s) = part.strip_prefix('-') {
-            old = num(s);
-        } else if let Some(s) = part.strip_prefix('+') {
-            new = num(s);
-        } else if part == "@@" {
-            break;
-        }
-    }
-    (old, new)
 }
 
 /// Pairs deleted and added lines in order and marks the words that changed in each pair.
