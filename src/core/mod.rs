@@ -13,6 +13,9 @@ pub mod gc;
 mod locks;
 #[cfg(test)]
 mod model_tests;
+pub mod node;
+#[cfg(test)]
+mod node_tests;
 mod ops;
 pub mod path;
 pub mod remote;
@@ -190,6 +193,16 @@ impl Zones {
     /// Returns the zone `id`.
     pub fn zone(&self, id: ZoneId) -> &Zone {
         &self.zones[id.index()]
+    }
+
+    /// The read-only rule, for every entry point: fails with `READ_ONLY` when `vp`'s zone refuses
+    /// changes (an unavailable zone is refused by whatever then reaches it).
+    pub fn check_writable(&self, vp: &VPath) -> FsResult<()> {
+        match self.zone(vp.zone()) {
+            Zone::Local(z) => z.check_writable(vp),
+            Zone::Remote(r) => r.check_writable(vp),
+            Zone::Disabled(_) => Ok(()),
+        }
     }
 
     /// Returns the limits in force.

@@ -19,12 +19,13 @@ use fuser::{
     ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek,
     ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
-use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat, Timespec, Timestamps};
+use rustix::fs::{FileType, OFlags, Stat};
 
 use super::inodes::{zone_ino, Inode, Inodes, ROOT_INO};
 use super::invalidate::OwnChanges;
 use super::remote::{RemoteTree, REMOTE_FH_BASE};
-use crate::core::{VPath, Zone, ZoneId, Zones};
+use crate::core::node::{io as node_io, AttrChange, Caller, RenameMode, SetTime};
+use crate::core::{VPath, ZoneId, Zones};
 use crate::state::{Origin, Via};
 
 /// How long the kernel may cache entries and attributes; changes made behind its back are
@@ -38,7 +39,6 @@ struct Handle {
     file: OnceLock<std::fs::File>,
     flags: OFlags,
     inode: Arc<Inode>,
-    ino: u64,
     backing: Option<Arc<BackingId>>,
     writable: bool,
     /// Who opened the file: the journal entry written at release names them.
@@ -93,10 +93,6 @@ pub struct SandFs {
     next_fh: AtomicU64,
     passthrough: AtomicBool,
     want_passthrough: bool,
-    is_root: bool,
-    /// The daemon's own umask, which the kernel applies to our `*at` creations on top of the
-    /// caller's: bits it removed are put back (see `fix_mode`).
-    umask: u32,
     started: SystemTime,
     /// The zones served from a sandbox, by zone index.
     remote: [Option<Arc<RemoteTree>>; 2],
@@ -157,45 +153,14 @@ fn plain_name(name: &OsStr) -> Res<&OsStr> {
     Ok(name)
 }
 
-/// Switches this thread's filesystem uid/gid to the caller's for calls that create files, so new
-/// files belong to whoever made them (the daemon may run as root).
-struct Creds {
-    switched: bool,
-}
-
-impl Creds {
-    fn of(req: &Request, is_root: bool) -> Creds {
-        if !is_root || req.uid() == 0 {
-            return Creds { switched: false };
-        }
-        // SAFETY: setfsuid/setfsgid only change this thread's filesystem credentials.
-        unsafe {
-            libc::setfsgid(req.gid());
-            libc::setfsuid(req.uid());
-        }
-        Creds { switched: true }
-    }
-}
-
-impl Drop for Creds {
-    fn drop(&mut self) {
-        if self.switched {
-            // SAFETY: as above; back to root.
-            unsafe {
-                libc::setfsuid(0);
-                libc::setfsgid(0);
-            }
-        }
-    }
-}
-
 impl SandFs {
     pub fn new(zones: Arc<Zones>, want_passthrough: bool) -> std::io::Result<SandFs> {
         let inodes = Arc::new(Inodes::new());
         let zones_for_remote = zones.clone();
         for id in ZoneId::ALL {
-            if let Zone::Local(z) = zones.zone(id) {
-                inodes.add_zone_root(id, rustix::io::dup(z.dirfd())?)?;
+            if let Some(root) = zones.node_zone_root(id) {
+                let (fd, st) = root?;
+                inodes.add_zone_root(id, fd, &st);
             }
         }
         Ok(SandFs {
@@ -207,8 +172,6 @@ impl SandFs {
             next_fh: AtomicU64::new(1),
             passthrough: AtomicBool::new(false),
             want_passthrough,
-            is_root: rustix::process::geteuid().is_root(),
-            umask: crate::core::process_umask(),
             started: SystemTime::now(),
             remote: ZoneId::ALL
                 .map(|id| RemoteTree::new(zones_for_remote.clone(), id).map(Arc::new)),
@@ -253,57 +216,32 @@ impl SandFs {
         }
     }
 
+    /// The caller of a request, as the core's node operations take it.
+    fn caller(req: &Request) -> Caller {
+        Caller {
+            origin: SandFs::origin(req),
+            uid: req.uid(),
+            gid: req.gid(),
+        }
+    }
+
+    /// Asks the invalidation thread to evict idle inodes (the core calls it when out of fds).
+    fn press(&self) -> impl Fn() + '_ {
+        || self.inodes.press()
+    }
+
     fn inode(&self, ino: INodeNo) -> Res<Arc<Inode>> {
         self.inodes.get(ino.0).ok_or(Errno::ENOENT)
     }
 
     fn writable(&self, zone: ZoneId) -> Res<()> {
-        match self.zones.zone(zone) {
-            Zone::Local(z) if z.read_only() => Err(Errno::EROFS),
-            Zone::Remote(r) if r.read_only() => Err(Errno::EROFS),
-            _ => Ok(()),
-        }
+        self.zones.node_writable(zone).map_err(errno)
     }
 
-    /// Applies the zone's hard-link rule ([`crate::core::LocalZone::check_links`], the one the API
-    /// uses) before `op` opens, changes or links the file `inode` whose stat is `st`: a file with
-    /// another link may be named outside the zone, so reading it, writing it in place or changing
-    /// its attributes would reach that outside file. Refused with `EACCES` and a log line naming
-    /// the file and the rule (`zones.<zone>.allow_hardlinks` lifts it).
-    fn check_links(&self, inode: &Inode, st: &Stat, op: &str) -> Res<()> {
-        self.check_links_at(inode.zone, st, op, || self.vpath(inode))
-    }
-
-    /// [`SandFs::check_links`] for a file of `zone`, with `path` giving its name for the log.
-    fn check_links_at(
-        &self,
-        zone: ZoneId,
-        st: &Stat,
-        op: &str,
-        path: impl FnOnce() -> Option<VPath>,
-    ) -> Res<()> {
-        let Zone::Local(z) = self.zones.zone(zone) else {
-            return Ok(());
-        };
-        // Asked first with the zone root as the name, so the common case costs no path lookup;
-        // the path is looked up only for the refusal's message.
-        if z.check_links(&VPath::root(zone), st).is_ok() {
-            return Ok(());
-        }
-        let vp = path().unwrap_or_else(|| VPath::root(zone));
-        if let Err(e) = z.check_links(&vp, st) {
-            tracing::warn!(path = %vp, op, "refused through the mount: {e}");
-        }
-        Err(Errno::EACCES)
-    }
-
-    /// [`SandFs::check_links`] on the inode's current attributes.
+    /// The zone's hard-link rule on the inode's current attributes (see
+    /// [`Zones::node_check_links`]).
     fn check_links_now(&self, inode: &Inode, op: &str) -> Res<()> {
-        if inode.kind != FileType::RegularFile {
-            return Ok(());
-        }
-        let st = inode.stat().map_err(errno)?;
-        self.check_links(inode, &st, op)
+        self.zones.node_check_links_now(inode, op).map_err(errno)
     }
 
     /// A directory inode to create or remove names in (never the virtual top level).
@@ -349,25 +287,10 @@ impl SandFs {
         }
         let p = self.inode(parent)?;
         let name = plain_name(name)?;
-        let mut waited = 0;
-        let fd = loop {
-            match rustix::fs::openat(
-                &p.fd,
-                name,
-                OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                Mode::empty(),
-            ) {
-                // Out of descriptors before eviction caught up (a busy machine): let the
-                // invalidation thread free some, for up to a second, rather than fail the lookup.
-                Err(rustix::io::Errno::MFILE | rustix::io::Errno::NFILE) if waited < 100 => {
-                    waited += 1;
-                    self.inodes.press();
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                other => break other.map_err(errno)?,
-            }
-        };
-        let st = rustix::fs::fstat(&fd).map_err(errno)?;
+        let (fd, st) = self
+            .zones
+            .node_lookup(&p, name, &self.press())
+            .map_err(errno)?;
         let inode = self.inodes.remember(p.zone, fd, &st, parent.0, name);
         Ok((inode.clone(), attr_of(inode.ino, &st)))
     }
@@ -378,52 +301,15 @@ impl SandFs {
         self.own.note_entry(&dir.fd, name);
     }
 
-    /// The backing `(st_dev, st_ino)` of `name` in `dir`, taken before removing or replacing it
-    /// (see [`OwnChanges::forget`]).
-    fn key_at(dir: &Inode, name: &OsStr) -> Option<(u64, u64)> {
-        rustix::fs::statat(&dir.fd, name, AtFlags::SYMLINK_NOFOLLOW)
-            .ok()
-            .map(|st| (st.st_dev, st.st_ino))
-    }
-
-    /// Records a change under `parent/name` in the journal.
-    fn record(&self, req: &Request, parent: &Inode, name: &OsStr, op: &str, bytes: Option<u64>) {
-        if let Some(vp) = self
-            .vpath(parent)
-            .and_then(|p| p.join(&name.to_string_lossy()).ok())
-        {
-            self.zones
-                .record_change(&vp, op, bytes, None, SandFs::origin(req));
-        }
-    }
-
     /// Returns the current virtual path of an inode (from the kernel's view of its fd).
-    fn vpath(&self, inode: &Inode) -> Option<crate::core::VPath> {
-        let Zone::Local(z) = self.zones.zone(inode.zone) else {
-            return None;
-        };
-        let real = std::fs::read_link(inode.proc_path()).ok()?;
-        let rel = real.strip_prefix(z.root()).ok()?;
-        crate::core::VPath::new(inode.zone, rel.to_str()?).ok()
+    fn vpath(&self, inode: &Inode) -> Option<VPath> {
+        self.zones.node_vpath(inode)
     }
 
     fn reopen(&self, inode: &Inode, flags: OFlags) -> Res<OwnedFd> {
-        let mut waited = 0;
-        loop {
-            match rustix::fs::open(
-                inode.proc_path().as_str(),
-                flags | OFlags::CLOEXEC,
-                Mode::empty(),
-            ) {
-                // As in `do_lookup`: wait for eviction rather than fail on a busy machine.
-                Err(rustix::io::Errno::MFILE | rustix::io::Errno::NFILE) if waited < 100 => {
-                    waited += 1;
-                    self.inodes.press();
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                other => return other.map_err(errno),
-            }
-        }
+        self.zones
+            .node_open(inode, flags, &self.press())
+            .map_err(errno)
     }
 
     fn handle(&self, fh: FileHandle) -> Res<Arc<Handle>> {
@@ -449,7 +335,7 @@ impl SandFs {
         let writer_key = file
             .as_ref()
             .filter(|_| writable)
-            .and_then(|f| rustix::fs::fstat(f).ok())
+            .and_then(|f| node_io::stat(f).ok())
             .map(|st| (st.st_dev, st.st_ino));
         if let Some((dev, ino)) = writer_key {
             self.own.writer_opened(dev, ino);
@@ -460,7 +346,6 @@ impl SandFs {
                 file: file.map(OnceLock::from).unwrap_or_default(),
                 flags,
                 inode: inode.clone(),
-                ino: inode.ino,
                 backing,
                 writable,
                 origin: SandFs::origin(req),
@@ -489,119 +374,41 @@ impl SandFs {
         acc == libc::O_WRONLY || acc == libc::O_RDWR || flags & libc::O_TRUNC != 0
     }
 
-    fn set_times(inode: &Inode, atime: Option<TimeOrNow>, mtime: Option<TimeOrNow>) -> Res<()> {
-        let conv = |t: Option<TimeOrNow>| match t {
-            None => Timespec {
-                tv_sec: 0,
-                tv_nsec: libc::UTIME_OMIT,
-            },
-            Some(TimeOrNow::Now) => Timespec {
-                tv_sec: 0,
-                tv_nsec: libc::UTIME_NOW,
-            },
-            Some(TimeOrNow::SpecificTime(t)) => {
-                let (sec, nsec) = match t.duration_since(UNIX_EPOCH) {
-                    Ok(d) => (d.as_secs() as i64, d.subsec_nanos() as i64),
-                    Err(e) => {
-                        let d = e.duration();
-                        let mut sec = -(d.as_secs() as i64);
-                        let mut nsec = -(d.subsec_nanos() as i64);
-                        if nsec < 0 {
-                            sec -= 1;
-                            nsec += 1_000_000_000;
-                        }
-                        (sec, nsec)
-                    }
-                };
-                Timespec {
-                    tv_sec: sec,
-                    tv_nsec: nsec,
-                }
-            }
-        };
-        let ts = Timestamps {
-            last_access: conv(atime),
-            last_modification: conv(mtime),
-        };
-        if inode.kind == FileType::Symlink {
-            rustix::fs::utimensat(
-                &inode.fd,
-                "",
-                &ts,
-                AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
-            )
-            .map_err(errno)
-        } else {
-            rustix::fs::utimensat(
-                rustix::fs::CWD,
-                inode.proc_path().as_str(),
-                &ts,
-                AtFlags::empty(),
-            )
-            .map_err(errno)
-        }
-    }
-
     fn do_setattr(&self, req: &Request, inode: &Inode, change: SetAttr) -> Res<FileAttr> {
-        let SetAttr {
-            mode,
-            uid,
-            gid,
-            size,
-            atime,
-            mtime,
-            fh,
-        } = change;
         if inode.ino == ROOT_INO {
             return Err(Errno::EPERM);
         }
-        self.writable(inode.zone)?;
-        // Size, mode, owner and times all live in the one inode every link shares.
-        self.check_links_now(inode, "setattr")?;
-        if let Some(mode) = mode {
-            rustix::fs::chmod(
-                inode.proc_path().as_str(),
-                Mode::from_raw_mode(mode & 0o7777),
+        let when = |t: Option<TimeOrNow>| {
+            t.map(|t| match t {
+                TimeOrNow::Now => SetTime::Now,
+                TimeOrNow::SpecificTime(t) => SetTime::At(t),
+            })
+        };
+        let open = change
+            .fh
+            .and_then(|fh| self.handle(fh).ok())
+            .filter(|h| h.writable);
+        let file = match &open {
+            Some(h) if change.size.is_some() => Some(h.file(self)?),
+            _ => None,
+        };
+        let st = self
+            .zones
+            .node_setattr(
+                &SandFs::caller(req),
+                inode,
+                AttrChange {
+                    mode: change.mode,
+                    uid: change.uid,
+                    gid: change.gid,
+                    size: change.size,
+                    atime: when(change.atime),
+                    mtime: when(change.mtime),
+                },
+                file,
+                &self.press(),
             )
             .map_err(errno)?;
-        }
-        if uid.is_some() || gid.is_some() {
-            rustix::fs::chownat(
-                &inode.fd,
-                "",
-                uid.map(rustix::fs::Uid::from_raw),
-                gid.map(rustix::fs::Gid::from_raw),
-                AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
-            )
-            .map_err(errno)?;
-        }
-        if let Some(size) = size {
-            match fh
-                .and_then(|fh| self.handle(fh).ok())
-                .filter(|h| h.writable)
-            {
-                Some(h) => rustix::fs::ftruncate(h.file(self)?, size).map_err(errno)?,
-                None => {
-                    let fd = self.reopen(inode, OFlags::WRONLY)?;
-                    rustix::fs::ftruncate(&fd, size).map_err(errno)?;
-                }
-            }
-        }
-        if atime.is_some() || mtime.is_some() {
-            SandFs::set_times(inode, atime, mtime)?;
-        }
-        if mode.is_some() || uid.is_some() || gid.is_some() || size.is_some() {
-            if let Some(vp) = self.vpath(inode) {
-                let op = if size.is_some() {
-                    "truncate"
-                } else {
-                    "setattr"
-                };
-                self.zones
-                    .record_change(&vp, op, size, None, SandFs::origin(req));
-            }
-        }
-        let st = inode.stat().map_err(errno)?;
         self.own.note(&st);
         Ok(attr_of(inode.ino, &st))
     }
@@ -648,19 +455,21 @@ impl SandFs {
     }
 
     fn read_dir_entries(&self, inode: &Inode) -> Res<DirEntries> {
-        let fd = self.reopen(inode, OFlags::RDONLY | OFlags::DIRECTORY)?;
-        let mut out = Vec::new();
-        for ent in rustix::fs::Dir::new(fd).map_err(errno)? {
-            let ent = ent.map_err(errno)?;
-            let name = OsStr::from_bytes(ent.file_name().to_bytes()).to_os_string();
-            let ino = match name.as_bytes() {
-                b"." => inode.ino,
-                b".." => ROOT_INO,
-                _ => self.inodes.number_of(inode.dev, ent.ino()),
-            };
-            out.push((name, ent.file_type(), ino));
-        }
-        Ok(out)
+        let entries = self
+            .zones
+            .node_read_dir(inode, &self.press())
+            .map_err(errno)?;
+        Ok(entries
+            .into_iter()
+            .map(|(name, kind, backing)| {
+                let ino = match name.as_bytes() {
+                    b"." => inode.ino,
+                    b".." => ROOT_INO,
+                    _ => self.inodes.number_of(inode.dev, backing),
+                };
+                (name, kind, ino)
+            })
+            .collect())
     }
 }
 
@@ -699,7 +508,7 @@ impl fuser::Filesystem for SandFs {
             if self.passthrough.load(Ordering::Relaxed) {
                 "kernel passthrough"
             } else {
-                "pread/pwrite in the daemon"
+                "reads and writes served by the daemon"
             }
         );
         Ok(())
@@ -812,8 +621,8 @@ impl fuser::Filesystem for SandFs {
         }
         let res = self
             .inode(ino)
-            .and_then(|i| rustix::fs::readlinkat(&i.fd, "", Vec::new()).map_err(errno));
-        reply!(reply, res, |t| reply.data(t.as_bytes()))
+            .and_then(|i| self.zones.node_readlink(&i).map_err(errno));
+        reply!(reply, res, |t| reply.data(&t))
     }
 
     fn mknod(
@@ -832,21 +641,11 @@ impl fuser::Filesystem for SandFs {
         let res = (|| {
             let p = self.dir_for_change(parent)?;
             let name = plain_name(name)?;
-            {
-                let _c = Creds::of(req, self.is_root);
-                let kind = FileType::from_raw_mode(mode);
-                rustix::fs::mknodat(
-                    &p.fd,
-                    name,
-                    kind,
-                    Mode::from_raw_mode(mode & !umask & 0o7777),
-                    rdev as u64,
-                )
+            let mode = (mode & !0o7777) | (mode & !umask & 0o7777);
+            self.zones
+                .node_mknod(&SandFs::caller(req), &p, name, mode, rdev as u64)
                 .map_err(errno)?;
-                self.fix_mode(&p, name, mode & !umask & 0o7777)?;
-            }
             self.mark(&p, Some(name));
-            self.record(req, &p, name, "create", None);
             self.do_lookup(parent, name)
         })();
         reply!(reply, res, |(_, attr)| reply.entry(
@@ -876,14 +675,10 @@ impl fuser::Filesystem for SandFs {
         let res = (|| {
             let p = self.dir_for_change(parent)?;
             let name = plain_name(name)?;
-            {
-                let _c = Creds::of(req, self.is_root);
-                rustix::fs::mkdirat(&p.fd, name, Mode::from_raw_mode(mode & !umask & 0o7777))
-                    .map_err(errno)?;
-                self.fix_mode(&p, name, mode & !umask & 0o7777)?;
-            }
+            self.zones
+                .node_mkdir(&SandFs::caller(req), &p, name, mode & !umask)
+                .map_err(errno)?;
             self.mark(&p, Some(name));
-            self.record(req, &p, name, "mkdir", None);
             self.do_lookup(parent, name)
         })();
         reply!(reply, res, |(_, attr)| reply.entry(
@@ -901,13 +696,14 @@ impl fuser::Filesystem for SandFs {
         let res = (|| {
             let p = self.dir_for_change(parent)?;
             let name = plain_name(name)?;
-            let gone = SandFs::key_at(&p, name);
-            rustix::fs::unlinkat(&p.fd, name, AtFlags::empty()).map_err(errno)?;
+            let gone = self
+                .zones
+                .node_remove(&SandFs::caller(req), &p, name, false)
+                .map_err(errno)?;
             self.mark(&p, None);
             if let Some(k) = gone {
                 self.own.forget(k);
             }
-            self.record(req, &p, name, "delete", None);
             Ok(())
         })();
         reply!(reply, res, |()| reply.ok())
@@ -921,13 +717,14 @@ impl fuser::Filesystem for SandFs {
         let res = (|| {
             let p = self.dir_for_change(parent)?;
             let name = plain_name(name)?;
-            let gone = SandFs::key_at(&p, name);
-            rustix::fs::unlinkat(&p.fd, name, AtFlags::REMOVEDIR).map_err(errno)?;
+            let gone = self
+                .zones
+                .node_remove(&SandFs::caller(req), &p, name, true)
+                .map_err(errno)?;
             self.mark(&p, None);
             if let Some(k) = gone {
                 self.own.forget(k);
             }
-            self.record(req, &p, name, "delete", None);
             Ok(())
         })();
         reply!(reply, res, |()| reply.ok())
@@ -952,12 +749,10 @@ impl fuser::Filesystem for SandFs {
         let res = (|| {
             let p = self.dir_for_change(parent)?;
             let name = plain_name(link_name)?;
-            {
-                let _c = Creds::of(req, self.is_root);
-                rustix::fs::symlinkat(target, &p.fd, name).map_err(errno)?;
-            }
+            self.zones
+                .node_symlink(&SandFs::caller(req), &p, name, target)
+                .map_err(errno)?;
             self.mark(&p, Some(name));
-            self.record(req, &p, name, "symlink", None);
             self.do_lookup(parent, name)
         })();
         reply!(reply, res, |(_, attr)| reply.entry(
@@ -1001,40 +796,32 @@ impl fuser::Filesystem for SandFs {
             let p = self.dir_for_change(parent)?;
             let np = self.dir_for_change(newparent)?;
             let (name, newname) = (plain_name(name)?, plain_name(newname)?);
-            let mut rf = rustix::fs::RenameFlags::empty();
-            if flags.contains(RenameFlags::RENAME_NOREPLACE) {
-                rf |= rustix::fs::RenameFlags::NOREPLACE;
-            }
-            if flags.contains(RenameFlags::RENAME_EXCHANGE) {
-                rf |= rustix::fs::RenameFlags::EXCHANGE;
-            }
             if flags.contains(RenameFlags::RENAME_WHITEOUT) {
                 return Err(Errno::EINVAL);
             }
-            let replaced = SandFs::key_at(&np, newname);
-            rustix::fs::renameat_with(&p.fd, name, &np.fd, newname, rf).map_err(errno)?;
-            if let Some(k) = replaced.filter(|_| !rf.contains(rustix::fs::RenameFlags::EXCHANGE)) {
+            let mode = if flags.contains(RenameFlags::RENAME_EXCHANGE) {
+                RenameMode::Exchange
+            } else if flags.contains(RenameFlags::RENAME_NOREPLACE) {
+                RenameMode::NoReplace
+            } else {
+                RenameMode::Replace
+            };
+            let replaced = self
+                .zones
+                .node_rename(&SandFs::caller(req), &p, name, &np, newname, mode)
+                .map_err(errno)?;
+            if let Some(k) = replaced {
                 self.own.forget(k);
             }
             self.mark(&p, Some(name));
             self.mark(&np, Some(newname));
             // The kernel now knows the moved inode(s) under the new name(s).
             for (dir, n, kernel_dir) in [(&np, newname, newparent.0), (&p, name, parent.0)] {
-                if let Ok(st) = rustix::fs::statat(&dir.fd, n, AtFlags::SYMLINK_NOFOLLOW) {
-                    if let Some(ino) = self.inodes.known_number(st.st_dev, st.st_ino) {
+                if let Some((dev, backing)) = self.zones.node_key_at(dir, n) {
+                    if let Some(ino) = self.inodes.known_number(dev, backing) {
                         self.inodes.seen_as(ino, kernel_dir, n);
                     }
                 }
-            }
-            let from = self
-                .vpath(&p)
-                .and_then(|v| v.join(&name.to_string_lossy()).ok());
-            let to = self
-                .vpath(&np)
-                .and_then(|v| v.join(&newname.to_string_lossy()).ok());
-            if let (Some(from), Some(to)) = (from, to) {
-                self.zones
-                    .record_change(&from, "move", None, Some(&to), SandFs::origin(req));
             }
             Ok(())
         })();
@@ -1055,29 +842,11 @@ impl fuser::Filesystem for SandFs {
         let res = (|| {
             let i = self.inode(ino)?;
             let np = self.dir_for_change(newparent)?;
-            if np.zone != i.zone {
-                return Err(Errno::EXDEV);
-            }
             let name = plain_name(newname)?;
-            // A link made here would give the file the second name the zone's rule refuses to
-            // open: refused up front (EPERM, as for a filesystem without hard links; tools such
-            // as cargo and git then copy), so the rule is asked about the count after linking.
-            if i.kind == FileType::RegularFile {
-                let mut st = i.stat().map_err(errno)?;
-                st.st_nlink += 1;
-                self.check_links(&i, &st, "link")
-                    .map_err(|_| Errno::EPERM)?;
-            }
-            rustix::fs::linkat(
-                rustix::fs::CWD,
-                i.proc_path().as_str(),
-                &np.fd,
-                name,
-                AtFlags::SYMLINK_FOLLOW,
-            )
-            .map_err(errno)?;
+            self.zones
+                .node_link(&SandFs::caller(req), &i, &np, name)
+                .map_err(errno)?;
             self.mark(&np, Some(name));
-            self.record(req, &np, name, "link", None);
             self.do_lookup(newparent, name)
         })();
         reply!(reply, res, |(_, attr)| reply.entry(
@@ -1122,8 +891,12 @@ impl fuser::Filesystem for SandFs {
             let fd = self.reopen(&i, oflags)?;
             // Again on what was opened: a link made outside since the check above.
             if i.kind == FileType::RegularFile {
-                let st = rustix::fs::fstat(&fd).map_err(errno)?;
-                self.check_links(&i, &st, "open")?;
+                let file = std::fs::File::from(fd);
+                let st = node_io::stat(&file).map_err(errno)?;
+                self.zones
+                    .node_check_links(i.zone, &st, "open", || self.vpath(&i))
+                    .map_err(errno)?;
+                return Ok(OwnedFd::from(file));
             }
             Ok(fd)
         })();
@@ -1166,15 +939,7 @@ impl fuser::Filesystem for SandFs {
         }
         let res = self.handle(fh).and_then(|h| {
             let mut buf = vec![0u8; size as usize];
-            let mut n = 0;
-            while n < buf.len() {
-                let r = rustix::io::pread(h.file(self)?, &mut buf[n..], offset + n as u64)
-                    .map_err(errno)?;
-                if r == 0 {
-                    break;
-                }
-                n += r;
-            }
+            let n = node_io::read_at(h.file(self)?, &mut buf, offset).map_err(errno)?;
             buf.truncate(n);
             Ok(buf)
         });
@@ -1199,16 +964,8 @@ impl fuser::Filesystem for SandFs {
             return reply!(reply, res, |n| reply.written(n));
         }
         let res = self.handle(fh).and_then(|h| {
-            let mut n = 0;
-            while n < data.len() {
-                let r = if flags.0 & libc::O_APPEND != 0 {
-                    rustix::io::write(h.file(self)?, &data[n..])
-                } else {
-                    rustix::io::pwrite(h.file(self)?, &data[n..], offset + n as u64)
-                }
-                .map_err(errno)?;
-                n += r;
-            }
+            let append = flags.0 & libc::O_APPEND != 0;
+            let n = node_io::write_at(h.file(self)?, data, offset, append).map_err(errno)?;
             h.written.fetch_add(n as u64, Ordering::Relaxed);
             h.dirty.store(true, Ordering::Relaxed);
             Ok(n as u32)
@@ -1248,16 +1005,14 @@ impl fuser::Filesystem for SandFs {
             let st = h
                 .writer_key
                 .is_some()
-                .then(|| h.file.get().and_then(|f| rustix::fs::fstat(f).ok()))
+                .then(|| h.file.get().and_then(|f| node_io::stat(f).ok()))
                 .flatten();
             if let Some((dev, ino)) = h.writer_key {
                 self.own.writer_closed(dev, ino, st.as_ref());
             }
             if h.dirty.load(Ordering::Relaxed) {
-                if let Some(vp) = self.inodes.get(h.ino).and_then(|i| self.vpath(&i)) {
-                    let size = st.as_ref().map(|st| st.st_size as u64);
-                    self.zones.record_change(&vp, "write", size, None, h.origin);
-                }
+                let size = st.as_ref().map(|st| st.st_size as u64);
+                self.zones.node_record_write(&h.inode, size, h.origin);
             }
         }
         reply.ok();
@@ -1274,13 +1029,9 @@ impl fuser::Filesystem for SandFs {
         if let Some(t) = self.tree_fh(fh.0) {
             return reply!(reply, t.fsync(fh.0), |()| reply.ok());
         }
-        let res = self.handle(fh).and_then(|h| {
-            if datasync {
-                rustix::fs::fdatasync(h.file(self)?).map_err(errno)
-            } else {
-                rustix::fs::fsync(h.file(self)?).map_err(errno)
-            }
-        });
+        let res = self
+            .handle(fh)
+            .and_then(|h| node_io::sync(h.file(self)?, datasync).map_err(errno));
         reply!(reply, res, |()| reply.ok())
     }
 
@@ -1449,8 +1200,7 @@ impl fuser::Filesystem for SandFs {
         }
         let res = self
             .inode(ino)
-            .and_then(|i| self.reopen(&i, OFlags::RDONLY | OFlags::DIRECTORY))
-            .and_then(|fd| rustix::fs::fsync(&fd).map_err(errno));
+            .and_then(|i| self.zones.node_fsync_dir(&i, &self.press()).map_err(errno));
         reply!(reply, res, |()| reply.ok())
     }
 
@@ -1469,7 +1219,7 @@ impl fuser::Filesystem for SandFs {
             .get(target)
             .or_else(|| self.inodes.get(zone_ino(ZoneId::Cache)))
             .ok_or(Errno::ENOENT)
-            .and_then(|i| rustix::fs::statvfs(i.proc_path().as_str()).map_err(errno));
+            .and_then(|i| self.zones.node_statfs(&i).map_err(errno));
         reply!(reply, res, |s| reply.statfs(
             s.f_blocks,
             s.f_bfree,
@@ -1497,21 +1247,11 @@ impl fuser::Filesystem for SandFs {
         }
         let res = (|| {
             let i = self.inode(ino)?;
-            self.writable(i.zone)?;
-            self.check_links_now(&i, "setxattr")?;
-            rustix::fs::setxattr(
-                i.proc_path().as_str(),
-                name,
-                value,
-                rustix::fs::XattrFlags::from_bits_retain(flags as _),
-            )
-            .map_err(errno)?;
+            self.zones
+                .node_set_xattr(&SandFs::caller(req), &i, name, Some((value, flags)))
+                .map_err(errno)?;
             if let Ok(st) = i.stat() {
                 self.own.note(&st);
-            }
-            if let Some(vp) = self.vpath(&i) {
-                self.zones
-                    .record_change(&vp, "setxattr", None, None, SandFs::origin(req));
             }
             Ok(())
         })();
@@ -1523,16 +1263,11 @@ impl fuser::Filesystem for SandFs {
             return reply.error(Errno::from_i32(libc::ENODATA));
         }
         let res = self.inode(ino).and_then(|i| {
-            if i.kind == FileType::Symlink {
-                return Err(Errno::from_i32(libc::ENODATA));
-            }
-            let mut buf = vec![0u8; size.max(1) as usize];
-            let n = if size == 0 {
-                rustix::fs::getxattr(i.proc_path().as_str(), name, &mut [0u8; 0][..])
-                    .map_err(errno)?
-            } else {
-                rustix::fs::getxattr(i.proc_path().as_str(), name, &mut buf[..]).map_err(errno)?
-            };
+            let mut buf = vec![0u8; size as usize];
+            let n = self
+                .zones
+                .node_get_xattr(&i, name, &mut buf)
+                .map_err(errno)?;
             buf.truncate(n);
             Ok((n, buf))
         });
@@ -1552,15 +1287,8 @@ impl fuser::Filesystem for SandFs {
             };
         }
         let res = self.inode(ino).and_then(|i| {
-            if i.kind == FileType::Symlink {
-                return Ok((0, Vec::new()));
-            }
-            let mut buf = vec![0u8; size.max(1) as usize];
-            let n = if size == 0 {
-                rustix::fs::listxattr(i.proc_path().as_str(), &mut [0u8; 0][..]).map_err(errno)?
-            } else {
-                rustix::fs::listxattr(i.proc_path().as_str(), &mut buf[..]).map_err(errno)?
-            };
+            let mut buf = vec![0u8; size as usize];
+            let n = self.zones.node_list_xattr(&i, &mut buf).map_err(errno)?;
             buf.truncate(n);
             Ok((n, buf))
         });
@@ -1577,15 +1305,11 @@ impl fuser::Filesystem for SandFs {
         }
         let res = (|| {
             let i = self.inode(ino)?;
-            self.writable(i.zone)?;
-            self.check_links_now(&i, "removexattr")?;
-            rustix::fs::removexattr(i.proc_path().as_str(), name).map_err(errno)?;
+            self.zones
+                .node_set_xattr(&SandFs::caller(req), &i, name, None)
+                .map_err(errno)?;
             if let Ok(st) = i.stat() {
                 self.own.note(&st);
-            }
-            if let Some(vp) = self.vpath(&i) {
-                self.zones
-                    .record_change(&vp, "setxattr", None, None, SandFs::origin(req));
             }
             Ok(())
         })();
@@ -1639,45 +1363,18 @@ impl fuser::Filesystem for SandFs {
         let res = (|| {
             let p = self.dir_for_change(parent)?;
             let name = plain_name(name)?;
-            let base = SandFs::open_flags(flags) | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-            let want = mode & !umask & 0o7777;
-            let fd = {
-                let _c = Creds::of(req, self.is_root);
-                match rustix::fs::openat(
-                    &p.fd,
+            let fd = self
+                .zones
+                .node_create(
+                    &SandFs::caller(req),
+                    &p,
                     name,
-                    base | OFlags::CREATE | OFlags::EXCL,
-                    Mode::from_raw_mode(want),
-                ) {
-                    Ok(fd) => {
-                        if want & self.umask != 0 {
-                            rustix::fs::fchmod(&fd, Mode::from_raw_mode(want)).map_err(errno)?;
-                        }
-                        fd
-                    }
-                    // It appeared behind the kernel's back; open it unless the caller wanted O_EXCL.
-                    // Opened without O_TRUNC first: the hard-link rule is asked before the
-                    // file changes.
-                    Err(rustix::io::Errno::EXIST) if flags & libc::O_EXCL == 0 => {
-                        let fd =
-                            rustix::fs::openat(&p.fd, name, base - OFlags::TRUNC, Mode::empty())
-                                .map_err(errno)?;
-                        let st = rustix::fs::fstat(&fd).map_err(errno)?;
-                        self.check_links_at(p.zone, &st, "create", || {
-                            self.vpath(&p)
-                                .and_then(|v| v.join(&name.to_string_lossy()).ok())
-                        })?;
-                        if base.contains(OFlags::TRUNC) {
-                            rustix::fs::openat(&p.fd, name, base, Mode::empty()).map_err(errno)?
-                        } else {
-                            fd
-                        }
-                    }
-                    Err(e) => return Err(errno(e)),
-                }
-            };
+                    SandFs::open_flags(flags),
+                    mode & !umask,
+                    flags & libc::O_EXCL != 0,
+                )
+                .map_err(errno)?;
             self.mark(&p, Some(name));
-            self.record(req, &p, name, "create", Some(0));
             let (inode, attr) = self.do_lookup(parent, name)?;
             Ok((inode, attr, fd))
         })();
@@ -1729,13 +1426,7 @@ impl fuser::Filesystem for SandFs {
             return reply.error(Errno::ENOTSUP);
         }
         let res = self.handle(fh).and_then(|h| {
-            rustix::fs::fallocate(
-                h.file(self)?,
-                rustix::fs::FallocateFlags::from_bits_retain(mode as _),
-                offset,
-                length,
-            )
-            .map_err(errno)?;
+            node_io::allocate(h.file(self)?, mode, offset, length).map_err(errno)?;
             h.dirty.store(true, Ordering::Relaxed);
             Ok(())
         });
@@ -1754,16 +1445,9 @@ impl fuser::Filesystem for SandFs {
         if self.tree_fh(fh.0).is_some() {
             return reply.error(Errno::ENOTSUP);
         }
-        let res = self.handle(fh).and_then(|h| {
-            let pos = match whence {
-                libc::SEEK_DATA => rustix::fs::SeekFrom::Data(offset as u64),
-                libc::SEEK_HOLE => rustix::fs::SeekFrom::Hole(offset as u64),
-                libc::SEEK_END => rustix::fs::SeekFrom::End(offset),
-                libc::SEEK_CUR => rustix::fs::SeekFrom::Current(offset),
-                _ => rustix::fs::SeekFrom::Start(offset as u64),
-            };
-            rustix::fs::seek(h.file(self)?, pos).map_err(errno)
-        });
+        let res = self
+            .handle(fh)
+            .and_then(|h| node_io::seek(h.file(self)?, offset, whence).map_err(errno));
         reply!(reply, res, |p| reply.offset(p as i64))
     }
 
@@ -1785,15 +1469,8 @@ impl fuser::Filesystem for SandFs {
         }
         let res = self.handle(fh_in).and_then(|i| {
             let o = self.handle(fh_out)?;
-            let (mut oi, mut oo) = (offset_in, offset_out);
-            let n = rustix::fs::copy_file_range(
-                i.file(self)?,
-                Some(&mut oi),
-                o.file(self)?,
-                Some(&mut oo),
-                len as usize,
-            )
-            .map_err(errno)?;
+            let n = node_io::copy_range(i.file(self)?, offset_in, o.file(self)?, offset_out, len)
+                .map_err(errno)?;
             o.dirty.store(true, Ordering::Relaxed);
             Ok(n as u32)
         });
@@ -1802,20 +1479,6 @@ impl fuser::Filesystem for SandFs {
 }
 
 impl SandFs {
-    /// Gives a just-created node exactly the mode the caller asked for.
-    fn fix_mode(&self, parent: &Inode, name: &OsStr, mode: u32) -> Res<()> {
-        if mode & self.umask != 0 {
-            rustix::fs::chmodat(
-                &parent.fd,
-                name,
-                Mode::from_raw_mode(mode),
-                AtFlags::empty(),
-            )
-            .map_err(errno)?;
-        }
-        Ok(())
-    }
-
     /// Returns the inode's passthrough backing file, registering `open` as it when it has none.
     fn shared_backing(
         inode: &Inode,

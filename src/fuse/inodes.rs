@@ -15,12 +15,13 @@
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
-use rustix::fs::{AtFlags, FileType, Stat};
+use rustix::fs::{FileType, Stat};
 
+use crate::core::node::Node;
 use crate::core::ZoneId;
 
 /// The top-level directory holding the zones.
@@ -34,14 +35,12 @@ pub fn zone_ino(z: ZoneId) -> u64 {
     }
 }
 
-/// One backing file the kernel holds a reference to.
+/// One backing file the kernel holds a reference to: the core's [`Node`] (its `O_PATH` fd, zone
+/// and type) plus what the kernel's bookkeeping needs.
 #[derive(Debug)]
 pub struct Inode {
     pub ino: u64,
-    pub zone: ZoneId,
-    pub fd: OwnedFd,
-    pub kind: FileType,
-    pub dev: u64,
+    pub node: Node,
     nlookup: AtomicU64,
     /// The kernel wants one backing file per inode for passthrough: registered at the first open
     /// and kept for the inode's life, so later opens need neither a reopen nor an ioctl.
@@ -52,19 +51,11 @@ pub struct Inode {
     used: AtomicU64,
 }
 
-impl Inode {
-    /// Returns `/proc/self/fd/N`, which reopens the backing file with new flags.
-    pub fn proc_path(&self) -> String {
-        format!("/proc/self/fd/{}", self.fd.as_raw_fd())
-    }
+impl std::ops::Deref for Inode {
+    type Target = Node;
 
-    /// Stats the backing file (never following a symlink).
-    pub fn stat(&self) -> rustix::io::Result<Stat> {
-        rustix::fs::statat(
-            &self.fd,
-            "",
-            AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
-        )
+    fn deref(&self) -> &Node {
+        &self.node
     }
 }
 
@@ -156,9 +147,8 @@ impl Inodes {
         }
     }
 
-    /// Registers a zone root (never forgotten).
-    pub fn add_zone_root(&self, zone: ZoneId, fd: OwnedFd) -> rustix::io::Result<()> {
-        let st = rustix::fs::fstat(&fd)?;
+    /// Registers a zone root (never forgotten): `fd` and its stat `st` come from the core.
+    pub fn add_zone_root(&self, zone: ZoneId, fd: OwnedFd, st: &Stat) {
         let ino = zone_ino(zone);
         self.numbers
             .lock()
@@ -168,17 +158,13 @@ impl Inodes {
             ino,
             Arc::new(Inode {
                 ino,
-                zone,
-                fd,
-                kind: FileType::Directory,
-                dev: st.st_dev,
+                node: Node::new(zone, fd, st),
                 nlookup: AtomicU64::new(1),
                 backing: Mutex::new(None),
                 seen_as: Mutex::new((ROOT_INO, OsString::from(zone.name()))),
                 used: AtomicU64::new(0),
             }),
         );
-        Ok(())
     }
 
     /// Returns a live inode.
@@ -232,10 +218,7 @@ impl Inodes {
         }
         let inode = Arc::new(Inode {
             ino,
-            zone,
-            fd,
-            kind: FileType::from_raw_mode(st.st_mode),
-            dev: st.st_dev,
+            node: Node::new(zone, fd, st),
             nlookup: AtomicU64::new(1),
             backing: Mutex::new(None),
             seen_as: Mutex::new((parent, name.to_owned())),

@@ -366,11 +366,9 @@ impl RemoteTree {
     }
 
     fn writable(&self) -> Res<()> {
-        if self.remote().read_only() {
-            Err(Errno::EROFS)
-        } else {
-            Ok(())
-        }
+        self.zones
+            .node_writable(self.zone)
+            .map_err(|e| Errno::from_i32(e.raw_os_error()))
     }
 
     fn record(&self, vp: &VPath, op: &str, bytes: Option<u64>, to: Option<&VPath>, o: Origin) {

@@ -1,0 +1,765 @@
+//! Inode-level operations on local zones: what the mount asks of the core.
+//!
+//! The mount (`src/fuse`) keeps only the kernel's business: inode numbers and lookup counts,
+//! TTLs, passthrough registration, invalidation. It holds one [`Node`] (an `O_PATH` descriptor)
+//! per backing inode the kernel knows, and every system call on backing files happens here,
+//! beneath those descriptors. Every change passes the same rules as the API's path operations in
+//! [`super::ops`], each rule in one function: [`Zones::check_writable`] (read-only zones),
+//! [`super::LocalZone::check_links`] (the hard-link rule), [`super::PathLocks`] (one writer per
+//! path at a time), and the journal record ([`Zones::record_change`]). Errors stay kernel errnos
+//! (`rustix::io::Errno`); a core [`super::FsError`] becomes one through [`super::FsError::errno`].
+//!
+//! May not import `fuser` or anything from `src/fuse`: the decoding of requests and the shape of
+//! replies are the mount's.
+
+use std::ffi::{OsStr, OsString};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::OnceLock;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat, StatVfs, Timespec, Timestamps};
+use rustix::io::Errno;
+
+use super::path::{VPath, ZoneId};
+use super::{Zone, Zones};
+use crate::state::Origin;
+
+/// The result of a node operation: a kernel errno on failure.
+pub type NodeResult<T> = Result<T, Errno>;
+
+/// A backing inode of a local zone: an `O_PATH` descriptor that follows it through renames.
+#[derive(Debug)]
+pub struct Node {
+    pub zone: ZoneId,
+    pub fd: OwnedFd,
+    pub kind: FileType,
+    pub dev: u64,
+}
+
+impl Node {
+    /// A node for `fd`, whose stat is `st`.
+    pub fn new(zone: ZoneId, fd: OwnedFd, st: &Stat) -> Node {
+        Node {
+            zone,
+            fd,
+            kind: FileType::from_raw_mode(st.st_mode),
+            dev: st.st_dev,
+        }
+    }
+
+    /// Returns `/proc/self/fd/N`, which reopens the backing file with new flags.
+    pub fn proc_path(&self) -> String {
+        format!("/proc/self/fd/{}", self.fd.as_raw_fd())
+    }
+
+    /// The node's current attributes (symlinks not followed).
+    pub fn stat(&self) -> NodeResult<Stat> {
+        rustix::fs::statat(
+            &self.fd,
+            "",
+            AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
+        )
+    }
+}
+
+/// Who asks for a change: the journal names them, and what they create belongs to them.
+#[derive(Debug, Clone, Copy)]
+pub struct Caller {
+    pub origin: Origin,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// A time to set: now, or a given moment.
+#[derive(Debug, Clone, Copy)]
+pub enum SetTime {
+    Now,
+    At(SystemTime),
+}
+
+/// The attributes a `setattr` changes (`None`: left alone).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct AttrChange {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<SetTime>,
+    pub mtime: Option<SetTime>,
+}
+
+/// How `rename` treats the destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RenameMode {
+    Replace,
+    NoReplace,
+    Exchange,
+}
+
+/// A directory entry: name, type, backing inode number.
+pub type NodeEntry = (OsString, FileType, u64);
+
+/// The backing `(st_dev, st_ino)` of an inode.
+pub type BackingKey = (u64, u64);
+
+fn is_root() -> bool {
+    static ROOT: OnceLock<bool> = OnceLock::new();
+    *ROOT.get_or_init(|| rustix::process::geteuid().is_root())
+}
+
+/// Switches this thread's filesystem uid/gid to the caller's while it creates a node, so new
+/// nodes belong to whoever made them (the daemon may run as root).
+struct AsCaller {
+    switched: bool,
+}
+
+impl AsCaller {
+    fn new(who: &Caller) -> AsCaller {
+        if !is_root() || who.uid == 0 {
+            return AsCaller { switched: false };
+        }
+        // SAFETY: setfsuid/setfsgid only change this thread's filesystem credentials.
+        unsafe {
+            libc::setfsgid(who.gid);
+            libc::setfsuid(who.uid);
+        }
+        AsCaller { switched: true }
+    }
+}
+
+impl Drop for AsCaller {
+    fn drop(&mut self) {
+        if self.switched {
+            // SAFETY: as above; back to root.
+            unsafe {
+                libc::setfsuid(0);
+                libc::setfsgid(0);
+            }
+        }
+    }
+}
+
+/// Retries `f` while the process is out of descriptors, calling `press` (which asks the mount to
+/// evict idle nodes) and waiting up to a second in all, rather than failing on a busy machine.
+fn with_fds<T>(press: &dyn Fn(), mut f: impl FnMut() -> NodeResult<T>) -> NodeResult<T> {
+    let mut waited = 0;
+    loop {
+        match f() {
+            Err(Errno::MFILE | Errno::NFILE) if waited < 100 => {
+                waited += 1;
+                press();
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            other => return other,
+        }
+    }
+}
+
+fn timespec(t: Option<SetTime>) -> Timespec {
+    match t {
+        None => Timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_OMIT,
+        },
+        Some(SetTime::Now) => Timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_NOW,
+        },
+        Some(SetTime::At(t)) => {
+            let (sec, nsec) = match t.duration_since(UNIX_EPOCH) {
+                Ok(d) => (d.as_secs() as i64, d.subsec_nanos() as i64),
+                Err(e) => {
+                    let d = e.duration();
+                    let mut sec = -(d.as_secs() as i64);
+                    let mut nsec = -(d.subsec_nanos() as i64);
+                    if nsec < 0 {
+                        sec -= 1;
+                        nsec += 1_000_000_000;
+                    }
+                    (sec, nsec)
+                }
+            };
+            Timespec {
+                tv_sec: sec,
+                tv_nsec: nsec,
+            }
+        }
+    }
+}
+
+/// The backing key of `name` in `dir`, if it exists.
+fn key_at(dir: &Node, name: &OsStr) -> Option<BackingKey> {
+    rustix::fs::statat(&dir.fd, name, AtFlags::SYMLINK_NOFOLLOW)
+        .ok()
+        .map(|st| (st.st_dev, st.st_ino))
+}
+
+impl Zones {
+    /// Fails with `EROFS` when `zone` refuses changes (the rule the API applies too, through
+    /// [`Zones::check_writable`]).
+    pub fn node_writable(&self, zone: ZoneId) -> NodeResult<()> {
+        self.check_writable(&VPath::root(zone))
+            .map_err(|e| Errno::from_raw_os_error(e.errno()))
+    }
+
+    /// A new descriptor of zone `zone`'s root, for the mount's root node (None: not a local zone).
+    pub fn node_zone_root(&self, zone: ZoneId) -> Option<NodeResult<(OwnedFd, Stat)>> {
+        let Zone::Local(z) = self.zone(zone) else {
+            return None;
+        };
+        Some(rustix::io::dup(z.dirfd()).and_then(|fd| {
+            let st = rustix::fs::fstat(&fd)?;
+            Ok((fd, st))
+        }))
+    }
+
+    /// The virtual path a node has now (from the kernel's view of its descriptor).
+    pub fn node_vpath(&self, node: &Node) -> Option<VPath> {
+        let Zone::Local(z) = self.zone(node.zone) else {
+            return None;
+        };
+        let real = std::fs::read_link(node.proc_path()).ok()?;
+        let rel = real.strip_prefix(z.root()).ok()?;
+        VPath::new(node.zone, rel.to_str()?).ok()
+    }
+
+    fn child_vpath(&self, dir: &Node, name: &OsStr) -> Option<VPath> {
+        self.node_vpath(dir)
+            .and_then(|p| p.join(&name.to_string_lossy()).ok())
+    }
+
+    /// Applies the zone's hard-link rule ([`super::LocalZone::check_links`], the one the API
+    /// uses) before `op` opens, changes or links a regular file whose stat is `st`: a file with
+    /// another link may be named outside the zone. Refused with `EACCES` and a log line naming
+    /// the file and the rule. `path` names the file for that line; it is asked only on refusal.
+    pub fn node_check_links(
+        &self,
+        zone: ZoneId,
+        st: &Stat,
+        op: &str,
+        path: impl FnOnce() -> Option<VPath>,
+    ) -> NodeResult<()> {
+        let Zone::Local(z) = self.zone(zone) else {
+            return Ok(());
+        };
+        // Asked first with the zone root as the name, so the common case costs no path lookup.
+        if z.check_links(&VPath::root(zone), st).is_ok() {
+            return Ok(());
+        }
+        let vp = path().unwrap_or_else(|| VPath::root(zone));
+        if let Err(e) = z.check_links(&vp, st) {
+            tracing::warn!(path = %vp, op, "refused through the mount: {e}");
+        }
+        Err(Errno::ACCESS)
+    }
+
+    /// [`Zones::node_check_links`] on the node's current attributes (regular files only).
+    pub fn node_check_links_now(&self, node: &Node, op: &str) -> NodeResult<()> {
+        if node.kind != FileType::RegularFile {
+            return Ok(());
+        }
+        let st = node.stat()?;
+        self.node_check_links(node.zone, &st, op, || self.node_vpath(node))
+    }
+
+    /// Opens `name` in `dir` as a new node (`O_PATH`, not following a final symlink).
+    pub fn node_lookup(
+        &self,
+        dir: &Node,
+        name: &OsStr,
+        press: &dyn Fn(),
+    ) -> NodeResult<(OwnedFd, Stat)> {
+        let fd = with_fds(press, || {
+            rustix::fs::openat(
+                &dir.fd,
+                name,
+                OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+        })?;
+        let st = rustix::fs::fstat(&fd)?;
+        Ok((fd, st))
+    }
+
+    /// Opens the node's file with `flags` (through `/proc/self/fd`, so with the new flags).
+    pub fn node_open(&self, node: &Node, flags: OFlags, press: &dyn Fn()) -> NodeResult<OwnedFd> {
+        let path = node.proc_path();
+        with_fds(press, || {
+            rustix::fs::open(path.as_str(), flags | OFlags::CLOEXEC, Mode::empty())
+        })
+    }
+
+    /// The target of a symlink node.
+    pub fn node_readlink(&self, node: &Node) -> NodeResult<Vec<u8>> {
+        rustix::fs::readlinkat(&node.fd, "", Vec::new()).map(|t| t.into_bytes())
+    }
+
+    /// The entries of a directory node, `.` and `..` included, with their backing inode numbers.
+    pub fn node_read_dir(&self, node: &Node, press: &dyn Fn()) -> NodeResult<Vec<NodeEntry>> {
+        let fd = self.node_open(node, OFlags::RDONLY | OFlags::DIRECTORY, press)?;
+        let mut out = Vec::new();
+        for ent in rustix::fs::Dir::new(fd)? {
+            let ent = ent?;
+            let name = OsStr::from_bytes(ent.file_name().to_bytes()).to_os_string();
+            out.push((name, ent.file_type(), ent.ino()));
+        }
+        Ok(out)
+    }
+
+    /// Creates a node named `name` in `dir` with `make` (as the caller, under the path's lock),
+    /// gives it exactly `mode` when the daemon's umask took bits away, and journals `op`.
+    fn node_make(
+        &self,
+        who: &Caller,
+        dir: &Node,
+        name: &OsStr,
+        op: &str,
+        mode: Option<u32>,
+        make: impl FnOnce() -> NodeResult<()>,
+    ) -> NodeResult<()> {
+        self.node_writable(dir.zone)?;
+        let vp = self.child_vpath(dir, name);
+        {
+            let _lock = vp.as_ref().map(|v| self.locks.lock(v));
+            let _as = AsCaller::new(who);
+            make()?;
+            if let Some(mode) = mode.filter(|m| m & self.umask != 0) {
+                rustix::fs::chmodat(&dir.fd, name, Mode::from_raw_mode(mode), AtFlags::empty())?;
+            }
+        }
+        if let Some(vp) = vp {
+            self.record(&vp, op, None, None, who.origin);
+        }
+        Ok(())
+    }
+
+    /// Creates a special file (`mknod`).
+    pub fn node_mknod(
+        &self,
+        who: &Caller,
+        dir: &Node,
+        name: &OsStr,
+        mode: u32,
+        rdev: u64,
+    ) -> NodeResult<()> {
+        let perm = mode & 0o7777;
+        self.node_make(who, dir, name, "create", Some(perm), || {
+            rustix::fs::mknodat(
+                &dir.fd,
+                name,
+                FileType::from_raw_mode(mode),
+                Mode::from_raw_mode(perm),
+                rdev,
+            )
+        })
+    }
+
+    /// Creates a directory.
+    pub fn node_mkdir(&self, who: &Caller, dir: &Node, name: &OsStr, mode: u32) -> NodeResult<()> {
+        let perm = mode & 0o7777;
+        self.node_make(who, dir, name, "mkdir", Some(perm), || {
+            rustix::fs::mkdirat(&dir.fd, name, Mode::from_raw_mode(perm))
+        })
+    }
+
+    /// Creates a symlink to `target` (stored verbatim).
+    pub fn node_symlink(
+        &self,
+        who: &Caller,
+        dir: &Node,
+        name: &OsStr,
+        target: &Path,
+    ) -> NodeResult<()> {
+        self.node_make(who, dir, name, "symlink", None, || {
+            rustix::fs::symlinkat(target, &dir.fd, name)
+        })
+    }
+
+    /// Removes `name` from `dir` (a directory with `is_dir`); returns the backing key of what was
+    /// removed, when it could be read first.
+    pub fn node_remove(
+        &self,
+        who: &Caller,
+        dir: &Node,
+        name: &OsStr,
+        is_dir: bool,
+    ) -> NodeResult<Option<BackingKey>> {
+        self.node_writable(dir.zone)?;
+        let vp = self.child_vpath(dir, name);
+        let gone = {
+            let _lock = vp.as_ref().map(|v| self.locks.lock(v));
+            let gone = key_at(dir, name);
+            let flags = if is_dir {
+                AtFlags::REMOVEDIR
+            } else {
+                AtFlags::empty()
+            };
+            rustix::fs::unlinkat(&dir.fd, name, flags)?;
+            gone
+        };
+        if let Some(vp) = vp {
+            self.record(&vp, "delete", None, None, who.origin);
+        }
+        Ok(gone)
+    }
+
+    /// Renames `name` in `dir` to `new_name` in `new_dir`; returns the backing key of the entry
+    /// it replaced (not for an exchange).
+    pub fn node_rename(
+        &self,
+        who: &Caller,
+        dir: &Node,
+        name: &OsStr,
+        new_dir: &Node,
+        new_name: &OsStr,
+        mode: RenameMode,
+    ) -> NodeResult<Option<BackingKey>> {
+        self.node_writable(dir.zone)?;
+        self.node_writable(new_dir.zone)?;
+        let from = self.child_vpath(dir, name);
+        let to = self.child_vpath(new_dir, new_name);
+        let replaced = {
+            let _locks = match (&from, &to) {
+                (Some(a), Some(b)) => Some(self.locks.lock_two(a, b)),
+                _ => None,
+            };
+            let flags = match mode {
+                RenameMode::Replace => rustix::fs::RenameFlags::empty(),
+                RenameMode::NoReplace => rustix::fs::RenameFlags::NOREPLACE,
+                RenameMode::Exchange => rustix::fs::RenameFlags::EXCHANGE,
+            };
+            let replaced = key_at(new_dir, new_name).filter(|_| mode != RenameMode::Exchange);
+            rustix::fs::renameat_with(&dir.fd, name, &new_dir.fd, new_name, flags)?;
+            replaced
+        };
+        if let (Some(from), Some(to)) = (from, to) {
+            self.record(&from, "move", None, Some(&to), who.origin);
+        }
+        Ok(replaced)
+    }
+
+    /// The backing key of `name` in `dir` now, if it exists.
+    pub fn node_key_at(&self, dir: &Node, name: &OsStr) -> Option<BackingKey> {
+        key_at(dir, name)
+    }
+
+    /// Makes `new_name` in `new_dir` a hard link to `node`. A link would give the file the second
+    /// name the zone's hard-link rule refuses to open: refused up front with `EPERM` (as on a
+    /// filesystem without hard links; tools such as cargo and git then copy).
+    pub fn node_link(
+        &self,
+        who: &Caller,
+        node: &Node,
+        new_dir: &Node,
+        new_name: &OsStr,
+    ) -> NodeResult<()> {
+        self.node_writable(new_dir.zone)?;
+        if new_dir.zone != node.zone {
+            return Err(Errno::XDEV);
+        }
+        if node.kind == FileType::RegularFile {
+            let mut st = node.stat()?;
+            st.st_nlink += 1;
+            self.node_check_links(node.zone, &st, "link", || self.node_vpath(node))
+                .map_err(|_| Errno::PERM)?;
+        }
+        let vp = self.child_vpath(new_dir, new_name);
+        {
+            let _lock = vp.as_ref().map(|v| self.locks.lock(v));
+            rustix::fs::linkat(
+                rustix::fs::CWD,
+                node.proc_path().as_str(),
+                &new_dir.fd,
+                new_name,
+                AtFlags::SYMLINK_FOLLOW,
+            )?;
+        }
+        if let Some(vp) = vp {
+            self.record(&vp, "link", None, None, who.origin);
+        }
+        Ok(())
+    }
+
+    /// Creates and opens the regular file `name` in `dir` with `flags` (exclusively with `excl`);
+    /// a file that appeared behind the kernel's back is opened instead, after the hard-link rule
+    /// is asked and before `O_TRUNC` changes it.
+    pub fn node_create(
+        &self,
+        who: &Caller,
+        dir: &Node,
+        name: &OsStr,
+        flags: OFlags,
+        mode: u32,
+        excl: bool,
+    ) -> NodeResult<OwnedFd> {
+        self.node_writable(dir.zone)?;
+        let base = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let want = mode & 0o7777;
+        let vp = self.child_vpath(dir, name);
+        let fd = {
+            let _lock = vp.as_ref().map(|v| self.locks.lock(v));
+            let _as = AsCaller::new(who);
+            match rustix::fs::openat(
+                &dir.fd,
+                name,
+                base | OFlags::CREATE | OFlags::EXCL,
+                Mode::from_raw_mode(want),
+            ) {
+                Ok(fd) => {
+                    if want & self.umask != 0 {
+                        rustix::fs::fchmod(&fd, Mode::from_raw_mode(want))?;
+                    }
+                    fd
+                }
+                Err(Errno::EXIST) if !excl => {
+                    let fd =
+                        rustix::fs::openat(&dir.fd, name, base - OFlags::TRUNC, Mode::empty())?;
+                    let st = rustix::fs::fstat(&fd)?;
+                    self.node_check_links(dir.zone, &st, "create", || vp.clone())?;
+                    if base.contains(OFlags::TRUNC) {
+                        rustix::fs::openat(&dir.fd, name, base, Mode::empty())?
+                    } else {
+                        fd
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        if let Some(vp) = vp {
+            self.record(&vp, "create", Some(0), None, who.origin);
+        }
+        Ok(fd)
+    }
+
+    /// Changes a node's attributes; a size change goes through `open_file` when the caller has the
+    /// file open for writing. Returns the new attributes.
+    pub fn node_setattr(
+        &self,
+        who: &Caller,
+        node: &Node,
+        change: AttrChange,
+        open_file: Option<&std::fs::File>,
+        press: &dyn Fn(),
+    ) -> NodeResult<Stat> {
+        self.node_writable(node.zone)?;
+        // Size, mode, owner and times all live in the one inode every link shares.
+        self.node_check_links_now(node, "setattr")?;
+        let vp = if change.mode.is_some()
+            || change.uid.is_some()
+            || change.gid.is_some()
+            || change.size.is_some()
+        {
+            self.node_vpath(node)
+        } else {
+            None
+        };
+        {
+            let _lock = change.size.and(vp.as_ref()).map(|v| self.locks.lock(v));
+            if let Some(mode) = change.mode {
+                rustix::fs::chmod(
+                    node.proc_path().as_str(),
+                    Mode::from_raw_mode(mode & 0o7777),
+                )?;
+            }
+            if change.uid.is_some() || change.gid.is_some() {
+                rustix::fs::chownat(
+                    &node.fd,
+                    "",
+                    change.uid.map(rustix::fs::Uid::from_raw),
+                    change.gid.map(rustix::fs::Gid::from_raw),
+                    AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
+                )?;
+            }
+            if let Some(size) = change.size {
+                match open_file {
+                    Some(f) => rustix::fs::ftruncate(f, size)?,
+                    None => {
+                        let fd = self.node_open(node, OFlags::WRONLY, press)?;
+                        rustix::fs::ftruncate(&fd, size)?;
+                    }
+                }
+            }
+            if change.atime.is_some() || change.mtime.is_some() {
+                let ts = Timestamps {
+                    last_access: timespec(change.atime),
+                    last_modification: timespec(change.mtime),
+                };
+                if node.kind == FileType::Symlink {
+                    rustix::fs::utimensat(
+                        &node.fd,
+                        "",
+                        &ts,
+                        AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
+                    )?;
+                } else {
+                    rustix::fs::utimensat(
+                        rustix::fs::CWD,
+                        node.proc_path().as_str(),
+                        &ts,
+                        AtFlags::empty(),
+                    )?;
+                }
+            }
+        }
+        if let Some(vp) = vp {
+            let op = if change.size.is_some() {
+                "truncate"
+            } else {
+                "setattr"
+            };
+            self.record(&vp, op, change.size, None, who.origin);
+        }
+        node.stat()
+    }
+
+    /// Sets (`Some(value)`) or removes (`None`) an extended attribute.
+    pub fn node_set_xattr(
+        &self,
+        who: &Caller,
+        node: &Node,
+        name: &OsStr,
+        value: Option<(&[u8], i32)>,
+    ) -> NodeResult<()> {
+        self.node_writable(node.zone)?;
+        let op = if value.is_some() {
+            "setxattr"
+        } else {
+            "removexattr"
+        };
+        self.node_check_links_now(node, op)?;
+        let path = node.proc_path();
+        match value {
+            Some((v, flags)) => rustix::fs::setxattr(
+                path.as_str(),
+                name,
+                v,
+                rustix::fs::XattrFlags::from_bits_retain(flags as _),
+            )?,
+            None => rustix::fs::removexattr(path.as_str(), name)?,
+        }
+        if let Some(vp) = self.node_vpath(node) {
+            self.record(&vp, "setxattr", None, None, who.origin);
+        }
+        Ok(())
+    }
+
+    /// Reads an extended attribute into `buf` (its size when `buf` is empty).
+    pub fn node_get_xattr(&self, node: &Node, name: &OsStr, buf: &mut [u8]) -> NodeResult<usize> {
+        if node.kind == FileType::Symlink {
+            return Err(Errno::NODATA);
+        }
+        rustix::fs::getxattr(node.proc_path().as_str(), name, buf)
+    }
+
+    /// Lists extended attribute names into `buf` (their size when `buf` is empty).
+    pub fn node_list_xattr(&self, node: &Node, buf: &mut [u8]) -> NodeResult<usize> {
+        if node.kind == FileType::Symlink {
+            return Ok(0);
+        }
+        rustix::fs::listxattr(node.proc_path().as_str(), buf)
+    }
+
+    /// The filesystem statistics of the node's backing filesystem.
+    pub fn node_statfs(&self, node: &Node) -> NodeResult<StatVfs> {
+        rustix::fs::statvfs(node.proc_path().as_str())
+    }
+
+    /// Syncs a directory node.
+    pub fn node_fsync_dir(&self, node: &Node, press: &dyn Fn()) -> NodeResult<()> {
+        let fd = self.node_open(node, OFlags::RDONLY | OFlags::DIRECTORY, press)?;
+        rustix::fs::fsync(&fd)
+    }
+
+    /// Journals the writes made through one open file, once, when it is closed.
+    pub fn node_record_write(&self, node: &Node, size: Option<u64>, origin: Origin) {
+        if let Some(vp) = self.node_vpath(node) {
+            self.record(&vp, "write", size, None, origin);
+        }
+    }
+}
+
+/// File I/O on a backing file the mount opened through [`Zones::node_open`] or
+/// [`Zones::node_create`] (used when the kernel does not pass the I/O through itself).
+pub mod io {
+    use std::fs::File;
+
+    use rustix::fs::SeekFrom;
+
+    use super::NodeResult;
+
+    /// Reads up to `buf.len()` bytes at `offset` (fewer only at the end of the file).
+    pub fn read_at(f: &File, buf: &mut [u8], offset: u64) -> NodeResult<usize> {
+        let mut n = 0;
+        while n < buf.len() {
+            let r = rustix::io::pread(f, &mut buf[n..], offset + n as u64)?;
+            if r == 0 {
+                break;
+            }
+            n += r;
+        }
+        Ok(n)
+    }
+
+    /// Writes all of `data` at `offset`, or at the end with `append`.
+    pub fn write_at(f: &File, data: &[u8], offset: u64, append: bool) -> NodeResult<usize> {
+        let mut n = 0;
+        while n < data.len() {
+            n += if append {
+                rustix::io::write(f, &data[n..])?
+            } else {
+                rustix::io::pwrite(f, &data[n..], offset + n as u64)?
+            };
+        }
+        Ok(n)
+    }
+
+    /// Syncs the file's data (and metadata unless `datasync`).
+    pub fn sync(f: &File, datasync: bool) -> NodeResult<()> {
+        if datasync {
+            rustix::fs::fdatasync(f)
+        } else {
+            rustix::fs::fsync(f)
+        }
+    }
+
+    /// `fallocate(2)` with the kernel's mode bits.
+    pub fn allocate(f: &File, mode: i32, offset: u64, len: u64) -> NodeResult<()> {
+        rustix::fs::fallocate(
+            f,
+            rustix::fs::FallocateFlags::from_bits_retain(mode as _),
+            offset,
+            len,
+        )
+    }
+
+    /// `lseek(2)`, SEEK_DATA and SEEK_HOLE included.
+    pub fn seek(f: &File, offset: i64, whence: i32) -> NodeResult<u64> {
+        let pos = match whence {
+            libc::SEEK_DATA => SeekFrom::Data(offset as u64),
+            libc::SEEK_HOLE => SeekFrom::Hole(offset as u64),
+            libc::SEEK_END => SeekFrom::End(offset),
+            libc::SEEK_CUR => SeekFrom::Current(offset),
+            _ => SeekFrom::Start(offset as u64),
+        };
+        rustix::fs::seek(f, pos)
+    }
+
+    /// Copies `len` bytes between two open files in the kernel.
+    pub fn copy_range(
+        from: &File,
+        from_offset: u64,
+        to: &File,
+        to_offset: u64,
+        len: u64,
+    ) -> NodeResult<usize> {
+        let (mut a, mut b) = (from_offset, to_offset);
+        rustix::fs::copy_file_range(from, Some(&mut a), to, Some(&mut b), len as usize)
+    }
+
+    /// The attributes of an open file.
+    pub fn stat(f: &File) -> NodeResult<rustix::fs::Stat> {
+        rustix::fs::fstat(f)
+    }
+}
