@@ -207,6 +207,8 @@ fn the_hard_link_rule_holds_for_node_opens_changes_and_links_as_for_the_api() {
     assert!(!dir.path().join("z/workspace/second").exists());
 }
 
+type Remover = std::thread::JoinHandle<Result<(), Errno>>;
+
 #[test]
 fn a_node_change_waits_for_the_path_lock_an_api_replacement_holds() {
     let dir = tempfile::tempdir().unwrap();
@@ -215,8 +217,7 @@ fn a_node_change_waits_for_the_path_lock_an_api_replacement_holds() {
     let z = Arc::new(zones_with(dir.path(), ""));
     let finished_early = Arc::new(AtomicBool::new(false));
     let (zz, flag) = (z.clone(), finished_early.clone());
-    let remover: Arc<std::sync::Mutex<Option<std::thread::JoinHandle<Result<(), Errno>>>>> =
-        Arc::default();
+    let remover: Arc<std::sync::Mutex<Option<Remover>>> = Arc::default();
     let slot = remover.clone();
     // Runs inside the API write's commit, with /workspace/f's lock held.
     *z.before_replace.lock().unwrap() = Some(Box::new(move || {
