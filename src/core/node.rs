@@ -6,7 +6,9 @@
 //! beneath those descriptors. Every change passes the same rules as the API's path operations in
 //! [`super::ops`], each rule in one function: [`Zones::check_writable`] (read-only zones),
 //! [`super::LocalZone::check_links`] (the hard-link rule), [`super::PathLocks`] (one writer per
-//! path at a time), and the journal record ([`Zones::record_change`]). Errors stay kernel errnos
+//! path at a time), and the journal record ([`Zones::record_change`]). Each change takes a
+//! callback run right after its system call and before the journal record: the mount notes there
+//! that the change is its own, before the watcher can see it. Errors stay kernel errnos
 //! (`rustix::io::Errno`); a core [`super::FsError`] becomes one through [`super::FsError::errno`].
 //!
 //! May not import `fuser` or anything from `src/fuse`: the decoding of requests and the shape of
@@ -309,7 +311,9 @@ impl Zones {
     }
 
     /// Creates a node named `name` in `dir` with `make` (as the caller, under the path's lock),
-    /// gives it exactly `mode` when the daemon's umask took bits away, and journals `op`.
+    /// gives it exactly `mode` when the daemon's umask took bits away, runs `made`, and journals
+    /// `op`.
+    #[allow(clippy::too_many_arguments)]
     fn node_make(
         &self,
         who: &Caller,
@@ -318,6 +322,7 @@ impl Zones {
         op: &str,
         mode: Option<u32>,
         make: impl FnOnce() -> NodeResult<()>,
+        made: impl FnOnce(),
     ) -> NodeResult<()> {
         self.node_writable(dir.zone)?;
         let vp = self.child_vpath(dir, name);
@@ -329,6 +334,7 @@ impl Zones {
                 rustix::fs::chmodat(&dir.fd, name, Mode::from_raw_mode(mode), AtFlags::empty())?;
             }
         }
+        made();
         if let Some(vp) = vp {
             self.record(&vp, op, None, None, who.origin);
         }
@@ -343,9 +349,10 @@ impl Zones {
         name: &OsStr,
         mode: u32,
         rdev: u64,
+        made: impl FnOnce(),
     ) -> NodeResult<()> {
         let perm = mode & 0o7777;
-        self.node_make(who, dir, name, "create", Some(perm), || {
+        let make = || {
             rustix::fs::mknodat(
                 &dir.fd,
                 name,
@@ -353,15 +360,22 @@ impl Zones {
                 Mode::from_raw_mode(perm),
                 rdev,
             )
-        })
+        };
+        self.node_make(who, dir, name, "create", Some(perm), make, made)
     }
 
     /// Creates a directory.
-    pub fn node_mkdir(&self, who: &Caller, dir: &Node, name: &OsStr, mode: u32) -> NodeResult<()> {
+    pub fn node_mkdir(
+        &self,
+        who: &Caller,
+        dir: &Node,
+        name: &OsStr,
+        mode: u32,
+        made: impl FnOnce(),
+    ) -> NodeResult<()> {
         let perm = mode & 0o7777;
-        self.node_make(who, dir, name, "mkdir", Some(perm), || {
-            rustix::fs::mkdirat(&dir.fd, name, Mode::from_raw_mode(perm))
-        })
+        let make = || rustix::fs::mkdirat(&dir.fd, name, Mode::from_raw_mode(perm));
+        self.node_make(who, dir, name, "mkdir", Some(perm), make, made)
     }
 
     /// Creates a symlink to `target` (stored verbatim).
@@ -371,21 +385,22 @@ impl Zones {
         dir: &Node,
         name: &OsStr,
         target: &Path,
+        made: impl FnOnce(),
     ) -> NodeResult<()> {
-        self.node_make(who, dir, name, "symlink", None, || {
-            rustix::fs::symlinkat(target, &dir.fd, name)
-        })
+        let make = || rustix::fs::symlinkat(target, &dir.fd, name);
+        self.node_make(who, dir, name, "symlink", None, make, made)
     }
 
-    /// Removes `name` from `dir` (a directory with `is_dir`); returns the backing key of what was
-    /// removed, when it could be read first.
+    /// Removes `name` from `dir` (a directory with `is_dir`); `removed` is given the backing key of
+    /// what was removed (when it could be read first), before the change is journaled.
     pub fn node_remove(
         &self,
         who: &Caller,
         dir: &Node,
         name: &OsStr,
         is_dir: bool,
-    ) -> NodeResult<Option<BackingKey>> {
+        removed: impl FnOnce(Option<BackingKey>),
+    ) -> NodeResult<()> {
         self.node_writable(dir.zone)?;
         let vp = self.child_vpath(dir, name);
         let gone = {
@@ -399,14 +414,16 @@ impl Zones {
             rustix::fs::unlinkat(&dir.fd, name, flags)?;
             gone
         };
+        removed(gone);
         if let Some(vp) = vp {
             self.record(&vp, "delete", None, None, who.origin);
         }
-        Ok(gone)
+        Ok(())
     }
 
-    /// Renames `name` in `dir` to `new_name` in `new_dir`; returns the backing key of the entry
-    /// it replaced (not for an exchange).
+    /// Renames `name` in `dir` to `new_name` in `new_dir`; `moved` is given the backing key of the
+    /// entry it replaced (not for an exchange), before the change is journaled.
+    #[allow(clippy::too_many_arguments)]
     pub fn node_rename(
         &self,
         who: &Caller,
@@ -415,7 +432,8 @@ impl Zones {
         new_dir: &Node,
         new_name: &OsStr,
         mode: RenameMode,
-    ) -> NodeResult<Option<BackingKey>> {
+        moved: impl FnOnce(Option<BackingKey>),
+    ) -> NodeResult<()> {
         self.node_writable(dir.zone)?;
         self.node_writable(new_dir.zone)?;
         let from = self.child_vpath(dir, name);
@@ -434,10 +452,11 @@ impl Zones {
             rustix::fs::renameat_with(&dir.fd, name, &new_dir.fd, new_name, flags)?;
             replaced
         };
+        moved(replaced);
         if let (Some(from), Some(to)) = (from, to) {
             self.record(&from, "move", None, Some(&to), who.origin);
         }
-        Ok(replaced)
+        Ok(())
     }
 
     /// The backing key of `name` in `dir` now, if it exists.
@@ -454,6 +473,7 @@ impl Zones {
         node: &Node,
         new_dir: &Node,
         new_name: &OsStr,
+        made: impl FnOnce(),
     ) -> NodeResult<()> {
         self.node_writable(new_dir.zone)?;
         if new_dir.zone != node.zone {
@@ -476,6 +496,7 @@ impl Zones {
                 AtFlags::SYMLINK_FOLLOW,
             )?;
         }
+        made();
         if let Some(vp) = vp {
             self.record(&vp, "link", None, None, who.origin);
         }
@@ -485,6 +506,7 @@ impl Zones {
     /// Creates and opens the regular file `name` in `dir` with `flags` (exclusively with `excl`);
     /// a file that appeared behind the kernel's back is opened instead, after the hard-link rule
     /// is asked and before `O_TRUNC` changes it.
+    #[allow(clippy::too_many_arguments)]
     pub fn node_create(
         &self,
         who: &Caller,
@@ -493,6 +515,7 @@ impl Zones {
         flags: OFlags,
         mode: u32,
         excl: bool,
+        made: impl FnOnce(),
     ) -> NodeResult<OwnedFd> {
         self.node_writable(dir.zone)?;
         let base = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC;
@@ -527,6 +550,7 @@ impl Zones {
                 Err(e) => return Err(e),
             }
         };
+        made();
         if let Some(vp) = vp {
             self.record(&vp, "create", Some(0), None, who.origin);
         }
@@ -621,6 +645,7 @@ impl Zones {
         node: &Node,
         name: &OsStr,
         value: Option<(&[u8], i32)>,
+        made: impl FnOnce(),
     ) -> NodeResult<()> {
         self.node_writable(node.zone)?;
         let op = if value.is_some() {
@@ -639,6 +664,7 @@ impl Zones {
             )?,
             None => rustix::fs::removexattr(path.as_str(), name)?,
         }
+        made();
         if let Some(vp) = self.node_vpath(node) {
             self.record(&vp, "setxattr", None, None, who.origin);
         }

@@ -74,11 +74,20 @@ fn every_node_change_is_journaled_once_with_its_caller() {
     let z = zones_with(dir.path(), "");
     let ws = root(&z);
     let who = caller();
-    z.node_mkdir(&who, &ws, OsStr::new("d"), 0o755).unwrap();
+    z.node_mkdir(&who, &ws, OsStr::new("d"), 0o755, || {})
+        .unwrap();
     let d = child(&z, &ws, "d");
     drop(
-        z.node_create(&who, &d, OsStr::new("f"), OFlags::WRONLY, 0o644, true)
-            .unwrap(),
+        z.node_create(
+            &who,
+            &d,
+            OsStr::new("f"),
+            OFlags::WRONLY,
+            0o644,
+            true,
+            || {},
+        )
+        .unwrap(),
     );
     z.node_rename(
         &who,
@@ -87,11 +96,13 @@ fn every_node_change_is_journaled_once_with_its_caller() {
         &d,
         OsStr::new("g"),
         RenameMode::Replace,
+        |_| {},
     )
     .unwrap();
-    z.node_symlink(&who, &ws, OsStr::new("l"), Path::new("d/g"))
+    z.node_symlink(&who, &ws, OsStr::new("l"), Path::new("d/g"), || {})
         .unwrap();
-    z.node_remove(&who, &ws, OsStr::new("l"), false).unwrap();
+    z.node_remove(&who, &ws, OsStr::new("l"), false, |_| {})
+        .unwrap();
     let mut rows = journal(&z);
     rows.sort_by_key(|r| r.0.clone());
     let s = |v: &str| v.to_string();
@@ -118,21 +129,32 @@ fn a_read_only_zone_refuses_every_node_change_as_the_api_does() {
     let f = child(&z, &ws, "f");
     let who = caller();
     let name = OsStr::new("n");
-    assert_eq!(z.node_mkdir(&who, &ws, name, 0o755), Err(Errno::ROFS));
     assert_eq!(
-        z.node_create(&who, &ws, name, OFlags::WRONLY, 0o644, false)
+        z.node_mkdir(&who, &ws, name, 0o755, || {}),
+        Err(Errno::ROFS)
+    );
+    assert_eq!(
+        z.node_create(&who, &ws, name, OFlags::WRONLY, 0o644, false, || {})
             .err(),
         Some(Errno::ROFS)
     );
     assert_eq!(
-        z.node_remove(&who, &ws, OsStr::new("f"), false),
+        z.node_remove(&who, &ws, OsStr::new("f"), false, |_| {}),
         Err(Errno::ROFS)
     );
     assert_eq!(
-        z.node_rename(&who, &ws, OsStr::new("f"), &ws, name, RenameMode::Replace),
+        z.node_rename(
+            &who,
+            &ws,
+            OsStr::new("f"),
+            &ws,
+            name,
+            RenameMode::Replace,
+            |_| {}
+        ),
         Err(Errno::ROFS)
     );
-    assert_eq!(z.node_link(&who, &f, &ws, name), Err(Errno::ROFS));
+    assert_eq!(z.node_link(&who, &f, &ws, name, || {}), Err(Errno::ROFS));
     let truncate = AttrChange {
         size: Some(0),
         ..Default::default()
@@ -176,13 +198,13 @@ fn the_hard_link_rule_holds_for_node_opens_changes_and_links_as_for_the_api() {
         Some(Errno::ACCESS)
     );
     assert_eq!(
-        z.node_set_xattr(&who, &h, OsStr::new("user.x"), Some((b"1", 0))),
+        z.node_set_xattr(&who, &h, OsStr::new("user.x"), Some((b"1", 0)), || {}),
         Err(Errno::ACCESS)
     );
     // Linking a plain file would make it one the rule refuses: refused up front.
     let plain = child(&z, &ws, "plain.txt");
     assert_eq!(
-        z.node_link(&who, &plain, &ws, OsStr::new("second")),
+        z.node_link(&who, &plain, &ws, OsStr::new("second"), || {}),
         Err(Errno::PERM)
     );
     // Opening an existing multiply-linked file through create (no O_EXCL) with O_TRUNC.
@@ -193,7 +215,8 @@ fn the_hard_link_rule_holds_for_node_opens_changes_and_links_as_for_the_api() {
             OsStr::new("h.txt"),
             OFlags::WRONLY | OFlags::TRUNC,
             0o644,
-            false
+            false,
+            || {}
         )
         .err(),
         Some(Errno::ACCESS)
@@ -224,8 +247,7 @@ fn a_node_change_waits_for_the_path_lock_an_api_replacement_holds() {
         let zt = zz.clone();
         let t = std::thread::spawn(move || {
             let ws = root(&zt);
-            zt.node_remove(&caller(), &ws, OsStr::new("f"), false)
-                .map(|_| ())
+            zt.node_remove(&caller(), &ws, OsStr::new("f"), false, |_| {})
         });
         std::thread::sleep(Duration::from_millis(200));
         flag.store(t.is_finished(), Ordering::SeqCst);

@@ -643,9 +643,10 @@ impl fuser::Filesystem for SandFs {
             let name = plain_name(name)?;
             let mode = (mode & !0o7777) | (mode & !umask & 0o7777);
             self.zones
-                .node_mknod(&SandFs::caller(req), &p, name, mode, rdev as u64)
+                .node_mknod(&SandFs::caller(req), &p, name, mode, rdev as u64, || {
+                    self.mark(&p, Some(name))
+                })
                 .map_err(errno)?;
-            self.mark(&p, Some(name));
             self.do_lookup(parent, name)
         })();
         reply!(reply, res, |(_, attr)| reply.entry(
@@ -676,9 +677,10 @@ impl fuser::Filesystem for SandFs {
             let p = self.dir_for_change(parent)?;
             let name = plain_name(name)?;
             self.zones
-                .node_mkdir(&SandFs::caller(req), &p, name, mode & !umask)
+                .node_mkdir(&SandFs::caller(req), &p, name, mode & !umask, || {
+                    self.mark(&p, Some(name))
+                })
                 .map_err(errno)?;
-            self.mark(&p, Some(name));
             self.do_lookup(parent, name)
         })();
         reply!(reply, res, |(_, attr)| reply.entry(
@@ -696,15 +698,14 @@ impl fuser::Filesystem for SandFs {
         let res = (|| {
             let p = self.dir_for_change(parent)?;
             let name = plain_name(name)?;
-            let gone = self
-                .zones
-                .node_remove(&SandFs::caller(req), &p, name, false)
-                .map_err(errno)?;
-            self.mark(&p, None);
-            if let Some(k) = gone {
-                self.own.forget(k);
-            }
-            Ok(())
+            self.zones
+                .node_remove(&SandFs::caller(req), &p, name, false, |gone| {
+                    self.mark(&p, None);
+                    if let Some(k) = gone {
+                        self.own.forget(k);
+                    }
+                })
+                .map_err(errno)
         })();
         reply!(reply, res, |()| reply.ok())
     }
@@ -717,15 +718,14 @@ impl fuser::Filesystem for SandFs {
         let res = (|| {
             let p = self.dir_for_change(parent)?;
             let name = plain_name(name)?;
-            let gone = self
-                .zones
-                .node_remove(&SandFs::caller(req), &p, name, true)
-                .map_err(errno)?;
-            self.mark(&p, None);
-            if let Some(k) = gone {
-                self.own.forget(k);
-            }
-            Ok(())
+            self.zones
+                .node_remove(&SandFs::caller(req), &p, name, true, |gone| {
+                    self.mark(&p, None);
+                    if let Some(k) = gone {
+                        self.own.forget(k);
+                    }
+                })
+                .map_err(errno)
         })();
         reply!(reply, res, |()| reply.ok())
     }
@@ -750,9 +750,10 @@ impl fuser::Filesystem for SandFs {
             let p = self.dir_for_change(parent)?;
             let name = plain_name(link_name)?;
             self.zones
-                .node_symlink(&SandFs::caller(req), &p, name, target)
+                .node_symlink(&SandFs::caller(req), &p, name, target, || {
+                    self.mark(&p, Some(name))
+                })
                 .map_err(errno)?;
-            self.mark(&p, Some(name));
             self.do_lookup(parent, name)
         })();
         reply!(reply, res, |(_, attr)| reply.entry(
@@ -806,15 +807,16 @@ impl fuser::Filesystem for SandFs {
             } else {
                 RenameMode::Replace
             };
-            let replaced = self
-                .zones
-                .node_rename(&SandFs::caller(req), &p, name, &np, newname, mode)
+            let who = SandFs::caller(req);
+            self.zones
+                .node_rename(&who, &p, name, &np, newname, mode, |replaced| {
+                    if let Some(k) = replaced {
+                        self.own.forget(k);
+                    }
+                    self.mark(&p, Some(name));
+                    self.mark(&np, Some(newname));
+                })
                 .map_err(errno)?;
-            if let Some(k) = replaced {
-                self.own.forget(k);
-            }
-            self.mark(&p, Some(name));
-            self.mark(&np, Some(newname));
             // The kernel now knows the moved inode(s) under the new name(s).
             for (dir, n, kernel_dir) in [(&np, newname, newparent.0), (&p, name, parent.0)] {
                 if let Some((dev, backing)) = self.zones.node_key_at(dir, n) {
@@ -844,9 +846,10 @@ impl fuser::Filesystem for SandFs {
             let np = self.dir_for_change(newparent)?;
             let name = plain_name(newname)?;
             self.zones
-                .node_link(&SandFs::caller(req), &i, &np, name)
+                .node_link(&SandFs::caller(req), &i, &np, name, || {
+                    self.mark(&np, Some(name))
+                })
                 .map_err(errno)?;
-            self.mark(&np, Some(name));
             self.do_lookup(newparent, name)
         })();
         reply!(reply, res, |(_, attr)| reply.entry(
@@ -1248,11 +1251,12 @@ impl fuser::Filesystem for SandFs {
         let res = (|| {
             let i = self.inode(ino)?;
             self.zones
-                .node_set_xattr(&SandFs::caller(req), &i, name, Some((value, flags)))
+                .node_set_xattr(&SandFs::caller(req), &i, name, Some((value, flags)), || {
+                    if let Ok(st) = i.stat() {
+                        self.own.note(&st);
+                    }
+                })
                 .map_err(errno)?;
-            if let Ok(st) = i.stat() {
-                self.own.note(&st);
-            }
             Ok(())
         })();
         reply!(reply, res, |()| reply.ok())
@@ -1306,11 +1310,12 @@ impl fuser::Filesystem for SandFs {
         let res = (|| {
             let i = self.inode(ino)?;
             self.zones
-                .node_set_xattr(&SandFs::caller(req), &i, name, None)
+                .node_set_xattr(&SandFs::caller(req), &i, name, None, || {
+                    if let Ok(st) = i.stat() {
+                        self.own.note(&st);
+                    }
+                })
                 .map_err(errno)?;
-            if let Ok(st) = i.stat() {
-                self.own.note(&st);
-            }
             Ok(())
         })();
         reply!(reply, res, |()| reply.ok())
@@ -1372,9 +1377,9 @@ impl fuser::Filesystem for SandFs {
                     SandFs::open_flags(flags),
                     mode & !umask,
                     flags & libc::O_EXCL != 0,
+                    || self.mark(&p, Some(name)),
                 )
                 .map_err(errno)?;
-            self.mark(&p, Some(name));
             let (inode, attr) = self.do_lookup(parent, name)?;
             Ok((inode, attr, fd))
         })();

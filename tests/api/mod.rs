@@ -1,0 +1,11 @@
+//! Integration tests of the daemon: a real `sandfs serve` on a temp socket, driven through the
+//! CLI, raw HTTP (curl), and the library's client.
+
+mod cli;
+mod concurrency;
+mod escape;
+mod grep;
+mod http;
+mod parity;
+mod service;
+pub mod support;

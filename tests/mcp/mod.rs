@@ -1,0 +1,289 @@
+//! Tests of `sandfs mcp` with a real MCP client: the official MCP Python SDK's stdio client
+//! (`mcp` from PyPI, installed into a virtualenv by `.ci/install-deps test`) runs
+//! `tests/mcp/client.py`, which spawns `sandfs mcp` against a real daemon started here, lists
+//! the tools, calls each one and checks results and error shapes. These tests assert on the
+//! script's exit status and output; a missing Python or `mcp` package fails them, naming the fix.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_sandfs");
+const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp/client.py");
+/// The `mcp` version `.ci/install-deps test` installs.
+const MCP_VERSION: &str = "2.3.0";
+
+/// Returns the Python of the test virtualenv that has the `mcp` package, or fails with what to
+/// install.
+fn python() -> PathBuf {
+    let candidates: Vec<PathBuf> = match std::env::var_os("SANDFS_TEST_VENV") {
+        Some(v) => vec![PathBuf::from(v)],
+        None => {
+            let mut c = vec![PathBuf::from("/opt/sandfs-test-venv")];
+            if let Some(home) = std::env::var_os("HOME") {
+                c.push(Path::new(&home).join(".local/share/sandfs-test-venv"));
+            }
+            c
+        }
+    };
+    let fix = format!(
+        "run `.ci/install-deps test` (make test does), which makes a virtualenv with \
+         `python3 -m venv /opt/sandfs-test-venv` (Debian: apt-get install python3-venv) and runs \
+         `/opt/sandfs-test-venv/bin/pip install mcp=={MCP_VERSION}`; \
+         $SANDFS_TEST_VENV names another virtualenv"
+    );
+    let Some(py) = candidates
+        .iter()
+        .map(|v| v.join("bin/python"))
+        .find(|p| p.is_file())
+    else {
+        panic!("no test virtualenv with Python at {candidates:?}: {fix}");
+    };
+    let out = Command::new(&py)
+        .args([
+            "-c",
+            "import importlib.metadata as m, mcp.client.stdio; print(m.version('mcp'))",
+        ])
+        .current_dir("/")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}; {fix}", py.display()));
+    assert!(
+        out.status.success(),
+        "the `mcp` package is not importable by {}: {}; {fix}",
+        py.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let version = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert_eq!(
+        version,
+        MCP_VERSION,
+        "{} has mcp {version}, the tests pin {MCP_VERSION}; {fix}",
+        py.display()
+    );
+    py
+}
+
+/// A running `sandfs serve --no-mount` with a private config, socket and state; killed on drop.
+struct Daemon {
+    child: Child,
+    dir: tempfile::TempDir,
+    socket: PathBuf,
+    config: PathBuf,
+}
+
+impl Daemon {
+    /// Starts a daemon in sandboxed mode under a temp dir; `extra` is appended to the config.
+    fn start(extra: &str) -> Daemon {
+        let (dir, socket, config) = Daemon::config(extra);
+        let log = std::fs::File::create(dir.path().join("daemon.log")).unwrap();
+        let mut child = Command::new(BIN)
+            .args(["serve", "--no-mount", "--config"])
+            .arg(&config)
+            .env_remove("SANDFS_SOCKET")
+            .env_remove("SANDFS_CONFIG")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if std::os::unix::net::UnixStream::connect(&socket).is_ok() {
+                break;
+            }
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!("daemon exited with {status}: {}", log_text(dir.path()));
+            }
+            assert!(
+                Instant::now() < deadline,
+                "daemon did not listen within 15 s: {}",
+                log_text(dir.path())
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Daemon {
+            child,
+            dir,
+            socket,
+            config,
+        }
+    }
+
+    /// Writes a config under a new temp dir; returns the dir, the socket and the config path.
+    fn config(extra: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
+        let dir = tempfile::Builder::new()
+            .prefix("sandfs-mcp")
+            .tempdir()
+            .unwrap();
+        let socket = dir.path().join("run/sandfs.sock");
+        let config = dir.path().join("config.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "state_dir = \"state\"\nsocket = \"{}\"\n\
+                 [zones]\nmode = \"sandboxed\"\nroot = \"root\"\n{extra}",
+                socket.display()
+            ),
+        )
+        .unwrap();
+        (dir, socket, config)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn log_text(dir: &Path) -> String {
+    let mut s = String::new();
+    if let Ok(mut f) = std::fs::File::open(dir.join("daemon.log")) {
+        let _ = f.read_to_string(&mut s);
+    }
+    s
+}
+
+/// Runs the client script in `mode` against `sandfs mcp --socket socket --config config`,
+/// killing it after two minutes.
+fn run_client(socket: &Path, config: &Path, mode: &str) -> Output {
+    let py = python();
+    let mut child = Command::new(py)
+        .arg(SCRIPT)
+        .arg(BIN)
+        .arg(socket)
+        .arg(config)
+        .arg(mode)
+        .env_remove("SANDFS_SOCKET")
+        .env_remove("SANDFS_CONFIG")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// Asserts that the script passed; returns its stdout.
+fn passed(out: &Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success() && stdout.lines().last() == Some("PASS"),
+        "client.py failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+#[test]
+fn every_tool_answers_a_real_mcp_client() {
+    let d = Daemon::start("");
+    let out = run_client(&d.socket, &d.config, "tools");
+    let stdout = passed(&out);
+    for line in [
+        "ok tools are the 15, no git_push",
+        "ok read returns the text written",
+        "ok a truncated read says how to go on",
+        "ok edit error code is NOT_UNIQUE",
+        "ok read error code is NOT_FOUND",
+        "ok read error code is OUTSIDE_ZONE",
+        "ok grep finds the match with path and line",
+        "ok git_status lists no repositories",
+        "ok staged_show error code is NOT_FOUND",
+        "ok mirror_push without a sandbox is an error with a code",
+        "ok mirror_pull without a sandbox is an error with a code",
+    ] {
+        assert!(
+            stdout.lines().any(|l| l == line),
+            "no `{line}` in:\n{stdout}"
+        );
+    }
+    // What the tools did went through the daemon: the files are in the zones' directories.
+    let root = d.dir.path().join("root");
+    assert_eq!(
+        std::fs::read_to_string(root.join("cache/a.md")).unwrap(),
+        "ALPHA\nBETA\ngamma BETA\n"
+    );
+    assert!(!root.join("workspace/notes").exists());
+    assert!(root.join("workspace/src/main.rs").is_file());
+}
+
+/// Runs git in `dir` with a fixed identity and dates, failing the test when it fails.
+fn git(dir: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .args(["-c", "user.name=test", "-c", "user.email=test@localhost"])
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_DATE", "2026-01-01T00:00:00Z")
+        .env("GIT_COMMITTER_DATE", "2026-01-01T00:00:00Z")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run git (apt-get install git): {e}"));
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn git_tools_stage_a_commit_for_review() {
+    let d = Daemon::start("");
+    let repo = d.dir.path().join("demo");
+    std::fs::create_dir(&repo).unwrap();
+    std::fs::write(repo.join("README.md"), "# Demo\n").unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    git(&repo, &["add", "README.md"]);
+    git(&repo, &["commit", "-q", "-m", "Start"]);
+    let out = Command::new(BIN)
+        .arg("--socket")
+        .arg(&d.socket)
+        .args(["git", "pull", "--into", "/workspace/demo"])
+        .arg(&repo)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "sandfs git pull: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = passed(&run_client(&d.socket, &d.config, "git"));
+    assert!(
+        stdout.lines().any(|l| l == "ok staged_show has the diff"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn git_push_is_offered_only_when_the_config_allows_it() {
+    let d = Daemon::start("[mcp]\nallow_push = true\n");
+    let stdout = passed(&run_client(&d.socket, &d.config, "push"));
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l == "ok tools are the 15 plus git_push"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn a_missing_daemon_is_a_tool_error_naming_the_socket() {
+    let (_dir, socket, config) = Daemon::config("");
+    let stdout = passed(&run_client(&socket, &config, "no-daemon"));
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l == "ok read error code is DAEMON_NOT_RUNNING"),
+        "{stdout}"
+    );
+}
