@@ -8,9 +8,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
-
-use crate::core::ZoneId;
+use serde::{Deserialize, Serialize};
 
 /// The documented default configuration, embedded in the binary.
 pub const DEFAULT_CONFIG: &str = include_str!("../config.toml");
@@ -1029,6 +1027,47 @@ pub fn runtime_dir() -> PathBuf {
     dirs::runtime_dir().unwrap_or_else(|| {
         std::env::temp_dir().join(format!("sandfs-{}", rustix::process::getuid().as_raw()))
     })
+}
+
+/// The two zones of the virtual filesystem (named here, where the config names them; the core
+/// re-exports it as `core::ZoneId`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ZoneId {
+    Cache,
+    Workspace,
+}
+
+impl ZoneId {
+    /// Both zones, in listing order.
+    pub const ALL: [ZoneId; 2] = [ZoneId::Cache, ZoneId::Workspace];
+
+    /// Returns the zone's name as it appears in paths.
+    pub fn name(self) -> &'static str {
+        match self {
+            ZoneId::Cache => "cache",
+            ZoneId::Workspace => "workspace",
+        }
+    }
+
+    /// Parses a zone name.
+    pub fn from_name(name: &str) -> Option<ZoneId> {
+        match name {
+            "cache" => Some(ZoneId::Cache),
+            "workspace" => Some(ZoneId::Workspace),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl std::fmt::Display for ZoneId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 #[cfg(test)]

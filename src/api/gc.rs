@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use super::body::JsonBody;
 use super::error::ApiError;
 use super::AppState;
-use crate::core::{gc, FsError};
+use crate::core::{retention, FsError};
 
 /// What one garbage collection pass removed.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -56,11 +56,11 @@ async fn run_route(
 pub fn collect(app: &AppState) -> Result<GcReport, ApiError> {
     let keep_days = app.settings.journal.keep_days;
     let now = app.zones.now_ms();
-    let before_ms = gc::cutoff_ms(now, keep_days);
-    let journal_rows = gc::prune_journal(&app.zones, now, keep_days)
+    let before_ms = retention::cutoff_ms(now, keep_days);
+    let journal_rows = retention::prune_journal(&app.zones, now, keep_days)
         .map_err(|e| FsError::Internal(e.to_string()))?;
     let git = app.git.gc(before_ms).map_err(ApiError::Git)?;
-    let temp_files = gc::sweep_temp_files(&app.zones, now);
+    let temp_files = retention::sweep_temp_files(&app.zones, now);
     Ok(GcReport {
         keep_days,
         before_ms,

@@ -4,7 +4,6 @@
 //! help. Output is for people by default and JSON with `--json`. Exit codes depend on the class of
 //! the error (see [`exit_code`]), never on message text.
 
-pub mod client;
 mod cmd;
 mod output;
 
@@ -13,7 +12,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-pub use client::{Client, ClientError};
+pub use crate::client::{Client, ClientError};
 
 use crate::config::Settings;
 use crate::core::ErrorCode;

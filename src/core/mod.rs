@@ -3,13 +3,12 @@
 //! [`Zones`] is the one value the FUSE adapter, the socket API and tests call into. It knows no
 //! socket, no mount, no git and no sandbox; it reads paths through [`path`], reaches files through
 //! [`zone`], records every mutation in the state journal, and reports failures as [`FsError`].
-//! [`remote`] defines what a directory inside a remote sandbox must offer ([`remote::RemoteFs`]);
+//! [`provider`] defines what a directory inside a sandbox must offer ([`provider::RemoteFs`]);
 //! the providers that offer it live in `crate::sandbox`. A zone may be served from a directory
 //! inside a sandbox through one ([`remote_zone`]); the operations then go to the sandbox.
 
 pub mod error;
 pub mod foreign;
-pub mod gc;
 mod locks;
 #[cfg(test)]
 mod model_tests;
@@ -18,8 +17,9 @@ pub mod node;
 mod node_tests;
 mod ops;
 pub mod path;
-pub mod remote;
+pub mod provider;
 pub mod remote_zone;
+pub mod retention;
 mod search;
 pub mod zone;
 

@@ -1472,7 +1472,7 @@ impl AtomicWrite<'_> {
         if let Some(mode) = self.mode {
             r.set_meta(
                 &self.vp,
-                super::remote::MetaUpdate {
+                super::provider::MetaUpdate {
                     mode: Some(mode),
                     mtime: None,
                 },

@@ -16,45 +16,7 @@ pub const MAX_NAME: usize = 255;
 /// Longest virtual path accepted, as Linux's `PATH_MAX`.
 pub const MAX_PATH: usize = 4096;
 
-/// The two zones of the virtual filesystem.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ZoneId {
-    Cache,
-    Workspace,
-}
-
-impl ZoneId {
-    /// Both zones, in listing order.
-    pub const ALL: [ZoneId; 2] = [ZoneId::Cache, ZoneId::Workspace];
-
-    /// Returns the zone's name as it appears in paths.
-    pub fn name(self) -> &'static str {
-        match self {
-            ZoneId::Cache => "cache",
-            ZoneId::Workspace => "workspace",
-        }
-    }
-
-    /// Parses a zone name.
-    pub fn from_name(name: &str) -> Option<ZoneId> {
-        match name {
-            "cache" => Some(ZoneId::Cache),
-            "workspace" => Some(ZoneId::Workspace),
-            _ => None,
-        }
-    }
-
-    pub(crate) fn index(self) -> usize {
-        self as usize
-    }
-}
-
-impl fmt::Display for ZoneId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+pub use crate::config::ZoneId;
 
 /// What a virtual path names: the top level (`/`), or a place inside a zone.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

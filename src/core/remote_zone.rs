@@ -33,7 +33,7 @@ use serde::{Deserialize, Serialize};
 
 use super::error::{ErrorCode, FsError, FsResult};
 use super::path::{VPath, ZoneId};
-use super::remote::{
+use super::provider::{
     join_remote, MetaUpdate, RemoteEntry, RemoteError, RemoteFs, RemoteMeta, RemoteResult,
 };
 
@@ -265,7 +265,7 @@ impl RemoteZone {
     fn run<T, F>(&self, vp: &VPath, op: &str, deadline: Duration, call: F) -> FsResult<T>
     where
         T: Send + 'static,
-        F: FnOnce(Arc<dyn RemoteFs>) -> super::remote::BoxFuture<'static, RemoteResult<T>>,
+        F: FnOnce(Arc<dyn RemoteFs>) -> super::provider::BoxFuture<'static, RemoteResult<T>>,
     {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let fut = call(self.fs.clone());
@@ -298,7 +298,7 @@ impl RemoteZone {
     /// (whether or not the call succeeded: a timed-out change may still have happened).
     fn change<F>(&self, vp: &VPath, op: &str, deadline: Duration, call: F) -> FsResult<()>
     where
-        F: FnOnce(Arc<dyn RemoteFs>) -> super::remote::BoxFuture<'static, RemoteResult<()>>,
+        F: FnOnce(Arc<dyn RemoteFs>) -> super::provider::BoxFuture<'static, RemoteResult<()>>,
     {
         let supersedes = matches!(op, "write" | "remove" | "symlink");
         let _resend =
@@ -524,7 +524,7 @@ impl RemoteZone {
     }
 
     /// Returns every entry beneath `vp` (relative to it), for glob and grep.
-    pub fn walk(&self, vp: &VPath) -> FsResult<Vec<super::remote::WalkEntry>> {
+    pub fn walk(&self, vp: &VPath) -> FsResult<Vec<super::provider::WalkEntry>> {
         let path = self.remote_path(vp);
         self.run(vp, "walk", self.deadline(0) * 4, move |fs| {
             Box::pin(async move { fs.walk(&path).await })
@@ -797,7 +797,7 @@ const PENDING_DIR: &str = "pending";
 
 /// The file name stem of a queued write-back: a hash, so any path fits in one name.
 fn pending_stem(rel: &str) -> String {
-    super::remote::HashAlgo::Sha256.digest(rel.as_bytes())
+    super::provider::HashAlgo::Sha256.digest(rel.as_bytes())
 }
 
 /// Reads the queue a previous run left; half-written entries (a crash mid-queue) are removed.

@@ -564,7 +564,7 @@ fn remote_entries(
     r: &RemoteZone,
     vp: &super::VPath,
     hidden: bool,
-) -> FsResult<Vec<(String, super::remote::RemoteMeta)>> {
+) -> FsResult<Vec<(String, super::provider::RemoteMeta)>> {
     Ok(r.walk(vp)?
         .into_iter()
         .filter(|e| !e.path.is_empty())

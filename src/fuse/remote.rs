@@ -34,7 +34,7 @@ use fuser::{Errno, FileAttr, INodeNo};
 use rustix::fs::FileType;
 
 use super::inodes::{zone_ino, ROOT_INO};
-use crate::core::remote::{MetaUpdate, RemoteMeta};
+use crate::core::provider::{MetaUpdate, RemoteMeta};
 use crate::core::remote_zone::RemoteZone;
 use crate::core::{EntryKind, FsError, VPath, Zone, ZoneId, Zones};
 use crate::state::Origin;

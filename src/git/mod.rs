@@ -12,8 +12,8 @@
 
 pub mod diff;
 pub mod error;
-pub mod gc;
 pub mod pr;
+pub mod prune;
 pub mod remote;
 
 use std::collections::{BTreeMap, HashMap, HashSet};

@@ -22,8 +22,8 @@ use rmcp::{tool, tool_handler, tool_router, ErrorData, ServerHandler, ServiceExt
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::cli::client::encode;
-use crate::cli::{Client, ClientError};
+use crate::client::encode;
+use crate::client::{Client, ClientError};
 pub use params::*;
 
 /// Why the MCP server stopped serving.

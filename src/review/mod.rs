@@ -29,7 +29,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::cli::{Client, ClientError};
+use crate::client::{Client, ClientError};
 use crate::git::StagedCommit;
 use render::View;
 

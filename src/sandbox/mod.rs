@@ -1,6 +1,6 @@
 //! Remote sandboxes: the providers that reach a directory inside a sandbox.
 //!
-//! A provider implements [`RemoteFs`] (defined in `core::remote`, re-exported here, because
+//! A provider implements [`RemoteFs`] (defined in `core::provider`, re-exported here, because
 //! the core's remote-backed zones consume it and the core imports no provider). The first and so
 //! far only provider is [`agent::SandboxAgent`], for any sandbox running the open-source
 //! `sandbox-agent` server (with `--token` and `--no-telemetry`). [`mirror`] keeps a zone and a sandbox directory in step;
@@ -11,9 +11,10 @@ pub mod agent;
 pub mod mirror;
 pub mod registry;
 
-pub use crate::core::remote::{
-    BatchItem, BatchReport, BoxFuture, Caps, ExecOutput, ExecRequest, HashAlgo, Limits, MetaUpdate,
-    RemoteChange, RemoteEntry, RemoteError, RemoteFs, RemoteMeta, RemoteResult, WalkEntry,
+pub use crate::core::provider::{
+    BatchItem, BatchReport, BoxFuture, Caps, ExecOutput, ExecRequest, HashAlgo, MetaUpdate,
+    ProviderLimits, RemoteChange, RemoteEntry, RemoteError, RemoteFs, RemoteMeta, RemoteResult,
+    WalkEntry,
 };
 pub use agent::{SandboxAgent, SandboxAgentConfig, Token};
 pub use registry::{Registry, SandboxError, SandboxInfo};

@@ -29,7 +29,7 @@ use super::mirror::{
     PushSummary,
 };
 use crate::config::{SandboxSection, SandboxSettings, PROVIDER_SANDBOX_AGENT};
-use crate::core::remote::{check_remote_path, RemoteError, RemoteFs};
+use crate::core::provider::{check_remote_path, RemoteError, RemoteFs};
 use crate::core::{ErrorCode, Zone, ZoneId, Zones};
 use crate::state::{SandboxRow, StateError};
 

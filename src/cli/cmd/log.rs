@@ -1,8 +1,8 @@
 //! `sandfs log`: the change journal, newest first.
 
-use crate::cli::client::encode;
 use crate::cli::output::{print_json, time};
 use crate::cli::{ClientError, Ctx, Outcome};
+use crate::client::encode;
 use crate::state::JournalRow;
 
 /// Show the change journal, newest first

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use crate::cli::Client;
+use crate::client::Client;
 use crate::config::Settings;
 use crate::mcp::Server;
 

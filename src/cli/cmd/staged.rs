@@ -57,7 +57,7 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
     match &a.command {
         StagedCommand::List { state } => {
             let route = match state {
-                Some(s) => format!("/v1/git/staged?state={}", crate::cli::client::encode(s)),
+                Some(s) => format!("/v1/git/staged?state={}", crate::client::encode(s)),
                 None => "/v1/git/staged".into(),
             };
             let raw = ctx.client.get_raw(&route).await?;

@@ -10,7 +10,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::core::remote::{BatchItem, RemoteError, RemoteResult};
+use crate::core::provider::{BatchItem, RemoteError, RemoteResult};
 
 /// The size of a tar block.
 const BLOCK: u64 = 512;

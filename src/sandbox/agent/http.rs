@@ -26,7 +26,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde::Deserialize;
 
-use crate::core::remote::{RemoteError, RemoteResult};
+use crate::core::provider::{RemoteError, RemoteResult};
 
 /// Characters of a query value sent as they are (the rest is percent-encoded).
 const QUERY_VALUE: &AsciiSet = &NON_ALPHANUMERIC

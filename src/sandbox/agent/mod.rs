@@ -35,7 +35,7 @@ mod wire;
 /// private otherwise. Not an API.
 #[doc(hidden)]
 pub mod fuzzing {
-    use crate::core::remote::{BatchItem, WalkEntry};
+    use crate::core::provider::{BatchItem, WalkEntry};
 
     /// Parses the records of the remote walk script.
     pub fn parse_walk(output: &[u8]) -> Result<Vec<WalkEntry>, String> {
@@ -70,10 +70,10 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use crate::core::foreign::{self, GitDir};
-use crate::core::remote::{
+use crate::core::provider::{
     check_relative_path, check_remote_path, command_result, join_remote, walk_by_listing,
-    BatchItem, BatchReport, BoxFuture, Caps, ExecOutput, ExecRequest, HashAlgo, Limits, MetaUpdate,
-    RemoteEntry, RemoteError, RemoteFs, RemoteMeta, RemoteResult, WalkEntry,
+    BatchItem, BatchReport, BoxFuture, Caps, ExecOutput, ExecRequest, HashAlgo, MetaUpdate,
+    ProviderLimits, RemoteEntry, RemoteError, RemoteFs, RemoteMeta, RemoteResult, WalkEntry,
 };
 use crate::core::EntryKind;
 use http::{query_value, Body, Bounds, Transport};
@@ -614,8 +614,8 @@ impl RemoteFs for SandboxAgent {
         }
     }
 
-    fn limits(&self) -> Limits {
-        Limits {
+    fn limits(&self) -> ProviderLimits {
+        ProviderLimits {
             max_request_bytes: MAX_BODY_BYTES,
             max_exec_output_bytes: MAX_EXEC_OUTPUT_BYTES,
             request_timeout: self.http.timeout,

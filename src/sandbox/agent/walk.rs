@@ -6,7 +6,7 @@
 //! `TYPE MODE SIZE MTIME RELPATH\0TARGET\0` — the first four fields hold no spaces, so the
 //! path (which may hold anything but NUL) is the rest of the record.
 
-use crate::core::remote::{RemoteMeta, WalkEntry};
+use crate::core::provider::{RemoteMeta, WalkEntry};
 use crate::core::EntryKind;
 
 /// Exit code of the walk script when the root does not exist.

@@ -1,5 +1,5 @@
 //! The JSON documents `sandbox-agent` 0.4.2 sends and accepts, as measured against the real
-//! server, and their conversion to the provider-neutral types of `core::remote`.
+//! server, and their conversion to the provider-neutral types of `core::provider`.
 //!
 //! * `GET /v1/fs/stat?path=` → `{path, entryType, size, modified}`; `entryType` is `file` or
 //!   `directory` — symlinks are followed, a dangling one is "path not found".
@@ -12,7 +12,7 @@
 
 use serde::Deserialize;
 
-use crate::core::remote::{ExecOutput, RemoteEntry, RemoteMeta};
+use crate::core::provider::{ExecOutput, RemoteEntry, RemoteMeta};
 use crate::core::EntryKind;
 
 /// An entry as `stat` and `entries` report it.

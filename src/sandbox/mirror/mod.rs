@@ -28,7 +28,7 @@ use bytes::Bytes;
 use serde::Serialize;
 
 use crate::core::foreign::{self, GitDir, LinkResolver};
-use crate::core::remote::{
+use crate::core::provider::{
     join_remote, BatchItem, HashAlgo, MetaUpdate, RemoteError, RemoteFs, RemoteMeta, WalkEntry,
 };
 use crate::core::{EntryKind, FsError, Replacement, VPath, Zone, ZoneId, Zones};
