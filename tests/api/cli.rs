@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use crate::support::{Daemon, BIN};
+use super::support::{Daemon, BIN};
 
 fn json(out: &str) -> Value {
     serde_json::from_str(out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))

@@ -4,10 +4,10 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
-use sandfs::cli::{Client, ClientError};
+use sandfs::client::{Client, ClientError};
 use sandfs::core::ErrorCode;
 
-use crate::support::Daemon;
+use super::support::Daemon;
 
 const CLIENTS: usize = 16;
 

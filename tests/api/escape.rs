@@ -5,7 +5,7 @@ use std::os::unix::fs::symlink;
 
 use serde_json::{json, Value};
 
-use crate::support::{code, snapshot, Daemon};
+use super::support::{code, snapshot, Daemon};
 
 /// A daemon whose workspace is surrounded by traps pointing at `outside/`.
 fn trapped() -> (Daemon, std::path::PathBuf) {
@@ -138,7 +138,7 @@ fn every_operation_refuses_every_escape_and_nothing_outside_changes() {
             assert!(!v["message"].as_str().unwrap().is_empty());
         }
         // The raw routes take the path as a query string.
-        let q = sandfs::cli::client::encode(&p);
+        let q = sandfs::client::encode(&p);
         let (status, body) = d.curl("GET", &format!("/v1/fs/raw?path={q}"), None);
         assert!(
             (400..500).contains(&status),
@@ -326,7 +326,7 @@ fn cli_rejects_escapes_and_invalid_utf8() {
     }
     use std::os::unix::ffi::OsStrExt;
     let bad = std::ffi::OsStr::from_bytes(b"/workspace/\xff\xfe");
-    let out = std::process::Command::new(crate::support::BIN)
+    let out = std::process::Command::new(super::support::BIN)
         .arg("--socket")
         .arg(&d.socket)
         .arg("read")

@@ -5,7 +5,7 @@ use std::process::Command;
 
 use serde_json::{json, Value};
 
-use crate::support::{code, require_tool, Daemon};
+use super::support::{code, require_tool, Daemon};
 
 /// Every route the router serves, as (method, path).
 const ROUTES: &[(&str, &str)] = &[
@@ -227,7 +227,7 @@ fn socket_is_private_and_stale_sockets_are_replaced() {
         & 0o777;
     assert_eq!(dir_mode, 0o700);
     // A second daemon on the same socket refuses to start and leaves the first serving.
-    let out = Command::new(crate::support::BIN)
+    let out = Command::new(super::support::BIN)
         .args(["serve", "--no-mount", "--config"])
         .arg(&d.config)
         .output()
@@ -415,7 +415,7 @@ fn fifos_and_long_unicode_paths_get_clear_errors_not_hangs_or_panics() {
     assert_eq!((status, code(&v)), (400, "INVALID_PATH"), "{v}");
     let (status, body) = d.curl(
         "GET",
-        &format!("/v1/log?path={}", sandfs::cli::client::encode(&long)),
+        &format!("/v1/log?path={}", sandfs::client::encode(&long)),
         None,
     );
     assert_eq!(status, 400, "{}", String::from_utf8_lossy(&body));

@@ -5,7 +5,7 @@ use std::process::Command;
 
 use serde_json::{json, Value};
 
-use crate::support::{require_tool, Daemon};
+use super::support::{require_tool, Daemon};
 
 /// A daemon whose workspace is a copy of fixtures/search made into a git repo.
 fn fixture_daemon() -> Daemon {

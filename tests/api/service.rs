@@ -7,7 +7,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{json, Value};
 
-use crate::support::{Daemon, BIN};
+use super::support::{Daemon, BIN};
 
 #[test]
 fn bash_completions_name_the_subcommands() {

@@ -218,8 +218,8 @@ impl Daemon {
     }
 
     /// Returns a library client for this daemon.
-    pub fn client(&self) -> sandfs::cli::Client {
-        sandfs::cli::Client::new(&self.socket)
+    pub fn client(&self) -> sandfs::client::Client {
+        sandfs::client::Client::new(&self.socket)
     }
 
     /// Stops the daemon with SIGTERM and waits for it.

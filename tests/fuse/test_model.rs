@@ -2,9 +2,10 @@
 //! system calls) and through the socket API, checked against a reference model after every step,
 //! both views at once: what the mount shows and what the API lists and reads.
 //!
-//! Each adapter keeps its own semantics (the API's `write` creates parents, the mount's `open`
-//! does not; a rename through the mount uses `RENAME_NOREPLACE` to match the API's no-overwrite
-//! move), so the model takes the adapter as an input. A view that lags behind a change made
+//! The rules behind both are the core's, one function each (read-only, hard links, path locks,
+//! the journal; see docs/architecture.md); only the interfaces differ (the API's `write` creates
+//! parents, the mount's `open` does not; a rename through the mount uses `RENAME_NOREPLACE` to
+//! match the API's no-overwrite move), so the model takes the adapter as an input. A view that lags behind a change made
 //! through the other adapter fails the test: API changes invalidate the kernel's caches before
 //! the call returns.
 
@@ -14,11 +15,11 @@ use std::path::Path;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use sandfs::cli::Client;
+use sandfs::client::Client;
 use sandfs::core::{EntryKind, ErrorCode, ListResult, ReadResult};
 use serde_json::json;
 
-use crate::support::Mounted;
+use super::support::Mounted;
 
 const PATHS: &[&str] = &["a", "b", "d", "d/a", "d/b", "d/e", "d/e/f"];
 
@@ -309,7 +310,7 @@ fn through_mount(ws: &Path, model: &Model, op: &Op) -> Outcome {
     }
 }
 
-fn api_err(e: sandfs::cli::ClientError) -> ErrorCode {
+fn api_err(e: sandfs::client::ClientError) -> ErrorCode {
     e.code()
         .unwrap_or_else(|| panic!("the API call failed without a code: {e}"))
 }

@@ -6,7 +6,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::support::{mounted, which, Mounted};
+use super::support::{mounted, which, Mounted};
 
 #[test]
 fn editor_save_patterns_keep_data_and_modes() {

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use sandfs::cli::{Client, ClientError};
+use sandfs::client::{Client, ClientError};
 use sandfs::core::ErrorCode;
 use serde_json::Value;
 

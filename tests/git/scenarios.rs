@@ -3,8 +3,8 @@
 use sandfs::core::ErrorCode;
 use serde_json::{json, Value};
 
-use crate::daemon::{contains, Daemon};
-use crate::servers::{BareRepo, GitDaemon, HttpGit};
+use super::daemon::{contains, Daemon};
+use super::servers::{BareRepo, GitDaemon, HttpGit};
 
 const LIB: &str = "line1\nline2\nline3\nline4\nline5\nline6\nline7\nline8\nline9\nline10\n";
 
@@ -25,8 +25,8 @@ fn seeded() -> BareRepo {
     std::fs::set_permissions(w.join("bin/run.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
     // Some history below the tip: a shallow mirror must still push on top of it.
     std::fs::write(w.join("HISTORY.md"), "v0\n").unwrap();
-    crate::servers::run_git(w, &["add", "-A"]);
-    crate::servers::run_git(w, &["commit", "-qm", "older commit"]);
+    super::servers::run_git(w, &["add", "-A"]);
+    super::servers::run_git(w, &["commit", "-qm", "older commit"]);
     std::fs::remove_file(w.join("HISTORY.md")).unwrap();
     commit_and_push(w, &repo, "initial commit");
     repo
@@ -346,7 +346,7 @@ fn http_credentials_come_from_the_environment_and_never_leak() {
     let none = Daemon::start("", None);
     let (code, msg) = none.err("/v1/git/pull", json!({ "remote": url }));
     assert_eq!(code, ErrorCode::AuthFailed, "{msg}");
-    assert!(msg.contains(crate::daemon::TOKEN_VAR), "{msg}");
+    assert!(msg.contains(super::daemon::TOKEN_VAR), "{msg}");
     // A branch that does not exist, a remote that is not there, a path that is no repository.
     let (code, msg) = d.err(
         "/v1/git/pull",
@@ -536,14 +536,14 @@ fn symlinks_pointing_out_of_the_repository_are_not_written() {
     let repo = BareRepo::new("links");
     // Seed with symlinks via the CLI: one inside, one to /etc, one climbing out.
     let work = tempfile::tempdir().unwrap();
-    crate::servers::run_git(work.path(), &["init", "-q", "-b", "main", "."]);
+    super::servers::run_git(work.path(), &["init", "-q", "-b", "main", "."]);
     std::fs::write(work.path().join("a.txt"), "a\n").unwrap();
     std::os::unix::fs::symlink("a.txt", work.path().join("in")).unwrap();
     std::os::unix::fs::symlink("/etc/passwd", work.path().join("abs")).unwrap();
     std::os::unix::fs::symlink("../../../etc", work.path().join("up")).unwrap();
-    crate::servers::run_git(work.path(), &["add", "-A"]);
-    crate::servers::run_git(work.path(), &["commit", "-qm", "links"]);
-    crate::servers::run_git(
+    super::servers::run_git(work.path(), &["add", "-A"]);
+    super::servers::run_git(work.path(), &["commit", "-qm", "links"]);
+    super::servers::run_git(
         work.path(),
         &["push", "-q", repo.path().to_str().unwrap(), "main"],
     );
@@ -719,7 +719,7 @@ fn pull_and_push_stream_progress_and_the_cli_drives_it_all() {
     let d = Daemon::start("", None);
     // NDJSON progress then one result line.
     let mut lines = Vec::new();
-    let c = sandfs::cli::Client::new(&d.socket);
+    let c = sandfs::client::Client::new(&d.socket);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -837,22 +837,22 @@ fn gc_drops_old_discarded_commits_and_stray_refs_and_keeps_live_ones() {
 /// An empty work tree on `main`, to build commits for a bare repository.
 fn work_tree() -> tempfile::TempDir {
     let work = tempfile::tempdir().unwrap();
-    crate::servers::run_git(work.path(), &["init", "-q", "-b", "main", "."]);
+    super::servers::run_git(work.path(), &["init", "-q", "-b", "main", "."]);
     work
 }
 
 /// Commits everything in the work tree `w` and pushes it to `main` of `repo`.
 fn commit_and_push(w: &std::path::Path, repo: &BareRepo, message: &str) {
-    crate::servers::run_git(w, &["add", "-A"]);
-    crate::servers::run_git(w, &["commit", "-qm", message]);
-    crate::servers::run_git(w, &["push", "-q", repo.path().to_str().unwrap(), "main"]);
+    super::servers::run_git(w, &["add", "-A"]);
+    super::servers::run_git(w, &["commit", "-qm", message]);
+    super::servers::run_git(w, &["push", "-q", repo.path().to_str().unwrap(), "main"]);
 }
 
 /// Writes a raw object into a bare repository, unchecked (`git hash-object --literally`): the
 /// way an attacker crafts a tree git's own tools would refuse to build.
 fn raw_object(repo: &BareRepo, kind: &str, bytes: &[u8]) -> String {
     use std::io::Write;
-    let mut child = crate::servers::git_command()
+    let mut child = super::servers::git_command()
         .current_dir(repo.path())
         .args(["hash-object", "-t", kind, "--literally", "-w", "--stdin"])
         .stdin(std::process::Stdio::piped())

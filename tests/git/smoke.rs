@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
 
-use crate::servers::{base64, require_tool, run_git, try_git, BareRepo, GitDaemon, HttpGit};
+use super::servers::{base64, require_tool, run_git, try_git, BareRepo, GitDaemon, HttpGit};
 
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
@@ -193,7 +193,7 @@ fn http_wrong_or_missing_credentials_get_401() {
     for (what, url) in [("wrong password", &wrong), ("no credentials", &anonymous)] {
         // GIT_CURL_VERBOSE shows the status line; GIT_TERMINAL_PROMPT=0 (always set by the
         // harness) makes git give up instead of asking for a password.
-        let out = crate::servers::git_command()
+        let out = super::servers::git_command()
             .current_dir(dir.path())
             .env("GIT_CURL_VERBOSE", "1")
             .args(["clone", "-q", url, "clone"])

@@ -6,8 +6,8 @@
 //!
 //! `SANDFS_LOAD_SECONDS` shortens or lengthens the run (default 60).
 
-use crate::git::servers;
 use crate::fuse::support;
+use crate::git::servers;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

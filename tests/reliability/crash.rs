@@ -16,10 +16,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::fuse_support::Mounted;
-use crate::git_servers::{BareRepo, GitDaemon};
-use crate::sandbox_support::AgentServer;
-use crate::support::{temp_files, Api, Rng};
+use super::fuse_support::Mounted;
+use super::git_servers::{BareRepo, GitDaemon};
+use super::sandbox_support::AgentServer;
+use super::support::{temp_files, Api, Rng};
 
 /// Kill points per run (the issue asks for at least 50).
 const KILL_POINTS: usize = 55;
@@ -43,7 +43,7 @@ struct Model {
 
 #[test]
 fn sigkill_at_random_points_loses_no_acknowledged_change() {
-    let seed = crate::support::seed();
+    let seed = super::support::seed();
     println!("crash test seed: {seed} (replay with SANDFS_RELIABILITY_SEED={seed})");
     eprintln!("crash test seed: {seed} (replay with SANDFS_RELIABILITY_SEED={seed})");
     let started = Instant::now();
@@ -58,8 +58,8 @@ fn sigkill_at_random_points_loses_no_acknowledged_change() {
         ],
     );
     let git = GitDaemon::serve(&repo);
-    crate::set_token(TOKEN_VAR, agent.token());
-    let mut m = Mounted::start(&crate::sandbox_config(
+    super::set_token(TOKEN_VAR, agent.token());
+    let mut m = Mounted::start(&super::sandbox_config(
         "dev",
         &agent.url(),
         &agent.root(),

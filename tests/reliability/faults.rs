@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 use sandfs::core::ErrorCode;
 use serde_json::json;
 
-use crate::fuse_support::Mounted;
-use crate::git_servers::{BareRepo, GitDaemon};
-use crate::sandbox_support::{noise, AgentServer};
-use crate::support::{temp_files, Api, Fault, Proxy, Tmpfs};
+use super::fuse_support::Mounted;
+use super::git_servers::{BareRepo, GitDaemon};
+use super::sandbox_support::{noise, AgentServer};
+use super::support::{temp_files, Api, Fault, Proxy, Tmpfs};
 
 fn loopback(port: u16) -> SocketAddr {
     SocketAddr::from((Ipv4Addr::LOCALHOST, port))
@@ -189,8 +189,8 @@ fn a_sandbox_killed_mid_transfer_is_unavailable_and_the_next_push_completes() {
     let root = shared.path().to_str().unwrap().to_string();
     let proxy = Proxy::start(loopback(port_of(&a.url())));
     // Each server has its own token: the daemon is restarted with the second one below.
-    crate::set_token(VAR, a.token());
-    let mut m = Mounted::start(&crate::sandbox_config(
+    super::set_token(VAR, a.token());
+    let mut m = Mounted::start(&super::sandbox_config(
         "dev",
         &format!("http://127.0.0.1:{}", proxy.port()),
         &root,
@@ -229,7 +229,7 @@ fn a_sandbox_killed_mid_transfer_is_unavailable_and_the_next_push_completes() {
 
     // Another server takes over the same address (the proxy) and the same root.
     proxy.set_target(loopback(port_of(&b.url())));
-    crate::set_token(VAR, b.token());
+    super::set_token(VAR, b.token());
     m.stop();
     m.spawn();
     let api = Api::new(&m.socket);
@@ -252,8 +252,8 @@ fn a_sandbox_that_stops_answering_is_unavailable_within_the_timeout() {
     const VAR: &str = "SANDFS_TEST_RELIABILITY_TOKEN_SLOW";
     const TIMEOUT_SECS: u64 = 2;
     let server = AgentServer::start();
-    crate::set_token(VAR, server.token());
-    let m = Mounted::start(&crate::sandbox_config(
+    super::set_token(VAR, server.token());
+    let m = Mounted::start(&super::sandbox_config(
         "dev",
         &server.url(),
         &server.root(),

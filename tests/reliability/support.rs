@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sandfs::cli::{Client, ClientError};
+use sandfs::client::{Client, ClientError};
 use sandfs::core::ErrorCode;
 use serde_json::Value;
 

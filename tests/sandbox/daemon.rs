@@ -7,11 +7,11 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use sandfs::cli::{Client, ClientError};
+use sandfs::client::{Client, ClientError};
 use sandfs::core::ErrorCode;
 use serde_json::{json, Value};
 
-use crate::support::AgentServer;
+use super::support::AgentServer;
 
 const BIN: &str = env!("CARGO_BIN_EXE_sandfs");
 /// The variables holding the tokens, in the daemon's environment only.

@@ -12,7 +12,7 @@ use sandfs::sandbox::mirror::{self, Manifest, MirrorOptions};
 use sandfs::sandbox::{ExecRequest, RemoteFs};
 use sandfs::state::Db;
 
-use crate::support::{noise, AgentServer};
+use super::support::{noise, AgentServer};
 
 fn opts() -> MirrorOptions {
     MirrorOptions {

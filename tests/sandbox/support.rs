@@ -32,8 +32,8 @@ const START_TIMEOUT: Duration = Duration::from_secs(20);
 const START_ATTEMPTS: usize = 5;
 
 const HOW_TO_RUN: &str = "run the sandbox tests inside a loopback-only network namespace \
-(as root): `cargo test --test sandbox --no-run && unshare -n sh -c 'ip link set lo up && exec \
-cargo test --offline --test sandbox'` — `make test` does this for the whole suite";
+(as root): `cargo test --test main sandbox:: --no-run && unshare -n sh -c 'ip link set lo up && exec \
+cargo test --offline --test main sandbox::'` — `make test` does this for the whole suite";
 
 /// Panics unless this process is in a network namespace whose only interface is `lo`, and
 /// `lo` is up: the real sandbox-agent must never be able to reach anything but this machine.

@@ -8,12 +8,12 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use sandfs::cli::{Client, ClientError};
+use sandfs::client::{Client, ClientError};
 use sandfs::core::ErrorCode;
 use serde_json::{json, Value};
 
-use crate::fuse_support::Mounted;
-use crate::support::{noise, AgentServer};
+use super::fuse_support::Mounted;
+use super::support::{noise, AgentServer};
 
 const TOKEN: &str = "SANDFS_TEST_ZONE_TOKEN";
 

@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::json;
 
-use crate::agent::random_hex;
-use crate::support::{code, Daemon};
+use super::agent::random_hex;
+use super::support::{code, Daemon};
 
 /// A loopback server answering every request with `answer` (built from its own port), recording
 /// each request's head (request line and headers).

@@ -7,8 +7,8 @@ use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
 
-use crate::agent::AgentServer;
-use crate::support::{code, Daemon, BIN};
+use super::agent::AgentServer;
+use super::support::{code, Daemon, BIN};
 
 /// Sends `requests` (JSON-RPC lines) to `sandfs mcp` and returns the answer with id `want`.
 fn mcp_call(d: &Daemon, requests: &[Value], want: u64) -> Value {
@@ -145,7 +145,7 @@ fn a_mirror_pull_of_a_symlink_to_etc_never_reads_etc() {
 /// API refuses the same path.
 #[test]
 fn a_symlink_out_through_the_mount_is_never_followed_by_the_daemon() {
-    let m = crate::mount::Mounted::start("");
+    let m = super::mount::Mounted::start("");
     let outside = m.dir.path().join("outside");
     std::fs::create_dir_all(&outside).unwrap();
     std::fs::write(outside.join("secret.txt"), "TOP-SECRET\n").unwrap();
@@ -165,7 +165,7 @@ fn a_symlink_out_through_the_mount_is_never_followed_by_the_daemon() {
     );
     std::fs::write(ws.join("out/new.txt"), "written through a link\n").unwrap();
     assert!(outside.join("new.txt").is_file());
-    let client = sandfs::cli::Client::new(&m.socket);
+    let client = sandfs::client::Client::new(&m.socket);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

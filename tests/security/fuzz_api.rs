@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::{require_tool, Daemon};
+use super::support::{require_tool, Daemon};
 
 /// The schemathesis version `.ci/install-deps test` pins.
 const SCHEMATHESIS_VERSION: &str = "4.32.5";

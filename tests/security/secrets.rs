@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::json;
 
-use crate::agent::{random_hex, AgentServer};
-use crate::support::{code, Daemon};
+use super::agent::{random_hex, AgentServer};
+use super::support::{code, Daemon};
 
 /// Every file under `dir`, read whole (the state database, its WAL and everything else).
 fn files_under(dir: &Path, out: &mut Vec<(String, Vec<u8>)>) {

@@ -4,7 +4,7 @@
 use std::os::unix::fs::PermissionsExt as _;
 use std::process::Command;
 
-use crate::support::{require_tool, Daemon};
+use super::support::{require_tool, Daemon};
 
 fn mode(path: &std::path::Path) -> u32 {
     std::fs::metadata(path).unwrap().permissions().mode() & 0o7777

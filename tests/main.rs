@@ -1,0 +1,19 @@
+//! The integration tests, one binary: a module per area, each driving a real `sandfs serve` (and
+//! where the area needs them a real mount, real git servers on loopback, the real sandbox-agent).
+//! One binary links the dependency tree once. Run everything with `make test`; one area with
+//! `cargo test --test main --no-run && .ci/netns cargo test --offline --test main <area>::`
+//! (root: FUSE, tmpfs, and the loopback-only network namespace sandbox-agent needs).
+//!
+//! The harnesses live with the area that owns them and are shared from there: `fuse::support`
+//! (a mounted daemon), `git::servers` and `git::daemon` (git servers, a daemon for git tests),
+//! `sandbox::support` (sandbox-agent, started safely), `api::support` (a daemon on a socket).
+
+mod api;
+mod fuse;
+mod git;
+mod load;
+mod mcp;
+mod reliability;
+mod review;
+mod sandbox;
+mod security;
