@@ -457,12 +457,16 @@ impl Git {
             progress,
         )
         .map_err(|e| match e {
-            GitError::Git { source, .. } if source.message().contains("find remote ref") => {
-                GitError::NoBranch {
-                    url: url.clone(),
-                    branch: branch.clone(),
+            // Told apart by asking the remote for its branches, not by the error's text.
+            GitError::Git { .. } => match remote::ls_remote(&mirror, &url, &self.settings) {
+                Ok((refs, _)) if !refs.contains_key(&format!("refs/heads/{branch}")) => {
+                    GitError::NoBranch {
+                        url: url.clone(),
+                        branch: branch.clone(),
+                    }
                 }
-            }
+                _ => e,
+            },
             e => e,
         })?;
         let tip = mirror
@@ -1396,7 +1400,9 @@ impl Git {
             .db()
             .insert_staged(&row, &files)
             .map_err(|e| match e {
-                crate::state::StateError::Sql(ref s) if s.to_string().contains("UNIQUE") => {
+                crate::state::StateError::Sql(ref s)
+                    if s.sqlite_error_code() == Some(rusqlite::ErrorCode::ConstraintViolation) =>
+                {
                     GitError::Conflict {
                         reason: "an identical commit is already staged".into(),
                         paths: vec![id.clone()],

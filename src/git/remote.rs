@@ -184,14 +184,43 @@ pub fn token_may_go(url: &str, settings: &GitSection) -> Result<(), String> {
 
 /// Refuses plain http to a host that is neither loopback nor in `git.http_hosts` (anything on
 /// the way could read or change what is fetched and pushed). Other URLs are left to libgit2.
+///
+/// It also refuses what libgit2 would reject only with an unclassified error, so that no failure
+/// has to be told apart by its message text: a scheme libgit2 does not speak, and a local path
+/// (or `file://` URL) that is not a git repository.
 pub fn check_transport(url: &str, settings: &GitSection) -> GitResult<()> {
-    match Endpoint::parse(url) {
-        Some(end) if !end.plain_http_allowed(&settings.http_hosts) => Err(GitError::BadRemote {
+    let bad = |reason: String| {
+        Err(GitError::BadRemote {
             url: url.into(),
-            reason: end.plain_http_rule("git.http_hosts"),
-        }),
-        _ => Ok(()),
+            reason,
+        })
+    };
+    if let Some(end) = Endpoint::parse(url) {
+        if !end.plain_http_allowed(&settings.http_hosts) {
+            return bad(end.plain_http_rule("git.http_hosts"));
+        }
     }
+    let local = match url.split_once("://") {
+        Some(("file", path)) => Some(path),
+        Some(("http" | "https" | "git" | "ssh" | "git+ssh" | "ssh+git", _)) => None,
+        Some((scheme, _)) => {
+            return bad(format!(
+                "unsupported URL scheme {scheme:?} (use https://, http://, ssh://, git://, file:// or a path)"
+            ))
+        }
+        // scp-like `user@host:path` (a colon before any slash) goes over ssh.
+        None if url.find(':').is_some_and(|c| !url[..c].contains('/')) => None,
+        None => Some(url),
+    };
+    if let Some(path) = local {
+        if git2::Repository::open_bare(path)
+            .or_else(|_| git2::Repository::open(path))
+            .is_err()
+        {
+            return bad(format!("no git repository at {path}"));
+        }
+    }
+    Ok(())
 }
 
 /// Turns a failed network operation into the error a user can act on.
@@ -202,28 +231,20 @@ fn failed(url: &str, op: &str, seen: &Seen, e: git2::Error) -> GitError {
             reason: why,
         };
     }
-    let msg = e.message().to_ascii_lowercase();
-    if e.code() == git2::ErrorCode::Auth
-        || msg.contains("401")
-        || msg.contains("authentication")
-        || msg.contains("unauthorized")
-    {
+    // Classified by libgit2's code and class only: every refusal of credentials passes through
+    // the callback above (`auth_problem`), and the remotes libgit2 fails without a class
+    // (unknown schemes, paths that are no repository) were refused by `check_transport` first.
+    if e.code() == git2::ErrorCode::Auth {
         return GitError::AuthFailed {
             url: url.into(),
             reason: e.message().into(),
         };
     }
-    if msg.contains("unsupported url protocol")
-        || msg.contains("failed to resolve path")
-        || msg.contains("could not find repository")
-        || msg.contains("not a git repository")
-    {
-        return GitError::BadRemote {
+    match e.class() {
+        git2::ErrorClass::Repository | git2::ErrorClass::Invalid => GitError::BadRemote {
             url: url.into(),
             reason: e.message().into(),
-        };
-    }
-    match e.class() {
+        },
         git2::ErrorClass::Net
         | git2::ErrorClass::Os
         | git2::ErrorClass::Ssl
@@ -433,7 +454,6 @@ mod tests {
             "http://[::1]:9/x.git",
             "http://localhost/x.git",
             "git://example.com/x.git",
-            "/srv/x.git",
         ] {
             assert!(check_transport(ok, &s).is_ok(), "{ok}");
         }
@@ -441,5 +461,36 @@ mod tests {
         assert!(e.to_string().contains("git.http_hosts"), "{e}");
         s.http_hosts = vec!["example.com".into()];
         assert!(check_transport("http://example.com/x.git", &s).is_ok());
+    }
+
+    #[test]
+    fn remotes_are_classified_by_shape_and_error_class_never_by_message_text() {
+        use crate::git::GitError;
+        let s = GitSection::default();
+        let d = tempfile::tempdir().unwrap();
+        let mirror = git2::Repository::init_bare(d.path().join("mirror")).unwrap();
+        git2::Repository::init_bare(d.path().join("up.git")).unwrap();
+        std::fs::create_dir(d.path().join("plain")).unwrap();
+        let path = |p: &str| d.path().join(p).display().to_string();
+        let bad = [
+            "foo://host/x".to_string(),
+            path("nope"),
+            path("plain"),
+            format!("file://{}", path("nope")),
+        ];
+        for url in &bad {
+            match super::ls_remote(&mirror, url, &s) {
+                Err(GitError::BadRemote { reason, .. }) => assert!(!reason.is_empty(), "{url}"),
+                other => panic!("{url}: {:?}", other.map(|_| ())),
+            }
+        }
+        for ok in [path("up.git"), format!("file://{}", path("up.git"))] {
+            assert!(check_transport(&ok, &s).is_ok(), "{ok}");
+        }
+        // Nothing listens on port 1: a network failure, told by its class.
+        match super::ls_remote(&mirror, "git://127.0.0.1:1/x", &s) {
+            Err(GitError::Unreachable { .. }) => {}
+            other => panic!("{:?}", other.map(|_| ())),
+        }
     }
 }
