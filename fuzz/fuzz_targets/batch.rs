@@ -4,7 +4,7 @@
 
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
-use sandfs::core::remote::BatchItem;
+use sandfs::core::provider::BatchItem;
 use sandfs::sandbox::agent::fuzzing::pack;
 
 /// Items from `data`: records split on `\n`, the first byte the kind, then `path\tcontent`.
