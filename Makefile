@@ -22,7 +22,7 @@ test:
 	bash fuzz/run.sh
 	rm -f $(TARGET_DIR)/tmp/pjdfstest-summary.txt
 	$(CARGO) test --all-targets --no-run
-	.ci/netns $(CARGO) test --offline --all-targets --no-fail-fast; status=$$?; \
+	CARGO="$(CARGO)" .ci/netns .ci/test-areas; status=$$?; \
 	  cat $(TARGET_DIR)/tmp/pjdfstest-summary.txt 2>/dev/null || echo "pjdfstest: no summary (the FUSE tests did not reach it)"; \
 	  exit $$status
 

@@ -1,6 +1,8 @@
 //! The integration tests, one binary: a module per area, each driving a real `sandfs serve` (and
 //! where the area needs them a real mount, real git servers on loopback, the real sandbox-agent).
-//! One binary links the dependency tree once. Run everything with `make test`; one area with
+//! One binary links the dependency tree once. `make test` runs it one area at a time
+//! (`.ci/test-areas`: areas that mount, kill daemons or time servers disturb each other when run
+//! side by side on two cores); one area by hand with
 //! `cargo test --test main --no-run && .ci/netns cargo test --offline --test main <area>::`
 //! (root: FUSE, tmpfs, and the loopback-only network namespace sandbox-agent needs).
 //!
