@@ -1,0 +1,137 @@
+//! `discard`: drop a staged commit, optionally reverting its files in the workspace (each replaced
+//! as itself, compare-and-swapped like a pull's writes).
+
+use super::*;
+
+/// What a discard did.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DiscardResult {
+    pub id: String,
+    pub reverted: Vec<String>,
+    /// Files `revert` left alone (changed again since staging).
+    pub kept: Vec<PathNote>,
+}
+
+impl Git {
+    /// Discards a staged commit; with `revert`, puts its files back to their base (files changed
+    /// again since staging are kept and reported).
+    pub fn discard(&self, id: &str, revert: bool) -> GitResult<DiscardResult> {
+        let row = self
+            .zones
+            .db()
+            .staged(id)?
+            .ok_or_else(|| GitError::NoStaged { id: id.into() })?;
+        if row.state == "pushed" {
+            return Err(GitError::WrongState {
+                id: id.into(),
+                state: row.state,
+                rule: "a pushed commit cannot be discarded".into(),
+            });
+        }
+        if row.state == "discarded" {
+            return Err(GitError::Discarded { id: id.into() });
+        }
+        let repo = self.zones.db().repo(row.repo_id)?.ok_or(GitError::NoRepo {
+            dir: "(repository of this staged commit)".into(),
+        })?;
+        let mirror_path = PathBuf::from(&repo.mirror);
+        let lock = self.lock_for(&mirror_path);
+        let _guard = lock.lock().expect("not poisoned");
+        let mirror = self.open_mirror(&mirror_path)?;
+        let mut reverted = Vec::new();
+        let mut kept = Vec::new();
+        if revert {
+            let base_tree = Oid::from_str(&row.base)
+                .and_then(|o| mirror.find_commit(o))
+                .and_then(|c| c.tree())
+                .map_err(GitError::git("read base"))?;
+            // Reverted links are judged through the base tree's own links, as a pull judges them.
+            let mut links = LinkResolver::new();
+            base_tree
+                .walk(TreeWalkMode::PreOrder, |root, e| {
+                    if e.filemode() as u32 == MODE_LINK {
+                        if let Some(target) =
+                            e.to_object(&mirror).ok().and_then(|o| o.into_blob().ok())
+                        {
+                            links.add(
+                                &format!("{root}{}", e.name().unwrap_or("")),
+                                &String::from_utf8_lossy(target.content()),
+                            );
+                        }
+                    }
+                    TreeWalkResult::Ok
+                })
+                .map_err(GitError::git("walk base tree"))?;
+            for f in self.zones.db().staged_files(id)? {
+                let v = vfile(&repo.dir, &f.path);
+                let seen = self.zones.seen(&v)?;
+                let now = self.local_blob(&v)?.map(|(o, _)| o.to_string());
+                if now != f.oid {
+                    kept.push(PathNote {
+                        path: v,
+                        reason: "changed again since it was staged; left as it is".into(),
+                    });
+                    continue;
+                }
+                match base_tree.get_path(Path::new(&f.path)) {
+                    Ok(entry) => {
+                        let blob = mirror
+                            .find_blob(entry.id())
+                            .map_err(GitError::git("read blob"))?;
+                        if let Err(Refusal::Changed(reason) | Refusal::Skipped(reason)) = self
+                            .write_entry(
+                                &v,
+                                &repo.dir,
+                                &f.path,
+                                blob.content(),
+                                entry.filemode() as u32,
+                                seen,
+                                &links,
+                            )
+                        {
+                            kept.push(PathNote { path: v, reason });
+                            continue;
+                        }
+                    }
+                    Err(_) => {
+                        if now.is_some() {
+                            if let Err(e) = self.zones.remove_entry(&v, seen, origin_git()) {
+                                kept.push(PathNote {
+                                    path: v,
+                                    reason: format!("not removed: {e}"),
+                                });
+                                continue;
+                            }
+                            self.prune_empty_parents(&repo.dir, &f.path, origin_git());
+                        }
+                    }
+                }
+                reverted.push(v);
+            }
+        }
+        if let Ok(mut r) = mirror.find_reference(&staged_ref(id)) {
+            r.delete().map_err(GitError::git("delete staged ref"))?;
+        }
+        self.zones.db().set_staged_state(
+            id,
+            "discarded",
+            None,
+            &[],
+            None,
+            None,
+            None,
+            None,
+            self.zones.now_ms(),
+        )?;
+        self.event(
+            &repo.dir,
+            "git-discard",
+            &format!("{id}{}", if revert { " (files reverted)" } else { "" }),
+        );
+        Ok(DiscardResult {
+            id: id.into(),
+            reverted,
+            kept,
+        })
+    }
+}

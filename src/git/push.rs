@@ -1,0 +1,371 @@
+//! `push`: send a staged commit once a human approved it, with a lease; when the branch moved,
+//! fetch it and rebase with a three-way tree merge first.
+
+use super::*;
+
+/// `push`'s request.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PushRequest {
+    pub id: String,
+    /// Push to `sandfs/<id>` and open a pull request instead of pushing to the branch.
+    #[serde(default)]
+    pub pr: bool,
+    /// Stream progress as NDJSON (API only).
+    #[serde(default)]
+    pub progress: bool,
+}
+
+/// What a push did.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PushResult {
+    pub id: String,
+    pub state: String,
+    /// The commit that reached the remote.
+    pub commit_sha: String,
+    /// The remote ref it was pushed to.
+    pub pushed_ref: String,
+    /// The pull request, with `pr`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// True when the commit was rebased onto a remote that had moved.
+    pub rebased: bool,
+    pub duration_ms: u64,
+}
+
+impl Git {
+    /// Pushes a staged commit (a human's decision): to its branch, or with `pr` to
+    /// `sandfs/<id>` with a pull request. A remote that moved is merged into (three-way); a
+    /// conflict, a rejection or a lease broken twice leaves nothing pushed.
+    pub fn push(&self, req: &PushRequest, progress: OnProgress<'_>) -> GitResult<PushResult> {
+        let started = Instant::now();
+        let row = self
+            .zones
+            .db()
+            .staged(&req.id)?
+            .ok_or_else(|| GitError::NoStaged { id: req.id.clone() })?;
+        if !matches!(row.state.as_str(), "staged" | "rebased" | "rejected") {
+            return Err(GitError::WrongState {
+                id: row.id,
+                state: row.state.clone(),
+                rule: match row.state.as_str() {
+                    "pushed" => "it was pushed already".into(),
+                    "discarded" => "it was discarded".into(),
+                    _ => "stage the change again after resolving the conflict".into(),
+                },
+            });
+        }
+        let repo = self
+            .zones
+            .db()
+            .repo(row.repo_id)?
+            .ok_or_else(|| GitError::NoRepo {
+                dir: "(repository of this staged commit)".into(),
+            })?;
+        let mirror_path = PathBuf::from(&repo.mirror);
+        let lock = self.lock_for(&mirror_path);
+        let _guard = lock.lock().expect("not poisoned");
+        let mirror = self.open_mirror(&mirror_path)?;
+        let target = if req.pr {
+            format!("refs/heads/sandfs/{}", row.id)
+        } else {
+            format!("refs/heads/{}", row.branch)
+        };
+        // Everything a pull request needs is checked before anything is pushed.
+        let pr_target = if req.pr {
+            Some(pr::Target::new(&self.settings, &repo.url)?)
+        } else {
+            None
+        };
+        let src = staged_ref(&row.id);
+        let mut attempt = 0;
+        let outcome = loop {
+            attempt += 1;
+            let r = self.push_once(&mirror, &repo, &row, &target, &src, req.pr, progress);
+            match r {
+                Err(GitError::RemoteMoved { .. }) if attempt < 2 => continue,
+                other => break other,
+            }
+        };
+        let now = self.zones.now_ms();
+        let db = self.zones.db();
+        let (commit, rebased) = match outcome {
+            Ok((c, r)) => (c, r || row.state == "rebased"),
+            Err(e) => {
+                let (state, conflicts) = match &e {
+                    GitError::Conflict { paths, .. } => ("conflicted", paths.clone()),
+                    GitError::Rejected { .. } => ("rejected", Vec::new()),
+                    GitError::NeedsReview { .. } => ("rebased", Vec::new()),
+                    _ => (row.state.as_str(), row.conflicts.clone()),
+                };
+                db.set_staged_state(
+                    &row.id,
+                    state,
+                    Some(&e.to_string()),
+                    &conflicts,
+                    None,
+                    None,
+                    None,
+                    None,
+                    now,
+                )?;
+                self.event(&repo.dir, "git-push", &format!("{}: failed: {e}", row.id));
+                return Err(e);
+            }
+        };
+        let mut url = None;
+        if let Some(t) = &pr_target {
+            let files = db.staged_files(&row.id)?;
+            match t.open(&self.settings, &row, &format!("sandfs/{}", row.id), &files) {
+                Ok(u) => url = Some(u),
+                Err(e) => {
+                    // The branch is on the remote; say so, so that a retry is understood.
+                    db.set_staged_state(
+                        &row.id,
+                        &row.state,
+                        Some(&format!(
+                            "pushed to {target}, but the pull request failed: {e}"
+                        )),
+                        &[],
+                        Some(&commit.to_string()),
+                        None,
+                        Some(&target),
+                        None,
+                        now,
+                    )?;
+                    return Err(e);
+                }
+            }
+        }
+        db.set_staged_state(
+            &row.id,
+            "pushed",
+            None,
+            &[],
+            Some(&commit.to_string()),
+            Some(&commit.to_string()),
+            Some(&target),
+            url.as_deref(),
+            now,
+        )?;
+        // A direct push of a commit built on the workspace's base moves the base: its files are
+        // clean now. After a rebase the workspace lacks the upstream changes; a pull brings them.
+        if !req.pr && !rebased && row.base == repo.base {
+            let files: Vec<(String, Option<String>, Option<u32>)> = db
+                .staged_files(&row.id)?
+                .into_iter()
+                .map(|f| {
+                    let mode = f.oid.as_ref().and_then(|_| {
+                        mirror
+                            .find_commit(commit)
+                            .ok()
+                            .and_then(|c| c.tree().ok())
+                            .and_then(|t| t.get_path(Path::new(&f.path)).ok())
+                            .map(|e| e.filemode() as u32)
+                    });
+                    (f.path, f.oid, mode)
+                })
+                .collect();
+            db.advance_base(repo.id, &commit.to_string(), &files)?;
+            mirror
+                .reference(&base_ref(&repo.dir), commit, true, "sandfs: pushed")
+                .map_err(GitError::git("pin base"))?;
+        }
+        self.event(
+            &repo.dir,
+            "git-push",
+            &format!(
+                "{}: {} to {target}{}",
+                row.id,
+                remote::short(commit),
+                url.as_ref().map(|u| format!(" ({u})")).unwrap_or_default()
+            ),
+        );
+        Ok(PushResult {
+            id: row.id,
+            state: "pushed".into(),
+            commit_sha: commit.to_string(),
+            pushed_ref: target,
+            url,
+            rebased,
+            duration_ms: started.elapsed().as_millis() as u64,
+        })
+    }
+
+    /// One push attempt: fetch the target, rebase when it moved, push with a lease.
+    #[allow(clippy::too_many_arguments)]
+    fn push_once(
+        &self,
+        mirror: &Repository,
+        repo: &RepoRow,
+        row: &StagedRow,
+        target: &str,
+        src: &str,
+        pr: bool,
+        progress: OnProgress<'_>,
+    ) -> GitResult<(Oid, bool)> {
+        if mirror.is_shallow() {
+            // libgit2 cannot build a pack on top of a shallow boundary (it walks the base's
+            // missing parents): fetch the branch's history once, at the first push.
+            let b = &repo.branch;
+            remote::fetch(
+                mirror,
+                &repo.url,
+                &[format!("+refs/heads/{b}:refs/sandfs/remote/{b}")],
+                remote::UNSHALLOW,
+                &self.settings,
+                progress,
+            )?;
+        }
+        let (refs, _) = remote::ls_remote(mirror, &repo.url, &self.settings)?;
+        let remote_tip = refs.get(target).copied().unwrap_or(Oid::ZERO_SHA1);
+        let staged = mirror
+            .refname_to_id(src)
+            .map_err(GitError::git("find staged commit"))?;
+        let base = Oid::from_str(&row.base).map_err(GitError::git("base id"))?;
+        let mut commit = staged;
+        let mut rebased = false;
+        if !pr && !remote_tip.is_zero() && remote_tip != base {
+            let staged_commit = mirror.find_commit(staged).map_err(GitError::git("read"))?;
+            if staged_commit.parent_id(0).ok() == Some(remote_tip) {
+                // Already rebased onto this tip (a re-reviewed commit).
+            } else {
+                let tracking = format!("refs/sandfs/remote/{}", row.branch);
+                remote::fetch(
+                    mirror,
+                    &repo.url,
+                    &[format!("+{target}:{tracking}")],
+                    1,
+                    &self.settings,
+                    progress,
+                )?;
+                let tip = mirror
+                    .refname_to_id(&tracking)
+                    .map_err(GitError::git("tip"))?;
+                let (new_commit, overlap) = self.rebase(mirror, base, tip, staged_commit)?;
+                mirror
+                    .reference(src, new_commit, true, "sandfs: rebased")
+                    .map_err(GitError::git("keep rebased commit"))?;
+                // The rebased commit is what will be reviewed and pushed from now on.
+                let tip_tree = mirror
+                    .find_commit(tip)
+                    .and_then(|c| c.tree())
+                    .map_err(GitError::git("read tip"))?;
+                let new_tree = mirror
+                    .find_commit(new_commit)
+                    .and_then(|c| c.tree())
+                    .map_err(GitError::git("read rebased"))?;
+                let files =
+                    diff::file_patches(mirror, &tip_tree, &new_tree, self.settings.max_diff_bytes)?;
+                self.zones.db().rebase_staged(
+                    &row.id,
+                    &tip.to_string(),
+                    &new_commit.to_string(),
+                    &files,
+                    self.zones.now_ms(),
+                )?;
+                if !overlap.is_empty() {
+                    return Err(GitError::NeedsReview {
+                        id: row.id.clone(),
+                        paths: overlap,
+                    });
+                }
+                commit = new_commit;
+                rebased = true;
+                // Push against the tip we merged with.
+                return remote::push(
+                    mirror,
+                    &repo.url,
+                    src,
+                    target,
+                    tip,
+                    &self.settings,
+                    progress,
+                )
+                .map(|_| (commit, rebased));
+            }
+            commit = staged;
+        }
+        remote::push(
+            mirror,
+            &repo.url,
+            src,
+            target,
+            remote_tip,
+            &self.settings,
+            progress,
+        )?;
+        Ok((commit, rebased))
+    }
+
+    /// Three-way merges `staged` (built on `base`) onto `tip`; returns the new commit and the
+    /// paths both sides changed. A conflict is an error naming the paths.
+    fn rebase(
+        &self,
+        mirror: &Repository,
+        base: Oid,
+        tip: Oid,
+        staged: git2::Commit<'_>,
+    ) -> GitResult<(Oid, Vec<String>)> {
+        let read_tree = |o: Oid| {
+            mirror
+                .find_commit(o)
+                .and_then(|c| c.tree())
+                .map_err(GitError::git("read tree"))
+        };
+        let base_tree = read_tree(base)?;
+        let tip_tree = read_tree(tip)?;
+        let staged_tree = staged.tree().map_err(GitError::git("read tree"))?;
+        let mut index = mirror
+            .merge_trees(&base_tree, &tip_tree, &staged_tree, None)
+            .map_err(GitError::git("merge"))?;
+        if index.has_conflicts() {
+            let mut paths: Vec<String> = index
+                .conflicts()
+                .map_err(GitError::git("merge"))?
+                .flatten()
+                .filter_map(|c| c.our.or(c.their).or(c.ancestor))
+                .map(|e| String::from_utf8_lossy(&e.path).into_owned())
+                .collect();
+            paths.sort();
+            paths.dedup();
+            return Err(GitError::Conflict {
+                reason: format!(
+                    "the remote branch moved to {} and changed the same lines; nothing was pushed",
+                    remote::short(tip)
+                ),
+                paths,
+            });
+        }
+        let changed = |a: &git2::Tree<'_>, b: &git2::Tree<'_>| -> GitResult<HashSet<String>> {
+            let d = mirror
+                .diff_tree_to_tree(Some(a), Some(b), None)
+                .map_err(GitError::git("diff"))?;
+            Ok(d.deltas()
+                .filter_map(|x| x.new_file().path().or_else(|| x.old_file().path()))
+                .map(|p| p.to_string_lossy().into_owned())
+                .collect())
+        };
+        let upstream = changed(&base_tree, &tip_tree)?;
+        let ours = changed(&base_tree, &staged_tree)?;
+        let mut overlap: Vec<String> = upstream.intersection(&ours).cloned().collect();
+        overlap.sort();
+        let tree_oid = index
+            .write_tree_to(mirror)
+            .map_err(GitError::git("write merged tree"))?;
+        let tree = mirror.find_tree(tree_oid).map_err(GitError::git("read"))?;
+        let tip_commit = mirror.find_commit(tip).map_err(GitError::git("read tip"))?;
+        let committer = self.signature(self.zones.now_ms())?;
+        let new = mirror
+            .commit(
+                None,
+                &staged.author(),
+                &committer,
+                staged.message().unwrap_or(""),
+                &tree,
+                &[&tip_commit],
+            )
+            .map_err(GitError::git("commit"))?;
+        Ok((new, overlap))
+    }
+}
