@@ -31,9 +31,7 @@ impl Git {
         if row.state == "discarded" {
             return Err(GitError::Discarded { id: id.into() });
         }
-        let repo = self.zones.db().repo(row.repo_id)?.ok_or(GitError::NoRepo {
-            dir: "(repository of this staged commit)".into(),
-        })?;
+        let repo = self.repo_of(&row)?;
         let mirror_path = PathBuf::from(&repo.mirror);
         let lock = self.lock_for(&mirror_path);
         let _guard = lock.lock().expect("not poisoned");

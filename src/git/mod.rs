@@ -394,6 +394,16 @@ impl Git {
         }
     }
 
+    /// The pulled repository a staged commit belongs to.
+    fn repo_of(&self, row: &StagedRow) -> GitResult<RepoRow> {
+        self.zones
+            .db()
+            .repo(row.repo_id)?
+            .ok_or_else(|| GitError::NoRepo {
+                dir: "(repository of this staged commit)".into(),
+            })
+    }
+
     /// Finds the repo `v` (a virtual path) belongs to, or the only repo when `v` is None.
     pub fn repo_for(&self, v: Option<&str>) -> GitResult<RepoRow> {
         let repos = self.zones.db().repos()?;
@@ -542,14 +552,16 @@ mod tests {
         (zones, git, req)
     }
 
-    #[test]
-    fn a_write_acknowledged_during_a_pull_is_a_conflict_not_a_lost_write() {
+    /// Pulls again while the agent writes `r/f.txt` (acknowledged) after the pull checked it and
+    /// before the pull replaces or removes it; checks the write ran and is still there.
+    fn pull_with_a_write_in_between(
+        dir: &Path,
+        zones: &Zones,
+        git: &Git,
+        req: &PullRequest,
+    ) -> PullResult {
         use std::sync::atomic::{AtomicBool, Ordering};
-        let dir = tempfile::tempdir().unwrap();
-        let (zones, git, req) = pulled(dir.path(), &[("f.txt", "v1\n")]);
-        commit_files(dir.path(), &[("f.txt", "v2\n")]);
-        // The agent's write lands after the pull checked f.txt and before it replaces it.
-        let real = dir.path().join("z/workspace/r/f.txt");
+        let real = dir.join("z/workspace/r/f.txt");
         let once = Arc::new(AtomicBool::new(false));
         let (writer, flag) = (real.clone(), once.clone());
         *zones.before_replace.lock().unwrap() = Some(Box::new(move || {
@@ -557,10 +569,20 @@ mod tests {
                 std::fs::write(&writer, "acknowledged\n").unwrap();
             }
         }));
-        let r = git.pull(&req, &|_| {}).unwrap();
+        let r = git.pull(req, &|_| {}).unwrap();
         *zones.before_replace.lock().unwrap() = None;
         assert!(once.load(Ordering::SeqCst), "the hook ran");
         assert_eq!(std::fs::read_to_string(&real).unwrap(), "acknowledged\n");
+        r
+    }
+
+    #[test]
+    fn a_write_acknowledged_during_a_pull_is_a_conflict_not_a_lost_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let (zones, git, req) = pulled(dir.path(), &[("f.txt", "v1\n")]);
+        commit_files(dir.path(), &[("f.txt", "v2\n")]);
+        // The agent's write lands after the pull checked f.txt and before it replaces it.
+        let r = pull_with_a_write_in_between(dir.path(), &zones, &git, &req);
         assert_eq!(r.written, 0, "{r:?}");
         assert_eq!(r.conflicts.len(), 1, "{r:?}");
         assert!(
@@ -576,22 +598,10 @@ mod tests {
 
     #[test]
     fn a_write_acknowledged_before_a_pull_deletes_the_file_is_kept() {
-        use std::sync::atomic::{AtomicBool, Ordering};
         let dir = tempfile::tempdir().unwrap();
         let (zones, git, req) = pulled(dir.path(), &[("f.txt", "v1\n"), ("g.txt", "g\n")]);
         commit_files(dir.path(), &[("g.txt", "g\n")]); // f.txt deleted upstream
-        let real = dir.path().join("z/workspace/r/f.txt");
-        let once = Arc::new(AtomicBool::new(false));
-        let (writer, flag) = (real.clone(), once.clone());
-        *zones.before_replace.lock().unwrap() = Some(Box::new(move || {
-            if !flag.swap(true, Ordering::SeqCst) {
-                std::fs::write(&writer, "acknowledged\n").unwrap();
-            }
-        }));
-        let r = git.pull(&req, &|_| {}).unwrap();
-        *zones.before_replace.lock().unwrap() = None;
-        assert!(once.load(Ordering::SeqCst), "the hook ran");
-        assert_eq!(std::fs::read_to_string(&real).unwrap(), "acknowledged\n");
+        let r = pull_with_a_write_in_between(dir.path(), &zones, &git, &req);
         assert_eq!(r.deleted, 0, "{r:?}");
         assert_eq!(r.conflicts.len(), 1, "{r:?}");
         assert!(

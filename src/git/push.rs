@@ -55,13 +55,7 @@ impl Git {
                 },
             });
         }
-        let repo = self
-            .zones
-            .db()
-            .repo(row.repo_id)?
-            .ok_or_else(|| GitError::NoRepo {
-                dir: "(repository of this staged commit)".into(),
-            })?;
+        let repo = self.repo_of(&row)?;
         let mirror_path = PathBuf::from(&repo.mirror);
         let lock = self.lock_for(&mirror_path);
         let _guard = lock.lock().expect("not poisoned");
