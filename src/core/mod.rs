@@ -16,10 +16,12 @@ pub mod node;
 #[cfg(test)]
 mod node_tests;
 mod ops;
+pub mod own;
 pub mod path;
 pub mod provider;
 pub mod remote_zone;
 pub mod retention;
+pub mod sandbox_node;
 mod search;
 pub mod zone;
 
@@ -54,6 +56,38 @@ pub enum EntryKind {
     Dir,
     Symlink,
     Other,
+}
+
+/// A size limit of `[limits]` that the core enforces ([`Zones::check_size`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    /// What an API read or edit holds in memory (`limits.max_read_bytes`).
+    Read,
+    /// What one API write may carry (`limits.max_write_bytes`).
+    Write,
+    /// A file downloaded from a sandbox, or made by writes into one through the mount
+    /// (`limits.sandbox_file_bytes`).
+    SandboxFile,
+}
+
+impl Limit {
+    /// The bound in bytes under `limits`.
+    pub fn bytes(self, limits: &Limits) -> u64 {
+        match self {
+            Limit::Read => limits.max_read_bytes,
+            Limit::Write => limits.max_write_bytes,
+            Limit::SandboxFile => limits.sandbox_file_bytes,
+        }
+    }
+
+    /// The config key that sets it.
+    pub fn key(self) -> &'static str {
+        match self {
+            Limit::Read => "limits.max_read_bytes",
+            Limit::Write => "limits.max_write_bytes",
+            Limit::SandboxFile => "limits.sandbox_file_bytes",
+        }
+    }
 }
 
 /// A zone as the daemon serves it.
@@ -111,6 +145,8 @@ pub struct Zones {
     umask: u32,
     tmp_counter: AtomicU64,
     listeners: RwLock<Vec<(ListenerId, Arc<dyn ChangeListener>)>>,
+    /// The changes sandfs made itself (see [`own`]).
+    own: own::OwnChanges,
     /// Runs just before a replacement checks and renames (tests inject concurrent changes here).
     #[cfg(test)]
     pub(crate) before_replace: std::sync::Mutex<Option<Box<dyn Fn() + Send>>>,
@@ -185,6 +221,7 @@ impl Zones {
             umask: process_umask(),
             tmp_counter: AtomicU64::new(0),
             listeners: RwLock::new(Vec::new()),
+            own: own::OwnChanges::default(),
             #[cfg(test)]
             before_replace: std::sync::Mutex::new(None),
         })
@@ -208,6 +245,30 @@ impl Zones {
     /// Returns the limits in force.
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+
+    /// The size rule, for every entry point: `size` bytes of `what` at `path` must fit in
+    /// `limit`, or `TOO_LARGE` naming the config key to raise. API reads, writes and edits, the
+    /// mount's sandbox files (opened, written, truncated) and the API's reads of sandbox files
+    /// all check here.
+    pub fn check_size(
+        &self,
+        limit: Limit,
+        path: &dyn std::fmt::Display,
+        what: &'static str,
+        size: u64,
+    ) -> FsResult<()> {
+        let max = limit.bytes(&self.limits);
+        if size > max {
+            return Err(FsError::TooLarge {
+                path: path.to_string(),
+                what,
+                size,
+                limit: max,
+                key: limit.key(),
+            });
+        }
+        Ok(())
     }
 
     /// Returns the state database.
@@ -249,6 +310,40 @@ impl Zones {
         }
     }
 
+    /// The changes sandfs made itself, for the watcher of the backing directories.
+    pub fn own(&self) -> &own::OwnChanges {
+        &self.own
+    }
+
+    /// Tells the listeners (the mount's invalidation) about changes made beside sandfs, found by
+    /// the daemon's watcher: `paths` are backing paths.
+    pub fn changed_beside(&self, paths: &[PathBuf]) {
+        for (_, l) in self.listeners.read().expect("not poisoned").iter() {
+            l.changed(paths);
+        }
+    }
+
+    /// Journals a change made beside sandfs (found by the daemon's watcher) at `vp`.
+    pub fn record_beside(&self, vp: &VPath, op: &str) {
+        let entry = JournalEntry {
+            time_ms: self.now_ms(),
+            zone: vp.zone().name(),
+            path: vp.rel(),
+            op,
+            bytes: None,
+            to_path: None,
+            origin: Origin {
+                via: Via::Watcher,
+                pid: None,
+                uid: None,
+            },
+            detail: None,
+        };
+        if let Err(e) = self.db.journal_append(&entry) {
+            tracing::error!(path = %vp, op, error = %e, "could not record a change made beside sandfs");
+        }
+    }
+
     /// Registers a listener for changes made through the operations (not through the mount).
     pub fn add_listener(&self, l: Arc<dyn ChangeListener>) -> ListenerId {
         let id = ListenerId(self.tmp_counter.fetch_add(1, Ordering::Relaxed));
@@ -277,6 +372,22 @@ impl Zones {
         let paths: Vec<PathBuf> = std::iter::once(vp).chain(to).filter_map(backing).collect();
         for (_, l) in listeners.iter() {
             l.changed(&paths);
+        }
+    }
+
+    /// Notes the backing entry at `vp` and its directory as sandfs's own (see [`own`]).
+    fn note_own(&self, vp: &VPath) {
+        let Zone::Local(z) = self.zone(vp.zone()) else {
+            return;
+        };
+        match vp.name() {
+            None => self.own.note_entry(z.dirfd(), None),
+            Some(name) => {
+                if let Ok(parent) = z.open_parent(vp) {
+                    self.own
+                        .note_entry(&parent, Some(std::ffi::OsStr::new(name)));
+                }
+            }
         }
     }
 
@@ -330,8 +441,13 @@ impl Zones {
         if let Err(e) = self.db.journal_append(&entry) {
             tracing::error!(path = %vp, op, error = %e, "could not record change in the journal");
         }
-        // The mount saw its own changes; everyone else's must reach its caches.
+        // The mount saw its own changes (and noted them with the descriptors it holds);
+        // everyone else's must reach its caches and be known as sandfs's own to the watcher.
         if origin.via != Via::Fuse {
+            self.note_own(vp);
+            if let Some(to) = to {
+                self.note_own(to);
+            }
             self.tell_listeners(vp, to);
         }
     }

@@ -16,8 +16,9 @@ use super::error::{FsError, FsResult};
 use super::foreign;
 use super::path::{self, Target, VPath, ZoneId};
 use super::remote_zone::RemoteZone;
+use super::sandbox_node::{Removal, Replace};
 use super::zone::{kind_of, mtime_ms, LocalZone};
-use super::{EntryKind, Zone, Zones};
+use super::{EntryKind, Limit, Zone, Zones};
 use crate::state::Origin;
 
 /// How many leading bytes are checked for NUL when deciding a file is binary.
@@ -121,7 +122,8 @@ pub struct AtomicWrite<'z> {
     tmp: String,
     file: Option<std::fs::File>,
     written: u64,
-    limit: u64,
+    /// The size rule of the write (`None`: a pull, which caps what it fetches itself).
+    limit: Option<Limit>,
     /// Permission bits to give the file instead of keeping the old file's.
     mode: Option<u32>,
     /// The destination is in a remote zone: the temp file is in its spool, uploaded on commit.
@@ -150,14 +152,9 @@ impl<'z> AtomicWrite<'z> {
     /// Appends bytes, failing with `TOO_LARGE` past the write limit.
     pub fn write_chunk(&mut self, buf: &[u8]) -> FsResult<()> {
         self.written += buf.len() as u64;
-        if self.written > self.limit {
-            return Err(FsError::TooLarge {
-                path: self.vp.to_string(),
-                what: "the body",
-                size: self.written,
-                limit: self.limit,
-                key: "limits.max_write_bytes",
-            });
+        if let Some(limit) = self.limit {
+            self.zones
+                .check_size(limit, &self.vp, "the body", self.written)?;
         }
         let file = self.file.as_mut().expect("open until commit");
         file.write_all(buf).map_err(io_err(&self.vp, "write"))
@@ -428,13 +425,7 @@ impl Zones {
             });
         }
         if limit.is_none() {
-            return Err(FsError::TooLarge {
-                path: vp.to_string(),
-                what: "the file",
-                size,
-                limit: max,
-                key: "limits.max_read_bytes",
-            });
+            self.check_size(Limit::Read, &vp, "the file", size)?;
         }
         self.read_window_streaming(&vp, file, size, first, limit.unwrap_or(u64::MAX))
     }
@@ -448,7 +439,6 @@ impl Zones {
         first: u64,
         take: u64,
     ) -> FsResult<ReadResult> {
-        let max = self.limits.max_read_bytes;
         let mut r = BufReader::with_capacity(1 << 16, file);
         let head = r.fill_buf().map_err(io_err(vp, "read"))?;
         if let Some(i) = memchr::memchr(0, &head[..head.len().min(BINARY_PROBE)]) {
@@ -470,15 +460,7 @@ impl Zones {
             line_no += 1;
             if line_no >= first {
                 content.extend_from_slice(&line);
-                if content.len() as u64 > max {
-                    return Err(FsError::TooLarge {
-                        path: vp.to_string(),
-                        what: "the requested lines",
-                        size: content.len() as u64,
-                        limit: max,
-                        key: "limits.max_read_bytes",
-                    });
-                }
+                self.check_size(Limit::Read, vp, "the requested lines", content.len() as u64)?;
             }
         }
         let returned = line_no.saturating_sub(first - 1);
@@ -555,7 +537,7 @@ impl Zones {
             tmp,
             file: Some(std::fs::File::from(fd)),
             written: 0,
-            limit: self.limits.max_write_bytes,
+            limit: Some(Limit::Write),
             mode: None,
             remote,
             sync: false,
@@ -634,15 +616,7 @@ impl Zones {
         }
         z.check_links(&vp, &st)?;
         let size = st.st_size as u64;
-        if size > self.limits.max_read_bytes {
-            return Err(FsError::TooLarge {
-                path: vp.to_string(),
-                what: "the file",
-                size,
-                limit: self.limits.max_read_bytes,
-                key: "limits.max_read_bytes",
-            });
-        }
+        self.check_size(Limit::Read, &vp, "the file", size)?;
         let before = Fingerprint::of(&st);
         let mut buf = Vec::with_capacity(size as usize + 1);
         std::fs::File::from(fd)
@@ -702,12 +676,8 @@ impl Zones {
                 "must be non-empty and contain no NUL",
             ));
         }
-        if let Some(r) = self.remote(&vp) {
-            r.check_writable(&vp)?;
-            let _guard = self.locks.lock(&vp);
-            r.symlink(&vp, target)?;
-            self.record(&vp, "symlink", None, None, origin);
-            return Ok(());
+        if self.remote(&vp).is_some() {
+            return self.sandbox_symlink(&vp, target, true, origin);
         }
         let z = self.writable_local(&vp)?;
         let name = vp.name().expect("entry");
@@ -775,7 +745,7 @@ impl Zones {
             return match new {
                 Replacement::File { content, mode } => {
                     let mut w = self.begin_write(path)?;
-                    w.limit = u64::MAX;
+                    w.limit = None;
                     w.set_mode(foreign::mask_mode(mode, self.umask));
                     copy_into(&mut w, content)?;
                     w.commit(origin)
@@ -795,7 +765,7 @@ impl Zones {
         match new {
             Replacement::File { content, mode } => {
                 let mut w = self.start_write(vp, parent, false)?;
-                w.limit = u64::MAX;
+                w.limit = None;
                 w.set_mode(foreign::mask_mode(mode, self.umask));
                 copy_into(&mut w, content)?;
                 let _guard = self.locks.lock(&w.vp);
@@ -883,18 +853,8 @@ impl Zones {
     /// Deletes a file or symlink; a directory only with `recursive` (or when empty).
     pub fn delete(&self, path: &str, recursive: bool, origin: Origin) -> FsResult<()> {
         let vp = path::parse_entry(path)?;
-        if let Some(r) = self.remote(&vp) {
-            r.check_writable(&vp)?;
-            let _guard = self.locks.lock(&vp);
-            let meta = r.stat_fresh(&vp)?;
-            if meta.kind == EntryKind::Dir && !recursive && !r.list(&vp)?.is_empty() {
-                return Err(FsError::NotEmpty {
-                    path: vp.to_string(),
-                });
-            }
-            r.remove(&vp, recursive)?;
-            self.record(&vp, "delete", None, None, origin);
-            return Ok(());
+        if self.remote(&vp).is_some() {
+            return self.sandbox_remove(&vp, Removal::Any { recursive }, origin);
         }
         let z = self.writable_local(&vp)?;
         let name = vp.name().expect("entry");
@@ -1314,21 +1274,11 @@ impl Zones {
                 })
             }
         }
-        let limit = self.limits.max_write_bytes;
-        if meta.size > limit {
-            return Err(FsError::TooLarge {
-                path: vp.to_string(),
-                what: "the remote file",
-                size: meta.size,
-                limit,
-                key: "limits.max_write_bytes",
-            });
-        }
-        let data = r.read(vp, meta.size)?;
-        let mut file = r.spool_file().map_err(io_err(vp, "create spool file"))?;
-        file.write_all(&data).map_err(io_err(vp, "spool"))?;
-        std::io::Seek::rewind(&mut file).map_err(io_err(vp, "spool"))?;
-        Ok((file, data.len() as u64))
+        self.check_size(Limit::SandboxFile, vp, "the sandbox's file", meta.size)?;
+        // Streamed into the spool: never whole in memory, whatever the sandbox sends.
+        let file = r.spool_file().map_err(io_err(vp, "create spool file"))?;
+        let n = r.download(vp, &file, meta.size)?;
+        Ok((file, n))
     }
 
     /// Starts a write into a remote zone: collected in the spool, uploaded on commit.
@@ -1367,15 +1317,7 @@ impl Zones {
                 path: vp.to_string(),
             });
         }
-        if before.size > self.limits.max_read_bytes {
-            return Err(FsError::TooLarge {
-                path: vp.to_string(),
-                what: "the file",
-                size: before.size,
-                limit: self.limits.max_read_bytes,
-                key: "limits.max_read_bytes",
-            });
-        }
+        self.check_size(Limit::Read, vp, "the file", before.size)?;
         let data = r.read(vp, before.size)?;
         check_text(vp, &data, true)?;
         let text = std::str::from_utf8(&data).expect("checked");
@@ -1421,29 +1363,16 @@ impl Zones {
         overwrite: bool,
         origin: Origin,
     ) -> FsResult<()> {
-        let (Some(r), true) = (self.remote(src), src.zone() == dst.zone()) else {
-            if let Some(r) = self.remote(src) {
-                r.check_writable(src)?;
-            } else {
-                self.writable_local(src)?;
-            }
+        if self.remote(src).is_none() || src.zone() != dst.zone() {
+            self.check_writable(src)?;
             return self.copy_across(src, dst, overwrite, origin);
-        };
-        r.check_writable(src)?;
-        let _guards = self.locks.lock_two(src, dst);
-        r.stat_fresh(src)?;
-        match r.stat_fresh(dst) {
-            Ok(meta) if !overwrite || meta.kind == EntryKind::Dir => {
-                return Err(FsError::Exists {
-                    path: dst.to_string(),
-                })
-            }
-            Ok(_) | Err(FsError::NotFound { .. }) => {}
-            Err(e) => return Err(e),
         }
-        r.rename(src, dst)?;
-        self.record(src, "move", None, Some(dst), origin);
-        Ok(())
+        let replace = if overwrite {
+            Replace::Files
+        } else {
+            Replace::Never
+        };
+        self.sandbox_rename(src, dst, replace, origin)
     }
 }
 
@@ -1462,13 +1391,10 @@ impl AtomicWrite<'_> {
             Err(FsError::NotFound { .. }) => false,
             Err(e) => return Err(e),
         };
-        let mut file = self.file.take().expect("open until commit");
-        std::io::Seek::rewind(&mut file).map_err(io_err(&self.vp, "spool"))?;
-        let mut data = Vec::with_capacity(self.written as usize);
-        file.read_to_end(&mut data)
-            .map_err(io_err(&self.vp, "spool"))?;
+        // Streamed from the spool: never whole in memory.
+        let file = self.file.take().expect("open until commit");
+        r.upload(&self.vp, &file)?;
         drop(file);
-        r.write(&self.vp, bytes::Bytes::from(data))?;
         if let Some(mode) = self.mode {
             r.set_meta(
                 &self.vp,

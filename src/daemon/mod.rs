@@ -1,11 +1,14 @@
 //! The daemon's start-up wiring and its schedules: the state database, the zones, the mount, the
-//! API, sandboxes kept warm or detached when idle, queued write-backs, and garbage collection
-//! (once at start, then every [`GC_EVERY`]).
+//! API, the watcher that journals changes made beside sandfs ([`watch`]), sandboxes kept warm or
+//! detached when idle, queued write-backs, and garbage collection (once at start, then every
+//! [`GC_EVERY`]).
 //!
 //! Under systemd (`Type=notify`, see `systemd/sandfs.service`) it sends `READY=1` once the API
 //! socket listens and the mount is up, and `STOPPING=1` when SIGINT or SIGTERM starts the
 //! shutdown, which stops the API and then unmounts. `sandfs serve` (`crate::cli`) only parses
 //! its arguments and calls [`run`]. The one place that knows every room; no room imports it.
+
+pub mod watch;
 
 use std::sync::Arc;
 
@@ -64,6 +67,14 @@ pub fn run(settings: Settings, no_mount: bool) -> anyhow::Result<()> {
     // Write-backs queued by the mount (this run's or a previous one's) go out in the background.
     crate::core::remote_zone::spawn_write_back_retries(&zones)?;
     raise_fd_limit();
+    // Changes made beside sandfs are journaled (and reach the mount) as long as this lives.
+    let _watcher = match watch::Watcher::start(zones.clone()) {
+        Ok(w) => w,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot watch the zones' directories: changes made beside sandfs are not journaled and show through the mount only after its cache times out");
+            None
+        }
+    };
     // The mount lives until this function returns (after the API has stopped).
     let mount = if no_mount {
         None

@@ -22,7 +22,6 @@ use fuser::{
 use rustix::fs::{FileType, OFlags, Stat};
 
 use super::inodes::{zone_ino, Inode, Inodes, ROOT_INO};
-use super::invalidate::OwnChanges;
 use super::remote::{RemoteTree, REMOTE_FH_BASE};
 use crate::core::node::{io as node_io, AttrChange, Caller, RenameMode, SetTime};
 use crate::core::{VPath, ZoneId, Zones};
@@ -86,8 +85,6 @@ struct DirHandle {
 pub struct SandFs {
     zones: Arc<Zones>,
     pub(super) inodes: Arc<Inodes>,
-    /// Changes made through the mount, which the watcher must not invalidate.
-    pub(super) own: Arc<OwnChanges>,
     handles: RwLock<HashMap<u64, Arc<Handle>>>,
     dirs: Mutex<HashMap<u64, Arc<DirHandle>>>,
     next_fh: AtomicU64,
@@ -166,7 +163,6 @@ impl SandFs {
         Ok(SandFs {
             zones,
             inodes,
-            own: Arc::new(OwnChanges::default()),
             handles: RwLock::new(HashMap::new()),
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
@@ -298,7 +294,7 @@ impl SandFs {
     /// Notes a change the mount made to `name` in `dir` (and to `dir`), so the watcher leaves
     /// the kernel's view of them alone.
     fn mark(&self, dir: &Inode, name: Option<&OsStr>) {
-        self.own.note_entry(&dir.fd, name);
+        self.zones.own().note_entry(&dir.fd, name);
     }
 
     /// Returns the current virtual path of an inode (from the kernel's view of its fd).
@@ -338,7 +334,7 @@ impl SandFs {
             .and_then(|f| node_io::stat(f).ok())
             .map(|st| (st.st_dev, st.st_ino));
         if let Some((dev, ino)) = writer_key {
-            self.own.writer_opened(dev, ino);
+            self.zones.own().writer_opened(dev, ino);
         }
         self.handles.write().expect("not poisoned").insert(
             fh,
@@ -409,7 +405,7 @@ impl SandFs {
                 &self.press(),
             )
             .map_err(errno)?;
-        self.own.note(&st);
+        self.zones.own().note(&st);
         Ok(attr_of(inode.ino, &st))
     }
 
@@ -702,7 +698,7 @@ impl fuser::Filesystem for SandFs {
                 .node_remove(&SandFs::caller(req), &p, name, false, |gone| {
                     self.mark(&p, None);
                     if let Some(k) = gone {
-                        self.own.forget(k);
+                        self.zones.own().forget(k);
                     }
                 })
                 .map_err(errno)
@@ -722,7 +718,7 @@ impl fuser::Filesystem for SandFs {
                 .node_remove(&SandFs::caller(req), &p, name, true, |gone| {
                     self.mark(&p, None);
                     if let Some(k) = gone {
-                        self.own.forget(k);
+                        self.zones.own().forget(k);
                     }
                 })
                 .map_err(errno)
@@ -811,7 +807,7 @@ impl fuser::Filesystem for SandFs {
             self.zones
                 .node_rename(&who, &p, name, &np, newname, mode, |replaced| {
                     if let Some(k) = replaced {
-                        self.own.forget(k);
+                        self.zones.own().forget(k);
                     }
                     self.mark(&p, Some(name));
                     self.mark(&np, Some(newname));
@@ -1011,7 +1007,7 @@ impl fuser::Filesystem for SandFs {
                 .then(|| h.file.get().and_then(|f| node_io::stat(f).ok()))
                 .flatten();
             if let Some((dev, ino)) = h.writer_key {
-                self.own.writer_closed(dev, ino, st.as_ref());
+                self.zones.own().writer_closed(dev, ino, st.as_ref());
             }
             if h.dirty.load(Ordering::Relaxed) {
                 let size = st.as_ref().map(|st| st.st_size as u64);
@@ -1253,7 +1249,7 @@ impl fuser::Filesystem for SandFs {
             self.zones
                 .node_set_xattr(&SandFs::caller(req), &i, name, Some((value, flags)), || {
                     if let Ok(st) = i.stat() {
-                        self.own.note(&st);
+                        self.zones.own().note(&st);
                     }
                 })
                 .map_err(errno)?;
@@ -1312,7 +1308,7 @@ impl fuser::Filesystem for SandFs {
             self.zones
                 .node_set_xattr(&SandFs::caller(req), &i, name, None, || {
                     if let Ok(st) = i.stat() {
-                        self.own.note(&st);
+                        self.zones.own().note(&st);
                     }
                 })
                 .map_err(errno)?;

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use fuser::{Config, MountOption, SessionACL};
 
-use crate::core::{ListenerId, Zone, ZoneId, Zones};
+use crate::core::{ListenerId, Zones};
 
 pub use fs::TTL;
 
@@ -37,7 +37,7 @@ pub struct Mount {
     session: Option<fuser::BackgroundSession>,
     zones: Arc<Zones>,
     listener: Option<ListenerId>,
-    _invalidator: Option<invalidate::Invalidator>,
+    _evictor: Option<invalidate::Evictor>,
     mountpoint: PathBuf,
 }
 
@@ -56,7 +56,7 @@ impl Mount {
         if let Some(id) = self.listener.take() {
             self.zones.remove_listener(id);
         }
-        self._invalidator.take();
+        self._evictor.take();
         let Some(session) = self.session.take() else {
             return Ok(());
         };
@@ -215,7 +215,6 @@ pub fn mount(zones: Arc<Zones>, mountpoint: &Path, threads: usize) -> Result<Mou
         source: e,
     })?;
     let inodes = fs.inodes.clone();
-    let own = fs.own.clone();
     let root = rustix::process::geteuid().is_root();
     let mut config = Config::default();
     config.mount_options = vec![
@@ -236,22 +235,14 @@ pub fn mount(zones: Arc<Zones>, mountpoint: &Path, threads: usize) -> Result<Mou
         path: mountpoint.display().to_string(),
         source: e,
     })?;
-    let roots: Vec<PathBuf> = ZoneId::ALL
-        .iter()
-        .filter_map(|id| match zones.zone(*id) {
-            Zone::Local(z) => Some(z.root().to_path_buf()),
-            Zone::Remote(_) | Zone::Disabled(_) => None,
-        })
-        .collect();
     let listener = zones.add_listener(Arc::new(invalidate::Direct {
         inodes: inodes.clone(),
         notifier: session.notifier(),
     }));
-    let invalidator = match invalidate::Invalidator::start(&roots, inodes, own, session.notifier())
-    {
-        Ok(i) => Some(i),
+    let evictor = match invalidate::Evictor::start(inodes, session.notifier()) {
+        Ok(e) => Some(e),
         Err(e) => {
-            tracing::warn!(error = %e, "cannot watch the backing dirs; changes made outside the mount may show late");
+            tracing::warn!(error = %e, "cannot start the eviction thread; the mount keeps one descriptor per inode the kernel holds");
             None
         }
     };
@@ -260,7 +251,7 @@ pub fn mount(zones: Arc<Zones>, mountpoint: &Path, threads: usize) -> Result<Mou
         session: Some(session),
         zones,
         listener: Some(listener),
-        _invalidator: invalidator,
+        _evictor: evictor,
         mountpoint: mountpoint.to_path_buf(),
     })
 }

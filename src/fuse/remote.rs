@@ -1,18 +1,18 @@
-//! The mount's view of a zone served from a sandbox: path-keyed inodes and a whole-file cache.
+//! The mount's side of a zone served from a sandbox: path-keyed inode numbers and open handles.
 //!
-//! A remote zone has no backing fds, so its inodes are names: each number maps to a path relative
+//! A sandbox zone has no backing fds, so its inodes are names: each number maps to a path relative
 //! to the zone, assigned at lookup and kept while the kernel holds a reference (renames move the
-//! names beneath). Attributes and listings come from [`RemoteZone`], which caches them for the
-//! zone's `attr_ttl`; the kernel is told the same TTL, so a change made inside the sandbox shows
-//! through the mount within that time.
+//! names beneath). This file owns only that, the file handles, and turning answers into
+//! [`FileAttr`]s; every operation is the core's ([`crate::core::sandbox_node`]: the read-only,
+//! path-lock, size and journal rules, errors mapped by [`FsError::errno`]). Attributes and
+//! listings are cached by the core for the zone's `attr_ttl`; the kernel is told the same TTL,
+//! so a change made inside the sandbox shows through the mount within that time.
 //!
-//! File contents use a whole-file cache on disk: the first open of a file streams it into an
-//! unnamed file in the zone's spool directory (never whole in memory); reads and writes go to
-//! that copy; the copy is streamed back to the sandbox on `flush` (every `close`), `fsync` and
+//! Open files share one local copy per inode ([`SandboxFile`], in the zone's spool): the first
+//! open streams it from the sandbox; it is written back on `flush` (every `close`), `fsync` and
 //! the last `release` when it changed. A write-back the sandbox does not take is queued durably
-//! (see [`RemoteZone::queue_write_back`]) and the `close`/`fsync` fails with `EIO`; until the
-//! queue has sent it, a new open sees the queued content and `fsync` or the `close` of a
-//! writable handle fails with `EIO` again.
+//! by the core and the `close`/`fsync` fails with `EIO`; until the queue has sent it, a new open
+//! sees the queued content and `fsync` or the `close` of a writable handle fails with `EIO` again.
 //! Remote files are opened with `FOPEN_DIRECT_IO`: reads and writes go to the daemon's copy
 //! without the kernel's page cache, so a reader never sees a size the kernel cached before
 //! another writer grew the file, and each open sees what the sandbox holds then (shared
@@ -20,22 +20,23 @@
 //!
 //! A sandbox that is down or hung fails each call with `EIO` after the zone's deadline (see
 //! [`RemoteZone::deadline`]), with a log line naming the sandbox: the mount never hangs on it.
+//!
+//! May not import `api`, `git` or `sandbox`; calls nothing of [`RemoteZone`] but its settings.
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
 use fuser::{Errno, FileAttr, INodeNo};
 use rustix::fs::FileType;
 
 use super::inodes::{zone_ino, ROOT_INO};
-use crate::core::provider::{MetaUpdate, RemoteMeta};
+use crate::core::provider::RemoteMeta;
 use crate::core::remote_zone::RemoteZone;
+use crate::core::sandbox_node::{Removal, Replace, SandboxFile};
 use crate::core::{EntryKind, FsError, VPath, Zone, ZoneId, Zones};
 use crate::state::Origin;
 
@@ -83,13 +84,10 @@ struct Table {
     by_path: HashMap<String, u64>,
 }
 
-/// A file's content while it is open: a local copy and whether it differs from the sandbox's.
+/// A file's content while it is open, shared by its handles.
 struct Content {
-    file: std::fs::File,
-    dirty: bool,
+    file: SandboxFile,
     opens: usize,
-    /// Who last wrote through the mount (named in the journal at write-back).
-    origin: Option<Origin>,
 }
 
 /// An open remote file.
@@ -302,7 +300,8 @@ impl RemoteTree {
         };
         // An open file's local copy is what readers through the mount see.
         if let Some(c) = self.contents.lock().expect("not poisoned").get(&ino) {
-            if let Ok(md) = c.lock().expect("not poisoned").file.metadata() {
+            let md = c.lock().expect("not poisoned").file.metadata();
+            if let Ok(md) = md {
                 attr.size = md.len();
                 attr.blocks = md.len().div_ceil(512);
                 if let Ok(m) = md.modified() {
@@ -317,7 +316,7 @@ impl RemoteTree {
     }
 
     fn stat(&self, vp: &VPath) -> Res<RemoteMeta> {
-        self.remote().stat(vp).map_err(|e| errno_of(&e))
+        self.zones.sandbox_stat(vp).map_err(|e| errno_of(&e))
     }
 
     /// The attributes of the zone root.
@@ -352,7 +351,7 @@ impl RemoteTree {
         {
             // Open: the local copy holds the truth; the kind and mode come from the sandbox.
             let vp = self.vpath(&rel)?;
-            let meta = self.remote().stat(&vp).unwrap_or(RemoteMeta {
+            let meta = self.zones.sandbox_stat(&vp).unwrap_or(RemoteMeta {
                 kind: EntryKind::File,
                 size: 0,
                 mtime_ns: None,
@@ -363,16 +362,6 @@ impl RemoteTree {
         }
         let meta = self.stat(&self.vpath(&rel)?)?;
         Ok(self.attr(ino, &meta))
-    }
-
-    fn writable(&self) -> Res<()> {
-        self.zones
-            .node_writable(self.zone)
-            .map_err(|e| Errno::from_i32(e.raw_os_error()))
-    }
-
-    fn record(&self, vp: &VPath, op: &str, bytes: Option<u64>, to: Option<&VPath>, o: Origin) {
-        self.zones.record_change(vp, op, bytes, to, o);
     }
 
     /// Changes size, mode or modification time.
@@ -392,10 +381,6 @@ impl RemoteTree {
         if uid.is_some_and(|u| u != self.uid) || gid.is_some_and(|g| g != self.gid) {
             return Err(Errno::EPERM);
         }
-        if mode.is_some() || size.is_some() || mtime.is_some() {
-            self.writable()?;
-        }
-        let r = self.remote();
         if let Some(size) = size {
             let open = self
                 .contents
@@ -406,30 +391,21 @@ impl RemoteTree {
             match open {
                 Some(c) => {
                     let mut c = c.lock().expect("not poisoned");
-                    c.file.set_len(size).map_err(|e| io_errno(&e))?;
-                    c.dirty = true;
-                    c.origin = Some(origin);
+                    self.zones
+                        .sandbox_set_len(&vp, &mut c.file, size, origin)
+                        .map_err(|e| errno_of(&e))?;
                 }
-                None => {
-                    let file = self.spool_file(&vp)?;
-                    if size > 0 {
-                        let meta = self.stat(&vp)?;
-                        r.download(&vp, &file, meta.size)
-                            .map_err(|e| errno_of(&e))?;
-                        file.set_len(size).map_err(|e| io_errno(&e))?;
-                    }
-                    r.upload(&vp, &file).map_err(|e| errno_of(&e))?;
-                    self.record(&vp, "truncate", Some(size), None, origin);
-                }
+                None => self
+                    .zones
+                    .sandbox_truncate(&vp, size, origin)
+                    .map_err(|e| errno_of(&e))?,
             }
         }
         if mode.is_some() || mtime.is_some() {
-            let update = MetaUpdate {
-                mode: mode.map(|m| m & 0o7777),
-                mtime: mtime.and_then(|t| t.duration_since(UNIX_EPOCH).ok().map(|d| d.as_secs())),
-            };
-            r.set_meta(&vp, update).map_err(|e| errno_of(&e))?;
-            self.record(&vp, "chmod", None, None, origin);
+            let mtime = mtime.and_then(|t| t.duration_since(UNIX_EPOCH).ok().map(|d| d.as_secs()));
+            self.zones
+                .sandbox_set_meta(&vp, mode, mtime, origin)
+                .map_err(|e| errno_of(&e))?;
         }
         self.getattr(ino)
     }
@@ -437,61 +413,34 @@ impl RemoteTree {
     /// Where a symlink points.
     pub fn readlink(&self, ino: u64) -> Res<Vec<u8>> {
         let vp = self.vpath(&self.rel_of(ino)?)?;
-        let meta = self.remote().stat_fresh(&vp).map_err(|e| errno_of(&e))?;
-        meta.link_target
+        self.zones
+            .sandbox_readlink(&vp)
             .map(String::into_bytes)
-            .ok_or(Errno::EINVAL)
+            .map_err(|e| errno_of(&e))
     }
 
     /// Creates a directory.
     pub fn mkdir(&self, parent: u64, name: &OsStr, mode: u32, origin: Origin) -> Res<FileAttr> {
-        self.writable()?;
         let (rel, vp) = self.child(parent, name)?;
-        let r = self.remote();
-        match r.stat_fresh(&vp) {
-            Ok(_) => return Err(Errno::EEXIST),
-            Err(FsError::NotFound { .. }) => {}
-            Err(e) => return Err(errno_of(&e)),
-        }
-        r.mkdir_p(&vp).map_err(|e| errno_of(&e))?;
-        if mode & 0o7777 != 0o755 {
-            let _ = r.set_meta(
-                &vp,
-                MetaUpdate {
-                    mode: Some(mode & 0o7777),
-                    mtime: None,
-                },
-            );
-        }
-        self.record(&vp, "mkdir", None, None, origin);
-        self.lookup_rel(&rel, &vp)
-    }
-
-    fn lookup_rel(&self, rel: &str, vp: &VPath) -> Res<FileAttr> {
-        let meta = self.remote().stat_fresh(vp).map_err(|e| errno_of(&e))?;
-        let ino = self.ino_of(rel, true);
+        let meta = self
+            .zones
+            .sandbox_mkdir(&vp, mode, origin)
+            .map_err(|e| errno_of(&e))?;
+        let ino = self.ino_of(&rel, true);
         Ok(self.attr(ino, &meta))
     }
 
     /// Removes a file (`dir` false) or an empty directory (`dir` true).
     pub fn remove(&self, parent: u64, name: &OsStr, dir: bool, origin: Origin) -> Res<()> {
-        self.writable()?;
         let (_, vp) = self.child(parent, name)?;
-        let r = self.remote();
-        let meta = r.stat_fresh(&vp).map_err(|e| errno_of(&e))?;
-        match (dir, meta.kind == EntryKind::Dir) {
-            (false, true) => return Err(Errno::EISDIR),
-            (true, false) => return Err(Errno::ENOTDIR),
-            (true, true) => {
-                if !r.list(&vp).map_err(|e| errno_of(&e))?.is_empty() {
-                    return Err(Errno::ENOTEMPTY);
-                }
-            }
-            (false, false) => {}
-        }
-        r.remove(&vp, false).map_err(|e| errno_of(&e))?;
-        self.record(&vp, "delete", None, None, origin);
-        Ok(())
+        let how = if dir {
+            Removal::EmptyDir
+        } else {
+            Removal::File
+        };
+        self.zones
+            .sandbox_remove(&vp, how, origin)
+            .map_err(|e| errno_of(&e))
     }
 
     /// Creates a symlink.
@@ -502,17 +451,11 @@ impl RemoteTree {
         target: &std::path::Path,
         origin: Origin,
     ) -> Res<FileAttr> {
-        self.writable()?;
         let (rel, vp) = self.child(parent, name)?;
         let target = target.to_str().ok_or(Errno::EINVAL)?;
-        let r = self.remote();
-        match r.stat_fresh(&vp) {
-            Ok(_) => return Err(Errno::EEXIST),
-            Err(FsError::NotFound { .. }) => {}
-            Err(e) => return Err(errno_of(&e)),
-        }
-        r.symlink(&vp, target).map_err(|e| errno_of(&e))?;
-        self.record(&vp, "symlink", None, None, origin);
+        self.zones
+            .sandbox_symlink(&vp, target, false, origin)
+            .map_err(|e| errno_of(&e))?;
         let ino = self.ino_of(&rel, true);
         Ok(self.attr(
             ino,
@@ -536,35 +479,19 @@ impl RemoteTree {
         noreplace: bool,
         origin: Origin,
     ) -> Res<()> {
-        self.writable()?;
         let (from_rel, from) = self.child(parent, name)?;
         let (to_rel, to) = self.child(newparent, newname)?;
+        let replace = if noreplace {
+            Replace::Never
+        } else {
+            Replace::Posix
+        };
+        self.zones
+            .sandbox_rename(&from, &to, replace, origin)
+            .map_err(|e| errno_of(&e))?;
         if to_rel == from_rel {
             return Ok(());
         }
-        if to_rel.starts_with(&format!("{from_rel}/")) {
-            return Err(Errno::EINVAL);
-        }
-        let r = self.remote();
-        let src = r.stat_fresh(&from).map_err(|e| errno_of(&e))?;
-        match r.stat_fresh(&to) {
-            Ok(_) if noreplace => return Err(Errno::EEXIST),
-            Ok(dst) if dst.kind == EntryKind::Dir && src.kind != EntryKind::Dir => {
-                return Err(Errno::EISDIR)
-            }
-            Ok(dst) if dst.kind != EntryKind::Dir && src.kind == EntryKind::Dir => {
-                return Err(Errno::ENOTDIR)
-            }
-            Ok(dst) if dst.kind == EntryKind::Dir => {
-                if !r.list(&to).map_err(|e| errno_of(&e))?.is_empty() {
-                    return Err(Errno::ENOTEMPTY);
-                }
-                r.remove(&to, false).map_err(|e| errno_of(&e))?;
-            }
-            Ok(_) | Err(FsError::NotFound { .. }) => {}
-            Err(e) => return Err(errno_of(&e)),
-        }
-        r.rename(&from, &to).map_err(|e| errno_of(&e))?;
         // The names beneath move with it.
         let mut t = self.table.lock().expect("not poisoned");
         let under = format!("{from_rel}/");
@@ -587,8 +514,6 @@ impl RemoteTree {
             }
             t.by_path.insert(nk, ino);
         }
-        drop(t);
-        self.record(&from, "move", None, Some(&to), origin);
         Ok(())
     }
 
@@ -596,7 +521,7 @@ impl RemoteTree {
     pub fn list_dir(&self, ino: u64) -> Res<Vec<(OsString, FileType, u64)>> {
         let rel = self.rel_of(ino)?;
         let vp = self.vpath(&rel)?;
-        let entries = self.remote().list(&vp).map_err(|e| errno_of(&e))?;
+        let entries = self.zones.sandbox_list(&vp).map_err(|e| errno_of(&e))?;
         let mut out = vec![
             (OsString::from("."), FileType::Directory, ino),
             (OsString::from(".."), FileType::Directory, ROOT_INO),
@@ -616,13 +541,6 @@ impl RemoteTree {
         Ok(out)
     }
 
-    fn spool_file(&self, vp: &VPath) -> Res<std::fs::File> {
-        self.remote().spool_file().map_err(|e| {
-            tracing::error!(path = %vp, error = %e, "cannot create a spool file for a remote file");
-            io_errno(&e)
-        })
-    }
-
     /// Opens `ino`, downloading it unless another open holds it or `truncate` empties it.
     pub fn open(&self, ino: u64, write: bool, truncate: bool, origin: Origin) -> Res<u64> {
         self.open_as(ino, write, truncate, false, origin)
@@ -638,11 +556,11 @@ impl RemoteTree {
         created: bool,
         origin: Origin,
     ) -> Res<u64> {
-        if write {
-            self.writable()?;
-        }
         let rel = self.rel_of(ino)?;
         let vp = self.vpath(&rel)?;
+        if write {
+            self.zones.check_writable(&vp).map_err(|e| errno_of(&e))?;
+        }
         // Counted under the table's lock, which the last release holds while it removes the
         // copy: an open racing a release (the kernel sends it after close returns) either
         // shares the copy before it goes or makes a new one, never holds one the table lost.
@@ -655,42 +573,20 @@ impl RemoteTree {
             .inspect(|c| c.lock().expect("not poisoned").opens += 1);
         let content = match shared {
             Some(c) => {
-                {
+                if truncate {
                     let mut g = c.lock().expect("not poisoned");
-                    if truncate {
-                        g.file.set_len(0).map_err(|e| io_errno(&e))?;
-                        g.dirty = true;
-                        g.origin = Some(origin);
-                    }
+                    self.zones
+                        .sandbox_set_len(&vp, &mut g.file, 0, origin)
+                        .map_err(|e| errno_of(&e))?;
                 }
                 c
             }
             None => {
-                let r = self.remote();
-                // A queued write-back is newer than what the sandbox holds.
-                let queued = if truncate {
-                    None
-                } else {
-                    r.pending_content(&vp).map_err(|e| io_errno(&e))?
-                };
-                let file = match queued {
-                    Some(f) => f,
-                    None => self.spool_file(&vp)?,
-                };
-                if !truncate && !created && !r.has_pending(&vp) {
-                    let meta = r.stat_fresh(&vp).map_err(|e| errno_of(&e))?;
-                    if meta.kind == EntryKind::Dir {
-                        return Err(Errno::EISDIR);
-                    }
-                    r.download(&vp, &file, meta.size)
-                        .map_err(|e| errno_of(&e))?;
-                }
-                let c = Arc::new(Mutex::new(Content {
-                    file,
-                    dirty: truncate,
-                    opens: 1,
-                    origin: truncate.then_some(origin),
-                }));
+                let file = self
+                    .zones
+                    .sandbox_open(&vp, write, truncate, created, origin)
+                    .map_err(|e| errno_of(&e))?;
+                let c = Arc::new(Mutex::new(Content { file, opens: 1 }));
                 let mut contents = self.contents.lock().expect("not poisoned");
                 // Another open may have raced us here: use its copy.
                 match contents.get(&ino) {
@@ -726,30 +622,11 @@ impl RemoteTree {
         exclusive: bool,
         origin: Origin,
     ) -> Res<(FileAttr, u64)> {
-        self.writable()?;
         let (rel, vp) = self.child(parent, name)?;
-        let r = self.remote();
-        let created = match r.stat_fresh(&vp) {
-            Ok(_) if exclusive => return Err(Errno::EEXIST),
-            Ok(m) if m.kind == EntryKind::Dir => return Err(Errno::EISDIR),
-            Ok(_) => false,
-            Err(FsError::NotFound { .. }) => {
-                r.write(&vp, Bytes::new()).map_err(|e| errno_of(&e))?;
-                if mode & 0o111 != 0 {
-                    r.set_meta(
-                        &vp,
-                        MetaUpdate {
-                            mode: Some(mode & 0o7777),
-                            mtime: None,
-                        },
-                    )
-                    .map_err(|e| errno_of(&e))?;
-                }
-                self.record(&vp, "create", Some(0), None, origin);
-                true
-            }
-            Err(e) => return Err(errno_of(&e)),
-        };
+        let created = self
+            .zones
+            .sandbox_create(&vp, mode, exclusive, origin)
+            .map_err(|e| errno_of(&e))?;
         let ino = self.ino_of(&rel, true);
         let fh = self.open_as(ino, true, false, created, origin)?;
         Ok((self.getattr(ino)?, fh))
@@ -768,20 +645,9 @@ impl RemoteTree {
     pub fn read(&self, fh: u64, offset: u64, size: u32) -> Res<Vec<u8>> {
         let h = self.handle(fh)?;
         let c = h.content.lock().expect("not poisoned");
-        let mut buf = vec![0u8; size as usize];
-        let mut n = 0;
-        while n < buf.len() {
-            let r = c
-                .file
-                .read_at(&mut buf[n..], offset + n as u64)
-                .map_err(|e| io_errno(&e))?;
-            if r == 0 {
-                break;
-            }
-            n += r;
-        }
-        buf.truncate(n);
-        Ok(buf)
+        c.file
+            .read_at(offset, size as usize)
+            .map_err(|e| io_errno(&e))
     }
 
     /// Writes to the local copy (sent to the sandbox at flush, fsync or the last close).
@@ -790,16 +656,12 @@ impl RemoteTree {
         if !h.writable {
             return Err(Errno::EBADF);
         }
+        let vp = self.vpath(&self.rel_of(h.ino)?)?;
         let mut c = h.content.lock().expect("not poisoned");
-        let at = if append {
-            c.file.metadata().map_err(|e| io_errno(&e))?.len()
-        } else {
-            offset
-        };
-        c.file.write_all_at(data, at).map_err(|e| io_errno(&e))?;
-        c.dirty = true;
-        c.origin = Some(o);
-        Ok(data.len() as u32)
+        self.zones
+            .sandbox_write(&vp, &mut c.file, data, offset, append, o)
+            .map(|n| n as u32)
+            .map_err(|e| errno_of(&e))
     }
 
     /// Sends the local copy to the sandbox when it changed (`close`).
@@ -815,58 +677,13 @@ impl RemoteTree {
         self.write_back(h.ino, &h.content, true)
     }
 
-    /// Writes the local copy back; a failure queues it durably and gives `EIO`. `settle`: with
-    /// a clean copy, send a queued write-back of the file now and fail while it stays queued.
+    /// Writes the local copy back (see [`Zones::sandbox_write_back`]).
     fn write_back(&self, ino: u64, content: &Mutex<Content>, settle: bool) -> Res<()> {
         let mut c = content.lock().expect("not poisoned");
         let vp = self.vpath(&self.rel_of(ino)?)?;
-        let r = self.remote();
-        if !c.dirty {
-            if !settle || !r.has_pending(&vp) {
-                return Ok(());
-            }
-            return match r.retry_write_back(&vp) {
-                Ok(Some(w)) => {
-                    self.record(&w.path, "write", Some(w.bytes), None, w.origin);
-                    Ok(())
-                }
-                Ok(None) => Ok(()),
-                Err(e) => {
-                    tracing::warn!(path = %vp, error = %e, "the file's write-back is still queued");
-                    Err(Errno::EIO)
-                }
-            };
-        }
-        let len = c.file.metadata().map_err(|e| io_errno(&e))?.len();
-        if let Err(e) = r.upload(&vp, &c.file) {
-            // The copy must outlive this close (it may be the last) and the daemon.
-            let now = self.zones.now_ms();
-            return match r.queue_write_back(&vp, &c.file, c.origin, now, &e) {
-                Ok(()) => {
-                    c.dirty = false;
-                    let origin = c.origin.unwrap_or(Origin::INTERNAL);
-                    drop(c);
-                    self.zones.record_event(
-                        &vp,
-                        "write-back-queued",
-                        &format!("{len} bytes queued for the sandbox: {e}"),
-                        origin,
-                    );
-                    Err(Errno::EIO)
-                }
-                Err(qe) => {
-                    tracing::error!(path = %vp, error = %e, queue_error = %qe, "could not write a file back to the sandbox nor queue it; it stays dirty while open");
-                    Err(Errno::EIO)
-                }
-            };
-        }
-        c.dirty = false;
-        let origin = c.origin.take();
-        drop(c);
-        if let Some(o) = origin {
-            self.record(&vp, "write", Some(len), None, o);
-        }
-        Ok(())
+        self.zones
+            .sandbox_write_back(&vp, &mut c.file, settle)
+            .map_err(|e| errno_of(&e))
     }
 
     /// Closes a handle: writes back what changed, and drops the local copy after the last one.

@@ -1,0 +1,137 @@
+//! The changes sandfs made itself, so that a watcher of the backing directories can tell them
+//! from changes made beside sandfs.
+//!
+//! Each change through sandfs (the mount's `node_*` operations, the API's operations, git and
+//! mirror pulls) records the changed backing inode's ctime right after it ([`OwnChanges::note`],
+//! `Zones::record` for every entry point but the mount, whose operations note with the
+//! descriptors they hold); a change whose inode still has that ctime, or that is open for
+//! writing through the mount, is sandfs's own ([`OwnChanges::is_own_change`]). Recording the
+//! ctime means querying it, so with multigrain timestamps the next change by anyone else gets a
+//! different one. The daemon's watcher (`crate::daemon::watch`) journals the others as
+//! `watcher` changes and passes them to the mount to invalidate.
+//!
+//! Owns only the marks; may not import any adapter.
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::os::fd::AsFd;
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use rustix::fs::{AtFlags, Stat};
+
+/// Marks older than this are dropped once the table is large (an event that arrives later is
+/// treated as someone else's change: one needless invalidation, never a missed one).
+const MARK_LIFETIME: Duration = Duration::from_secs(30);
+const MARKS_BEFORE_PRUNE: usize = 1 << 16;
+
+/// A backing inode's ctime as the mount left it, and when that was recorded.
+struct Mark {
+    ctime: (i64, u64),
+    at: Instant,
+}
+
+/// Backing inodes sandfs changed itself, by `(st_dev, st_ino)`.
+#[derive(Default)]
+pub struct OwnChanges {
+    marks: Mutex<HashMap<(u64, u64), Mark>>,
+    /// Open for writing through the mount, with the number of such handles.
+    writers: Mutex<HashMap<(u64, u64), u32>>,
+}
+
+fn ctime(st: &Stat) -> (i64, u64) {
+    (st.st_ctime, st.st_ctime_nsec)
+}
+
+impl OwnChanges {
+    /// Records `st` (taken right after a change through sandfs) as sandfs's own.
+    pub fn note(&self, st: &Stat) {
+        let mut marks = self.marks.lock().expect("not poisoned");
+        if marks.len() >= MARKS_BEFORE_PRUNE {
+            marks.retain(|_, m| m.at.elapsed() < MARK_LIFETIME);
+        }
+        marks.insert(
+            (st.st_dev, st.st_ino),
+            Mark {
+                ctime: ctime(st),
+                at: Instant::now(),
+            },
+        );
+    }
+
+    /// Records the entry `name` in `dir` (if it exists) and `dir` itself.
+    pub fn note_entry(&self, dir: impl AsFd, name: Option<&OsStr>) {
+        let dir = dir.as_fd();
+        if let Some(name) = name {
+            if let Ok(st) = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+                self.note(&st);
+            }
+        }
+        if let Ok(st) = rustix::fs::fstat(dir) {
+            self.note(&st);
+        }
+    }
+
+    /// Drops what is recorded of a backing inode the mount has removed: its inode number may be
+    /// reused by a file created elsewhere.
+    pub fn forget(&self, key: (u64, u64)) {
+        self.marks.lock().expect("not poisoned").remove(&key);
+    }
+
+    /// Counts a handle open for writing through the mount.
+    pub fn writer_opened(&self, dev: u64, ino: u64) {
+        *self
+            .writers
+            .lock()
+            .expect("not poisoned")
+            .entry((dev, ino))
+            .or_default() += 1;
+    }
+
+    /// Ends a handle counted by [`OwnChanges::writer_opened`]; `st` is the file's state after it.
+    pub fn writer_closed(&self, dev: u64, ino: u64, st: Option<&Stat>) {
+        if let Some(st) = st {
+            self.note(st);
+        }
+        let mut w = self.writers.lock().expect("not poisoned");
+        if let Some(n) = w.get_mut(&(dev, ino)) {
+            *n -= 1;
+            if *n == 0 {
+                w.remove(&(dev, ino));
+            }
+        }
+    }
+
+    /// True when `st` is as sandfs left it, or the file is open for writing through the mount.
+    pub fn is_own(&self, st: &Stat) -> bool {
+        let key = (st.st_dev, st.st_ino);
+        if self
+            .writers
+            .lock()
+            .expect("not poisoned")
+            .contains_key(&key)
+        {
+            return true;
+        }
+        self.marks
+            .lock()
+            .expect("not poisoned")
+            .get(&key)
+            .is_some_and(|m| m.ctime == ctime(st))
+    }
+
+    /// True when the change at the backing `path` was sandfs's own: the entry is as sandfs left
+    /// it or, when it is gone, the nearest directory above it that still exists is (a tree
+    /// sandfs removed is gone with its directory).
+    pub fn is_own_change(&self, path: &Path) -> bool {
+        let mut at = Some(path);
+        while let Some(p) = at {
+            if let Ok(st) = rustix::fs::lstat(p) {
+                return self.is_own(&st);
+            }
+            at = p.parent();
+        }
+        false
+    }
+}

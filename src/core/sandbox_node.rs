@@ -1,0 +1,516 @@
+//! The node operations of a zone served from a sandbox: what the mount asks of such a zone.
+//!
+//! A sandbox-backed zone has no backing descriptors, so its nodes are paths ([`VPath`]); the
+//! mount keeps the inode numbers and lookup counts and calls these operations by path, as
+//! [`super::node`] serves local zones by descriptor. Every change here goes through the core's
+//! rules, the same functions the API's operations reach:
+//! - read-only: [`Zones::check_writable`];
+//! - one writer per path: the path locks (`Zones::locks`), held from the check to the change;
+//! - sizes: [`Zones::check_size`] with [`Limit::SandboxFile`] (`limits.sandbox_file_bytes`), for
+//!   what is downloaded at open and what a write through the mount would make of a file;
+//! - the journal: `Zones::record`, right after the sandbox took the change.
+//!
+//! Errors are [`FsError`]s; the mount answers with [`FsError::errno`].
+//!
+//! An open file's content is a [`SandboxFile`]: an unnamed file in the zone's spool directory,
+//! streamed from the sandbox at open (never whole in memory), written back (streamed) by
+//! [`Zones::sandbox_write_back`] when it changed. A write-back the sandbox does not take is
+//! queued durably ([`RemoteZone::queue_write_back`]) and reported as `EIO`.
+//!
+//! Owns the semantics of create, mkdir, unlink/rmdir, rename, symlink, truncate, chmod/utimes and
+//! open/write-back on a sandbox zone. May not import `fuser` or any adapter.
+
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+
+use super::error::{FsError, FsResult};
+use super::path::VPath;
+use super::provider::{MetaUpdate, RemoteEntry, RemoteMeta};
+use super::remote_zone::RemoteZone;
+use super::{EntryKind, Limit, Zones};
+use crate::state::Origin;
+
+/// What a removal may remove.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Removal {
+    /// A file or symlink (`unlink`): a directory is `IS_DIR`.
+    File,
+    /// An empty directory (`rmdir`): anything else is `NOT_DIR`, a non-empty one `NOT_EMPTY`.
+    EmptyDir,
+    /// Whatever is there (the API's delete); a non-empty directory only with `recursive`.
+    Any { recursive: bool },
+}
+
+/// What a rename may replace at its destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replace {
+    /// Nothing (`RENAME_NOREPLACE`, the API without `overwrite`): `EXISTS`.
+    Never,
+    /// A file or symlink; a directory in the way is `EXISTS` (the API with `overwrite`).
+    Files,
+    /// As `rename(2)`: a file by a file, an empty directory by a directory.
+    Posix,
+}
+
+/// The content of an open sandbox file: a local copy and whether it differs from the sandbox's.
+pub struct SandboxFile {
+    file: std::fs::File,
+    dirty: bool,
+    /// Who last changed it (named in the journal at write-back).
+    origin: Option<Origin>,
+}
+
+impl SandboxFile {
+    /// Reads up to `size` bytes at `offset` from the local copy.
+    pub fn read_at(&self, offset: u64, size: usize) -> std::io::Result<Vec<u8>> {
+        let mut buf = vec![0u8; size];
+        let mut n = 0;
+        while n < buf.len() {
+            let r = self.file.read_at(&mut buf[n..], offset + n as u64)?;
+            if r == 0 {
+                break;
+            }
+            n += r;
+        }
+        buf.truncate(n);
+        Ok(buf)
+    }
+
+    /// The local copy's metadata (its length is the file's size while it is open).
+    pub fn metadata(&self) -> std::io::Result<std::fs::Metadata> {
+        self.file.metadata()
+    }
+}
+
+fn spool_err(vp: &VPath) -> impl Fn(std::io::Error) -> FsError + '_ {
+    move |e| FsError::from_io(&vp.to_string(), "spool", e)
+}
+
+/// An errno of the local copy (the spool's disk) as the core's error.
+fn eio(vp: &VPath, op: &'static str) -> FsError {
+    FsError::Io {
+        path: vp.to_string(),
+        op,
+        source: std::io::Error::from_raw_os_error(libc::EIO),
+    }
+}
+
+impl Zones {
+    /// The sandbox zone `vp` is in.
+    fn sandbox(&self, vp: &VPath) -> FsResult<&RemoteZone> {
+        self.remote(vp).ok_or_else(|| {
+            FsError::invalid(
+                "path",
+                format!("{vp} is not in a zone served from a sandbox"),
+            )
+        })
+    }
+
+    /// What the sandbox says is at `vp` (cached for the zone's `attr_ttl`).
+    pub fn sandbox_stat(&self, vp: &VPath) -> FsResult<RemoteMeta> {
+        self.sandbox(vp)?.stat(vp)
+    }
+
+    /// What the sandbox says is at `vp` now.
+    pub fn sandbox_stat_fresh(&self, vp: &VPath) -> FsResult<RemoteMeta> {
+        self.sandbox(vp)?.stat_fresh(vp)
+    }
+
+    /// The entries of the directory `vp` (cached for the zone's `attr_ttl`).
+    pub fn sandbox_list(&self, vp: &VPath) -> FsResult<Arc<Vec<RemoteEntry>>> {
+        self.sandbox(vp)?.list(vp)
+    }
+
+    /// Where the symlink at `vp` points.
+    pub fn sandbox_readlink(&self, vp: &VPath) -> FsResult<String> {
+        self.sandbox(vp)?
+            .stat_fresh(vp)?
+            .link_target
+            .ok_or_else(|| {
+                FsError::invalid(
+                    "path",
+                    format!(
+                    "{vp} is not a symlink (or the sandbox follows symlinks when it describes them)"
+                ),
+                )
+            })
+    }
+
+    /// Creates the directory `vp` (its parent must exist in the mount's view; the sandbox makes
+    /// missing ones) with permission bits `mode`; `EXISTS` when something is there.
+    pub fn sandbox_mkdir(&self, vp: &VPath, mode: u32, origin: Origin) -> FsResult<RemoteMeta> {
+        let r = self.sandbox(vp)?;
+        self.check_writable(vp)?;
+        let _guard = self.locks.lock(vp);
+        absent(r, vp)?;
+        r.mkdir_p(vp)?;
+        if mode & 0o7777 != 0o755 {
+            // The directory exists either way; a sandbox that keeps no modes keeps its own.
+            let _ = r.set_meta(
+                vp,
+                MetaUpdate {
+                    mode: Some(mode & 0o7777),
+                    mtime: None,
+                },
+            );
+        }
+        self.record(vp, "mkdir", None, None, origin);
+        r.stat_fresh(vp)
+    }
+
+    /// Removes what is at `vp`, as `how` allows.
+    pub fn sandbox_remove(&self, vp: &VPath, how: Removal, origin: Origin) -> FsResult<()> {
+        let r = self.sandbox(vp)?;
+        self.check_writable(vp)?;
+        let _guard = self.locks.lock(vp);
+        let meta = r.stat_fresh(vp)?;
+        let is_dir = meta.kind == EntryKind::Dir;
+        let path = || vp.to_string();
+        let recursive = match how {
+            Removal::File if is_dir => return Err(FsError::IsDir { path: path() }),
+            Removal::EmptyDir if !is_dir => return Err(FsError::NotDir { path: path() }),
+            Removal::Any { recursive } => recursive,
+            _ => false,
+        };
+        if is_dir && !recursive && !r.list(vp)?.is_empty() {
+            return Err(FsError::NotEmpty { path: path() });
+        }
+        r.remove(vp, recursive)?;
+        self.record(vp, "delete", None, None, origin);
+        Ok(())
+    }
+
+    /// Makes `vp` a symlink to `target`; with `replace`, a file or symlink there is replaced,
+    /// otherwise anything there is `EXISTS`. The target is stored as given (every access through
+    /// sandfs still resolves beneath the zone).
+    pub fn sandbox_symlink(
+        &self,
+        vp: &VPath,
+        target: &str,
+        replace: bool,
+        origin: Origin,
+    ) -> FsResult<()> {
+        if target.is_empty() || target.contains('\0') {
+            return Err(FsError::invalid(
+                "symlink target",
+                "must be non-empty and contain no NUL",
+            ));
+        }
+        let r = self.sandbox(vp)?;
+        self.check_writable(vp)?;
+        let _guard = self.locks.lock(vp);
+        match r.stat_fresh(vp) {
+            Ok(m) if m.kind == EntryKind::Dir => {
+                return Err(FsError::IsDir {
+                    path: vp.to_string(),
+                })
+            }
+            Ok(_) if !replace => {
+                return Err(FsError::Exists {
+                    path: vp.to_string(),
+                })
+            }
+            Ok(_) | Err(FsError::NotFound { .. }) => {}
+            Err(e) => return Err(e),
+        }
+        r.symlink(vp, target)?;
+        self.record(vp, "symlink", None, None, origin);
+        Ok(())
+    }
+
+    /// Renames `from` to `to` within one sandbox zone, replacing what `replace` allows.
+    pub fn sandbox_rename(
+        &self,
+        from: &VPath,
+        to: &VPath,
+        replace: Replace,
+        origin: Origin,
+    ) -> FsResult<()> {
+        if from.zone() != to.zone() {
+            return Err(FsError::OutsideZone {
+                path: to.to_string(),
+                rule: format!("a rename from {from} stays in its zone"),
+            });
+        }
+        let r = self.sandbox(from)?;
+        self.check_writable(from)?;
+        if from == to {
+            return Ok(());
+        }
+        if to.rel().starts_with(&format!("{}/", from.rel())) || from.is_root() {
+            return Err(FsError::invalid(
+                "destination",
+                format!("{to} is inside {from}, which cannot move into itself"),
+            ));
+        }
+        let _guards = self.locks.lock_two(from, to);
+        let src = r.stat_fresh(from)?;
+        let exists = || FsError::Exists {
+            path: to.to_string(),
+        };
+        match r.stat_fresh(to) {
+            Ok(_) if replace == Replace::Never => return Err(exists()),
+            Ok(dst) if dst.kind == EntryKind::Dir && replace == Replace::Files => {
+                return Err(exists())
+            }
+            Ok(dst) if dst.kind == EntryKind::Dir && src.kind != EntryKind::Dir => {
+                return Err(FsError::IsDir {
+                    path: to.to_string(),
+                })
+            }
+            Ok(dst) if dst.kind != EntryKind::Dir && src.kind == EntryKind::Dir => {
+                return Err(FsError::NotDir {
+                    path: to.to_string(),
+                })
+            }
+            Ok(dst) if dst.kind == EntryKind::Dir => {
+                if !r.list(to)?.is_empty() {
+                    return Err(FsError::NotEmpty {
+                        path: to.to_string(),
+                    });
+                }
+                r.remove(to, false)?;
+            }
+            Ok(_) | Err(FsError::NotFound { .. }) => {}
+            Err(e) => return Err(e),
+        }
+        r.rename(from, to)?;
+        self.record(from, "move", None, Some(to), origin);
+        Ok(())
+    }
+
+    /// Sets the permission bits and/or the modification time (seconds since the epoch).
+    pub fn sandbox_set_meta(
+        &self,
+        vp: &VPath,
+        mode: Option<u32>,
+        mtime: Option<u64>,
+        origin: Origin,
+    ) -> FsResult<()> {
+        let r = self.sandbox(vp)?;
+        self.check_writable(vp)?;
+        let _guard = self.locks.lock(vp);
+        r.set_meta(
+            vp,
+            MetaUpdate {
+                mode: mode.map(|m| m & 0o7777),
+                mtime,
+            },
+        )?;
+        self.record(vp, "chmod", None, None, origin);
+        Ok(())
+    }
+
+    /// Truncates or extends the file at `vp` to `size` bytes when nobody has it open through the
+    /// mount (an open one is changed through its [`SandboxFile`]).
+    pub fn sandbox_truncate(&self, vp: &VPath, size: u64, origin: Origin) -> FsResult<()> {
+        let r = self.sandbox(vp)?;
+        self.check_writable(vp)?;
+        self.check_size(Limit::SandboxFile, vp, "the file", size)?;
+        let _guard = self.locks.lock(vp);
+        let file = r.spool_file().map_err(spool_err(vp))?;
+        if size > 0 {
+            let meta = r.stat_fresh(vp)?;
+            let keep = meta.size.min(size);
+            if keep > 0 {
+                self.check_size(Limit::SandboxFile, vp, "the file", meta.size)?;
+                r.download(vp, &file, meta.size)?;
+            }
+            file.set_len(size).map_err(spool_err(vp))?;
+        }
+        r.upload(vp, &file)?;
+        self.record(vp, "truncate", Some(size), None, origin);
+        Ok(())
+    }
+
+    /// Creates an empty file at `vp` with permission bits `mode` unless one is there (then
+    /// `EXISTS` with `exclusive`); returns whether it was created.
+    pub fn sandbox_create(
+        &self,
+        vp: &VPath,
+        mode: u32,
+        exclusive: bool,
+        origin: Origin,
+    ) -> FsResult<bool> {
+        let r = self.sandbox(vp)?;
+        self.check_writable(vp)?;
+        let _guard = self.locks.lock(vp);
+        match r.stat_fresh(vp) {
+            Ok(_) if exclusive => Err(FsError::Exists {
+                path: vp.to_string(),
+            }),
+            Ok(m) if m.kind == EntryKind::Dir => Err(FsError::IsDir {
+                path: vp.to_string(),
+            }),
+            Ok(_) => Ok(false),
+            Err(FsError::NotFound { .. }) => {
+                r.write(vp, bytes::Bytes::new())?;
+                if mode & 0o111 != 0 {
+                    r.set_meta(
+                        vp,
+                        MetaUpdate {
+                            mode: Some(mode & 0o7777),
+                            mtime: None,
+                        },
+                    )?;
+                }
+                self.record(vp, "create", Some(0), None, origin);
+                Ok(true)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Opens the file at `vp`: its content is streamed into a local copy, unless `truncate`
+    /// empties it or `created` says the sandbox's file was just made empty. A write-back still
+    /// queued for the file is newer than what the sandbox holds, so it is what is opened.
+    /// Files over `limits.sandbox_file_bytes` are `TOO_LARGE`.
+    pub fn sandbox_open(
+        &self,
+        vp: &VPath,
+        write: bool,
+        truncate: bool,
+        created: bool,
+        origin: Origin,
+    ) -> FsResult<SandboxFile> {
+        let r = self.sandbox(vp)?;
+        if write {
+            self.check_writable(vp)?;
+        }
+        let queued = if truncate {
+            None
+        } else {
+            r.pending_content(vp).map_err(spool_err(vp))?
+        };
+        let fresh = queued.is_none();
+        let file = match queued {
+            Some(f) => f,
+            None => r.spool_file().map_err(|e| {
+                tracing::error!(path = %vp, error = %e, "cannot create a spool file for a sandbox file");
+                spool_err(vp)(e)
+            })?,
+        };
+        if fresh && !truncate && !created && !r.has_pending(vp) {
+            let meta = r.stat_fresh(vp)?;
+            if meta.kind == EntryKind::Dir {
+                return Err(FsError::IsDir {
+                    path: vp.to_string(),
+                });
+            }
+            self.check_size(Limit::SandboxFile, vp, "the file", meta.size)?;
+            r.download(vp, &file, meta.size)?;
+        }
+        Ok(SandboxFile {
+            file,
+            dirty: truncate,
+            origin: truncate.then_some(origin),
+        })
+    }
+
+    /// Writes `data` into the open file's local copy at `offset` (at its end with `append`);
+    /// it reaches the sandbox at the next write-back.
+    pub fn sandbox_write(
+        &self,
+        vp: &VPath,
+        f: &mut SandboxFile,
+        data: &[u8],
+        offset: u64,
+        append: bool,
+        origin: Origin,
+    ) -> FsResult<u64> {
+        let at = if append {
+            f.file.metadata().map_err(spool_err(vp))?.len()
+        } else {
+            offset
+        };
+        let end = at.saturating_add(data.len() as u64);
+        self.check_size(Limit::SandboxFile, vp, "the file", end)?;
+        f.file.write_all_at(data, at).map_err(spool_err(vp))?;
+        f.dirty = true;
+        f.origin = Some(origin);
+        Ok(data.len() as u64)
+    }
+
+    /// Truncates or extends the open file's local copy.
+    pub fn sandbox_set_len(
+        &self,
+        vp: &VPath,
+        f: &mut SandboxFile,
+        size: u64,
+        origin: Origin,
+    ) -> FsResult<()> {
+        self.check_writable(vp)?;
+        self.check_size(Limit::SandboxFile, vp, "the file", size)?;
+        f.file.set_len(size).map_err(spool_err(vp))?;
+        f.dirty = true;
+        f.origin = Some(origin);
+        Ok(())
+    }
+
+    /// Sends the open file's local copy to the sandbox when it changed, and journals it. A
+    /// failure queues the copy durably (it must outlive this close and the daemon) and is an
+    /// `EIO`. `settle` (fsync, the close of a writable handle): with a clean copy, a write-back
+    /// of the file still queued is sent now, and while it stays queued that is an `EIO` too.
+    pub fn sandbox_write_back(
+        &self,
+        vp: &VPath,
+        f: &mut SandboxFile,
+        settle: bool,
+    ) -> FsResult<()> {
+        let r = self.sandbox(vp)?;
+        if !f.dirty {
+            if !settle || !r.has_pending(vp) {
+                return Ok(());
+            }
+            return match r.retry_write_back(vp) {
+                Ok(Some(w)) => {
+                    self.record(&w.path, "write", Some(w.bytes), None, w.origin);
+                    Ok(())
+                }
+                Ok(None) => Ok(()),
+                Err(e) => {
+                    tracing::warn!(path = %vp, error = %e, "the file's write-back is still queued");
+                    Err(eio(vp, "write back"))
+                }
+            };
+        }
+        let len = f.file.metadata().map_err(spool_err(vp))?.len();
+        let _guard = self.locks.lock(vp);
+        if let Err(e) = r.upload(vp, &f.file) {
+            let now = self.now_ms();
+            return match r.queue_write_back(vp, &f.file, f.origin, now, &e) {
+                Ok(()) => {
+                    f.dirty = false;
+                    let origin = f.origin.unwrap_or(Origin::INTERNAL);
+                    self.record_event(
+                        vp,
+                        "write-back-queued",
+                        &format!("{len} bytes queued for the sandbox: {e}"),
+                        origin,
+                    );
+                    Err(eio(vp, "write back"))
+                }
+                Err(qe) => {
+                    tracing::error!(path = %vp, error = %e, queue_error = %qe, "could not write a file back to the sandbox nor queue it; it stays dirty while open");
+                    Err(eio(vp, "write back"))
+                }
+            };
+        }
+        f.dirty = false;
+        if let Some(o) = f.origin.take() {
+            self.record(vp, "write", Some(len), None, o);
+        }
+        Ok(())
+    }
+}
+
+/// `EXISTS` when something is at `vp` in the sandbox.
+fn absent(r: &RemoteZone, vp: &VPath) -> FsResult<()> {
+    match r.stat_fresh(vp) {
+        Ok(_) => Err(FsError::Exists {
+            path: vp.to_string(),
+        }),
+        Err(FsError::NotFound { .. }) => Ok(()),
+        Err(e) => Err(e),
+    }
+}

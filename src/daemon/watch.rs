@@ -1,0 +1,194 @@
+//! The watcher of the backing directories: changes made beside sandfs (an editor or a build on
+//! the backing directory, another program) are journaled as `watcher` changes and reach the
+//! mount's caches, with or without a mount.
+//!
+//! A `notify` watcher (inotify) reports changed paths of every local zone; one thread looks at
+//! each. A change sandfs made itself (any entry point: [`crate::core::own`]) is skipped. Any
+//! other goes at once to the core's listeners (the mount's invalidation: `Zones::changed_beside`)
+//! and, once it has been quiet for [`SETTLE`] and still is not sandfs's own (an API write is
+//! noted as its own right after its rename, which inotify may report first), into the journal:
+//! `delete` when the path is gone, `write` for a file or symlink that is there. Directories that
+//! exist are not journaled (the files in them are); sandfs's temp names are never looked at.
+//!
+//! Opening, reading and closing change nothing and are not watched. A path changed many times in
+//! a burst is journaled once. The pending set is bounded ([`MAX_PENDING`]); past it, further
+//! paths still invalidate but are journaled only as a count in the log.
+//!
+//! Owns the watch and its thread; may not be imported by anything but `daemon`.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use notify::{EventKind, RecursiveMode, Watcher as _};
+
+use crate::core::{VPath, Zone, ZoneId, Zones};
+
+/// How long a path must be quiet before it is journaled.
+const SETTLE: Duration = Duration::from_millis(250);
+/// Paths waiting to be journaled at most; more in one burst are counted, not journaled.
+const MAX_PENDING: usize = 100_000;
+/// The prefix of the temp names sandfs writes beside a file before renaming it into place.
+const TMP_PREFIX: &str = ".sandfs-tmp-";
+
+/// A running watcher; dropping it stops the watch and its thread.
+pub struct Watcher {
+    _watcher: notify::RecommendedWatcher,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Watcher {
+    /// Watches the local zones of `zones`; `None` when there is none.
+    pub fn start(zones: Arc<Zones>) -> notify::Result<Option<Watcher>> {
+        let roots: Vec<(ZoneId, PathBuf)> = ZoneId::ALL
+            .iter()
+            .filter_map(|id| match zones.zone(*id) {
+                Zone::Local(z) => Some((*id, z.root().to_path_buf())),
+                Zone::Remote(_) | Zone::Disabled(_) => None,
+            })
+            .collect();
+        if roots.is_empty() {
+            return Ok(None);
+        }
+        let (tx, rx) = mpsc::channel::<PathBuf>();
+        // Only changes: no IN_OPEN / IN_CLOSE_NOWRITE, which the daemon's own opens of backing
+        // files would queue by the thousand (each one a wake-up of the watcher thread).
+        let config = notify::Config::default().with_event_kinds(notify::EventKindMask::CORE);
+        let mut watcher = notify::RecommendedWatcher::new(
+            move |res: notify::Result<notify::Event>| {
+                let Ok(ev) = res else { return };
+                if matches!(ev.kind, EventKind::Access(_)) {
+                    return;
+                }
+                for p in ev.paths {
+                    let _ = tx.send(p);
+                }
+            },
+            config,
+        )?;
+        for (_, r) in &roots {
+            watcher.watch(r, RecursiveMode::Recursive)?;
+        }
+        let thread = std::thread::Builder::new()
+            .name("sandfs-watch".into())
+            .spawn(move || Beside::new(zones, roots).run(rx))
+            .map_err(notify::Error::io)?;
+        Ok(Some(Watcher {
+            _watcher: watcher,
+            thread: Some(thread),
+        }))
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        // Dropping the watcher closes the channel, which ends the thread.
+        drop(self.thread.take());
+    }
+}
+
+/// The watcher thread's state.
+struct Beside {
+    zones: Arc<Zones>,
+    roots: Vec<(ZoneId, PathBuf)>,
+    /// Paths changed beside sandfs, by when they last changed.
+    pending: HashMap<PathBuf, Instant>,
+    dropped: u64,
+}
+
+impl Beside {
+    fn new(zones: Arc<Zones>, roots: Vec<(ZoneId, PathBuf)>) -> Beside {
+        Beside {
+            zones,
+            roots,
+            pending: HashMap::new(),
+            dropped: 0,
+        }
+    }
+
+    fn run(mut self, rx: mpsc::Receiver<PathBuf>) {
+        loop {
+            let wait = if self.pending.is_empty() {
+                Duration::from_secs(3600)
+            } else {
+                SETTLE
+            };
+            match rx.recv_timeout(wait) {
+                Ok(path) => {
+                    self.seen(path);
+                    // Coalesce a burst: take what is already queued.
+                    while let Ok(path) = rx.try_recv() {
+                        self.seen(path);
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            }
+            self.journal_settled(Instant::now());
+        }
+    }
+
+    /// A change at `path`: passed on at once unless it is sandfs's own, journaled later.
+    fn seen(&mut self, path: PathBuf) {
+        if is_temp(&path) || self.zones.own().is_own_change(&path) {
+            return;
+        }
+        self.zones.changed_beside(std::slice::from_ref(&path));
+        if self.pending.len() >= MAX_PENDING && !self.pending.contains_key(&path) {
+            self.dropped += 1;
+            return;
+        }
+        self.pending.insert(path, Instant::now());
+    }
+
+    /// Journals the paths quiet for [`SETTLE`] that are still not sandfs's own.
+    fn journal_settled(&mut self, now: Instant) {
+        let settled: Vec<PathBuf> = self
+            .pending
+            .iter()
+            .filter(|(_, at)| now.duration_since(**at) >= SETTLE)
+            .map(|(p, _)| p.clone())
+            .collect();
+        for path in settled {
+            self.pending.remove(&path);
+            if self.zones.own().is_own_change(&path) {
+                continue;
+            }
+            let Some(vp) = self.vpath(&path) else {
+                continue;
+            };
+            match std::fs::symlink_metadata(&path) {
+                Ok(md) if md.is_dir() => {}
+                Ok(_) => self.zones.record_beside(&vp, "write"),
+                Err(_) => self.zones.record_beside(&vp, "delete"),
+            }
+        }
+        if self.dropped > 0 && self.pending.is_empty() {
+            tracing::warn!(
+                paths = self.dropped,
+                "changes made beside sandfs came faster than they could be journaled; these were not journaled one by one"
+            );
+            self.dropped = 0;
+        }
+    }
+
+    /// The virtual path of a backing path (None: outside every zone, or not a name sandfs takes).
+    fn vpath(&self, path: &Path) -> Option<VPath> {
+        self.roots.iter().find_map(|(id, root)| {
+            let rel = path.strip_prefix(root).ok()?;
+            if rel.as_os_str().is_empty() {
+                return None;
+            }
+            VPath::new(*id, rel.to_str()?).ok()
+        })
+    }
+}
+
+/// True for sandfs's own temp names (a write in progress through the API or a pull).
+fn is_temp(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with(TMP_PREFIX))
+}
