@@ -6,14 +6,15 @@ use axum::Json;
 use serde::Serialize;
 
 use crate::core::{ErrorCode, FsError};
-use crate::git::GitError;
+use crate::git::GitFailure;
 use crate::sandbox::SandboxError;
 
 /// An error as the API sends it: the error of whichever room failed.
 #[derive(Debug)]
 pub enum ApiError {
     Fs(FsError),
-    Git(GitError),
+    /// The error of one git operation (`PullError`, `PushError`, …).
+    Git(Box<dyn GitFailure>),
     Sandbox(SandboxError),
 }
 
@@ -29,9 +30,9 @@ impl From<FsError> for ApiError {
     }
 }
 
-impl From<GitError> for ApiError {
-    fn from(e: GitError) -> Self {
-        ApiError::Git(e)
+impl<E: GitFailure> From<E> for ApiError {
+    fn from(e: E) -> Self {
+        ApiError::Git(Box::new(e))
     }
 }
 

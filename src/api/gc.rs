@@ -59,7 +59,7 @@ pub fn collect(app: &AppState) -> Result<GcReport, ApiError> {
     let before_ms = retention::cutoff_ms(now, keep_days);
     let journal_rows = retention::prune_journal(&app.zones, now, keep_days)
         .map_err(|e| FsError::Internal(e.to_string()))?;
-    let git = app.git.gc(before_ms).map_err(ApiError::Git)?;
+    let git = app.git.gc(before_ms)?;
     let temp_files = retention::sweep_temp_files(&app.zones, now);
     Ok(GcReport {
         keep_days,

@@ -17,7 +17,7 @@ use super::body::JsonBody;
 use super::error::ApiError;
 use super::AppState;
 use crate::core::FsError;
-use crate::git::{Git, GitResult, Progress, PullRequest, PushRequest, StageRequest, StagedCommit};
+use crate::git::{Git, GitFailure, Progress, PullRequest, PushRequest, StageRequest, StagedCommit};
 
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
@@ -32,24 +32,26 @@ pub fn routes() -> Router<Arc<AppState>> {
 }
 
 /// Runs a git call on the blocking pool.
-async fn blocking<T, F>(app: &Arc<AppState>, f: F) -> Result<Json<T>, ApiError>
+async fn blocking<T, E, F>(app: &Arc<AppState>, f: F) -> Result<Json<T>, ApiError>
 where
     T: Send + 'static,
-    F: FnOnce(&Git) -> GitResult<T> + Send + 'static,
+    E: GitFailure,
+    F: FnOnce(&Git) -> Result<T, E> + Send + 'static,
 {
     let git = app.git.clone();
     tokio::task::spawn_blocking(move || f(&git))
         .await
         .map_err(|e| ApiError::Fs(FsError::Internal(format!("worker failed: {e}"))))?
         .map(Json)
-        .map_err(ApiError::Git)
+        .map_err(ApiError::from)
 }
 
 /// Runs a long git call, streaming its progress as NDJSON when asked.
-async fn with_progress<T, F>(app: &Arc<AppState>, stream: bool, f: F) -> Response
+async fn with_progress<T, E, F>(app: &Arc<AppState>, stream: bool, f: F) -> Response
 where
     T: Serialize + Send + 'static,
-    F: FnOnce(&Git, &(dyn Fn(&Progress) + Sync)) -> GitResult<T> + Send + 'static,
+    E: GitFailure,
+    F: FnOnce(&Git, &(dyn Fn(&Progress) + Sync)) -> Result<T, E> + Send + 'static,
 {
     if !stream {
         return blocking(app, move |g| f(g, &|_| {})).await.into_response();
@@ -67,7 +69,7 @@ where
         };
         let line = match f(&git, &report) {
             Ok(v) => serde_json::json!({ "result": v }),
-            Err(e) => serde_json::json!({ "error": ApiError::Git(e).body() }),
+            Err(e) => serde_json::json!({ "error": ApiError::from(e).body() }),
         };
         let _ = tx.send(line.to_string() + "\n");
     });
@@ -152,9 +154,7 @@ async fn list(
         }
     }
     blocking(&app, move |g| {
-        Ok(ListBody {
-            staged: g.list(q.state.as_deref())?,
-        })
+        g.list(q.state.as_deref()).map(|staged| ListBody { staged })
     })
     .await
 }

@@ -5,7 +5,7 @@
 use git2::{Delta, DiffOptions, Patch, Repository, Tree};
 use serde::{Deserialize, Serialize};
 
-use super::error::{GitError, GitResult};
+use super::error::{libgit2, Libgit2Error};
 use crate::state::StagedFileRow;
 
 /// Diffs `old` → `new`, one row per changed path (renames are a delete and a create).
@@ -14,12 +14,12 @@ pub fn file_patches(
     old: &Tree<'_>,
     new: &Tree<'_>,
     max_bytes: u64,
-) -> GitResult<Vec<StagedFileRow>> {
+) -> Result<Vec<StagedFileRow>, Libgit2Error> {
     let mut opts = DiffOptions::new();
     opts.context_lines(3).include_typechange(true);
     let diff = repo
         .diff_tree_to_tree(Some(old), Some(new), Some(&mut opts))
-        .map_err(GitError::git("diff"))?;
+        .map_err(libgit2("diff"))?;
     let mut out = Vec::with_capacity(diff.deltas().len());
     for (i, delta) in diff.deltas().enumerate() {
         let operation = match delta.status() {
@@ -46,13 +46,13 @@ pub fn file_patches(
             diff: None,
         };
         if !oversized {
-            if let Some(mut patch) = Patch::from_diff(&diff, i).map_err(GitError::git("diff"))? {
+            if let Some(mut patch) = Patch::from_diff(&diff, i).map_err(libgit2("diff"))? {
                 row.binary = patch.delta().flags().is_binary();
                 if !row.binary {
-                    let (_, adds, dels) = patch.line_stats().map_err(GitError::git("diff"))?;
+                    let (_, adds, dels) = patch.line_stats().map_err(libgit2("diff"))?;
                     row.additions = adds as u64;
                     row.deletions = dels as u64;
-                    let buf = patch.to_buf().map_err(GitError::git("diff"))?;
+                    let buf = patch.to_buf().map_err(libgit2("diff"))?;
                     row.diff = Some(String::from_utf8_lossy(&buf).into_owned());
                 }
             }

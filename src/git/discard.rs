@@ -1,5 +1,5 @@
 //! `discard`: drop a staged commit, optionally reverting its files in the workspace (each replaced
-//! as itself, compare-and-swapped like a pull's writes).
+//! as itself, compare-and-swapped like a pull's writes). [`DiscardError`] says why a discard failed.
 
 use super::*;
 
@@ -12,24 +12,60 @@ pub struct DiscardResult {
     pub kept: Vec<PathNote>,
 }
 
+/// Why a discard failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DiscardError {
+    #[error(transparent)]
+    Common(#[from] CommonError),
+    #[error("no staged commit {id} (`sandfs staged list` shows them)")]
+    NoStaged { id: String },
+    #[error("staged commit {id} is {state}: {rule}")]
+    WrongState {
+        id: String,
+        state: String,
+        rule: String,
+    },
+    #[error("staged commit {id} was discarded already")]
+    Discarded { id: String },
+}
+
+lift_common!(DiscardError);
+
+impl GitFailure for DiscardError {
+    fn code(&self) -> ErrorCode {
+        match self {
+            DiscardError::Common(e) => e.code(),
+            DiscardError::NoStaged { .. } => ErrorCode::NotFound,
+            DiscardError::WrongState { .. } | DiscardError::Discarded { .. } => ErrorCode::Conflict,
+        }
+    }
+
+    fn path(&self) -> Option<&str> {
+        match self {
+            DiscardError::Common(e) => e.path(),
+            _ => None,
+        }
+    }
+}
+
 impl Git {
     /// Discards a staged commit; with `revert`, puts its files back to their base (files changed
     /// again since staging are kept and reported).
-    pub fn discard(&self, id: &str, revert: bool) -> GitResult<DiscardResult> {
+    pub fn discard(&self, id: &str, revert: bool) -> Result<DiscardResult, DiscardError> {
         let row = self
             .zones
             .db()
             .staged(id)?
-            .ok_or_else(|| GitError::NoStaged { id: id.into() })?;
+            .ok_or_else(|| DiscardError::NoStaged { id: id.into() })?;
         if row.state == "pushed" {
-            return Err(GitError::WrongState {
+            return Err(DiscardError::WrongState {
                 id: id.into(),
                 state: row.state,
                 rule: "a pushed commit cannot be discarded".into(),
             });
         }
         if row.state == "discarded" {
-            return Err(GitError::Discarded { id: id.into() });
+            return Err(DiscardError::Discarded { id: id.into() });
         }
         let repo = self.repo_of(&row)?;
         let mirror_path = PathBuf::from(&repo.mirror);
@@ -42,7 +78,7 @@ impl Git {
             let base_tree = Oid::from_str(&row.base)
                 .and_then(|o| mirror.find_commit(o))
                 .and_then(|c| c.tree())
-                .map_err(GitError::git("read base"))?;
+                .map_err(libgit2("read base"))?;
             // Reverted links are judged through the base tree's own links, as a pull judges them.
             let mut links = LinkResolver::new();
             base_tree
@@ -59,7 +95,7 @@ impl Git {
                     }
                     TreeWalkResult::Ok
                 })
-                .map_err(GitError::git("walk base tree"))?;
+                .map_err(libgit2("walk base tree"))?;
             for f in self.zones.db().staged_files(id)? {
                 let v = vfile(&repo.dir, &f.path);
                 let seen = self.zones.seen(&v)?;
@@ -73,9 +109,7 @@ impl Git {
                 }
                 match base_tree.get_path(Path::new(&f.path)) {
                     Ok(entry) => {
-                        let blob = mirror
-                            .find_blob(entry.id())
-                            .map_err(GitError::git("read blob"))?;
+                        let blob = mirror.find_blob(entry.id()).map_err(libgit2("read blob"))?;
                         if let Err(Refusal::Changed(reason) | Refusal::Skipped(reason)) = self
                             .write_entry(
                                 &v,
@@ -108,7 +142,7 @@ impl Git {
             }
         }
         if let Ok(mut r) = mirror.find_reference(&staged_ref(id)) {
-            r.delete().map_err(GitError::git("delete staged ref"))?;
+            r.delete().map_err(libgit2("delete staged ref"))?;
         }
         self.zones.db().set_staged_state(
             id,

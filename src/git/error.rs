@@ -1,121 +1,158 @@
-//! Errors of git sync and their codes (chosen here, in [`GitError::code`], and nowhere else).
+//! The failures git operations share, and [`GitFailure`], what the API asks of every git error.
+//!
+//! Each operation has its own error type beside it (`PullError` in `pull.rs`, `PushError` in
+//! `push.rs`, …) whose variants are the failures of that operation alone; what several share
+//! lives here and is wrapped whole: [`CommonError`] (the workspace, the state database, a
+//! mirror, a request's fields, which repository), [`RemoteError`] (talking to a remote), and
+//! their parts [`Libgit2Error`] and [`InvalidArg`]. An operation that fails only in the shared
+//! ways names [`CommonError`] under its own name (`StatusError`, `ListError`, `GcError`).
+//! Every error's code is chosen in its type's [`GitFailure::code`] and nowhere else, and errors
+//! are told apart by their variant, never by their message text.
 
 use crate::core::{ErrorCode, FsError};
 use crate::state::StateError;
 
-/// A failed git operation.
+/// An error of a git operation as the API reports it: a stable code and, when the error is about
+/// one, a virtual path.
+pub trait GitFailure: std::error::Error + Send + Sync + 'static {
+    /// Returns the stable code of this error.
+    fn code(&self) -> ErrorCode;
+
+    /// Returns the virtual path the error is about, when it is about one.
+    fn path(&self) -> Option<&str> {
+        None
+    }
+}
+
+/// A libgit2 call that failed, named by what it was doing.
 #[derive(Debug, thiserror::Error)]
-pub enum GitError {
+#[error("{op}: {source}")]
+pub struct Libgit2Error {
+    pub op: String,
+    #[source]
+    pub source: git2::Error,
+}
+
+impl GitFailure for Libgit2Error {
+    fn code(&self) -> ErrorCode {
+        match self.source.code() {
+            git2::ErrorCode::Auth => ErrorCode::AuthFailed,
+            git2::ErrorCode::NotFound => ErrorCode::NotFound,
+            _ => ErrorCode::Internal,
+        }
+    }
+}
+
+/// Names a failing libgit2 call: `.map_err(libgit2("read tree"))?`.
+pub(crate) fn libgit2(op: impl Into<String>) -> impl FnOnce(git2::Error) -> Libgit2Error {
+    let op = op.into();
+    move |source| Libgit2Error { op, source }
+}
+
+/// A request field that breaks a rule.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid {name}: {rule}")]
+pub struct InvalidArg {
+    pub name: String,
+    pub rule: String,
+}
+
+/// Returns the error of field `name` breaking `rule`.
+pub(crate) fn invalid(name: &str, rule: impl Into<String>) -> InvalidArg {
+    InvalidArg {
+        name: name.into(),
+        rule: rule.into(),
+    }
+}
+
+/// A failure any operation on a pulled repository can meet: in the workspace, the state
+/// database or a mirror, in a request's fields, or in telling which repository is meant.
+#[derive(Debug, thiserror::Error)]
+pub enum CommonError {
     #[error(transparent)]
     Fs(#[from] FsError),
     #[error(transparent)]
     State(#[from] StateError),
-    #[error("{op}: {source}")]
-    Git {
-        op: String,
-        #[source]
-        source: git2::Error,
-    },
-    #[error("cannot reach {url}: {reason}")]
-    Unreachable { url: String, reason: String },
-    #[error("{url} has no branch {branch:?}")]
-    NoBranch { url: String, branch: String },
-    #[error("{url} is not a git remote sandfs can use: {reason}")]
-    BadRemote { url: String, reason: String },
-    #[error("{url}: authentication failed: {reason}")]
-    AuthFailed { url: String, reason: String },
+    #[error(transparent)]
+    Git(#[from] Libgit2Error),
+    #[error(transparent)]
+    Invalid(#[from] InvalidArg),
     #[error(
         "no repository is pulled into {dir}; pull one first (`sandfs git pull URL --into {dir}`)"
     )]
     NoRepo { dir: String },
     #[error("{0}")]
     WhichRepo(String),
-    #[error("no staged commit {id} (`sandfs staged list` shows them)")]
-    NoStaged { id: String },
-    #[error("invalid {name}: {rule}")]
-    Invalid { name: String, rule: String },
-    #[error("{0}")]
-    Nothing(String),
-    #[error("staged commit {id} was discarded already")]
-    Discarded { id: String },
-    #[error("{reason}: {}", paths.join(", "))]
-    Conflict { reason: String, paths: Vec<String> },
-    #[error("staged commit {id} is {state}: {rule}")]
-    WrongState {
-        id: String,
-        state: String,
-        rule: String,
-    },
-    #[error("{branch} moved on the remote during the push (expected {expected}, found {found}); nothing was pushed")]
-    RemoteMoved {
-        branch: String,
-        expected: String,
-        found: String,
-    },
-    #[error("staged commit {id} was rebased onto the moved remote branch, which changed the same files ({}); review it again (`sandfs staged show {id}`) and push again", paths.join(", "))]
-    NeedsReview { id: String, paths: Vec<String> },
-    #[error("the remote rejected the push of {refname}: {reason}")]
-    Rejected { refname: String, reason: String },
-    #[error("{url} {branch}: the tree holds {entry:?}, {rule}; nothing was written")]
-    UnsafeTree {
-        url: String,
-        branch: String,
-        entry: String,
-        rule: String,
-    },
-    #[error("pull request: {0}")]
-    PullRequest(String),
-    #[error("pull request: GitHub refused the token: {0}")]
-    PullRequestAuth(String),
 }
 
-impl GitError {
-    /// Returns the stable code of this error.
-    pub fn code(&self) -> ErrorCode {
+impl GitFailure for CommonError {
+    fn code(&self) -> ErrorCode {
         match self {
-            GitError::Fs(e) => e.code(),
-            GitError::State(_) => ErrorCode::Internal,
-            GitError::Git { source, .. } => match source.code() {
-                git2::ErrorCode::Auth => ErrorCode::AuthFailed,
-                git2::ErrorCode::NotFound => ErrorCode::NotFound,
-                _ => ErrorCode::Internal,
-            },
-            GitError::Unreachable { .. } => ErrorCode::RemoteUnavailable,
-            GitError::NoBranch { .. } => ErrorCode::NotFound,
-            GitError::BadRemote { .. } => ErrorCode::InvalidArgument,
-            GitError::AuthFailed { .. } | GitError::PullRequestAuth(_) => ErrorCode::AuthFailed,
-            GitError::NoRepo { .. } | GitError::NoStaged { .. } => ErrorCode::NotFound,
-            GitError::WhichRepo(_) | GitError::Invalid { .. } => ErrorCode::InvalidArgument,
-            GitError::Nothing(_) => ErrorCode::NoMatch,
-            GitError::Discarded { .. } => ErrorCode::Conflict,
-            GitError::Conflict { .. } | GitError::WrongState { .. } => ErrorCode::Conflict,
-            GitError::RemoteMoved { .. } | GitError::NeedsReview { .. } => ErrorCode::RemoteMoved,
-            GitError::Rejected { .. } | GitError::UnsafeTree { .. } => ErrorCode::Rejected,
-            GitError::PullRequest(_) => ErrorCode::RemoteUnavailable,
+            CommonError::Fs(e) => e.code(),
+            CommonError::State(_) => ErrorCode::Internal,
+            CommonError::Git(e) => e.code(),
+            CommonError::Invalid(_) | CommonError::WhichRepo(_) => ErrorCode::InvalidArgument,
+            CommonError::NoRepo { .. } => ErrorCode::NotFound,
         }
     }
 
-    /// Returns the virtual path the error is about, when it is about one.
-    pub fn path(&self) -> Option<&str> {
+    fn path(&self) -> Option<&str> {
         match self {
-            GitError::Fs(e) => e.path(),
-            GitError::NoRepo { dir } => Some(dir),
+            CommonError::Fs(e) => e.path(),
+            CommonError::NoRepo { dir } => Some(dir),
             _ => None,
         }
     }
+}
 
-    pub(crate) fn git(op: impl Into<String>) -> impl FnOnce(git2::Error) -> GitError {
-        let op = op.into();
-        move |source| GitError::Git { op, source }
-    }
+/// A remote that could not be talked to (fetch, ls-remote, push).
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteError {
+    #[error("cannot reach {url}: {reason}")]
+    Unreachable { url: String, reason: String },
+    #[error("{url} is not a git remote sandfs can use: {reason}")]
+    BadRemote { url: String, reason: String },
+    #[error("{url}: authentication failed: {reason}")]
+    AuthFailed { url: String, reason: String },
+    /// A failure libgit2 gives no class sandfs knows.
+    #[error(transparent)]
+    Git(#[from] Libgit2Error),
+}
 
-    pub(crate) fn invalid(name: &str, rule: impl Into<String>) -> GitError {
-        GitError::Invalid {
-            name: name.into(),
-            rule: rule.into(),
+impl GitFailure for RemoteError {
+    fn code(&self) -> ErrorCode {
+        match self {
+            RemoteError::Unreachable { .. } => ErrorCode::RemoteUnavailable,
+            RemoteError::BadRemote { .. } => ErrorCode::InvalidArgument,
+            RemoteError::AuthFailed { .. } => ErrorCode::AuthFailed,
+            RemoteError::Git(e) => e.code(),
         }
     }
 }
 
-/// The result of a git operation.
-pub type GitResult<T> = Result<T, GitError>;
+/// Lets `?` lift the shared failures into an operation's error (through its `Common` variant).
+macro_rules! lift_common {
+    ($($op:ty),+ $(,)?) => {$(
+        impl From<$crate::core::FsError> for $op {
+            fn from(e: $crate::core::FsError) -> Self {
+                $crate::git::error::CommonError::from(e).into()
+            }
+        }
+        impl From<$crate::state::StateError> for $op {
+            fn from(e: $crate::state::StateError) -> Self {
+                $crate::git::error::CommonError::from(e).into()
+            }
+        }
+        impl From<$crate::git::error::Libgit2Error> for $op {
+            fn from(e: $crate::git::error::Libgit2Error) -> Self {
+                $crate::git::error::CommonError::from(e).into()
+            }
+        }
+        impl From<$crate::git::error::InvalidArg> for $op {
+            fn from(e: $crate::git::error::InvalidArg) -> Self {
+                $crate::git::error::CommonError::from(e).into()
+            }
+        }
+    )+};
+}
+pub(crate) use lift_common;

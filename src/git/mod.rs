@@ -10,9 +10,11 @@
 //! touched. `push` fetches the target, rebases with a three-way tree merge when it moved, and
 //! pushes with a lease; [`pr`] opens pull requests. Every step lands in the journal.
 //!
-//! One file per operation: `pull.rs`, `status.rs`, `stage.rs`, `push.rs`, `discard.rs`; this file
-//! keeps the service, the helpers they share and the path rules. [`remote`] talks to git servers, [`diff`] reads and writes patches,
-//! [`prune`] sweeps staging leftovers.
+//! One file per operation: `pull.rs`, `status.rs` (with `resolve`), `stage.rs` (with `list` and
+//! `show`), `push.rs`, `discard.rs`, each with its request, result and error types; this file
+//! keeps the service, the helpers they share and the path rules. [`error`] holds the failures
+//! the operations share, [`remote`] talks to git servers, [`diff`] reads and writes patches,
+//! [`pr`] opens pull requests, [`prune`] sweeps staging leftovers.
 
 pub mod diff;
 mod discard;
@@ -33,18 +35,21 @@ use std::time::Instant;
 use git2::{ObjectType, Oid, Repository, TreeWalkMode, TreeWalkResult};
 use serde::{Deserialize, Serialize};
 
-pub use discard::DiscardResult;
-pub use error::{GitError, GitResult};
-pub use pull::{PathNote, PullConflict, PullRequest, PullResult};
-pub use push::{PushRequest, PushResult};
+pub use discard::{DiscardError, DiscardResult};
+pub use error::{CommonError, GitFailure, InvalidArg, Libgit2Error, RemoteError};
+pub use pr::PrError;
+pub use prune::GcError;
+pub use pull::{PathNote, PullConflict, PullError, PullRequest, PullResult};
+pub use push::{PushError, PushRequest, PushResult};
 pub use remote::{OnProgress, Progress};
-pub use stage::{StageRequest, StagedCommit, StagedFile};
-pub use status::{Change, RepoStatus, StatusResult};
+pub use stage::{ListError, ShowError, StageError, StageRequest, StagedCommit, StagedFile};
+pub use status::{Change, RepoStatus, ResolveError, StatusError, StatusResult};
 
 use crate::config::{GitSection, Settings};
 use crate::core::foreign::{self, GitDir, LinkResolver};
 use crate::core::{EntryKind, ErrorCode, FsError, Replacement, Seen, VPath, Zone, ZoneId, Zones};
 use crate::state::{FileRow, Origin, RepoRow, StagedRow, Via};
+use error::{invalid, libgit2, lift_common};
 
 const MODE_FILE: u32 = 0o100644;
 const MODE_EXEC: u32 = 0o100755;
@@ -84,13 +89,13 @@ fn vfile(dir: &str, path: &str) -> String {
 }
 
 /// Normalizes a repository path given by a user: relative, `/`-separated, no `.`/`..`.
-fn repo_path(name: &str, p: &str) -> GitResult<String> {
+fn repo_path(name: &str, p: &str) -> Result<String, InvalidArg> {
     let t = p.trim_matches('/');
     if t.is_empty() {
         return Ok(String::new());
     }
     if p.contains('\0') || t.split('/').any(|c| c.is_empty() || c == "." || c == "..") {
-        return Err(GitError::invalid(
+        return Err(invalid(
             name,
             format!("{p:?} must be a path inside the repository, without `.`, `..` or `//`"),
         ));
@@ -128,10 +133,10 @@ impl Git {
     }
 
     /// Expands `owner/repo` and refuses URLs carrying a password.
-    pub fn expand_remote(&self, spec: &str) -> GitResult<String> {
+    pub fn expand_remote(&self, spec: &str) -> Result<String, InvalidArg> {
         let spec = spec.trim();
         if spec.is_empty() {
-            return Err(GitError::invalid("remote", "must not be empty"));
+            return Err(invalid("remote", "must not be empty"));
         }
         let shorthand = spec.split('/').count() == 2
             && !spec.contains(':')
@@ -154,7 +159,7 @@ impl Git {
             let authority = rest.split('/').next().unwrap_or("");
             if let Some((userinfo, _)) = authority.rsplit_once('@') {
                 if userinfo.contains(':') {
-                    return Err(GitError::invalid(
+                    return Err(invalid(
                         "remote",
                         format!(
                             "the URL carries a password; remove it and put the token in the \
@@ -185,33 +190,29 @@ impl Git {
         self.mirrors.join(format!("{name}-{hash}.git"))
     }
 
-    fn open_mirror(&self, path: &Path) -> GitResult<Repository> {
-        if path.join("HEAD").exists() {
+    fn open_mirror(&self, path: &Path) -> Result<Repository, CommonError> {
+        let mirror = if path.join("HEAD").exists() {
             Repository::open_bare(path)
-                .map_err(GitError::git(format!("open mirror {}", path.display())))
+                .map_err(libgit2(format!("open mirror {}", path.display())))?
         } else {
-            std::fs::create_dir_all(path).map_err(|e| {
-                GitError::Fs(FsError::Io {
-                    path: path.display().to_string(),
-                    op: "create mirror",
-                    source: e,
-                })
+            std::fs::create_dir_all(path).map_err(|e| FsError::Io {
+                path: path.display().to_string(),
+                op: "create mirror",
+                source: e,
             })?;
             Repository::init_bare(path)
-                .map_err(GitError::git(format!("create mirror {}", path.display())))
-        }
+                .map_err(libgit2(format!("create mirror {}", path.display())))?
+        };
+        Ok(mirror)
     }
 
     /// The workspace-relative directory for a virtual path (which must be in /workspace).
-    fn workspace_dir(&self, name: &str, v: &str) -> GitResult<String> {
+    fn workspace_dir(&self, name: &str, v: &str) -> Result<String, CommonError> {
         match crate::core::path::parse(v)? {
             crate::core::Target::Zone(vp) if vp.zone() == ZoneId::Workspace => {
                 Ok(vp.rel().to_string())
             }
-            _ => Err(GitError::invalid(
-                name,
-                format!("{v:?} must be a directory in /workspace"),
-            )),
+            _ => Err(invalid(name, format!("{v:?} must be a directory in /workspace")).into()),
         }
     }
 
@@ -308,20 +309,20 @@ impl Git {
     }
 
     /// What is at `v` now: its identity (for a later compare-and-swap), then its blob id and mode.
-    fn look(&self, v: &str) -> GitResult<(Seen, Option<(Oid, u32)>)> {
+    fn look(&self, v: &str) -> Result<(Seen, Option<(Oid, u32)>), FsError> {
         let seen = self.zones.seen(v)?;
         Ok((seen, self.local_blob(v)?))
     }
 
     /// The blob id and git mode of what is at `v` now (None: nothing, or a directory). A file is
     /// hashed as it streams by, so its size does not matter.
-    fn local_blob(&self, v: &str) -> GitResult<Option<(Oid, u32)>> {
+    fn local_blob(&self, v: &str) -> Result<Option<(Oid, u32)>, FsError> {
         let st = match self.zones.stat(v) {
             Ok(st) => st,
             Err(e) if matches!(e.code(), ErrorCode::NotFound | ErrorCode::NotDir) => {
                 return Ok(None)
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(e),
         };
         match st.kind {
             EntryKind::File => {
@@ -342,8 +343,7 @@ impl Git {
                                 path: v.into(),
                                 op: "read",
                                 source: e,
-                            }
-                            .into())
+                            })
                         }
                     }
                 }
@@ -364,13 +364,13 @@ impl Git {
     }
 
     /// The bytes (a symlink's target) and git mode of what is at `v` now.
-    fn local_content(&self, v: &str) -> GitResult<Option<(Vec<u8>, u32)>> {
+    fn local_content(&self, v: &str) -> Result<Option<(Vec<u8>, u32)>, FsError> {
         let st = match self.zones.stat(v) {
             Ok(st) => st,
             Err(e) if matches!(e.code(), ErrorCode::NotFound | ErrorCode::NotDir) => {
                 return Ok(None)
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(e),
         };
         match st.kind {
             EntryKind::File => {
@@ -395,17 +395,17 @@ impl Git {
     }
 
     /// The pulled repository a staged commit belongs to.
-    fn repo_of(&self, row: &StagedRow) -> GitResult<RepoRow> {
+    fn repo_of(&self, row: &StagedRow) -> Result<RepoRow, CommonError> {
         self.zones
             .db()
             .repo(row.repo_id)?
-            .ok_or_else(|| GitError::NoRepo {
+            .ok_or_else(|| CommonError::NoRepo {
                 dir: "(repository of this staged commit)".into(),
             })
     }
 
     /// Finds the repo `v` (a virtual path) belongs to, or the only repo when `v` is None.
-    pub fn repo_for(&self, v: Option<&str>) -> GitResult<RepoRow> {
+    pub fn repo_for(&self, v: Option<&str>) -> Result<RepoRow, CommonError> {
         let repos = self.zones.db().repos()?;
         match v {
             Some(v) => {
@@ -414,14 +414,14 @@ impl Git {
                     .into_iter()
                     .filter(|r| under(&rel, &r.dir))
                     .max_by_key(|r| r.dir.len())
-                    .ok_or(GitError::NoRepo { dir: v.to_string() })
+                    .ok_or(CommonError::NoRepo { dir: v.to_string() })
             }
             None => match repos.len() {
-                0 => Err(GitError::NoRepo {
+                0 => Err(CommonError::NoRepo {
                     dir: "/workspace".into(),
                 }),
                 1 => Ok(repos.into_iter().next().expect("one")),
-                _ => Err(GitError::WhichRepo(format!(
+                _ => Err(CommonError::WhichRepo(format!(
                     "several repositories are pulled ({}); name one",
                     repos
                         .iter()
@@ -479,7 +479,7 @@ pub fn repo_name(url: &str) -> String {
     }
 }
 
-fn check_branch(b: &str) -> GitResult<()> {
+fn check_branch(b: &str) -> Result<(), InvalidArg> {
     let bad = b.is_empty()
         || b.starts_with('-')
         || b.starts_with('/')
@@ -491,7 +491,7 @@ fn check_branch(b: &str) -> GitResult<()> {
         || b.chars()
             .any(|c| c.is_ascii_control() || " ~^:?*[\\".contains(c));
     if bad {
-        return Err(GitError::invalid(
+        return Err(invalid(
             "branch",
             format!("{b:?} is not a valid branch name"),
         ));

@@ -2,14 +2,39 @@
 //! Enterprise or a test server. A pull request that already exists for the branch (422) is found
 //! and reused. The token comes from the variable named by `git.token_env` and goes only to
 //! `git.github_api`, over https (plain http only to a loopback API with `git.token_over_http`).
+//! [`PrError`] says why a pull request could not be opened.
 
-use super::error::{GitError, GitResult};
+use super::error::{invalid, GitFailure, InvalidArg};
 use crate::config::GitSection;
+use crate::core::ErrorCode;
 use crate::state::{StagedFileRow, StagedRow};
+
+/// Why a pull request could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum PrError {
+    #[error(transparent)]
+    Invalid(#[from] InvalidArg),
+    /// GitHub could not be asked, or answered with an error.
+    #[error("pull request: {0}")]
+    Failed(String),
+    /// No usable token, or GitHub refused it.
+    #[error("pull request: GitHub refused the token: {0}")]
+    Auth(String),
+}
+
+impl GitFailure for PrError {
+    fn code(&self) -> ErrorCode {
+        match self {
+            PrError::Invalid(_) => ErrorCode::InvalidArgument,
+            PrError::Failed(_) => ErrorCode::RemoteUnavailable,
+            PrError::Auth(_) => ErrorCode::AuthFailed,
+        }
+    }
+}
 
 /// `owner` and `repo` from a remote URL (`https://github.com/o/r.git`, `git@github.com:o/r`): the
 /// last two segments of its path.
-pub fn owner_repo(url: &str) -> GitResult<(String, String)> {
+pub fn owner_repo(url: &str) -> Result<(String, String), InvalidArg> {
     let path = match url.split_once("://") {
         Some((_, rest)) => rest.split_once('/').map(|(_, p)| p).unwrap_or(""),
         None => url.split_once(':').map(|(_, p)| p).unwrap_or(url),
@@ -22,7 +47,7 @@ pub fn owner_repo(url: &str) -> GitResult<(String, String)> {
         .collect();
     match segs.as_slice() {
         [.., o, r] => Ok((o.to_string(), r.to_string())),
-        _ => Err(GitError::invalid(
+        _ => Err(invalid(
             "remote",
             format!("{url} does not name an owner/repository for a pull request"),
         )),
@@ -73,16 +98,16 @@ pub struct Target {
 
 impl Target {
     /// Checks that `url` names an owner/repository and that the token is set.
-    pub fn new(settings: &GitSection, url: &str) -> GitResult<Target> {
+    pub fn new(settings: &GitSection, url: &str) -> Result<Target, PrError> {
         let (owner, repo) = owner_repo(url)?;
         let var = settings.token_env.as_deref().ok_or_else(|| {
-            GitError::PullRequestAuth("git.token_env names no variable holding a token".into())
+            PrError::Auth("git.token_env names no variable holding a token".into())
         })?;
         let token = std::env::var(var)
             .ok()
             .filter(|t| !t.is_empty())
             .ok_or_else(|| {
-                GitError::PullRequestAuth(format!(
+                PrError::Auth(format!(
                     "set ${var} (git.token_env) in the daemon's environment"
                 ))
             })?;
@@ -91,7 +116,7 @@ impl Target {
             .as_ref()
             .is_some_and(|a| a.scheme == "https" || (a.is_loopback() && settings.token_over_http));
         if !secure {
-            return Err(GitError::PullRequestAuth(format!(
+            return Err(PrError::Auth(format!(
                 "git.github_api ({}) is not https: the token in ${var} goes over plain http only to a loopback API, with git.token_over_http = true",
                 api.map(|a| a.authority()).unwrap_or_default()
             )));
@@ -107,21 +132,21 @@ impl Target {
         row: &StagedRow,
         head: &str,
         files: &[StagedFileRow],
-    ) -> GitResult<String> {
+    ) -> Result<String, PrError> {
         let (owner, repo) = (&self.owner, &self.repo);
         let title = row.message.lines().next().unwrap_or("sandfs change").trim();
         let body = body(row, files);
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|e| GitError::PullRequest(format!("cannot start a runtime: {e}")))?;
+            .map_err(|e| PrError::Failed(format!("cannot start a runtime: {e}")))?;
         rt.block_on(async {
             let gh = octocrab::Octocrab::builder()
                 .base_uri(settings.github_api.as_str())
-                .map_err(|e| GitError::invalid("git.github_api", e.to_string()))?
+                .map_err(|e| invalid("git.github_api", e.to_string()))?
                 .personal_token(self.token.clone())
                 .build()
-                .map_err(|e| GitError::PullRequest(e.to_string()))?;
+                .map_err(|e| PrError::Failed(e.to_string()))?;
             let pulls = gh.pulls(owner, repo);
             match pulls
                 .create(title, head, &row.branch)
@@ -149,7 +174,7 @@ impl Target {
                         .next()
                         .and_then(|p| p.html_url.map(|u| u.to_string()))
                         .ok_or_else(|| {
-                            GitError::PullRequest(format!(
+                            PrError::Failed(format!(
                                 "GitHub refused to create it ({}) and none exists for {head}",
                                 source.message
                             ))
@@ -161,18 +186,18 @@ impl Target {
     }
 }
 
-fn gh_error(e: octocrab::Error) -> GitError {
+fn gh_error(e: octocrab::Error) -> PrError {
     match e {
         octocrab::Error::GitHub { source, .. }
             if matches!(source.status_code.as_u16(), 401 | 403) =>
         {
-            GitError::PullRequestAuth(source.message)
+            PrError::Auth(source.message)
         }
-        octocrab::Error::GitHub { source, .. } => GitError::PullRequest(format!(
+        octocrab::Error::GitHub { source, .. } => PrError::Failed(format!(
             "GitHub answered {}: {}",
             source.status_code, source.message
         )),
-        other => GitError::PullRequest(other.to_string()),
+        other => PrError::Failed(other.to_string()),
     }
 }
 

@@ -4,13 +4,18 @@
 //!
 //! Each mirror is swept under its own lock, the one `stage` holds while it writes a ref and its
 //! row, so a commit being staged is never mistaken for a leftover.
+//! A sweep fails only in the shared ways ([`GcError`]).
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Git, GitError, GitResult};
+use super::error::{libgit2, CommonError};
+use super::Git;
+
+/// Why a sweep failed: only in the ways every operation shares (the state database, a mirror).
+pub type GcError = CommonError;
 
 /// What [`Git::gc`] removed.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -24,7 +29,7 @@ pub struct GitGc {
 impl Git {
     /// Deletes discarded staged commits last changed before `before_ms` (none when `None`), then
     /// every staged ref whose commit is discarded or unknown.
-    pub fn gc(&self, before_ms: Option<i64>) -> GitResult<GitGc> {
+    pub fn gc(&self, before_ms: Option<i64>) -> Result<GitGc, GcError> {
         let db = self.zones.db();
         let mut out = GitGc::default();
         if let Some(before) = before_ms {
@@ -44,7 +49,7 @@ impl Git {
             let mirror = self.open_mirror(&mirror_path)?;
             let names: Vec<String> = mirror
                 .references_glob("refs/sandfs/staged/*")
-                .map_err(GitError::git("list staged refs"))?
+                .map_err(libgit2("list staged refs"))?
                 .names()
                 .filter_map(|n| n.ok().map(str::to_string))
                 .collect();
@@ -55,7 +60,7 @@ impl Git {
                     continue;
                 }
                 if let Ok(mut r) = mirror.find_reference(&name) {
-                    r.delete().map_err(GitError::git("delete staged ref"))?;
+                    r.delete().map_err(libgit2("delete staged ref"))?;
                     out.refs.push(format!("{}:{name}", mirror_path.display()));
                 }
             }

@@ -2,7 +2,8 @@
 //! directory. Every tree entry is validated first (a hostile tree fails the pull before anything
 //! is written); each file is replaced as itself, compare-and-swapped against what the pull saw,
 //! so a write acknowledged meanwhile becomes a conflict with both sides kept; a path the pull
-//! cannot read or replace is skipped and named, not the whole pull.
+//! cannot read or replace is skipped and named, not the whole pull. [`PullError`] says why a
+//! pull failed.
 
 use super::*;
 
@@ -43,6 +44,54 @@ pub struct PullConflict {
     pub upstream: Option<String>,
 }
 
+/// Why a pull failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PullError {
+    #[error(transparent)]
+    Common(#[from] CommonError),
+    #[error(transparent)]
+    Remote(#[from] RemoteError),
+    #[error("{url} has no branch {branch:?}")]
+    NoBranch { url: String, branch: String },
+    /// The directory holds a pull of another remote.
+    #[error("{dir} already holds a pull of {held}; pull {url} into another directory: {dir}")]
+    Occupied {
+        dir: String,
+        held: String,
+        url: String,
+    },
+    /// An entry of the fetched tree that must not be written (`..`, `.git`, a path leaving the
+    /// pull directory): the whole pull is refused before anything is written.
+    #[error("{url} {branch}: the tree holds {entry:?}, {rule}; nothing was written")]
+    UnsafeTree {
+        url: String,
+        branch: String,
+        entry: String,
+        rule: String,
+    },
+}
+
+lift_common!(PullError);
+
+impl GitFailure for PullError {
+    fn code(&self) -> ErrorCode {
+        match self {
+            PullError::Common(e) => e.code(),
+            PullError::Remote(e) => e.code(),
+            PullError::NoBranch { .. } => ErrorCode::NotFound,
+            PullError::Occupied { .. } => ErrorCode::Conflict,
+            PullError::UnsafeTree { .. } => ErrorCode::Rejected,
+        }
+    }
+
+    fn path(&self) -> Option<&str> {
+        match self {
+            PullError::Common(e) => e.path(),
+            _ => None,
+        }
+    }
+}
+
 /// What a pull did.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PullResult {
@@ -64,7 +113,11 @@ pub struct PullResult {
 
 impl Git {
     /// Pulls `req.branch` of `req.remote` into the workspace.
-    pub fn pull(&self, req: &PullRequest, progress: OnProgress<'_>) -> GitResult<PullResult> {
+    pub fn pull(
+        &self,
+        req: &PullRequest,
+        progress: OnProgress<'_>,
+    ) -> Result<PullResult, PullError> {
         let started = Instant::now();
         let url = self.expand_remote(&req.remote)?;
         if let Some(b) = &req.branch {
@@ -87,17 +140,14 @@ impl Git {
             .paths
             .iter()
             .map(|p| repo_path("paths", p))
-            .collect::<GitResult<_>>()?;
+            .collect::<Result<_, InvalidArg>>()?;
         let previous = self.zones.db().repo_by_dir(&dir)?;
         if let Some(prev) = &previous {
             if prev.url != url {
-                return Err(GitError::Conflict {
-                    reason: format!(
-                        "{} already holds a pull of {}; pull {url} into another directory",
-                        vdir(&dir),
-                        prev.url
-                    ),
-                    paths: vec![vdir(&dir)],
+                return Err(PullError::Occupied {
+                    dir: vdir(&dir),
+                    held: prev.url.clone(),
+                    url,
                 });
             }
         }
@@ -117,10 +167,7 @@ impl Git {
                             .map(String::from)
                     })
                     .ok_or_else(|| {
-                        GitError::invalid(
-                            "branch",
-                            format!("{url} has no default branch; name one"),
-                        )
+                        invalid("branch", format!("{url} has no default branch; name one"))
                     })?
             }
         };
@@ -135,27 +182,25 @@ impl Git {
         )
         .map_err(|e| match e {
             // Told apart by asking the remote for its branches, not by the error's text.
-            GitError::Git { .. } => match remote::ls_remote(&mirror, &url, &self.settings) {
+            RemoteError::Git(_) => match remote::ls_remote(&mirror, &url, &self.settings) {
                 Ok((refs, _)) if !refs.contains_key(&format!("refs/heads/{branch}")) => {
-                    GitError::NoBranch {
+                    PullError::NoBranch {
                         url: url.clone(),
                         branch: branch.clone(),
                     }
                 }
-                _ => e,
+                _ => e.into(),
             },
-            e => e,
+            e => e.into(),
         })?;
         let tip = mirror
             .refname_to_id(&tracking)
-            .map_err(|_| GitError::NoBranch {
+            .map_err(|_| PullError::NoBranch {
                 url: url.clone(),
                 branch: branch.clone(),
             })?;
-        let tip_commit = mirror
-            .find_commit(tip)
-            .map_err(GitError::git("read commit"))?;
-        let tree = tip_commit.tree().map_err(GitError::git("read tree"))?;
+        let tip_commit = mirror.find_commit(tip).map_err(libgit2("read commit"))?;
+        let tree = tip_commit.tree().map_err(libgit2("read tree"))?;
 
         // The upstream files, filtered by `paths`. Every entry is validated as git's own
         // `verify_path` would (a hostile tree may hold `..`, `.git`, `/` or NUL): one bad entry
@@ -193,8 +238,8 @@ impl Git {
             TreeWalkResult::Ok
         })
         .or_else(|e| if bad.is_some() { Ok(()) } else { Err(e) })
-        .map_err(GitError::git("walk tree"))?;
-        let unsafe_tree = |entry: String, rule: String| GitError::UnsafeTree {
+        .map_err(libgit2("walk tree"))?;
+        let unsafe_tree = |entry: String, rule: String| PullError::UnsafeTree {
             url: url.clone(),
             branch: branch.clone(),
             entry,
@@ -221,15 +266,16 @@ impl Git {
         let mut links = LinkResolver::new();
         for (path, (oid, mode)) in &upstream {
             if *mode == MODE_LINK {
-                let blob = mirror.find_blob(*oid).map_err(GitError::git("read blob"))?;
+                let blob = mirror.find_blob(*oid).map_err(libgit2("read blob"))?;
                 links.add(path, &String::from_utf8_lossy(blob.content()));
             }
         }
         for p in &paths {
             if !upstream.keys().any(|k| under(k, p)) {
-                return Err(GitError::Fs(FsError::NotFound {
+                return Err(FsError::NotFound {
                     path: format!("{p} in {url} {branch}"),
-                }));
+                }
+                .into());
             }
         }
 
@@ -260,7 +306,7 @@ impl Git {
         // lands and is recorded. Only a broken mirror or state database stops a pull half-way,
         // and then each write already made is in the journal (and reached the mount) as it
         // happened, and the journal says where the pull stopped.
-        let mut apply = || -> GitResult<()> {
+        let mut apply = || -> Result<(), Libgit2Error> {
             for (path, row) in &old_rows {
                 if upstream.contains_key(path) {
                     continue;
@@ -387,7 +433,7 @@ impl Git {
                 }
                 let mut changed_meanwhile = None;
                 if untouched {
-                    let blob = mirror.find_blob(*oid).map_err(GitError::git("read blob"))?;
+                    let blob = mirror.find_blob(*oid).map_err(libgit2("read blob"))?;
                     match self.write_entry(&v, &dir, path, blob.content(), *mode, seen, &links) {
                         Ok(()) => {
                             written += 1;
@@ -402,7 +448,7 @@ impl Git {
                     }
                 }
                 {
-                    let blob = mirror.find_blob(*oid).map_err(GitError::git("read blob"))?;
+                    let blob = mirror.find_blob(*oid).map_err(libgit2("read blob"))?;
                     let upstream_copy = self.save_upstream(&dir, path, blob.content());
                     conflicts.push(PullConflict {
                         path: v,
@@ -426,7 +472,7 @@ impl Git {
             }
             mirror
                 .reference(&base_ref(&dir), tip, true, "sandfs: pulled")
-                .map_err(GitError::git("pin base"))?;
+                .map_err(libgit2("pin base"))?;
             Ok(())
         };
         if let Err(e) = apply() {
@@ -439,7 +485,7 @@ impl Git {
                     remote::short(tip)
                 ),
             );
-            return Err(e);
+            return Err(e.into());
         }
         // The pull's own writes agree with the rows just computed: status need not look at them,
         // unless someone else wrote meanwhile.

@@ -1,5 +1,5 @@
 //! `push`: send a staged commit once a human approved it, with a lease; when the branch moved,
-//! fetch it and rebase with a three-way tree merge first.
+//! fetch it and rebase with a three-way tree merge first. [`PushError`] says why a push failed.
 
 use super::*;
 
@@ -33,19 +33,80 @@ pub struct PushResult {
     pub duration_ms: u64,
 }
 
+/// Why a push failed. A conflict, a rejection and a rebase that needs review are recorded on the
+/// staged commit (its state says which).
+#[derive(Debug, thiserror::Error)]
+pub enum PushError {
+    #[error(transparent)]
+    Common(#[from] CommonError),
+    #[error(transparent)]
+    Remote(#[from] RemoteError),
+    #[error(transparent)]
+    PullRequest(#[from] PrError),
+    #[error("no staged commit {id} (`sandfs staged list` shows them)")]
+    NoStaged { id: String },
+    #[error("staged commit {id} is {state}: {rule}")]
+    WrongState {
+        id: String,
+        state: String,
+        rule: String,
+    },
+    /// The remote branch moved and changed the same lines: nothing was pushed.
+    #[error("{reason}: {}", paths.join(", "))]
+    Conflict { reason: String, paths: Vec<String> },
+    /// The lease broke: the remote branch is not where the push expected it.
+    #[error("{branch} moved on the remote during the push (expected {expected}, found {found}); nothing was pushed")]
+    RemoteMoved {
+        branch: String,
+        expected: String,
+        found: String,
+    },
+    #[error("staged commit {id} was rebased onto the moved remote branch, which changed the same files ({}); review it again (`sandfs staged show {id}`) and push again", paths.join(", "))]
+    NeedsReview { id: String, paths: Vec<String> },
+    #[error("the remote rejected the push of {refname}: {reason}")]
+    Rejected { refname: String, reason: String },
+}
+
+lift_common!(PushError);
+
+impl GitFailure for PushError {
+    fn code(&self) -> ErrorCode {
+        match self {
+            PushError::Common(e) => e.code(),
+            PushError::Remote(e) => e.code(),
+            PushError::PullRequest(e) => e.code(),
+            PushError::NoStaged { .. } => ErrorCode::NotFound,
+            PushError::WrongState { .. } | PushError::Conflict { .. } => ErrorCode::Conflict,
+            PushError::RemoteMoved { .. } | PushError::NeedsReview { .. } => ErrorCode::RemoteMoved,
+            PushError::Rejected { .. } => ErrorCode::Rejected,
+        }
+    }
+
+    fn path(&self) -> Option<&str> {
+        match self {
+            PushError::Common(e) => e.path(),
+            _ => None,
+        }
+    }
+}
+
 impl Git {
     /// Pushes a staged commit (a human's decision): to its branch, or with `pr` to
     /// `sandfs/<id>` with a pull request. A remote that moved is merged into (three-way); a
     /// conflict, a rejection or a lease broken twice leaves nothing pushed.
-    pub fn push(&self, req: &PushRequest, progress: OnProgress<'_>) -> GitResult<PushResult> {
+    pub fn push(
+        &self,
+        req: &PushRequest,
+        progress: OnProgress<'_>,
+    ) -> Result<PushResult, PushError> {
         let started = Instant::now();
         let row = self
             .zones
             .db()
             .staged(&req.id)?
-            .ok_or_else(|| GitError::NoStaged { id: req.id.clone() })?;
+            .ok_or_else(|| PushError::NoStaged { id: req.id.clone() })?;
         if !matches!(row.state.as_str(), "staged" | "rebased" | "rejected") {
-            return Err(GitError::WrongState {
+            return Err(PushError::WrongState {
                 id: row.id,
                 state: row.state.clone(),
                 rule: match row.state.as_str() {
@@ -77,7 +138,7 @@ impl Git {
             attempt += 1;
             let r = self.push_once(&mirror, &repo, &row, &target, &src, req.pr, progress);
             match r {
-                Err(GitError::RemoteMoved { .. }) if attempt < 2 => continue,
+                Err(PushError::RemoteMoved { .. }) if attempt < 2 => continue,
                 other => break other,
             }
         };
@@ -87,9 +148,9 @@ impl Git {
             Ok((c, r)) => (c, r || row.state == "rebased"),
             Err(e) => {
                 let (state, conflicts) = match &e {
-                    GitError::Conflict { paths, .. } => ("conflicted", paths.clone()),
-                    GitError::Rejected { .. } => ("rejected", Vec::new()),
-                    GitError::NeedsReview { .. } => ("rebased", Vec::new()),
+                    PushError::Conflict { paths, .. } => ("conflicted", paths.clone()),
+                    PushError::Rejected { .. } => ("rejected", Vec::new()),
+                    PushError::NeedsReview { .. } => ("rebased", Vec::new()),
                     _ => (row.state.as_str(), row.conflicts.clone()),
                 };
                 db.set_staged_state(
@@ -127,7 +188,7 @@ impl Git {
                         None,
                         now,
                     )?;
-                    return Err(e);
+                    return Err(e.into());
                 }
             }
         }
@@ -163,7 +224,7 @@ impl Git {
             db.advance_base(repo.id, &commit.to_string(), &files)?;
             mirror
                 .reference(&base_ref(&repo.dir), commit, true, "sandfs: pushed")
-                .map_err(GitError::git("pin base"))?;
+                .map_err(libgit2("pin base"))?;
         }
         self.event(
             &repo.dir,
@@ -197,7 +258,7 @@ impl Git {
         src: &str,
         pr: bool,
         progress: OnProgress<'_>,
-    ) -> GitResult<(Oid, bool)> {
+    ) -> Result<(Oid, bool), PushError> {
         if mirror.is_shallow() {
             // libgit2 cannot build a pack on top of a shallow boundary (it walks the base's
             // missing parents): fetch the branch's history once, at the first push.
@@ -215,12 +276,12 @@ impl Git {
         let remote_tip = refs.get(target).copied().unwrap_or(Oid::ZERO_SHA1);
         let staged = mirror
             .refname_to_id(src)
-            .map_err(GitError::git("find staged commit"))?;
-        let base = Oid::from_str(&row.base).map_err(GitError::git("base id"))?;
+            .map_err(libgit2("find staged commit"))?;
+        let base = Oid::from_str(&row.base).map_err(libgit2("base id"))?;
         let mut commit = staged;
         let mut rebased = false;
         if !pr && !remote_tip.is_zero() && remote_tip != base {
-            let staged_commit = mirror.find_commit(staged).map_err(GitError::git("read"))?;
+            let staged_commit = mirror.find_commit(staged).map_err(libgit2("read"))?;
             if staged_commit.parent_id(0).ok() == Some(remote_tip) {
                 // Already rebased onto this tip (a re-reviewed commit).
             } else {
@@ -233,22 +294,20 @@ impl Git {
                     &self.settings,
                     progress,
                 )?;
-                let tip = mirror
-                    .refname_to_id(&tracking)
-                    .map_err(GitError::git("tip"))?;
+                let tip = mirror.refname_to_id(&tracking).map_err(libgit2("tip"))?;
                 let (new_commit, overlap) = self.rebase(mirror, base, tip, staged_commit)?;
                 mirror
                     .reference(src, new_commit, true, "sandfs: rebased")
-                    .map_err(GitError::git("keep rebased commit"))?;
+                    .map_err(libgit2("keep rebased commit"))?;
                 // The rebased commit is what will be reviewed and pushed from now on.
                 let tip_tree = mirror
                     .find_commit(tip)
                     .and_then(|c| c.tree())
-                    .map_err(GitError::git("read tip"))?;
+                    .map_err(libgit2("read tip"))?;
                 let new_tree = mirror
                     .find_commit(new_commit)
                     .and_then(|c| c.tree())
-                    .map_err(GitError::git("read rebased"))?;
+                    .map_err(libgit2("read rebased"))?;
                 let files =
                     diff::file_patches(mirror, &tip_tree, &new_tree, self.settings.max_diff_bytes)?;
                 self.zones.db().rebase_staged(
@@ -259,7 +318,7 @@ impl Git {
                     self.zones.now_ms(),
                 )?;
                 if !overlap.is_empty() {
-                    return Err(GitError::NeedsReview {
+                    return Err(PushError::NeedsReview {
                         id: row.id.clone(),
                         paths: overlap,
                     });
@@ -300,30 +359,30 @@ impl Git {
         base: Oid,
         tip: Oid,
         staged: git2::Commit<'_>,
-    ) -> GitResult<(Oid, Vec<String>)> {
+    ) -> Result<(Oid, Vec<String>), PushError> {
         let read_tree = |o: Oid| {
             mirror
                 .find_commit(o)
                 .and_then(|c| c.tree())
-                .map_err(GitError::git("read tree"))
+                .map_err(libgit2("read tree"))
         };
         let base_tree = read_tree(base)?;
         let tip_tree = read_tree(tip)?;
-        let staged_tree = staged.tree().map_err(GitError::git("read tree"))?;
+        let staged_tree = staged.tree().map_err(libgit2("read tree"))?;
         let mut index = mirror
             .merge_trees(&base_tree, &tip_tree, &staged_tree, None)
-            .map_err(GitError::git("merge"))?;
+            .map_err(libgit2("merge"))?;
         if index.has_conflicts() {
             let mut paths: Vec<String> = index
                 .conflicts()
-                .map_err(GitError::git("merge"))?
+                .map_err(libgit2("merge"))?
                 .flatten()
                 .filter_map(|c| c.our.or(c.their).or(c.ancestor))
                 .map(|e| String::from_utf8_lossy(&e.path).into_owned())
                 .collect();
             paths.sort();
             paths.dedup();
-            return Err(GitError::Conflict {
+            return Err(PushError::Conflict {
                 reason: format!(
                     "the remote branch moved to {} and changed the same lines; nothing was pushed",
                     remote::short(tip)
@@ -331,24 +390,25 @@ impl Git {
                 paths,
             });
         }
-        let changed = |a: &git2::Tree<'_>, b: &git2::Tree<'_>| -> GitResult<HashSet<String>> {
-            let d = mirror
-                .diff_tree_to_tree(Some(a), Some(b), None)
-                .map_err(GitError::git("diff"))?;
-            Ok(d.deltas()
-                .filter_map(|x| x.new_file().path().or_else(|| x.old_file().path()))
-                .map(|p| p.to_string_lossy().into_owned())
-                .collect())
-        };
+        let changed =
+            |a: &git2::Tree<'_>, b: &git2::Tree<'_>| -> Result<HashSet<String>, Libgit2Error> {
+                let d = mirror
+                    .diff_tree_to_tree(Some(a), Some(b), None)
+                    .map_err(libgit2("diff"))?;
+                Ok(d.deltas()
+                    .filter_map(|x| x.new_file().path().or_else(|| x.old_file().path()))
+                    .map(|p| p.to_string_lossy().into_owned())
+                    .collect())
+            };
         let upstream = changed(&base_tree, &tip_tree)?;
         let ours = changed(&base_tree, &staged_tree)?;
         let mut overlap: Vec<String> = upstream.intersection(&ours).cloned().collect();
         overlap.sort();
         let tree_oid = index
             .write_tree_to(mirror)
-            .map_err(GitError::git("write merged tree"))?;
-        let tree = mirror.find_tree(tree_oid).map_err(GitError::git("read"))?;
-        let tip_commit = mirror.find_commit(tip).map_err(GitError::git("read tip"))?;
+            .map_err(libgit2("write merged tree"))?;
+        let tree = mirror.find_tree(tree_oid).map_err(libgit2("read"))?;
+        let tip_commit = mirror.find_commit(tip).map_err(libgit2("read tip"))?;
         let committer = self.signature(self.zones.now_ms())?;
         let new = mirror
             .commit(
@@ -359,7 +419,7 @@ impl Git {
                 &tree,
                 &[&tip_commit],
             )
-            .map_err(GitError::git("commit"))?;
+            .map_err(libgit2("commit"))?;
         Ok((new, overlap))
     }
 }

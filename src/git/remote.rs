@@ -10,6 +10,10 @@
 //! loopback is refused unless `git.http_hosts` lists it ([`check_transport`]). A push carries a
 //! lease: `push_negotiation` checks that the remote ref still points where we last saw it, and a
 //! `push_update_reference` status is a rejection even though libgit2 reports success.
+//!
+//! Failures are [`RemoteError`]s (a push's own refusals, a broken lease or a rejection, are
+//! `PushError`s), told apart by libgit2's error code and class and by what the callbacks saw,
+//! never by message text.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -17,8 +21,12 @@ use std::collections::HashMap;
 use git2::{Cred, CredentialType, Direction, FetchOptions, Oid, PushOptions, RemoteCallbacks};
 use serde::Serialize;
 
-use super::error::{GitError, GitResult};
+use super::error::{libgit2, RemoteError};
+use super::PushError;
 use crate::config::{Endpoint, GitSection};
+
+/// libgit2's `GIT_ENOTSUPPORTED`: what its local transport answers a shallow fetch with.
+const NOT_SUPPORTED: i32 = -39;
 
 /// How many times the credential callback answers before giving up.
 pub const MAX_AUTH_ATTEMPTS: u32 = 3;
@@ -188,9 +196,9 @@ pub fn token_may_go(url: &str, settings: &GitSection) -> Result<(), String> {
 /// It also refuses what libgit2 would reject only with an unclassified error, so that no failure
 /// has to be told apart by its message text: a scheme libgit2 does not speak, and a local path
 /// (or `file://` URL) that is not a git repository.
-pub fn check_transport(url: &str, settings: &GitSection) -> GitResult<()> {
+pub fn check_transport(url: &str, settings: &GitSection) -> Result<(), RemoteError> {
     let bad = |reason: String| {
-        Err(GitError::BadRemote {
+        Err(RemoteError::BadRemote {
             url: url.into(),
             reason,
         })
@@ -224,9 +232,9 @@ pub fn check_transport(url: &str, settings: &GitSection) -> GitResult<()> {
 }
 
 /// Turns a failed network operation into the error a user can act on.
-fn failed(url: &str, op: &str, seen: &Seen, e: git2::Error) -> GitError {
+fn failed(url: &str, op: &str, seen: &Seen, e: git2::Error) -> RemoteError {
     if let Some(why) = seen.auth_problem.borrow_mut().take() {
-        return GitError::AuthFailed {
+        return RemoteError::AuthFailed {
             url: url.into(),
             reason: why,
         };
@@ -235,13 +243,13 @@ fn failed(url: &str, op: &str, seen: &Seen, e: git2::Error) -> GitError {
     // the callback above (`auth_problem`), and the remotes libgit2 fails without a class
     // (unknown schemes, paths that are no repository) were refused by `check_transport` first.
     if e.code() == git2::ErrorCode::Auth {
-        return GitError::AuthFailed {
+        return RemoteError::AuthFailed {
             url: url.into(),
             reason: e.message().into(),
         };
     }
     match e.class() {
-        git2::ErrorClass::Repository | git2::ErrorClass::Invalid => GitError::BadRemote {
+        git2::ErrorClass::Repository | git2::ErrorClass::Invalid => RemoteError::BadRemote {
             url: url.into(),
             reason: e.message().into(),
         },
@@ -249,14 +257,11 @@ fn failed(url: &str, op: &str, seen: &Seen, e: git2::Error) -> GitError {
         | git2::ErrorClass::Os
         | git2::ErrorClass::Ssl
         | git2::ErrorClass::Ssh
-        | git2::ErrorClass::Http => GitError::Unreachable {
+        | git2::ErrorClass::Http => RemoteError::Unreachable {
             url: url.into(),
             reason: e.message().into(),
         },
-        _ => GitError::Git {
-            op: format!("{op} {url}"),
-            source: e,
-        },
+        _ => libgit2(format!("{op} {url}"))(e).into(),
     }
 }
 
@@ -268,12 +273,12 @@ pub fn fetch(
     depth: i32,
     settings: &GitSection,
     progress: OnProgress<'_>,
-) -> GitResult<()> {
+) -> Result<(), RemoteError> {
     check_transport(url, settings)?;
     let seen = Seen::default();
     let mut remote = repo
         .remote_anonymous(url)
-        .map_err(GitError::git(format!("remote {url}")))?;
+        .map_err(libgit2(format!("remote {url}")))?;
     let mut fo = FetchOptions::new();
     fo.remote_callbacks(callbacks(settings, &seen, progress));
     fo.download_tags(git2::AutotagOption::None);
@@ -282,7 +287,9 @@ pub fn fetch(
     }
     match remote.fetch(refspecs, Some(&mut fo), None) {
         // libgit2's local transport (paths, file://) cannot fetch shallowly: fetch it whole.
-        Err(e) if depth > 0 && e.message().contains("shallow fetch is not supported") => {
+        Err(e)
+            if depth > 0 && e.raw_code() == NOT_SUPPORTED && e.class() == git2::ErrorClass::Net =>
+        {
             fetch(repo, url, refspecs, 0, settings, progress)
         }
         r => r.map_err(|e| failed(url, "fetch", &seen, e)),
@@ -294,13 +301,13 @@ pub fn ls_remote(
     repo: &git2::Repository,
     url: &str,
     settings: &GitSection,
-) -> GitResult<(HashMap<String, Oid>, Option<String>)> {
+) -> Result<(HashMap<String, Oid>, Option<String>), RemoteError> {
     check_transport(url, settings)?;
     let seen = Seen::default();
     let noop = |_: &Progress| {};
     let mut remote = repo
         .remote_anonymous(url)
-        .map_err(GitError::git(format!("remote {url}")))?;
+        .map_err(libgit2(format!("remote {url}")))?;
     let conn = remote
         .connect_auth(
             Direction::Fetch,
@@ -333,13 +340,13 @@ pub fn push(
     expected: Oid,
     settings: &GitSection,
     progress: OnProgress<'_>,
-) -> GitResult<()> {
+) -> Result<(), PushError> {
     check_transport(url, settings)?;
     let dst_owned = dst.to_string();
     let seen = Seen::default();
     let mut remote = repo
         .remote_anonymous(url)
-        .map_err(GitError::git(format!("remote {url}")))?;
+        .map_err(|e| RemoteError::from(libgit2(format!("remote {url}"))(e)))?;
     let mut cb = callbacks(settings, &seen, progress);
     cb.push_negotiation(|updates| {
         for u in updates {
@@ -362,7 +369,7 @@ pub fn push(
     let result = remote.push(&[refspec.as_str()], Some(&mut po));
     drop(po);
     if let Some((exp, found)) = seen.moved.borrow_mut().take() {
-        return Err(GitError::RemoteMoved {
+        return Err(PushError::RemoteMoved {
             branch: dst.trim_start_matches("refs/heads/").into(),
             expected: short(exp),
             found: short(found),
@@ -370,22 +377,14 @@ pub fn push(
     }
     let remote_text = seen.remote_text.borrow().clone();
     if let Some((refname, reason)) = seen.rejected.borrow_mut().take() {
-        return Err(GitError::Rejected {
+        return Err(PushError::Rejected {
             refname,
             reason: with_remote_text(reason, &remote_text),
         });
     }
-    result.map_err(|e| {
-        let msg = e.message().to_string();
-        if msg.contains("hook declined") || msg.contains("rejected") {
-            GitError::Rejected {
-                refname: dst.into(),
-                reason: with_remote_text(msg, &remote_text),
-            }
-        } else {
-            failed(url, "push to", &seen, e)
-        }
-    })
+    // A refusal by the remote (a hook, a protected branch) came through
+    // `push_update_reference` above; what is left failed on the way.
+    result.map_err(|e| failed(url, "push to", &seen, e).into())
 }
 
 fn with_remote_text(reason: String, remote_text: &str) -> String {
@@ -465,7 +464,7 @@ mod tests {
 
     #[test]
     fn remotes_are_classified_by_shape_and_error_class_never_by_message_text() {
-        use crate::git::GitError;
+        use crate::git::RemoteError;
         let s = GitSection::default();
         let d = tempfile::tempdir().unwrap();
         let mirror = git2::Repository::init_bare(d.path().join("mirror")).unwrap();
@@ -480,7 +479,7 @@ mod tests {
         ];
         for url in &bad {
             match super::ls_remote(&mirror, url, &s) {
-                Err(GitError::BadRemote { reason, .. }) => assert!(!reason.is_empty(), "{url}"),
+                Err(RemoteError::BadRemote { reason, .. }) => assert!(!reason.is_empty(), "{url}"),
                 other => panic!("{url}: {:?}", other.map(|_| ())),
             }
         }
@@ -489,7 +488,7 @@ mod tests {
         }
         // Nothing listens on port 1: a network failure, told by its class.
         match super::ls_remote(&mirror, "git://127.0.0.1:1/x", &s) {
-            Err(GitError::Unreachable { .. }) => {}
+            Err(RemoteError::Unreachable { .. }) => {}
             other => panic!("{:?}", other.map(|_| ())),
         }
     }

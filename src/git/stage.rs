@@ -1,6 +1,7 @@
 //! `stage`: build a reviewable commit in the mirror's object store from the agent's changes (the
 //! workspace is never touched), keep it at `refs/sandfs/staged/<id>` with per-file diffs; `list`
-//! and `show` read staged commits back.
+//! and `show` read staged commits back. Each has its error type: [`StageError`], [`ShowError`],
+//! [`ListError`].
 
 use super::*;
 
@@ -67,15 +68,75 @@ pub struct StagedFile {
     pub hunks: Option<Vec<diff::Hunk>>,
 }
 
+/// Why staging failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StageError {
+    #[error(transparent)]
+    Common(#[from] CommonError),
+    /// Nothing was left to stage (no changes, or all of them staged already).
+    #[error("{0}")]
+    Nothing(String),
+    /// Chosen files are in conflict, or the same commit is staged already.
+    #[error("{reason}: {}", paths.join(", "))]
+    Conflict { reason: String, paths: Vec<String> },
+}
+
+lift_common!(StageError);
+
+impl GitFailure for StageError {
+    fn code(&self) -> ErrorCode {
+        match self {
+            StageError::Common(e) => e.code(),
+            StageError::Nothing(_) => ErrorCode::NoMatch,
+            StageError::Conflict { .. } => ErrorCode::Conflict,
+        }
+    }
+
+    fn path(&self) -> Option<&str> {
+        match self {
+            StageError::Common(e) => e.path(),
+            _ => None,
+        }
+    }
+}
+
+/// Why showing a staged commit failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ShowError {
+    #[error(transparent)]
+    Common(#[from] CommonError),
+    #[error("no staged commit {id} (`sandfs staged list` shows them)")]
+    NoStaged { id: String },
+}
+
+lift_common!(ShowError);
+
+impl GitFailure for ShowError {
+    fn code(&self) -> ErrorCode {
+        match self {
+            ShowError::Common(e) => e.code(),
+            ShowError::NoStaged { .. } => ErrorCode::NotFound,
+        }
+    }
+
+    fn path(&self) -> Option<&str> {
+        match self {
+            ShowError::Common(e) => e.path(),
+            ShowError::NoStaged { .. } => None,
+        }
+    }
+}
+
+/// Why listing staged commits failed: only in the ways every operation shares (the state
+/// database).
+pub type ListError = CommonError;
+
 impl Git {
     /// Builds a commit of the chosen changes on the repo's base, in the mirror only.
-    pub fn stage(&self, req: &StageRequest) -> GitResult<StagedCommit> {
+    pub fn stage(&self, req: &StageRequest) -> Result<StagedCommit, StageError> {
         let message = req.message.trim();
         if message.is_empty() {
-            return Err(GitError::invalid(
-                "message",
-                "must not be empty; say what the change does",
-            ));
+            return Err(invalid("message", "must not be empty; say what the change does").into());
         }
         let repo = self.repo_for(req.repo.as_deref())?;
         let branch = req.branch.clone().unwrap_or_else(|| repo.branch.clone());
@@ -97,10 +158,9 @@ impl Git {
                 let rel = if f.starts_with('/') {
                     let r = self.workspace_dir("files", f)?;
                     if !under(&r, &repo.dir) {
-                        return Err(GitError::invalid(
-                            "files",
-                            format!("{f} is not in {}", vdir(&repo.dir)),
-                        ));
+                        return Err(
+                            invalid("files", format!("{f} is not in {}", vdir(&repo.dir))).into(),
+                        );
                     }
                     if repo.dir.is_empty() {
                         r
@@ -112,7 +172,7 @@ impl Git {
                 };
                 let hits: Vec<_> = changes.iter().filter(|(p, _)| under(p, &rel)).collect();
                 if hits.is_empty() {
-                    return Err(GitError::Nothing(format!(
+                    return Err(StageError::Nothing(format!(
                         "{} has no changes to stage",
                         vfile(&repo.dir, &rel)
                     )));
@@ -130,7 +190,7 @@ impl Git {
             .map(|(p, _)| vfile(&repo.dir, p))
             .collect();
         if !conflicted.is_empty() {
-            return Err(GitError::Conflict {
+            return Err(StageError::Conflict {
                 reason: "these files changed upstream too (see the last pull); merge the upstream \
                          change into them, then `sandfs git resolve PATH`"
                     .into(),
@@ -141,11 +201,9 @@ impl Git {
         let lock = self.lock_for(&mirror_path);
         let _guard = lock.lock().expect("not poisoned");
         let mirror = self.open_mirror(&mirror_path)?;
-        let base_oid = Oid::from_str(&repo.base).map_err(GitError::git("base id"))?;
-        let base = mirror
-            .find_commit(base_oid)
-            .map_err(GitError::git("read base"))?;
-        let base_tree = base.tree().map_err(GitError::git("read base tree"))?;
+        let base_oid = Oid::from_str(&repo.base).map_err(libgit2("base id"))?;
+        let base = mirror.find_commit(base_oid).map_err(libgit2("read base"))?;
+        let base_tree = base.tree().map_err(libgit2("read base tree"))?;
         let already: HashSet<(String, Option<String>)> = if req.files.is_empty() {
             self.zones
                 .db()
@@ -160,7 +218,7 @@ impl Git {
         for (path, _) in &chosen {
             match self.local_content(&vfile(&repo.dir, path))? {
                 Some((bytes, mode)) => {
-                    let oid = mirror.blob(&bytes).map_err(GitError::git("write blob"))?;
+                    let oid = mirror.blob(&bytes).map_err(libgit2("write blob"))?;
                     if already.contains(&(path.clone(), Some(oid.to_string()))) {
                         continue;
                     }
@@ -176,7 +234,7 @@ impl Git {
             n += 1;
         }
         if n == 0 {
-            return Err(GitError::Nothing(if changes.is_empty() {
+            return Err(StageError::Nothing(if changes.is_empty() {
                 format!("nothing to stage: {} has no changes", vdir(&repo.dir))
             } else {
                 "nothing to stage: every change is already in a staged commit (`sandfs staged list`)"
@@ -185,24 +243,22 @@ impl Git {
         }
         let tree_oid = update
             .create_updated(&mirror, &base_tree)
-            .map_err(GitError::git("build tree"))?;
+            .map_err(libgit2("build tree"))?;
         if tree_oid == base_tree.id() {
-            return Err(GitError::Nothing(
+            return Err(StageError::Nothing(
                 "nothing to stage: the files equal their base".into(),
             ));
         }
-        let tree = mirror
-            .find_tree(tree_oid)
-            .map_err(GitError::git("read tree"))?;
+        let tree = mirror.find_tree(tree_oid).map_err(libgit2("read tree"))?;
         let now = self.zones.now_ms();
         let sig = self.signature(now)?;
         let commit = mirror
             .commit(None, &sig, &sig, message, &tree, &[&base])
-            .map_err(GitError::git("commit"))?;
+            .map_err(libgit2("commit"))?;
         let id = commit.to_string()[..10].to_string();
         mirror
             .reference(&staged_ref(&id), commit, true, "sandfs: staged")
-            .map_err(GitError::git("keep staged commit"))?;
+            .map_err(libgit2("keep staged commit"))?;
         let files = diff::file_patches(&mirror, &base_tree, &tree, self.settings.max_diff_bytes)?;
         let row = StagedRow {
             id: id.clone(),
@@ -228,7 +284,7 @@ impl Git {
                 crate::state::StateError::Sql(ref s)
                     if s.sqlite_error_code() == Some(rusqlite::ErrorCode::ConstraintViolation) =>
                 {
-                    GitError::Conflict {
+                    StageError::Conflict {
                         reason: "an identical commit is already staged".into(),
                         paths: vec![id.clone()],
                     }
@@ -240,35 +296,38 @@ impl Git {
             "git-stage",
             &format!("{id}: {} files: {message}", files.len()),
         );
-        self.show(&id, false)
+        Ok(self.view(row, false)?)
     }
 
-    pub(super) fn signature(&self, now_ms: i64) -> GitResult<git2::Signature<'static>> {
+    pub(super) fn signature(&self, now_ms: i64) -> Result<git2::Signature<'static>, Libgit2Error> {
         git2::Signature::new(
             &self.settings.author_name,
             &self.settings.author_email,
             &git2::Time::new(now_ms / 1000, 0),
         )
-        .map_err(GitError::git("signature"))
+        .map_err(libgit2("signature"))
     }
 
     /// Lists staged commits, newest first (only those in `state` when given).
-    pub fn list(&self, state: Option<&str>) -> GitResult<Vec<StagedCommit>> {
+    pub fn list(&self, state: Option<&str>) -> Result<Vec<StagedCommit>, ListError> {
         let rows = self.zones.db().staged_list(state)?;
-        rows.into_iter().map(|r| self.view(r, false)).collect()
+        Ok(rows
+            .into_iter()
+            .map(|r| self.view(r, false))
+            .collect::<Result<_, _>>()?)
     }
 
     /// Shows a staged commit; `full` includes each file's patch and hunks.
-    pub fn show(&self, id: &str, full: bool) -> GitResult<StagedCommit> {
+    pub fn show(&self, id: &str, full: bool) -> Result<StagedCommit, ShowError> {
         let row = self
             .zones
             .db()
             .staged(id)?
-            .ok_or_else(|| GitError::NoStaged { id: id.into() })?;
-        self.view(row, full)
+            .ok_or_else(|| ShowError::NoStaged { id: id.into() })?;
+        Ok(self.view(row, full)?)
     }
 
-    fn view(&self, r: StagedRow, full: bool) -> GitResult<StagedCommit> {
+    fn view(&self, r: StagedRow, full: bool) -> Result<StagedCommit, crate::state::StateError> {
         let repo = self.zones.db().repo(r.repo_id)?;
         let repo_dir = repo.as_ref().map(|x| x.dir.clone());
         let files: Vec<StagedFile> = self

@@ -1,6 +1,6 @@
 //! `status`: what the agent changed in each pulled repository since its base. Only the paths the
 //! journal names since the last look are hashed again (`rescan` hashes everything); `resolve`
-//! marks a conflicted file as merged.
+//! marks a conflicted file as merged. [`StatusError`] and [`ResolveError`] say why they failed.
 
 use super::*;
 
@@ -31,11 +31,42 @@ pub struct StatusResult {
     pub repos: Vec<RepoStatus>,
 }
 
+/// Why `status` failed: only in the ways every operation shares (a path outside /workspace, no
+/// repository there, the workspace or the state database).
+pub type StatusError = CommonError;
+
+/// Why `resolve` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    #[error(transparent)]
+    Common(#[from] CommonError),
+    #[error("{path} is not in conflict (`sandfs git status` lists conflicts)")]
+    NotInConflict { path: String },
+}
+
+lift_common!(ResolveError);
+
+impl GitFailure for ResolveError {
+    fn code(&self) -> ErrorCode {
+        match self {
+            ResolveError::Common(e) => e.code(),
+            ResolveError::NotInConflict { .. } => ErrorCode::NoMatch,
+        }
+    }
+
+    fn path(&self) -> Option<&str> {
+        match self {
+            ResolveError::Common(e) => e.path(),
+            ResolveError::NotInConflict { .. } => None,
+        }
+    }
+}
+
 impl Git {
     /// Lists created, modified and deleted files of every pulled repo (or the one holding `v`).
     /// Only paths the journal mentions since the last look are re-hashed; `rescan` re-hashes
     /// everything (for changes made beside sandfs, which the journal cannot see).
-    pub fn status(&self, v: Option<&str>, rescan: bool) -> GitResult<StatusResult> {
+    pub fn status(&self, v: Option<&str>, rescan: bool) -> Result<StatusResult, StatusError> {
         let repos = match v {
             Some(_) => vec![self.repo_for(v)?],
             None => self.zones.db().repos()?,
@@ -47,7 +78,7 @@ impl Git {
         Ok(StatusResult { repos: out })
     }
 
-    pub(super) fn refresh(&self, repo: &RepoRow, rescan: bool) -> GitResult<RepoStatus> {
+    pub(super) fn refresh(&self, repo: &RepoRow, rescan: bool) -> Result<RepoStatus, CommonError> {
         let db = self.zones.db();
         let (paths, last) = db.journal_paths_since(repo.status_journal_id, &repo.dir)?;
         let mut candidates: HashSet<String> = HashSet::new();
@@ -79,7 +110,7 @@ impl Git {
         let mut expanded: HashSet<String> = HashSet::new();
         if full {
             expanded.extend(all.iter().flat_map(|m| m.keys().cloned()));
-            expanded.extend(self.walk_files(&repo.dir, "")?);
+            expanded.extend(self.walk_files(&repo.dir, ""));
         } else {
             for c in &candidates {
                 expanded.insert(c.clone());
@@ -94,7 +125,7 @@ impl Git {
                     None => expanded
                         .extend(db.repo_files_under(repo.id, c)?.into_iter().map(|r| r.path)),
                 }
-                expanded.extend(self.walk_files(&repo.dir, c)?);
+                expanded.extend(self.walk_files(&repo.dir, c));
             }
         }
         if full {
@@ -178,9 +209,9 @@ impl Git {
     }
 
     /// Files (and symlinks) at `sub` or beneath it in the repo dir, as repository paths.
-    fn walk_files(&self, dir: &str, sub: &str) -> GitResult<Vec<String>> {
+    fn walk_files(&self, dir: &str, sub: &str) -> Vec<String> {
         let Zone::Local(z) = self.zones.zone(ZoneId::Workspace) else {
-            return Ok(Vec::new());
+            return Vec::new();
         };
         let base = if dir.is_empty() {
             z.root().to_path_buf()
@@ -194,7 +225,7 @@ impl Git {
         };
         match std::fs::symlink_metadata(&start) {
             Ok(md) if md.is_dir() => {}
-            _ => return Ok(Vec::new()),
+            _ => return Vec::new(),
         }
         let mut out = Vec::new();
         let walker = ignore::WalkBuilder::new(&start)
@@ -220,11 +251,11 @@ impl Git {
                 }
             }
         }
-        Ok(out)
+        out
     }
 
     /// Marks a conflicted file (reported by a pull) as resolved.
-    pub fn resolve(&self, v: &str) -> GitResult<Change> {
+    pub fn resolve(&self, v: &str) -> Result<Change, ResolveError> {
         let repo = self.repo_for(Some(v))?;
         let rel = self.workspace_dir("path", v)?;
         let path = if repo.dir.is_empty() {
@@ -233,9 +264,7 @@ impl Git {
             rel[repo.dir.len()..].trim_start_matches('/').to_string()
         };
         if !self.zones.db().resolve_conflict(repo.id, &path)? {
-            return Err(GitError::Nothing(format!(
-                "{v} is not in conflict (`sandfs git status` lists conflicts)"
-            )));
+            return Err(ResolveError::NotInConflict { path: v.into() });
         }
         Ok(Change {
             path: v.into(),
