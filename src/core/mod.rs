@@ -375,19 +375,26 @@ impl Zones {
         }
     }
 
-    /// Notes the backing entry at `vp` and its directory as sandfs's own (see [`own`]).
+    /// Notes the backing entry at `vp` and its directory as sandfs's own, or, when nothing is
+    /// there any more, its removal (see [`own`]).
     fn note_own(&self, vp: &VPath) {
         let Zone::Local(z) = self.zone(vp.zone()) else {
             return;
         };
-        match vp.name() {
-            None => self.own.note_entry(z.dirfd(), None),
-            Some(name) => {
-                if let Ok(parent) = z.open_parent(vp) {
-                    self.own
-                        .note_entry(&parent, Some(std::ffi::OsStr::new(name)));
-                }
-            }
+        let Some(name) = vp.name() else {
+            self.own.note_entry(z.dirfd(), None);
+            return;
+        };
+        let Ok(parent) = z.open_parent(vp) else {
+            self.own.note_removed(z.root().join(vp.rel()));
+            return;
+        };
+        match rustix::fs::statat(&parent, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => self.own.note(&st),
+            Err(_) => self.own.note_removed(z.root().join(vp.rel())),
+        }
+        if let Ok(st) = rustix::fs::fstat(&parent) {
+            self.own.note(&st);
         }
     }
 

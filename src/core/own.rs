@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::fd::AsFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -38,6 +38,9 @@ pub struct OwnChanges {
     marks: Mutex<HashMap<(u64, u64), Mark>>,
     /// Open for writing through the mount, with the number of such handles.
     writers: Mutex<HashMap<(u64, u64), u32>>,
+    /// Backing paths sandfs removed (by the API, git or a mirror pull), and when: a later change
+    /// beside sandfs to their directory must not make their removal look like someone else's.
+    removed: Mutex<HashMap<PathBuf, Instant>>,
 }
 
 fn ctime(st: &Stat) -> (i64, u64) {
@@ -58,6 +61,15 @@ impl OwnChanges {
                 at: Instant::now(),
             },
         );
+    }
+
+    /// Records that sandfs removed what was at the backing `path` (and everything beneath it).
+    pub fn note_removed(&self, path: PathBuf) {
+        let mut removed = self.removed.lock().expect("not poisoned");
+        if removed.len() >= MARKS_BEFORE_PRUNE {
+            removed.retain(|_, at| at.elapsed() < MARK_LIFETIME);
+        }
+        removed.insert(path, Instant::now());
     }
 
     /// Records the entry `name` in `dir` (if it exists) and `dir` itself.
@@ -122,9 +134,21 @@ impl OwnChanges {
     }
 
     /// True when the change at the backing `path` was sandfs's own: the entry is as sandfs left
-    /// it or, when it is gone, the nearest directory above it that still exists is (a tree
-    /// sandfs removed is gone with its directory).
+    /// it or, when it is gone, sandfs removed it (or a directory above it), or the nearest
+    /// directory above it that still exists is as sandfs left it.
     pub fn is_own_change(&self, path: &Path) -> bool {
+        if rustix::fs::lstat(path).is_err() {
+            let removed = self.removed.lock().expect("not poisoned");
+            if !removed.is_empty()
+                && path.ancestors().any(|a| {
+                    removed
+                        .get(a)
+                        .is_some_and(|at| at.elapsed() < MARK_LIFETIME)
+                })
+            {
+                return true;
+            }
+        }
         let mut at = Some(path);
         while let Some(p) = at {
             if let Ok(st) = rustix::fs::lstat(p) {

@@ -10,7 +10,9 @@
 //! `delete` when the path is gone, `write` for a file or symlink that is there. Directories that
 //! exist are not journaled (the files in them are); sandfs's temp names are never looked at.
 //!
-//! Opening, reading and closing change nothing and are not watched. A path changed many times in
+//! A directory that appears beside sandfs is read through at once (inotify watches a new
+//! directory only after it exists, so what a build put in it first would be missed). Opening,
+//! reading and closing change nothing and are not watched. A path changed many times in
 //! a burst is journaled once. The pending set is bounded ([`MAX_PENDING`]); past it, further
 //! paths still invalidate but are journaled only as a count in the log.
 //!
@@ -136,11 +138,45 @@ impl Beside {
             return;
         }
         self.zones.changed_beside(std::slice::from_ref(&path));
+        // A directory made (or moved in) beside sandfs may have been filled before inotify
+        // watched it: what is in it now is part of the change.
+        if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir()) {
+            self.scan(&path);
+        }
+        self.pend(path);
+    }
+
+    fn pend(&mut self, path: PathBuf) {
         if self.pending.len() >= MAX_PENDING && !self.pending.contains_key(&path) {
             self.dropped += 1;
             return;
         }
         self.pending.insert(path, Instant::now());
+    }
+
+    /// Pends what is beneath the directory `dir` (never following a symlink), up to the bound.
+    fn scan(&mut self, dir: &Path) {
+        let mut dirs = vec![dir.to_path_buf()];
+        while let Some(d) = dirs.pop() {
+            let Ok(entries) = std::fs::read_dir(&d) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                if self.pending.len() >= MAX_PENDING {
+                    self.dropped += 1;
+                    return;
+                }
+                let p = e.path();
+                if is_temp(&p) {
+                    continue;
+                }
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    dirs.push(p);
+                } else {
+                    self.pend(p);
+                }
+            }
+        }
     }
 
     /// Journals the paths quiet for [`SETTLE`] that are still not sandfs's own.

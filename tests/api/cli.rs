@@ -404,3 +404,101 @@ fn every_subcommand_exits_quietly_when_its_output_is_closed() {
         );
     }
 }
+
+/// Journal rows as (via, op, path), oldest first.
+fn journal_rows(d: &Daemon) -> Vec<(String, String, String)> {
+    let log = json(&d.ok(&["--json", "log", "--limit", "1000"]));
+    let mut rows: Vec<(String, String, String)> = log["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let s = |k: &str| e[k].as_str().unwrap_or_default().to_string();
+            (s("via"), s("op"), s("path"))
+        })
+        .collect();
+    rows.reverse();
+    rows
+}
+
+#[test]
+fn changes_beside_sandfs_are_journaled_by_the_watcher_and_its_own_are_not() {
+    // No mount: the watcher is the daemon's, not the mount's.
+    let d = Daemon::start("");
+    let ws = d.zone_dir("workspace");
+    d.ok(&["write", "/workspace/api.txt", "one"]);
+    d.ok(&["write", "/workspace/deep/er/api2.txt", "two"]);
+    d.ok(&["edit", "/workspace/api.txt", "one", "uno"]);
+    d.ok(&["mkdir", "/workspace/tree"]);
+    d.ok(&["mkdir", "/workspace/tree/sub"]);
+    d.ok(&["write", "/workspace/tree/sub/x.txt", "x"]);
+    d.ok(&["rm", "-r", "/workspace/tree"]);
+    // Beside sandfs: an editor, a build, `rm` on the zone's directory.
+    std::fs::write(ws.join("beside.txt"), "made beside").unwrap();
+    std::fs::create_dir_all(ws.join("gen/out")).unwrap();
+    std::fs::write(ws.join("gen/out/obj.o"), "obj").unwrap();
+    std::fs::write(ws.join("gone.txt"), "short-lived").unwrap();
+    std::os::unix::fs::symlink("beside.txt", ws.join("link")).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let want = [
+        ("watcher", "write", "beside.txt"),
+        ("watcher", "write", "gen/out/obj.o"),
+        ("watcher", "write", "link"),
+    ];
+    loop {
+        let rows = journal_rows(&d);
+        let has = |w: &(&str, &str, &str)| {
+            rows.iter()
+                .any(|r| (r.0.as_str(), r.1.as_str(), r.2.as_str()) == *w)
+        };
+        if want.iter().all(has) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "changes beside sandfs not journaled within 10 s: {rows:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    std::fs::remove_file(ws.join("gone.txt")).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !journal_rows(&d).contains(&("watcher".into(), "delete".into(), "gone.txt".into())) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a removal beside sandfs not journaled: {:?}",
+            journal_rows(&d)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // Past the watcher's settle time: nothing sandfs did itself shows up as the watcher's.
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    let rows = journal_rows(&d);
+    let watcher_paths: Vec<&str> = rows
+        .iter()
+        .filter(|r| r.0 == "watcher")
+        .map(|r| r.2.as_str())
+        .collect();
+    for own in [
+        "api.txt",
+        "deep/er/api2.txt",
+        "tree",
+        "tree/sub",
+        "tree/sub/x.txt",
+    ] {
+        assert!(
+            !watcher_paths.contains(&own),
+            "sandfs's own change to {own} journaled as the watcher's: {rows:?}"
+        );
+    }
+    assert!(
+        watcher_paths.iter().all(|p| !p.contains(".sandfs-tmp")),
+        "a temp name was journaled: {rows:?}"
+    );
+    // Directories beside sandfs are not rows of their own; the files in them are.
+    assert!(!watcher_paths.contains(&"gen"), "{rows:?}");
+    let api_writes = rows
+        .iter()
+        .filter(|r| r.2 == "api.txt" && r.0 == "api")
+        .count();
+    assert_eq!(api_writes, 2, "write and edit, each once: {rows:?}");
+}
