@@ -17,5 +17,6 @@ mod load;
 mod mcp;
 mod reliability;
 mod review;
+mod rules;
 mod sandbox;
 mod security;

@@ -1,0 +1,367 @@
+//! Each rule of the core driven through every entry point: the API (the CLI over the socket),
+//! MCP (`sandfs mcp` over stdio, spoken here as JSON-RPC), and the mount. The rule lives in one
+//! function of the core, so the three must agree: the same refusal (named by its code, or the
+//! errno the code maps to), nothing changed on disk, and the journal naming who changed what.
+//!
+//! Path locks are driven through the mount's node operations and an API replacement in
+//! `core::node_tests` (a hook holds the lock), and through the API in `api::concurrency`; MCP
+//! reaches them only through the API's routes.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::fuse::support::{Mounted, BIN};
+use crate::sandbox::support::AgentServer;
+
+/// `sandfs mcp` against a daemon's socket, spoken to as an MCP client does (newline-delimited
+/// JSON-RPC on stdio).
+struct Mcp {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    next_id: u64,
+}
+
+impl Mcp {
+    fn start(socket: &Path) -> Mcp {
+        let mut child = Command::new(BIN)
+            .arg("--socket")
+            .arg(socket)
+            .arg("mcp")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut m = Mcp {
+            child,
+            stdin,
+            stdout,
+            next_id: 1,
+        };
+        let init = m.request(
+            "initialize",
+            json!({
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "sandfs-rules-test", "version": "0"}
+            }),
+        );
+        assert_eq!(init["result"]["serverInfo"]["name"], "sandfs", "{init}");
+        m.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        m
+    }
+
+    fn send(&mut self, msg: Value) {
+        writeln!(self.stdin, "{msg}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        loop {
+            let mut line = String::new();
+            let n = self.stdout.read_line(&mut line).unwrap();
+            assert!(n > 0, "sandfs mcp closed its output during {method}");
+            let v: Value = serde_json::from_str(&line)
+                .unwrap_or_else(|e| panic!("sandfs mcp wrote no JSON ({e}): {line}"));
+            if v["id"] == id {
+                return v;
+            }
+        }
+    }
+
+    /// Calls a tool; returns the error code when it failed (from its structured content).
+    fn call(&mut self, tool: &str, args: Value) -> Result<Value, String> {
+        let r = self.request("tools/call", json!({"name": tool, "arguments": args}));
+        let result = &r["result"];
+        assert!(result.is_object(), "{tool}: no result: {r}");
+        if result["isError"] == true {
+            let code = result["structuredContent"]["code"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{tool}: an error without a code: {r}"));
+            return Err(code.to_string());
+        }
+        Ok(result["structuredContent"].clone())
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Mcp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs the CLI against the daemon; returns the error text when it fails.
+fn api(m: &Mounted, args: &[&str]) -> Result<String, String> {
+    let out = Command::new(BIN)
+        .arg("--socket")
+        .arg(&m.socket)
+        .args(args)
+        .output()
+        .unwrap();
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// The errno of an I/O error, for assertions.
+fn errno<T: std::fmt::Debug>(r: std::io::Result<T>) -> i32 {
+    r.expect_err("the mount must refuse")
+        .raw_os_error()
+        .unwrap()
+}
+
+/// Journal rows (via, op, path, pid), newest first.
+fn journal(m: &Mounted) -> Vec<(String, String, String, u64)> {
+    let log: Value = serde_json::from_str(&m.cli(&["--json", "log", "--limit", "200"])).unwrap();
+    log["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["via"].as_str().unwrap_or_default().to_string(),
+                e["op"].as_str().unwrap_or_default().to_string(),
+                e["path"].as_str().unwrap_or_default().to_string(),
+                e["pid"].as_u64().unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn read_only_is_refused_alike_by_the_api_mcp_and_the_mount() {
+    let m = Mounted::start("[zones.cache]\nread_only = true\n");
+    std::fs::write(m.backing("cache").join("r.txt"), "data").unwrap();
+    let mut mcp = Mcp::start(&m.socket);
+
+    let e = api(&m, &["write", "/cache/r.txt", "api"]).unwrap_err();
+    assert!(e.contains("read-only"), "API: {e}");
+    let e = api(&m, &["mkdir", "/cache/d"]).unwrap_err();
+    assert!(e.contains("read-only"), "API: {e}");
+    assert_eq!(
+        mcp.call("write", json!({"path": "/cache/r.txt", "content": "mcp"})),
+        Err("READ_ONLY".into())
+    );
+    assert_eq!(
+        mcp.call("rm", json!({"path": "/cache/r.txt"})),
+        Err("READ_ONLY".into())
+    );
+    assert_eq!(
+        errno(std::fs::write(m.mnt.join("cache/r.txt"), "fuse")),
+        libc::EROFS
+    );
+    assert_eq!(
+        errno(std::fs::create_dir(m.mnt.join("cache/d"))),
+        libc::EROFS
+    );
+    assert_eq!(
+        errno(std::fs::remove_file(m.mnt.join("cache/r.txt"))),
+        libc::EROFS
+    );
+    // Reads still work everywhere, and nothing changed.
+    assert_eq!(api(&m, &["cat", "/cache/r.txt"]).unwrap(), "data");
+    assert_eq!(
+        mcp.call("read", json!({"path": "/cache/r.txt"})).unwrap()["content"],
+        "data"
+    );
+    assert_eq!(
+        std::fs::read_to_string(m.mnt.join("cache/r.txt")).unwrap(),
+        "data"
+    );
+    assert_eq!(
+        std::fs::read_to_string(m.backing("cache").join("r.txt")).unwrap(),
+        "data"
+    );
+    assert!(!m.backing("cache").join("d").exists());
+    assert!(
+        journal(&m).iter().all(|r| r.2 != "r.txt" && r.2 != "d"),
+        "a refused change was journaled: {:?}",
+        journal(&m)
+    );
+}
+
+#[test]
+fn a_file_hard_linked_from_outside_is_refused_alike_by_the_api_mcp_and_the_mount() {
+    let m = Mounted::start("");
+    let outside = m.dir.path().join("outside-secret.txt");
+    std::fs::write(&outside, "SECRET\n").unwrap();
+    std::fs::hard_link(&outside, m.backing("workspace").join("h.txt")).unwrap();
+    let mut mcp = Mcp::start(&m.socket);
+
+    let e = api(&m, &["read", "/workspace/h.txt"]).unwrap_err();
+    assert!(e.contains("allow_hardlinks"), "API: {e}");
+    let e = api(&m, &["edit", "/workspace/h.txt", "SECRET", "x"]).unwrap_err();
+    assert!(e.contains("allow_hardlinks"), "API: {e}");
+    assert_eq!(
+        mcp.call("read", json!({"path": "/workspace/h.txt"})),
+        Err("OUTSIDE_ZONE".into())
+    );
+    assert_eq!(
+        mcp.call(
+            "edit",
+            json!({"path": "/workspace/h.txt", "old": "SECRET", "new": "x"})
+        ),
+        Err("OUTSIDE_ZONE".into())
+    );
+    assert_eq!(
+        errno(std::fs::read(m.ws().join("h.txt"))),
+        libc::EACCES,
+        "mount read"
+    );
+    assert_eq!(
+        errno(
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(m.ws().join("h.txt"))
+        ),
+        libc::EACCES,
+        "mount open for writing"
+    );
+    assert_eq!(
+        errno(std::fs::hard_link(
+            m.ws().join("h.txt"),
+            m.ws().join("h2.txt")
+        )),
+        libc::EPERM,
+        "mount link"
+    );
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "SECRET\n");
+}
+
+#[test]
+fn every_change_is_journaled_with_who_made_it_through_the_api_mcp_and_the_mount() {
+    let m = Mounted::start("");
+    let mut mcp = Mcp::start(&m.socket);
+    api(&m, &["write", "/workspace/by-api.txt", "a"]).unwrap();
+    mcp.call(
+        "write",
+        json!({"path": "/workspace/by-mcp.txt", "content": "m"}),
+    )
+    .unwrap();
+    let writer = Command::new("sh")
+        .arg("-c")
+        .arg(format!("echo f > {}/by-fuse.txt", m.ws().display()))
+        .spawn()
+        .unwrap();
+    let writer_pid = writer.id();
+    assert!(writer.wait_with_output().unwrap().status.success());
+    std::fs::write(m.backing("workspace").join("beside.txt"), "b").unwrap();
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let rows = journal(&m);
+        let row = |path: &str| rows.iter().find(|r| r.2 == path).cloned();
+        if let (Some(api_row), Some(mcp_row), Some(fuse_row), Some(beside_row)) = (
+            row("by-api.txt"),
+            row("by-mcp.txt"),
+            row("by-fuse.txt"),
+            row("beside.txt"),
+        ) {
+            assert_eq!((api_row.0.as_str(), api_row.1.as_str()), ("api", "write"));
+            // MCP reaches the core through the API, as the `sandfs mcp` process.
+            assert_eq!((mcp_row.0.as_str(), mcp_row.3), ("api", mcp.pid() as u64));
+            assert_eq!(fuse_row.0, "fuse");
+            assert_eq!(
+                fuse_row.3, writer_pid as u64,
+                "the writing process: {rows:?}"
+            );
+            assert_eq!(
+                (beside_row.0.as_str(), beside_row.1.as_str()),
+                ("watcher", "write")
+            );
+            // Each change once: the watcher does not journal what sandfs did itself.
+            std::thread::sleep(Duration::from_millis(600));
+            let rows = journal(&m);
+            for p in ["by-api.txt", "by-mcp.txt", "by-fuse.txt"] {
+                assert!(
+                    !rows.iter().any(|r| r.2 == p && r.0 == "watcher"),
+                    "{p} journaled by the watcher too: {rows:?}"
+                );
+            }
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not every change journaled within 10 s: {rows:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_sandbox_file_over_the_size_limit_is_refused_alike_by_the_api_mcp_and_the_mount() {
+    let server = AgentServer::start();
+    let token = server.token().to_string();
+    let m = Mounted::start_with_env(
+        &format!(
+            "[limits]\nsandbox_file_bytes = 4096\n\
+             [zones.workspace]\nsandbox = \"dev\"\npath = \"{}\"\nattr_ttl_ms = 200\n\
+             [sandboxes.dev]\nprovider = \"sandbox-agent\"\nurl = \"{}\"\n\
+             token_env = \"SANDFS_RULES_TOKEN\"\nrequest_timeout_secs = 5\n",
+            server.root(),
+            server.url()
+        ),
+        &[("SANDFS_RULES_TOKEN", token.as_str())],
+    );
+    std::fs::write(server.work().join("big.txt"), "x".repeat(8192)).unwrap();
+    std::fs::write(server.work().join("small.txt"), "small").unwrap();
+    let mut mcp = Mcp::start(&m.socket);
+
+    let e = api(&m, &["read", "/workspace/big.txt"]).unwrap_err();
+    assert!(e.contains("limits.sandbox_file_bytes"), "API: {e}");
+    assert_eq!(
+        mcp.call("read", json!({"path": "/workspace/big.txt"})),
+        Err("TOO_LARGE".into())
+    );
+    assert_eq!(
+        errno(std::fs::read(m.ws().join("big.txt"))),
+        libc::EFBIG,
+        "mount open"
+    );
+    // A write through the mount may not make a file the sandbox zone would refuse to open.
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(m.ws().join("small.txt"))
+        .unwrap();
+    use std::os::unix::fs::FileExt;
+    assert_eq!(
+        errno(f.write_all_at(b"y", 5000)),
+        libc::EFBIG,
+        "mount write past the limit"
+    );
+    drop(f);
+    // Under the limit, all three read it.
+    assert_eq!(api(&m, &["cat", "/workspace/small.txt"]).unwrap(), "small");
+    assert_eq!(
+        mcp.call("read", json!({"path": "/workspace/small.txt"}))
+            .unwrap()["content"],
+        "small"
+    );
+    assert_eq!(
+        std::fs::read_to_string(m.ws().join("small.txt")).unwrap(),
+        "small"
+    );
+    assert_eq!(
+        std::fs::read_to_string(server.work().join("big.txt"))
+            .unwrap()
+            .len(),
+        8192
+    );
+}
