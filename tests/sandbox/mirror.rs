@@ -485,6 +485,51 @@ async fn a_write_during_a_pull_is_kept_as_a_conflict() {
     assert_eq!(s.conflicts[0].path, "a.txt");
 }
 
+/// A file deleted in the sandbox is deleted here only if it is still what the pull checked: a
+/// write acknowledged between the check and the delete (the hook runs there) keeps the file.
+#[tokio::test]
+async fn a_write_acknowledged_before_a_pull_deletes_the_file_is_kept() {
+    let server = AgentServer::start();
+    let fs = server.provider();
+    let src = server.work().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("a.txt"), b"from the sandbox\n").unwrap();
+    let core = core();
+    let mut manifest = Manifest::in_memory();
+    let remote = format!("{}/src", server.root());
+    mirror::pull(
+        &core.workspace,
+        &fs,
+        &remote,
+        &mut manifest,
+        &zone_opts(&core),
+    )
+    .await
+    .unwrap();
+    let target = core.workspace.join("a.txt");
+    assert!(target.exists());
+    std::fs::remove_file(src.join("a.txt")).unwrap();
+    let hook_target = target.clone();
+    let o = MirrorOptions {
+        progress: Some(mirror::ProgressFn(Arc::new(move |p| {
+            if p.phase == "delete" {
+                std::fs::write(&hook_target, b"the agent's edit\n").unwrap();
+            }
+        }))),
+        ..zone_opts(&core)
+    };
+    let s = mirror::pull(&core.workspace, &fs, &remote, &mut manifest, &o)
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read(&target).unwrap(),
+        b"the agent's edit\n",
+        "the write acknowledged during the pull was deleted: {s:?}"
+    );
+    assert_eq!((s.deleted, s.conflicts.len()), (0, 1), "{s:?}");
+    assert_eq!(s.conflicts[0].path, "a.txt");
+}
+
 /// A pull that fails half-way (the sandbox stops answering after the first file) leaves what it
 /// already wrote in the journal, through the core, not only on success.
 #[tokio::test]

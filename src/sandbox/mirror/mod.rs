@@ -158,7 +158,7 @@ impl Manifest {
 /// (push) or file (pull). `files_total`/`bytes_total` are 0 when not known ahead (pull).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct MirrorProgress {
-    /// `attach`, `scan`, `send` (push) or `receive` (pull).
+    /// `attach`, `scan`, `send` (push) or `receive`, `downloaded` and `delete` (pull).
     pub phase: &'static str,
     pub files_done: u64,
     pub files_total: u64,
@@ -1026,6 +1026,35 @@ pub async fn pull(
                         summary.deleted += 1;
                         summary.note_delete(opts, &m.path);
                     }
+                }
+            } else if let Some(z) = opts.zone.as_ref() {
+                // Through the core: what is there now is compared again under the path lock
+                // right before the unlink, so a write acknowledged after this check is kept.
+                let vp = z.path(&m.path)?.to_string();
+                let seen = z.zones.seen(&vp).map_err(fs_err(&m.path, "stat"))?;
+                let unchanged = local_unchanged(&tree, Some(&m), l.as_ref())?;
+                opts.report(MirrorProgress {
+                    phase: "delete",
+                    files_done: summary.deleted,
+                    ..Default::default()
+                });
+                let removed = unchanged
+                    && match z.zones.remove_entry(&vp, seen, ORIGIN) {
+                        Ok(()) => true,
+                        Err(FsError::Conflict { .. }) => false,
+                        Err(e) => return Err(fs_err(&m.path, "delete")(e)),
+                    };
+                if removed {
+                    summary.deleted += 1;
+                    summary.changed.push((m.path.clone(), "delete", None));
+                } else {
+                    summary.conflicts.push(Conflict {
+                        path: m.path.clone(),
+                        reason:
+                            "deleted in the sandbox and changed locally (kept; the next push sends it)"
+                                .into(),
+                        remote_copy: None,
+                    });
                 }
             } else if local_unchanged(&tree, Some(&m), l.as_ref())? {
                 tree.remove(&m.path, false)
