@@ -6,9 +6,10 @@
 //! `cargo test --test main --no-run && .ci/netns cargo test --offline --test main <area>::`
 //! (root: FUSE, tmpfs, and the loopback-only network namespace sandbox-agent needs).
 //!
-//! The harnesses live with the area that owns them and are shared from there: `fuse::support`
-//! (a mounted daemon), `git::servers` and `git::daemon` (git servers, a daemon for git tests),
-//! `sandbox::support` (sandbox-agent, started safely), `api::support` (a daemon on a socket).
+//! The harness is one module, `support`, used by every area as `crate::support::…`: the one
+//! daemon starter (`support::daemon::Daemon`, mounted or not), git servers, sandbox-agent
+//! started safely, fault injection and small tools; see `support/mod.rs` for what each file owns.
+//! The area modules hold tests only.
 
 mod api;
 mod fuse;
@@ -20,3 +21,4 @@ mod review;
 mod rules;
 mod sandbox;
 mod security;
+mod support;

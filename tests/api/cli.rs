@@ -2,7 +2,8 @@
 
 use serde_json::Value;
 
-use super::support::{Daemon, BIN};
+use crate::support::daemon::serve_command;
+use crate::support::{Daemon, BIN};
 
 fn json(out: &str) -> Value {
     serde_json::from_str(out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
@@ -12,7 +13,7 @@ fn json(out: &str) -> Value {
 fn file_operations_round_trip() {
     let d = Daemon::start("");
     assert_eq!(
-        d.ok(&["write", "/workspace/src/a.txt", "one\ntwo\nthree\n"])
+        d.cli_ok(&["write", "/workspace/src/a.txt", "one\ntwo\nthree\n"])
             .trim(),
         "created /workspace/src/a.txt (14 bytes)"
     );
@@ -20,9 +21,12 @@ fn file_operations_round_trip() {
         std::fs::read_to_string(d.zone_dir("workspace").join("src/a.txt")).unwrap(),
         "one\ntwo\nthree\n"
     );
-    assert_eq!(d.ok(&["read", "/workspace/src/a.txt"]), "one\ntwo\nthree\n");
     assert_eq!(
-        d.ok(&[
+        d.cli_ok(&["read", "/workspace/src/a.txt"]),
+        "one\ntwo\nthree\n"
+    );
+    assert_eq!(
+        d.cli_ok(&[
             "read",
             "/workspace/src/a.txt",
             "--offset",
@@ -32,7 +36,7 @@ fn file_operations_round_trip() {
         ]),
         "two\n"
     );
-    let r = json(&d.ok(&[
+    let r = json(&d.cli_ok(&[
         "--json",
         "read",
         "/workspace/src/a.txt",
@@ -45,22 +49,26 @@ fn file_operations_round_trip() {
     assert_eq!(r["truncated"], true);
     assert_eq!(r["lines"], 1);
     assert_eq!(
-        d.ok(&["read", "-n", "/workspace/src/a.txt", "--limit", "1"]),
+        d.cli_ok(&["read", "-n", "/workspace/src/a.txt", "--limit", "1"]),
         "     1\tone\n"
     );
 
     assert_eq!(
-        d.ok(&["edit", "/workspace/src/a.txt", "two", "2"]).trim(),
+        d.cli_ok(&["edit", "/workspace/src/a.txt", "two", "2"])
+            .trim(),
         "/workspace/src/a.txt: replaced 1 occurrence"
     );
-    assert_eq!(d.ok(&["read", "/workspace/src/a.txt"]), "one\n2\nthree\n");
+    assert_eq!(
+        d.cli_ok(&["read", "/workspace/src/a.txt"]),
+        "one\n2\nthree\n"
+    );
 
-    d.ok(&["mkdir", "-p", "/workspace/deep/er"]);
+    d.cli_ok(&["mkdir", "-p", "/workspace/deep/er"]);
     assert!(d.zone_dir("workspace").join("deep/er").is_dir());
-    d.ok(&["mv", "/workspace/src/a.txt", "/workspace/deep/er/b.txt"]);
-    assert_eq!(d.ok(&["ls", "/workspace/deep/er"]), "b.txt\n");
-    assert_eq!(d.ok(&["ls"]), "cache/\nworkspace/\n");
-    let ls = json(&d.ok(&["--json", "ls", "/workspace"]));
+    d.cli_ok(&["mv", "/workspace/src/a.txt", "/workspace/deep/er/b.txt"]);
+    assert_eq!(d.cli_ok(&["ls", "/workspace/deep/er"]), "b.txt\n");
+    assert_eq!(d.cli_ok(&["ls"]), "cache/\nworkspace/\n");
+    let ls = json(&d.cli_ok(&["--json", "ls", "/workspace"]));
     let names: Vec<_> = ls["entries"]
         .as_array()
         .unwrap()
@@ -70,14 +78,17 @@ fn file_operations_round_trip() {
     assert_eq!(names, ["deep", "src"]);
     assert_eq!(ls["entries"][0]["kind"], "dir");
 
-    let st = json(&d.ok(&["--json", "stat", "/workspace/deep/er/b.txt"]));
+    let st = json(&d.cli_ok(&["--json", "stat", "/workspace/deep/er/b.txt"]));
     assert_eq!(st["kind"], "file");
     assert_eq!(st["size"], 12);
-    assert_eq!(d.ok(&["exists", "/workspace/deep/er/b.txt"]).trim(), "yes");
+    assert_eq!(
+        d.cli_ok(&["exists", "/workspace/deep/er/b.txt"]).trim(),
+        "yes"
+    );
     let out = d.cli(&["exists", "/workspace/nope"]);
     assert_eq!(out.status.code(), Some(1));
 
-    let real = d.ok(&["resolve", "/workspace/deep/er/b.txt"]);
+    let real = d.cli_ok(&["resolve", "/workspace/deep/er/b.txt"]);
     assert_eq!(
         real.trim(),
         std::fs::canonicalize(d.zone_dir("workspace").join("deep/er/b.txt"))
@@ -87,26 +98,29 @@ fn file_operations_round_trip() {
     );
 
     assert_eq!(
-        d.ok(&["grep", "thr", "/workspace"]),
+        d.cli_ok(&["grep", "thr", "/workspace"]),
         "/workspace/deep/er/b.txt:3:three\n"
     );
     assert_eq!(
-        d.ok(&["grep", "-l", "THR", "-i"]),
+        d.cli_ok(&["grep", "-l", "THR", "-i"]),
         "/workspace/deep/er/b.txt\n"
     );
-    assert_eq!(d.ok(&["grep", "-c", "e"]), "/workspace/deep/er/b.txt:2\n");
-    assert_eq!(d.ok(&["glob", "*.txt"]), "/workspace/deep/er/b.txt\n");
+    assert_eq!(
+        d.cli_ok(&["grep", "-c", "e"]),
+        "/workspace/deep/er/b.txt:2\n"
+    );
+    assert_eq!(d.cli_ok(&["glob", "*.txt"]), "/workspace/deep/er/b.txt\n");
     assert_eq!(d.cli(&["grep", "absent-string"]).status.code(), Some(1));
     assert_eq!(d.cli(&["glob", "*.nothing"]).status.code(), Some(1));
 
-    d.ok(&["rm", "/workspace/deep/er/b.txt"]);
+    d.cli_ok(&["rm", "/workspace/deep/er/b.txt"]);
     assert!(!d.zone_dir("workspace").join("deep/er/b.txt").exists());
     assert_eq!(
         d.cli(&["rm", "/workspace/deep"]).status.code(),
         Some(4),
         "non-empty dir needs -r"
     );
-    d.ok(&["rm", "-r", "/workspace/deep"]);
+    d.cli_ok(&["rm", "-r", "/workspace/deep"]);
     assert!(!d.zone_dir("workspace").join("deep").exists());
 }
 
@@ -140,7 +154,7 @@ fn write_from_stdin_is_binary_safe_and_cat_streams_it_back() {
 #[test]
 fn exit_codes_follow_the_error_class() {
     let d = Daemon::start("");
-    d.ok(&["write", "/workspace/f.txt", "a a b"]);
+    d.cli_ok(&["write", "/workspace/f.txt", "a a b"]);
     let cases: &[(&[&str], i32, &str)] = &[
         (&["read", "/workspace/missing"], 3, "NOT_FOUND"),
         (&["read", "/nowhere/x"], 2, "INVALID_PATH"),
@@ -179,7 +193,7 @@ fn exit_codes_follow_the_error_class() {
         "a a b"
     );
     assert_eq!(
-        d.ok(&["edit", "--all", "/workspace/f.txt", "a", "y"])
+        d.cli_ok(&["edit", "--all", "/workspace/f.txt", "a", "y"])
             .trim(),
         "/workspace/f.txt: replaced 2 occurrences"
     );
@@ -214,11 +228,11 @@ fn journal_records_who_changed_what() {
         .unwrap();
     let pid = child.id();
     assert!(child.wait_with_output().unwrap().status.success());
-    d.ok(&["edit", "/workspace/j.txt", "hello", "bye"]);
-    d.ok(&["mv", "/workspace/j.txt", "/workspace/k.txt"]);
-    d.ok(&["rm", "/workspace/k.txt"]);
-    d.ok(&["mkdir", "/cache/dl"]);
-    let log = json(&d.ok(&["--json", "log"]));
+    d.cli_ok(&["edit", "/workspace/j.txt", "hello", "bye"]);
+    d.cli_ok(&["mv", "/workspace/j.txt", "/workspace/k.txt"]);
+    d.cli_ok(&["rm", "/workspace/k.txt"]);
+    d.cli_ok(&["mkdir", "/cache/dl"]);
+    let log = json(&d.cli_ok(&["--json", "log"]));
     let entries = log["entries"].as_array().unwrap();
     let ops: Vec<(&str, &str, &str)> = entries
         .iter()
@@ -245,13 +259,13 @@ fn journal_records_who_changed_what() {
     assert_eq!(entries[4]["bytes"], 5);
     assert_eq!(entries[4]["uid"], rustix::process::getuid().as_raw());
     assert_eq!(entries[4]["via"], "api");
-    let human = d.ok(&["log", "/workspace/k.txt"]);
+    let human = d.cli_ok(&["log", "/workspace/k.txt"]);
     assert!(
         human.contains("delete") && human.contains("/workspace/k.txt"),
         "{human}"
     );
     assert!(!human.contains("mkdir"), "path filter: {human}");
-    let st = d.ok(&["status"]);
+    let st = d.cli_ok(&["status"]);
     assert!(
         st.contains("5 journal rows") && st.contains("zone /workspace"),
         "{st}"
@@ -294,8 +308,8 @@ fn bad_config_names_the_key() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("c.toml");
     std::fs::write(&cfg, "[limits]\nmax_read_bytes = 0\n").unwrap();
-    let out = std::process::Command::new(BIN)
-        .args(["serve", "--no-mount", "--config"])
+    let out = serve_command()
+        .args(["--no-mount", "--config"])
         .arg(&cfg)
         .output()
         .unwrap();
@@ -303,8 +317,8 @@ fn bad_config_names_the_key() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("limits.max_read_bytes"), "{err}");
     std::fs::write(&cfg, "[zones]\nmood = \"x\"\n").unwrap();
-    let out = std::process::Command::new(BIN)
-        .args(["serve", "--no-mount", "--config"])
+    let out = serve_command()
+        .args(["--no-mount", "--config"])
         .arg(&cfg)
         .output()
         .unwrap();
@@ -316,8 +330,8 @@ fn bad_config_names_the_key() {
 fn embedded_default_serves_dot_sandfs_in_the_current_dir() {
     let dir = tempfile::tempdir().unwrap();
     let run = dir.path().join("run");
-    let mut child = std::process::Command::new(BIN)
-        .args(["serve", "--no-mount"])
+    let mut child = serve_command()
+        .arg("--no-mount")
         .current_dir(dir.path())
         .env("XDG_RUNTIME_DIR", &run)
         .env("XDG_STATE_HOME", dir.path().join("state"))

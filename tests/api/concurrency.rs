@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use sandfs::client::{Client, ClientError};
 use sandfs::core::ErrorCode;
 
-use super::support::Daemon;
+use crate::support::Daemon;
 
 const CLIENTS: usize = 16;
 

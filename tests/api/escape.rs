@@ -5,7 +5,9 @@ use std::os::unix::fs::symlink;
 
 use serde_json::{json, Value};
 
-use super::support::{code, snapshot, Daemon};
+use crate::support::api::code;
+use crate::support::files::snapshot;
+use crate::support::Daemon;
 
 /// A daemon whose workspace is surrounded by traps pointing at `outside/`.
 fn trapped() -> (Daemon, std::path::PathBuf) {
@@ -326,7 +328,7 @@ fn cli_rejects_escapes_and_invalid_utf8() {
     }
     use std::os::unix::ffi::OsStrExt;
     let bad = std::ffi::OsStr::from_bytes(b"/workspace/\xff\xfe");
-    let out = std::process::Command::new(super::support::BIN)
+    let out = std::process::Command::new(crate::support::BIN)
         .arg("--socket")
         .arg(&d.socket)
         .arg("read")

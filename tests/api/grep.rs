@@ -5,7 +5,7 @@ use std::io::Write;
 
 use serde_json::json;
 
-use super::support::Daemon;
+use crate::support::Daemon;
 
 /// The daemon's peak resident set so far, in KiB.
 fn peak_kib(d: &Daemon) -> u64 {

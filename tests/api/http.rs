@@ -5,7 +5,10 @@ use std::process::Command;
 
 use serde_json::{json, Value};
 
-use super::support::{code, require_tool, Daemon};
+use crate::support::api::code;
+use crate::support::daemon::serve_command;
+use crate::support::tools::require_tool;
+use crate::support::Daemon;
 
 /// Every route the router serves, as (method, path).
 const ROUTES: &[(&str, &str)] = &[
@@ -227,8 +230,8 @@ fn socket_is_private_and_stale_sockets_are_replaced() {
         & 0o777;
     assert_eq!(dir_mode, 0o700);
     // A second daemon on the same socket refuses to start and leaves the first serving.
-    let out = Command::new(super::support::BIN)
-        .args(["serve", "--no-mount", "--config"])
+    let out = serve_command()
+        .args(["--no-mount", "--config"])
         .arg(&d.config)
         .output()
         .unwrap();

@@ -8,4 +8,3 @@ mod grep;
 mod http;
 mod parity;
 mod service;
-pub mod support;

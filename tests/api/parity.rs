@@ -5,7 +5,8 @@ use std::process::Command;
 
 use serde_json::{json, Value};
 
-use super::support::{require_tool, Daemon};
+use crate::support::tools::require_tool;
+use crate::support::Daemon;
 
 /// A daemon whose workspace is a copy of fixtures/search made into a git repo.
 fn fixture_daemon() -> Daemon {

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{json, Value};
 
-use super::support::{Daemon, BIN};
+use crate::support::daemon::serve_command;
+use crate::support::{Daemon, BIN};
 
 #[test]
 fn bash_completions_name_the_subcommands() {
@@ -124,12 +125,10 @@ fn serve_notifies_ready_once_listening_and_stopping_on_sigterm() {
         ),
     )
     .unwrap();
-    let mut child = Command::new(BIN)
-        .args(["serve", "--no-mount", "--config"])
+    let mut child = serve_command()
+        .args(["--no-mount", "--config"])
         .arg(&config)
         .env("NOTIFY_SOCKET", &notify_path)
-        .env_remove("SANDFS_SOCKET")
-        .env_remove("SANDFS_CONFIG")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -200,7 +199,7 @@ fn gc_removes_exactly_the_old_journal_rows_and_temp_files() {
     let fresh = ws.join(".sandfs-tmp-1-2");
     std::fs::write(&fresh, "x").unwrap();
 
-    let out = d.ok(&["gc", "--json"]);
+    let out = d.cli_ok(&["gc", "--json"]);
     let r: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(r["keep_days"], 1);
     assert_eq!(r["journal_rows"], 2, "{r}");
@@ -223,14 +222,14 @@ fn gc_removes_exactly_the_old_journal_rows_and_temp_files() {
         )
         .unwrap();
     assert_eq!(left, 0);
-    let log = d.ok(&["log"]);
+    let log = d.cli_ok(&["log"]);
     assert!(
         log.contains("/workspace/new") && !log.contains("old-"),
         "{log}"
     );
 
     // A second pass finds nothing; the human output says so.
-    let out = d.ok(&["gc"]);
+    let out = d.cli_ok(&["gc"]);
     assert!(out.contains("removed 0 rows older than"), "{out}");
     assert!(out.contains("temp files: removed 0"), "{out}");
 }

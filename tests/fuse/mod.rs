@@ -1,6 +1,5 @@
 //! Integration tests of the FUSE mount: a real `sandfs serve` mounting under a temp dir, used by
 //! real tools (git, cargo, coreutils-style syscalls). Every test unmounts, also on failure.
 
-pub mod support;
 mod test_model;
 mod test_mount;

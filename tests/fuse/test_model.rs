@@ -19,7 +19,7 @@ use sandfs::client::Client;
 use sandfs::core::{EntryKind, ErrorCode, ListResult, ReadResult};
 use serde_json::json;
 
-use super::support::Mounted;
+use crate::support::Daemon;
 
 const PATHS: &[&str] = &["a", "b", "d", "d/a", "d/b", "d/e", "d/e/f"];
 
@@ -426,7 +426,7 @@ async fn api_tree(c: &Client) -> BTreeMap<String, Node> {
 
 #[test]
 fn mount_and_api_agree_with_the_model_after_every_step() {
-    let m = Mounted::start("");
+    let m = Daemon::mounted("");
     let ws = m.ws();
     let client = Client::new(&m.socket);
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -6,11 +6,13 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use super::support::{mounted, which, Mounted};
+use crate::support::mount::mounted;
+use crate::support::tools::which;
+use crate::support::Daemon;
 
 #[test]
 fn editor_save_patterns_keep_data_and_modes() {
-    let m = Mounted::start("");
+    let m = Daemon::mounted("");
     let ws = m.ws();
     // 1. Write a temp file, fsync, rename over the original (VS Code, JetBrains "safe write").
     fs::write(ws.join("a.txt"), "v1\n").unwrap();
@@ -24,7 +26,7 @@ fn editor_save_patterns_keep_data_and_modes() {
     fs::rename(ws.join(".a.txt.tmp"), ws.join("a.txt")).unwrap();
     assert_eq!(fs::read_to_string(ws.join("a.txt")).unwrap(), "v2\n");
     assert_eq!(
-        fs::read_to_string(m.backing("workspace").join("a.txt")).unwrap(),
+        fs::read_to_string(m.zone_dir("workspace").join("a.txt")).unwrap(),
         "v2\n"
     );
     assert_eq!(
@@ -62,7 +64,7 @@ fn editor_save_patterns_keep_data_and_modes() {
 #[test]
 fn git_init_add_commit_inside_the_mount() {
     assert!(which("git"), "git is not installed; `apt-get install git`");
-    let m = Mounted::start("");
+    let m = Daemon::mounted("");
     let repo = m.ws().join("repo");
     fs::create_dir(&repo).unwrap();
     let git = |args: &[&str]| {
@@ -100,7 +102,7 @@ fn git_init_add_commit_inside_the_mount() {
     // The same repository is intact on the backing directory.
     let out = Command::new("git")
         .args(["log", "--format=%s"])
-        .current_dir(m.backing("workspace").join("repo"))
+        .current_dir(m.zone_dir("workspace").join("repo"))
         .output()
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "second\nfirst\n");
@@ -108,7 +110,7 @@ fn git_init_add_commit_inside_the_mount() {
 
 #[test]
 fn cargo_builds_a_new_project_inside_the_mount() {
-    let m = Mounted::start("");
+    let m = Daemon::mounted("");
     let out = Command::new("cargo")
         .args(["new", "--vcs", "none", "--quiet", "hello"])
         .current_dir(m.ws())
@@ -132,7 +134,7 @@ fn cargo_builds_a_new_project_inside_the_mount() {
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout), "Hello, world!\n");
     assert!(m
-        .backing("workspace")
+        .zone_dir("workspace")
         .join("hello/target/debug/hello")
         .is_file());
 }
@@ -140,7 +142,7 @@ fn cargo_builds_a_new_project_inside_the_mount() {
 #[test]
 fn hard_links_share_an_inode_and_symlinks_resolve() {
     // Hard links are POSIX behaviour only where the zone allows them (see the test below).
-    let m = Mounted::start("[zones.workspace]\nallow_hardlinks = true\n");
+    let m = Daemon::mounted("[zones.workspace]\nallow_hardlinks = true\n");
     let ws = m.ws();
     fs::write(ws.join("orig"), "data").unwrap();
     fs::hard_link(ws.join("orig"), ws.join("link")).unwrap();
@@ -173,12 +175,12 @@ fn hard_links_share_an_inode_and_symlinks_resolve() {
 
 #[test]
 fn a_file_hard_linked_from_outside_the_zone_is_never_read_or_changed_through_the_mount() {
-    let m = Mounted::start("");
+    let m = Daemon::mounted("");
     // The attacker's setup: a file outside the zone, hard-linked into the backing dir.
     let outside = m.dir.path().join("outside.txt");
     fs::write(&outside, "secret\n").unwrap();
     fs::set_permissions(&outside, fs::Permissions::from_mode(0o600)).unwrap();
-    fs::hard_link(&outside, m.backing("workspace").join("h.txt")).unwrap();
+    fs::hard_link(&outside, m.zone_dir("workspace").join("h.txt")).unwrap();
     let h = m.ws().join("h.txt");
     let eacces = |r: std::io::Result<()>, what: &str| {
         let e = r.expect_err(what);
@@ -233,7 +235,7 @@ fn a_file_hard_linked_from_outside_the_zone_is_never_read_or_changed_through_the
     fs::write(m.ws().join("own.txt"), "mine").unwrap();
     let e = fs::hard_link(m.ws().join("own.txt"), m.ws().join("own2.txt")).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EPERM), "link: {e}");
-    assert!(!m.backing("workspace").join("own2.txt").exists());
+    assert!(!m.zone_dir("workspace").join("own2.txt").exists());
     // The outside file is exactly as it was.
     assert_eq!(fs::read_to_string(&outside).unwrap(), "secret\n");
     let meta = fs::metadata(&outside).unwrap();
@@ -254,7 +256,7 @@ fn a_file_hard_linked_from_outside_the_zone_is_never_read_or_changed_through_the
 
 #[test]
 fn xattrs_round_trip() {
-    let m = Mounted::start("");
+    let m = Daemon::mounted("");
     let p = m.ws().join("x.txt");
     fs::write(&p, "x").unwrap();
     rustix::fs::setxattr(
@@ -278,14 +280,18 @@ fn xattrs_round_trip() {
     );
     // The attribute lives on the backing file.
     rustix::fs::setxattr(&p, "user.k", b"v", rustix::fs::XattrFlags::empty()).unwrap();
-    let n =
-        rustix::fs::getxattr(m.backing("workspace").join("x.txt"), "user.k", &mut buf[..]).unwrap();
+    let n = rustix::fs::getxattr(
+        m.zone_dir("workspace").join("x.txt"),
+        "user.k",
+        &mut buf[..],
+    )
+    .unwrap();
     assert_eq!(&buf[..n], b"v");
 }
 
 #[test]
 fn a_sparse_gigabyte_file_reads_back() {
-    let m = Mounted::start("");
+    let m = Daemon::mounted("");
     let p = m.ws().join("big.img");
     let mut f = fs::OpenOptions::new()
         .create(true)
@@ -324,7 +330,7 @@ fn a_sparse_gigabyte_file_reads_back() {
 
 #[test]
 fn fifty_thousand_files_in_one_directory() {
-    let m = Mounted::start("");
+    let m = Daemon::mounted("");
     let d = m.ws().join("many");
     fs::create_dir(&d).unwrap();
     for i in 0..50_000 {
@@ -339,7 +345,7 @@ fn fifty_thousand_files_in_one_directory() {
     assert_eq!(names[0], "f00000");
     assert_eq!(names[49_999], "f49999");
     assert_eq!(
-        fs::read_dir(m.backing("workspace").join("many"))
+        fs::read_dir(m.zone_dir("workspace").join("many"))
             .unwrap()
             .count(),
         50_000
@@ -350,8 +356,12 @@ fn fifty_thousand_files_in_one_directory() {
 fn more_files_than_the_fd_limit_can_be_looked_up_and_read() {
     // Each inode the kernel keeps pins one descriptor in the daemon: with 512 descriptors it
     // must drop old entries from the kernel's cache to read 3,000 files.
-    let m = Mounted::start_with_fd_limit("", 512);
-    let back = m.backing("workspace");
+    let m = Daemon::options()
+        .prefix("sandfs-fuse")
+        .mount()
+        .fd_limit(512)
+        .start();
+    let back = m.zone_dir("workspace");
     for d in 0..10 {
         fs::create_dir(back.join(format!("d{d}"))).unwrap();
         for f in 0..300 {
@@ -370,12 +380,12 @@ fn more_files_than_the_fd_limit_can_be_looked_up_and_read() {
     }
     // The daemon still works: it can open new files and answer the API.
     fs::write(m.ws().join("after.txt"), "ok").unwrap();
-    assert_eq!(m.cli(&["read", "/workspace/after.txt"]).trim_end(), "ok");
+    assert_eq!(m.cli_ok(&["read", "/workspace/after.txt"]).trim_end(), "ok");
 }
 
 #[test]
 fn concurrent_readers_and_writers_see_whole_files() {
-    let m = Mounted::start("");
+    let m = Daemon::mounted("");
     let ws = m.ws();
     let writers: Vec<_> = (0..4)
         .map(|w| {
@@ -420,9 +430,9 @@ fn concurrent_readers_and_writers_see_whole_files() {
 
 #[test]
 fn changes_on_the_backing_dir_show_through_the_mount_within_100ms() {
-    let m = Mounted::start("");
+    let m = Daemon::mounted("");
     let ws = m.ws();
-    let back = m.backing("workspace");
+    let back = m.zone_dir("workspace");
     fs::write(ws.join("seen.txt"), "old").unwrap();
     assert_eq!(fs::read_to_string(ws.join("seen.txt")).unwrap(), "old");
     let _ = fs::metadata(ws.join("new.txt")).is_err(); // cache a negative entry
@@ -466,7 +476,7 @@ fn changes_on_the_backing_dir_show_through_the_mount_within_100ms() {
     fs::remove_file(back.join("new.txt")).unwrap();
     within("a deletion", &|| !ws.join("new.txt").exists());
     // A change through the API.
-    m.cli(&["write", "/workspace/seen.txt", "via api"]);
+    m.cli_ok(&["write", "/workspace/seen.txt", "via api"]);
     within("an API write", &|| {
         fs::read_to_string(ws.join("seen.txt")).ok().as_deref() == Some("via api")
     });
@@ -474,7 +484,7 @@ fn changes_on_the_backing_dir_show_through_the_mount_within_100ms() {
 
 #[test]
 fn mount_changes_land_in_the_journal_with_the_caller() {
-    let m = Mounted::start("");
+    let m = Daemon::mounted("");
     let child = Command::new("sh")
         .arg("-c")
         .arg(format!(
@@ -485,7 +495,7 @@ fn mount_changes_land_in_the_journal_with_the_caller() {
         .unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success());
-    let log = m.cli(&["--json", "log"]);
+    let log = m.cli_ok(&["--json", "log"]);
     let v: serde_json::Value = serde_json::from_str(&log).unwrap();
     let ops: Vec<(String, String)> = v["entries"]
         .as_array()
@@ -518,8 +528,8 @@ fn mount_changes_land_in_the_journal_with_the_caller() {
 
 #[test]
 fn read_only_zones_refuse_writes_with_erofs() {
-    let m = Mounted::start("[zones.cache]\nread_only = true\n");
-    fs::write(m.backing("cache").join("r.txt"), "data").unwrap();
+    let m = Daemon::mounted("[zones.cache]\nread_only = true\n");
+    fs::write(m.zone_dir("cache").join("r.txt"), "data").unwrap();
     assert_eq!(
         fs::read_to_string(m.mnt.join("cache/r.txt")).unwrap(),
         "data"
@@ -531,18 +541,18 @@ fn read_only_zones_refuse_writes_with_erofs() {
     let err = fs::remove_file(m.mnt.join("cache/r.txt")).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EROFS));
     assert_eq!(
-        fs::read_to_string(m.backing("cache").join("r.txt")).unwrap(),
+        fs::read_to_string(m.zone_dir("cache").join("r.txt")).unwrap(),
         "data"
     );
 }
 
 #[test]
 fn sigterm_unmounts_and_a_crash_is_recovered_on_restart() {
-    let mut m = Mounted::start("");
+    let mut m = Daemon::mounted("");
     fs::write(m.ws().join("keep.txt"), "kept").unwrap();
     m.stop();
     assert!(!mounted(&m.mnt), "still mounted after SIGTERM");
-    m.spawn();
+    m.respawn();
     assert_eq!(fs::read_to_string(m.ws().join("keep.txt")).unwrap(), "kept");
     m.crash();
     assert!(mounted(&m.mnt), "a crash leaves the mount behind");
@@ -554,7 +564,7 @@ fn sigterm_unmounts_and_a_crash_is_recovered_on_restart() {
     let mp = check(&report, "mount point");
     assert_eq!(mp["level"], "warn", "{mp}");
     assert!(mp["detail"].as_str().unwrap().contains("stale"), "{mp}");
-    m.spawn();
+    m.respawn();
     assert!(
         m.log_text().contains("stale mount found"),
         "{}",
@@ -574,7 +584,7 @@ fn pjdfstest_passes_on_the_mounted_workspace() {
         "pjdfstest is not installed; run `cargo install pjdfstest --version 0.2.2` (make test does this)"
     );
     // pjdfstest makes hard links (link(2) is POSIX); a zone that refuses them answers EPERM.
-    let m = Mounted::start("[zones.workspace]\nallow_hardlinks = true\n");
+    let m = Daemon::mounted("[zones.workspace]\nallow_hardlinks = true\n");
     let dir = m.ws().join("pjd");
     fs::create_dir(&dir).unwrap();
     fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
@@ -624,8 +634,8 @@ fn check<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value
 
 #[test]
 fn doctor_passes_here_and_names_what_to_fix() {
-    let mut m = Mounted::start("");
-    let status: serde_json::Value = serde_json::from_str(&m.cli(&["--json", "status"])).unwrap();
+    let mut m = Daemon::mounted("");
+    let status: serde_json::Value = serde_json::from_str(&m.cli_ok(&["--json", "status"])).unwrap();
     assert_eq!(status["mounted"], true, "{status}");
     let (code, report) = m.doctor();
     assert_eq!(code, 0, "{report}");
@@ -662,7 +672,7 @@ fn doctor_passes_here_and_names_what_to_fix() {
 
 #[test]
 fn locks_exclude_other_processes() {
-    let m = Mounted::start("");
+    let m = Daemon::mounted("");
     let f = m.ws().join("lockfile");
     fs::write(&f, "").unwrap();
     // One process holds an exclusive lock (flock(2)) for a while...
@@ -713,7 +723,7 @@ fn fsx_random_io_with_mmap_and_truncate_verifies_100k_operations() {
         which("fsx"),
         "fsx is not installed; install it with `cargo install --locked fsx --version 0.3.2` (make test does this)"
     );
-    let m = Mounted::start("");
+    let m = Daemon::mounted("");
     let conf = m.dir.path().join("fsx.toml");
     // Every operation fsx knows on Linux, data verified against its in-memory copy on each read.
     fs::write(
@@ -747,13 +757,13 @@ fn fsx_random_io_with_mmap_and_truncate_verifies_100k_operations() {
     // What fsx wrote through the mount is what the backing file holds.
     assert_eq!(
         fs::read(m.ws().join("fsx.bin")).unwrap(),
-        fs::read(m.backing("workspace").join("fsx.bin")).unwrap()
+        fs::read(m.zone_dir("workspace").join("fsx.bin")).unwrap()
     );
 }
 
 #[test]
 fn unmount_detaches_a_dead_daemons_mount_and_leaves_a_live_one_alone() {
-    let mut m = Mounted::start("");
+    let mut m = Daemon::mounted("");
     // A live daemon's mount is refused (exit 6) and stays usable.
     let out = m.with_config(&["unmount"]);
     assert_eq!(out.status.code(), Some(6), "{out:?}");
@@ -779,10 +789,10 @@ fn unmount_detaches_a_dead_daemons_mount_and_leaves_a_live_one_alone() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("not mounted"));
     // The files written before the crash are in the backing dir, and a new daemon mounts again.
     assert_eq!(
-        fs::read_to_string(m.backing("workspace").join("still.txt")).unwrap(),
+        fs::read_to_string(m.zone_dir("workspace").join("still.txt")).unwrap(),
         "here"
     );
-    m.spawn();
+    m.respawn();
     assert_eq!(
         fs::read_to_string(m.ws().join("still.txt")).unwrap(),
         "here"

@@ -3,8 +3,10 @@
 use sandfs::core::ErrorCode;
 use serde_json::{json, Value};
 
-use super::daemon::{contains, Daemon};
-use super::servers::{BareRepo, GitDaemon, HttpGit};
+use crate::support::daemon::GIT_TOKEN_VAR;
+use crate::support::files::contains;
+use crate::support::git_servers::{BareRepo, GitDaemon, HttpGit};
+use crate::support::Daemon;
 
 const LIB: &str = "line1\nline2\nline3\nline4\nline5\nline6\nline7\nline8\nline9\nline10\n";
 
@@ -25,8 +27,8 @@ fn seeded() -> BareRepo {
     std::fs::set_permissions(w.join("bin/run.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
     // Some history below the tip: a shallow mirror must still push on top of it.
     std::fs::write(w.join("HISTORY.md"), "v0\n").unwrap();
-    super::servers::run_git(w, &["add", "-A"]);
-    super::servers::run_git(w, &["commit", "-qm", "older commit"]);
+    crate::support::git_servers::run_git(w, &["add", "-A"]);
+    crate::support::git_servers::run_git(w, &["commit", "-qm", "older commit"]);
     std::fs::remove_file(w.join("HISTORY.md")).unwrap();
     commit_and_push(w, &repo, "initial commit");
     repo
@@ -65,7 +67,7 @@ fn state_of(d: &Daemon, id: &str) -> Value {
 fn pull_edit_stage_review_push_lands_exactly_that_commit() {
     let repo = seeded();
     let server = GitDaemon::serve(&repo);
-    let d = Daemon::start("", None);
+    let d = Daemon::git("", None);
     let seed = repo.head("main").unwrap();
     let r = pull(&d, &server.url("proj"));
     assert_eq!(r["repo"], "/workspace/proj");
@@ -202,7 +204,7 @@ fn pull_edit_stage_review_push_lands_exactly_that_commit() {
 fn a_moved_remote_is_rebased_onto_or_reported() {
     let repo = seeded();
     let server = GitDaemon::serve(&repo);
-    let d = Daemon::start("", None);
+    let d = Daemon::git("", None);
     pull(&d, &server.url("proj"));
 
     // 1. Moved without overlap: rebased and pushed.
@@ -294,7 +296,7 @@ fn a_moved_remote_is_rebased_onto_or_reported() {
 fn hook_rejections_are_reported_and_nothing_moves() {
     let repo = seeded();
     let server = GitDaemon::serve(&repo);
-    let d = Daemon::start("", None);
+    let d = Daemon::git("", None);
     pull(&d, &server.url("proj"));
     d.write("/workspace/proj/x.txt", "x\n");
     let id = stage(&d, "x");
@@ -319,7 +321,7 @@ fn http_credentials_come_from_the_environment_and_never_leak() {
     let server = HttpGit::serve(&repo);
     let url = server.url("proj");
     // Right token: pull and push work.
-    let d = Daemon::start("", Some(server.password()));
+    let d = Daemon::git("", Some(server.password()));
     pull(&d, &url);
     d.write("/workspace/proj/http.txt", "over http\n");
     let id = stage(&d, "over http");
@@ -336,17 +338,17 @@ fn http_credentials_come_from_the_environment_and_never_leak() {
         .unwrap();
     assert!(!contains(&ps.stdout, server.password().as_bytes()));
     // Wrong token: AUTH_FAILED, promptly (the callback gives up).
-    let bad = Daemon::start("", Some("not-the-token"));
+    let bad = Daemon::git("", Some("not-the-token"));
     let t = std::time::Instant::now();
     let (code, msg) = bad.err("/v1/git/pull", json!({ "remote": url }));
     assert_eq!(code, ErrorCode::AuthFailed, "{msg}");
     assert!(t.elapsed().as_secs() < 20);
     assert!(!msg.contains("not-the-token"), "{msg}");
     // No token: AUTH_FAILED naming the variable to set.
-    let none = Daemon::start("", None);
+    let none = Daemon::git("", None);
     let (code, msg) = none.err("/v1/git/pull", json!({ "remote": url }));
     assert_eq!(code, ErrorCode::AuthFailed, "{msg}");
-    assert!(msg.contains(super::daemon::TOKEN_VAR), "{msg}");
+    assert!(msg.contains(GIT_TOKEN_VAR), "{msg}");
     // A branch that does not exist, a remote that is not there, a path that is no repository.
     let (code, msg) = d.err(
         "/v1/git/pull",
@@ -378,7 +380,7 @@ fn http_credentials_come_from_the_environment_and_never_leak() {
 fn discard_keeps_or_reverts_and_staged_commits_survive_a_restart() {
     let repo = seeded();
     let server = GitDaemon::serve(&repo);
-    let mut d = Daemon::start("", None);
+    let mut d = Daemon::git("", None);
     pull(&d, &server.url("proj"));
     d.write("/workspace/proj/README.md", "# changed\n");
     d.write("/workspace/proj/added.txt", "added\n");
@@ -425,7 +427,7 @@ fn discard_keeps_or_reverts_and_staged_commits_survive_a_restart() {
 fn binary_rename_symlink_and_a_thousand_files() {
     let repo = seeded();
     let server = GitDaemon::serve(&repo);
-    let d = Daemon::start("", None);
+    let d = Daemon::git("", None);
     pull(&d, &server.url("proj"));
     // Made beside sandfs: only a rescan sees them.
     let png: Vec<u8> = (0..4096u32).map(|i| (i * 7 % 256) as u8).collect();
@@ -469,7 +471,7 @@ fn binary_rename_symlink_and_a_thousand_files() {
 fn pulling_again_fast_forwards_untouched_files_and_reports_conflicts() {
     let repo = seeded();
     let server = GitDaemon::serve(&repo);
-    let d = Daemon::start("", None);
+    let d = Daemon::git("", None);
     pull(&d, &server.url("proj"));
     d.ok(
         "/v1/fs/edit",
@@ -536,19 +538,19 @@ fn symlinks_pointing_out_of_the_repository_are_not_written() {
     let repo = BareRepo::new("links");
     // Seed with symlinks via the CLI: one inside, one to /etc, one climbing out.
     let work = tempfile::tempdir().unwrap();
-    super::servers::run_git(work.path(), &["init", "-q", "-b", "main", "."]);
+    crate::support::git_servers::run_git(work.path(), &["init", "-q", "-b", "main", "."]);
     std::fs::write(work.path().join("a.txt"), "a\n").unwrap();
     std::os::unix::fs::symlink("a.txt", work.path().join("in")).unwrap();
     std::os::unix::fs::symlink("/etc/passwd", work.path().join("abs")).unwrap();
     std::os::unix::fs::symlink("../../../etc", work.path().join("up")).unwrap();
-    super::servers::run_git(work.path(), &["add", "-A"]);
-    super::servers::run_git(work.path(), &["commit", "-qm", "links"]);
-    super::servers::run_git(
+    crate::support::git_servers::run_git(work.path(), &["add", "-A"]);
+    crate::support::git_servers::run_git(work.path(), &["commit", "-qm", "links"]);
+    crate::support::git_servers::run_git(
         work.path(),
         &["push", "-q", repo.path().to_str().unwrap(), "main"],
     );
     let server = GitDaemon::serve(&repo);
-    let d = Daemon::start("", None);
+    let d = Daemon::git("", None);
     let r = d.ok("/v1/git/pull", json!({ "remote": server.url("links") }));
     let skipped: Vec<&str> = r["skipped"]
         .as_array()
@@ -617,7 +619,7 @@ fn pull_requests_are_opened_found_again_or_refused() {
     let server = GitDaemon::start(base.path());
     let url = format!("git://127.0.0.1:{}/o/proj.git", server.port());
     let gh = FakeGitHub::start();
-    let d = Daemon::start(
+    let d = Daemon::git(
         &format!("github_api = \"{}\"\n", gh.server.uri()),
         Some("gh-test-token"),
     );
@@ -697,7 +699,7 @@ fn pull_requests_are_opened_found_again_or_refused() {
     );
     assert!(!contains(&d.everything_written(), b"gh-test-token"));
     // Without a token nothing is pushed at all.
-    let no_token = Daemon::start(&format!("github_api = \"{}\"\n", gh.server.uri()), None);
+    let no_token = Daemon::git(&format!("github_api = \"{}\"\n", gh.server.uri()), None);
     no_token.ok(
         "/v1/git/pull",
         json!({ "remote": url, "into": "/workspace/q" }),
@@ -716,7 +718,7 @@ fn pull_requests_are_opened_found_again_or_refused() {
 fn pull_and_push_stream_progress_and_the_cli_drives_it_all() {
     let repo = seeded();
     let server = GitDaemon::serve(&repo);
-    let d = Daemon::start("", None);
+    let d = Daemon::git("", None);
     // NDJSON progress then one result line.
     let mut lines = Vec::new();
     let c = sandfs::client::Client::new(&d.socket);
@@ -781,7 +783,7 @@ fn pull_and_push_stream_progress_and_the_cli_drives_it_all() {
 fn gc_drops_old_discarded_commits_and_stray_refs_and_keeps_live_ones() {
     let repo = seeded();
     let server = GitDaemon::serve(&repo);
-    let d = Daemon::start("[journal]\nkeep_days = 1\n", None);
+    let d = Daemon::git("[journal]\nkeep_days = 1\n", None);
     pull(&d, &server.url("proj"));
     d.write("/workspace/proj/README.md", "# old discard\n");
     let old = stage(&d, "discarded two days ago");
@@ -837,22 +839,22 @@ fn gc_drops_old_discarded_commits_and_stray_refs_and_keeps_live_ones() {
 /// An empty work tree on `main`, to build commits for a bare repository.
 fn work_tree() -> tempfile::TempDir {
     let work = tempfile::tempdir().unwrap();
-    super::servers::run_git(work.path(), &["init", "-q", "-b", "main", "."]);
+    crate::support::git_servers::run_git(work.path(), &["init", "-q", "-b", "main", "."]);
     work
 }
 
 /// Commits everything in the work tree `w` and pushes it to `main` of `repo`.
 fn commit_and_push(w: &std::path::Path, repo: &BareRepo, message: &str) {
-    super::servers::run_git(w, &["add", "-A"]);
-    super::servers::run_git(w, &["commit", "-qm", message]);
-    super::servers::run_git(w, &["push", "-q", repo.path().to_str().unwrap(), "main"]);
+    crate::support::git_servers::run_git(w, &["add", "-A"]);
+    crate::support::git_servers::run_git(w, &["commit", "-qm", message]);
+    crate::support::git_servers::run_git(w, &["push", "-q", repo.path().to_str().unwrap(), "main"]);
 }
 
 /// Writes a raw object into a bare repository, unchecked (`git hash-object --literally`): the
 /// way an attacker crafts a tree git's own tools would refuse to build.
 fn raw_object(repo: &BareRepo, kind: &str, bytes: &[u8]) -> String {
     use std::io::Write;
-    let mut child = super::servers::git_command()
+    let mut child = crate::support::git_servers::git_command()
         .current_dir(repo.path())
         .args(["hash-object", "-t", kind, "--literally", "-w", "--stdin"])
         .stdin(std::process::Stdio::piped())
@@ -894,7 +896,7 @@ fn a_tree_entry_named_dotdot_fails_the_pull_and_writes_nothing() {
         ],
     );
     let server = GitDaemon::serve(&repo);
-    let d = Daemon::start("", None);
+    let d = Daemon::git("", None);
     let (code, msg) = d.err(
         "/v1/git/pull",
         json!({ "remote": server.url("evil"), "into": "/workspace/deep/r" }),
@@ -933,7 +935,7 @@ fn a_dot_git_entry_in_any_case_at_any_depth_fails_the_pull() {
         ],
     );
     let server = GitDaemon::serve(&repo);
-    let d = Daemon::start("", None);
+    let d = Daemon::git("", None);
     let (code, msg) = d.err("/v1/git/pull", json!({ "remote": server.url("hooks") }));
     assert_eq!(code, ErrorCode::Rejected, "{msg}");
     assert!(msg.contains("sub/.GiT") && msg.contains(".git"), "{msg}");
@@ -955,7 +957,7 @@ fn a_symlink_is_judged_through_the_trees_own_links() {
     std::fs::write(w.join("f.txt"), "f\n").unwrap();
     commit_and_push(w, &repo, "chain");
     let server = GitDaemon::serve(&repo);
-    let d = Daemon::start("", None);
+    let d = Daemon::git("", None);
     let r = d.ok("/v1/git/pull", json!({ "remote": server.url("chain") }));
     let skipped: Vec<&str> = r["skipped"]
         .as_array()
@@ -979,7 +981,7 @@ fn a_link_turned_into_a_file_upstream_is_replaced_as_itself() {
     std::os::unix::fs::symlink("target.txt", w.join("link")).unwrap();
     commit_and_push(w, &repo, "link");
     let server = GitDaemon::serve(&repo);
-    let d = Daemon::start("", None);
+    let d = Daemon::git("", None);
     d.ok("/v1/git/pull", json!({ "remote": server.url("turn") }));
     // The agent edits the link's target; upstream turns the link into a regular file.
     d.ok(
@@ -1019,7 +1021,7 @@ fn a_link_turned_into_a_file_upstream_is_replaced_as_itself() {
 fn discard_revert_replaces_a_symlink_as_itself() {
     let repo = seeded();
     let server = GitDaemon::serve(&repo);
-    let d = Daemon::start("", None);
+    let d = Daemon::git("", None);
     pull(&d, &server.url("proj"));
     // The agent turns README.md into a link to another pulled file, and stages that.
     let readme = d.workspace().join("proj/README.md");
@@ -1052,7 +1054,7 @@ fn discard_revert_replaces_a_symlink_as_itself() {
 fn stage_never_reads_a_file_hard_linked_from_outside_the_zone() {
     let repo = seeded();
     let server = GitDaemon::serve(&repo);
-    let d = Daemon::start("", None);
+    let d = Daemon::git("", None);
     pull(&d, &server.url("proj"));
     let outside = tempfile::tempdir().unwrap();
     let secret = outside.path().join("secret.txt");

@@ -1,4 +1,4 @@
-//! Proves the harness of `servers.rs` with the git CLI alone: clone, commit and push through
+//! Proves the harness of `support/git_servers.rs` with the git CLI alone: clone, commit and push through
 //! each server, Basic auth enforced by lighttpd, hooks that reject, the `BareRepo` helpers, and
 //! servers that really die on drop.
 
@@ -8,7 +8,8 @@ use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
 
-use super::servers::{base64, require_tool, run_git, try_git, BareRepo, GitDaemon, HttpGit};
+use crate::support::git_servers::{base64, run_git, try_git, BareRepo, GitDaemon, HttpGit};
+use crate::support::tools::require_tool;
 
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
@@ -193,7 +194,7 @@ fn http_wrong_or_missing_credentials_get_401() {
     for (what, url) in [("wrong password", &wrong), ("no credentials", &anonymous)] {
         // GIT_CURL_VERBOSE shows the status line; GIT_TERMINAL_PROMPT=0 (always set by the
         // harness) makes git give up instead of asking for a password.
-        let out = super::servers::git_command()
+        let out = crate::support::git_servers::git_command()
             .current_dir(dir.path())
             .env("GIT_CURL_VERBOSE", "1")
             .args(["clone", "-q", url, "clone"])

@@ -6,9 +6,6 @@
 //!
 //! `SANDFS_LOAD_SECONDS` shortens or lengthens the run (default 60).
 
-use crate::fuse::support;
-use crate::git::servers;
-
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -17,8 +14,8 @@ use std::time::{Duration, Instant};
 use sandfs::client::{Client, ClientError};
 use serde_json::{json, Value};
 
-use self::servers::{BareRepo, GitDaemon};
-use self::support::Mounted;
+use crate::support::git_servers::{BareRepo, GitDaemon};
+use crate::support::Daemon;
 
 const CLIENTS: usize = 64;
 
@@ -43,7 +40,7 @@ fn sixty_four_clients_and_a_fuse_workload_for_a_minute() {
         .unwrap_or(60);
     let repo = BareRepo::seeded("proj", &[("README.md", b"# proj\n")]);
     let git = GitDaemon::serve(&repo);
-    let m = Mounted::start("");
+    let m = Daemon::mounted("");
     let pid = m.pid();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(4)

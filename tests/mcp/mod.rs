@@ -4,12 +4,12 @@
 //! the tools, calls each one and checks results and error shapes. These tests assert on the
 //! script's exit status and output; a missing Python or `mcp` package fails them, naming the fix.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_sandfs");
+use crate::support::{Daemon, BIN};
+
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp/client.py");
 /// The `mcp` version `.ci/install-deps test` installs.
 const MCP_VERSION: &str = "2.3.0";
@@ -62,87 +62,6 @@ fn python() -> PathBuf {
         py.display()
     );
     py
-}
-
-/// A running `sandfs serve --no-mount` with a private config, socket and state; killed on drop.
-struct Daemon {
-    child: Child,
-    dir: tempfile::TempDir,
-    socket: PathBuf,
-    config: PathBuf,
-}
-
-impl Daemon {
-    /// Starts a daemon in sandboxed mode under a temp dir; `extra` is appended to the config.
-    fn start(extra: &str) -> Daemon {
-        let (dir, socket, config) = Daemon::config(extra);
-        let log = std::fs::File::create(dir.path().join("daemon.log")).unwrap();
-        let mut child = Command::new(BIN)
-            .args(["serve", "--no-mount", "--config"])
-            .arg(&config)
-            .env_remove("SANDFS_SOCKET")
-            .env_remove("SANDFS_CONFIG")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            if std::os::unix::net::UnixStream::connect(&socket).is_ok() {
-                break;
-            }
-            if let Some(status) = child.try_wait().unwrap() {
-                panic!("daemon exited with {status}: {}", log_text(dir.path()));
-            }
-            assert!(
-                Instant::now() < deadline,
-                "daemon did not listen within 15 s: {}",
-                log_text(dir.path())
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Daemon {
-            child,
-            dir,
-            socket,
-            config,
-        }
-    }
-
-    /// Writes a config under a new temp dir; returns the dir, the socket and the config path.
-    fn config(extra: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
-        let dir = tempfile::Builder::new()
-            .prefix("sandfs-mcp")
-            .tempdir()
-            .unwrap();
-        let socket = dir.path().join("run/sandfs.sock");
-        let config = dir.path().join("config.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "state_dir = \"state\"\nsocket = \"{}\"\n\
-                 [zones]\nmode = \"sandboxed\"\nroot = \"root\"\n{extra}",
-                socket.display()
-            ),
-        )
-        .unwrap();
-        (dir, socket, config)
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn log_text(dir: &Path) -> String {
-    let mut s = String::new();
-    if let Ok(mut f) = std::fs::File::open(dir.join("daemon.log")) {
-        let _ = f.read_to_string(&mut s);
-    }
-    s
 }
 
 /// Runs the client script in `mode` against `sandfs mcp --socket socket --config config`,
@@ -278,8 +197,9 @@ fn git_push_is_offered_only_when_the_config_allows_it() {
 
 #[test]
 fn a_missing_daemon_is_a_tool_error_naming_the_socket() {
-    let (_dir, socket, config) = Daemon::config("");
-    let stdout = passed(&run_client(&socket, &config, "no-daemon"));
+    // Configured, never started.
+    let d = Daemon::options().prepare();
+    let stdout = passed(&run_client(&d.socket, &d.config, "no-daemon"));
     assert!(
         stdout
             .lines()

@@ -16,10 +16,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::fuse_support::Mounted;
-use super::git_servers::{BareRepo, GitDaemon};
-use super::sandbox_support::AgentServer;
-use super::support::{temp_files, Api, Rng};
+use crate::support::api::Api;
+use crate::support::files::temp_files;
+use crate::support::git_servers::{BareRepo, GitDaemon};
+use crate::support::rng::Rng;
+use crate::support::sandbox_agent::AgentServer;
+use crate::support::Daemon;
 
 /// Kill points per run (the issue asks for at least 50).
 const KILL_POINTS: usize = 55;
@@ -43,7 +45,7 @@ struct Model {
 
 #[test]
 fn sigkill_at_random_points_loses_no_acknowledged_change() {
-    let seed = super::support::seed();
+    let seed = crate::support::rng::seed();
     println!("crash test seed: {seed} (replay with SANDFS_RELIABILITY_SEED={seed})");
     eprintln!("crash test seed: {seed} (replay with SANDFS_RELIABILITY_SEED={seed})");
     let started = Instant::now();
@@ -59,7 +61,7 @@ fn sigkill_at_random_points_loses_no_acknowledged_change() {
     );
     let git = GitDaemon::serve(&repo);
     super::set_token(TOKEN_VAR, agent.token());
-    let mut m = Mounted::start(&super::sandbox_config(
+    let mut m = Daemon::mounted(&super::sandbox_config(
         "dev",
         &agent.url(),
         &agent.root(),
@@ -94,7 +96,7 @@ fn sigkill_at_random_points_loses_no_acknowledged_change() {
             // a request to itself); the restart must find the hung mount and abort it, which
             // frees the old process and the workload blocked on the mount.
             hung_kills += 1;
-            m.spawn();
+            m.respawn();
             assert!(
                 reaped_within(&mut killed, Duration::from_secs(10)),
                 "kill point {point}: the killed daemon still hangs after the restart: {}",
@@ -111,7 +113,7 @@ fn sigkill_at_random_points_loses_no_acknowledged_change() {
             if let Err(e) = worker.join() {
                 std::panic::resume_unwind(e);
             }
-            m.spawn();
+            m.respawn();
         }
         temp_removed_at_start += check(&m, &model, &agent, point);
     }
@@ -260,9 +262,9 @@ fn api_write(api: &Api, model: &Mutex<Model>, rel: &str, content: String) -> boo
 
 /// Checks the restarted daemon against the model (settling what was in flight); returns how
 /// many orphaned temp files its start-up gc reported removing.
-fn check(m: &Mounted, model: &Mutex<Model>, agent: &AgentServer, point: usize) -> usize {
+fn check(m: &Daemon, model: &Mutex<Model>, agent: &AgentServer, point: usize) -> usize {
     let mut model = model.lock().unwrap();
-    let backing = m.backing("workspace");
+    let backing = m.zone_dir("workspace");
     let ctx = |what: &str| format!("kill point {point}: {what}");
 
     // API writes are atomic: the acknowledged content, or the one in flight; never a mix.

@@ -8,10 +8,13 @@ use std::time::{Duration, Instant};
 use sandfs::core::ErrorCode;
 use serde_json::json;
 
-use super::fuse_support::Mounted;
-use super::git_servers::{BareRepo, GitDaemon};
-use super::sandbox_support::{noise, AgentServer};
-use super::support::{temp_files, Api, Fault, Proxy, Tmpfs};
+use crate::support::api::Api;
+use crate::support::faults::{Fault, Proxy, Tmpfs};
+use crate::support::files::temp_files;
+use crate::support::git_servers::{BareRepo, GitDaemon};
+use crate::support::rng::noise;
+use crate::support::sandbox_agent::AgentServer;
+use crate::support::Daemon;
 
 fn loopback(port: u16) -> SocketAddr {
     SocketAddr::from((Ipv4Addr::LOCALHOST, port))
@@ -27,11 +30,11 @@ fn port_of(url: &str) -> u16 {
 
 #[test]
 fn a_full_disk_is_no_space_and_keeps_earlier_files() {
-    let mut m = Mounted::start("");
+    let mut m = Daemon::mounted("");
     // The workspace zone moves onto a 2 MiB tmpfs (the daemon restarted on top of it).
     m.stop();
-    let fs = Tmpfs::mount(&m.backing("workspace"), "2m");
-    m.spawn();
+    let fs = Tmpfs::mount(&m.zone_dir("workspace"), "2m");
+    m.respawn();
     let api = Api::new(&m.socket);
     api.ok(
         "/v1/fs/write",
@@ -102,7 +105,7 @@ fn a_git_connection_dropped_mid_push_fails_clearly_and_a_retry_succeeds() {
     let url = format!("git://127.0.0.1:{}/proj.git", proxy.port());
     let before = repo.head("main").unwrap();
 
-    let m = Mounted::start("");
+    let m = Daemon::mounted("");
     let api = Api::new(&m.socket);
     api.ok("/v1/git/pull", json!({ "remote": url }));
     // A large incompressible file, so the push's pack is far longer than the cut.
@@ -153,7 +156,7 @@ fn fill(api: &Api, n: usize, size: usize, salt: u64) {
 }
 
 /// Checks that every manifest entry with a hash matches the file under `root`.
-fn manifest_matches_remote(m: &Mounted, root: &std::path::Path) -> usize {
+fn manifest_matches_remote(m: &Daemon, root: &std::path::Path) -> usize {
     let db = rusqlite::Connection::open_with_flags(
         m.dir.path().join("state/state.db"),
         rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
@@ -190,7 +193,7 @@ fn a_sandbox_killed_mid_transfer_is_unavailable_and_the_next_push_completes() {
     let proxy = Proxy::start(loopback(port_of(&a.url())));
     // Each server has its own token: the daemon is restarted with the second one below.
     super::set_token(VAR, a.token());
-    let mut m = Mounted::start(&super::sandbox_config(
+    let mut m = Daemon::mounted(&super::sandbox_config(
         "dev",
         &format!("http://127.0.0.1:{}", proxy.port()),
         &root,
@@ -231,7 +234,7 @@ fn a_sandbox_killed_mid_transfer_is_unavailable_and_the_next_push_completes() {
     proxy.set_target(loopback(port_of(&b.url())));
     super::set_token(VAR, b.token());
     m.stop();
-    m.spawn();
+    m.respawn();
     let api = Api::new(&m.socket);
     let pushed = api.ok("/v1/mirror/push", json!({"sandbox": "dev"}));
     assert!(pushed["files_sent"].as_u64().unwrap() >= 1, "{pushed}");
@@ -239,7 +242,7 @@ fn a_sandbox_killed_mid_transfer_is_unavailable_and_the_next_push_completes() {
     for i in 0..FILES {
         assert_eq!(
             std::fs::read(shared.path().join(format!("d/f{i}.txt"))).unwrap(),
-            std::fs::read(m.backing("workspace").join(format!("d/f{i}.txt"))).unwrap(),
+            std::fs::read(m.zone_dir("workspace").join(format!("d/f{i}.txt"))).unwrap(),
             "f{i}.txt differs in the sandbox"
         );
     }
@@ -253,7 +256,7 @@ fn a_sandbox_that_stops_answering_is_unavailable_within_the_timeout() {
     const TIMEOUT_SECS: u64 = 2;
     let server = AgentServer::start();
     super::set_token(VAR, server.token());
-    let m = Mounted::start(&super::sandbox_config(
+    let m = Daemon::mounted(&super::sandbox_config(
         "dev",
         &server.url(),
         &server.root(),

@@ -9,11 +9,6 @@
 
 mod crash;
 mod faults;
-mod support;
-
-use crate::fuse::support as fuse_support;
-use crate::git::servers as git_servers;
-use crate::sandbox::support as sandbox_support;
 
 /// `[sandboxes.<name>]` for a server at `url` whose root is `root`, its token in the variable
 /// `var`, with no retry and a request timeout of `timeout_secs`.

@@ -5,11 +5,9 @@
 //! refused a third, and takes a screenshot. The outcome is then checked where it matters: the daemon's API and the bare
 //! repository.
 //!
-//! The daemon and git server harnesses are the git tests' own (`tests/git/`). Nothing is skipped:
-//! a missing browser, node or playwright-core fails the test with what to install.
-
-use crate::git::daemon;
-use crate::git::servers;
+//! The daemon and the git server come from the shared harness (`Daemon::git`,
+//! `support::git_servers`). Nothing is skipped: a missing browser, node or playwright-core fails
+//! the test with what to install.
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::TcpStream;
@@ -19,8 +17,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use daemon::{Daemon, BIN};
-use servers::{BareRepo, GitDaemon};
+use crate::support::git_servers::{BareRepo, GitDaemon};
+use crate::support::{Daemon, BIN};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 const LIB: &str = "pub fn greeting() -> &'static str {\n    \"hello, world\"\n}\n";
@@ -126,7 +124,7 @@ fn playwright_dir() -> PathBuf {
 }
 
 fn require_browser() -> (PathBuf, PathBuf) {
-    let node = servers::require_tool("node", "nodejs");
+    let node = crate::support::tools::require_tool("node", "nodejs");
     assert!(
         Path::new(CHROMIUM).is_file(),
         "{CHROMIUM} is missing: install it with `apt-get install chromium` (make test does this)"
@@ -150,7 +148,7 @@ fn review_page_shows_diffs_discards_and_pushes_in_chromium() {
         ],
     );
     let server = GitDaemon::serve(&repo);
-    let d = Daemon::start("", None);
+    let d = Daemon::git("", None);
     d.ok("/v1/git/pull", json!({ "remote": server.url("proj") }));
 
     d.write("/workspace/proj/src/lib.rs", LIB_NEW);

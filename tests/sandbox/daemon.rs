@@ -4,196 +4,32 @@
 //! Tokens reach the daemon only through environment variables set on its process.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sandfs::client::{Client, ClientError};
 use sandfs::core::ErrorCode;
 use serde_json::{json, Value};
 
-use super::support::AgentServer;
+use crate::support::sandbox_agent::AgentServer;
+use crate::support::{Daemon, BIN};
 
-const BIN: &str = env!("CARGO_BIN_EXE_sandfs");
 /// The variables holding the tokens, in the daemon's environment only.
 const TOKEN_A: &str = "SANDFS_TEST_SANDBOX_TOKEN_A";
 const TOKEN_B: &str = "SANDFS_TEST_SANDBOX_TOKEN_B";
 
-struct Daemon {
-    child: Option<Child>,
-    dir: tempfile::TempDir,
-    socket: PathBuf,
-    config: PathBuf,
-    log: PathBuf,
-    env: Vec<(String, String)>,
-    rt: tokio::runtime::Runtime,
-}
-
-impl Daemon {
-    /// Starts a daemon (sandboxed zones under a temp dir) with `extra` config appended and
-    /// `env` in its (otherwise cleared) environment.
-    fn start(extra: &str, env: &[(&str, &str)]) -> Daemon {
-        let dir = tempfile::Builder::new()
-            .prefix("sandfs-sbx")
-            .tempdir()
-            .unwrap();
-        let socket = dir.path().join("run/s.sock");
-        let config = dir.path().join("config.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "state_dir = \"state\"\nsocket = \"{}\"\n\
-                 [api]\nsandbox_token_envs = [\"{TOKEN_A}\", \"{TOKEN_B}\", \"SANDFS_TEST_UNSET_VAR\"]\n\
-                 [zones]\nroot = \"root\"\n{extra}",
-                socket.display()
-            ),
-        )
-        .unwrap();
-        std::fs::create_dir_all(dir.path().join("home")).unwrap();
-        let mut d = Daemon {
-            child: None,
-            log: dir.path().join("daemon.log"),
-            dir,
-            socket,
-            config,
-            env: env
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            rt: tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap(),
-        };
-        d.spawn();
-        d
-    }
-
-    fn spawn(&mut self) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .unwrap();
-        let mut cmd = Command::new(BIN);
-        cmd.args(["serve", "--no-mount", "--config"])
-            .arg(&self.config)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", self.dir.path().join("home"))
-            .env("RUST_LOG", "info")
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdout(Stdio::null())
-            .stderr(log);
-        self.child = Some(cmd.spawn().unwrap());
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if std::os::unix::net::UnixStream::connect(&self.socket).is_ok() {
-                return;
-            }
-            if let Some(st) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("daemon exited with {st}: {}", self.log_text());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("daemon did not listen within 20 s: {}", self.log_text());
-    }
-
-    /// Stops the daemon (SIGTERM) and starts it again on the same state.
-    fn restart(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = rustix::process::kill_process(
-                rustix::process::Pid::from_child(&c),
-                rustix::process::Signal::TERM,
-            );
-            let _ = c.wait();
-        }
-        let _ = std::fs::remove_file(&self.socket);
-        self.spawn();
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn workspace(&self) -> PathBuf {
-        self.dir.path().join("root/workspace")
-    }
-
-    fn post(&self, route: &str, body: Value) -> Result<Value, (ErrorCode, String)> {
-        let c = Client::new(&self.socket);
-        self.rt
-            .block_on(c.post::<_, Value>(route, &body))
-            .map_err(|e| match e {
-                ClientError::Api { code, message, .. } => (code, message),
-                other => panic!("{route}: {other}\n{}", self.log_text()),
-            })
-    }
-
-    fn ok(&self, route: &str, body: Value) -> Value {
-        self.post(route, body.clone())
-            .unwrap_or_else(|e| panic!("{route} {body}: {e:?}\n{}", self.log_text()))
-    }
-
-    fn err(&self, route: &str, body: Value) -> (ErrorCode, String) {
-        match self.post(route, body.clone()) {
-            Ok(v) => panic!("{route} {body} succeeded: {v}"),
-            Err(e) => e,
-        }
-    }
-
-    /// Runs the CLI against this daemon.
-    fn cli(&self, args: &[&str]) -> Output {
-        Command::new(BIN)
-            .arg("--socket")
-            .arg(&self.socket)
-            .args(args)
-            .env_remove(TOKEN_A)
-            .env_remove(TOKEN_B)
-            .output()
-            .unwrap()
-    }
-
-    /// Runs the CLI with `--json`; the command must succeed and print one JSON value.
-    fn cli_json(&self, args: &[&str]) -> Value {
-        let mut all = vec!["--json"];
-        all.extend_from_slice(args);
-        let out = self.cli(&all);
-        assert!(
-            out.status.success(),
-            "sandfs {args:?}: {}\n{}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr),
-            self.log_text()
-        );
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-            panic!(
-                "sandfs {args:?} printed no JSON ({e}): {}",
-                String::from_utf8_lossy(&out.stdout)
-            )
-        })
-    }
-
-    /// Returns the sandbox `name` as `GET /v1/sandboxes` lists it.
-    fn sandbox(&self, name: &str) -> Value {
-        let c = Client::new(&self.socket);
-        let list: Value = self.rt.block_on(c.get("/v1/sandboxes")).unwrap();
-        list["sandboxes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|s| s["name"] == name)
-            .unwrap_or_else(|| panic!("no sandbox {name} in {list}"))
-            .clone()
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
+/// Starts a daemon (sandboxed zones under a temp dir, not mounted) with `extra` config appended
+/// and `env` in its otherwise cleared environment; its log runs on across restarts.
+fn daemon(extra: &str, env: &[(&str, &str)]) -> Daemon {
+    Daemon::options()
+        .prefix("sandfs-sbx")
+        .config(&format!(
+            "[api]\nsandbox_token_envs = [\"{TOKEN_A}\", \"{TOKEN_B}\", \"SANDFS_TEST_UNSET_VAR\"]\n\
+             [zones]\nroot = \"root\"\n{extra}"
+        ))
+        .hermetic()
+        .envs(env)
+        .append_log()
+        .start()
 }
 
 /// `[sandboxes.<name>]` for `server`, its token in `var`, with short retries and timeouts.
@@ -209,7 +45,7 @@ fn sandbox_config(name: &str, server: &AgentServer, var: &str) -> String {
 fn sandboxes_are_added_checked_and_mirrored_and_survive_a_restart() {
     let a = AgentServer::start();
     let b = AgentServer::start();
-    let mut d = Daemon::start(
+    let mut d = daemon(
         &sandbox_config("dev", &a, TOKEN_A),
         &[(TOKEN_A, a.token()), (TOKEN_B, b.token())],
     );
@@ -301,10 +137,11 @@ fn sandboxes_are_added_checked_and_mirrored_and_survive_a_restart() {
     );
 
     // The API streams progress when asked, ending with the summary.
-    let c = Client::new(&d.socket);
+    let c = d.client();
     let mut phases = Vec::new();
-    let streamed: Value =
-        d.rt.block_on(c.post_progress(
+    let streamed: Value = d
+        .rt()
+        .block_on(c.post_progress(
             "/v1/mirror/push",
             &json!({"sandbox": "dev", "progress": true}),
             |p| phases.push(p["phase"].as_str().unwrap_or("").to_string()),
@@ -320,8 +157,9 @@ fn sandboxes_are_added_checked_and_mirrored_and_survive_a_restart() {
     );
     let cache_copy = format!("{}-cache", a.root());
     let mut lines: Vec<Value> = Vec::new();
-    let streamed: Value =
-        d.rt.block_on(c.post_progress(
+    let streamed: Value = d
+        .rt()
+        .block_on(c.post_progress(
             "/v1/mirror/push",
             &json!({"sandbox": "dev", "zone": "cache", "to": cache_copy, "progress": true}),
             |p| lines.push(p.clone()),
@@ -391,32 +229,13 @@ fn sandboxes_are_added_checked_and_mirrored_and_survive_a_restart() {
     assert_eq!(out.status.code(), Some(3), "NOT_FOUND exits 3");
 
     // The tokens are in no log line and no state file.
-    let mut written = std::fs::read(&d.log).unwrap();
-    for e in walk(&d.dir.path().join("state")) {
-        written.extend(std::fs::read(e).unwrap_or_default());
-    }
+    let written = d.everything_written();
     for t in [a.token(), b.token()] {
         assert!(
             !written.windows(t.len()).any(|w| w == t.as_bytes()),
             "a token was written"
         );
     }
-}
-
-fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                out.push(p);
-            }
-        }
-    }
-    out
 }
 
 #[test]
@@ -428,7 +247,7 @@ fn a_wrong_token_is_auth_failed_at_once_and_never_retried() {
         server.url(),
         server.root()
     );
-    let d = Daemon::start(&config, &[(TOKEN_A, "wrong-token-42")]);
+    let d = daemon(&config, &[(TOKEN_A, "wrong-token-42")]);
     let started = Instant::now();
     let (code, msg) = d.err("/v1/sandboxes/check", json!({"name": "dev"}));
     assert_eq!(code, ErrorCode::AuthFailed, "{msg}");
@@ -462,7 +281,7 @@ fn a_wrong_token_is_auth_failed_at_once_and_never_retried() {
 fn a_server_down_is_unavailable_in_time_and_recovers() {
     let a = AgentServer::start();
     let mut b = AgentServer::start();
-    let d = Daemon::start(
+    let d = daemon(
         &sandbox_config("dev", &a, TOKEN_A),
         &[(TOKEN_A, a.token()), (TOKEN_B, b.token())],
     );
@@ -535,7 +354,7 @@ fn a_server_down_is_unavailable_in_time_and_recovers() {
 #[test]
 fn mirror_push_watch_pushes_each_settled_change_until_interrupted() {
     let a = AgentServer::start();
-    let d = Daemon::start(&sandbox_config("dev", &a, TOKEN_A), &[(TOKEN_A, a.token())]);
+    let d = daemon(&sandbox_config("dev", &a, TOKEN_A), &[(TOKEN_A, a.token())]);
     d.ok(
         "/v1/fs/write",
         json!({"path": "/workspace/first.txt", "content": "one\n"}),

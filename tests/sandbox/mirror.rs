@@ -12,7 +12,8 @@ use sandfs::sandbox::mirror::{self, Manifest, MirrorOptions};
 use sandfs::sandbox::{ExecRequest, RemoteFs};
 use sandfs::state::Db;
 
-use super::support::{noise, AgentServer};
+use crate::support::rng::noise;
+use crate::support::sandbox_agent::AgentServer;
 
 fn opts() -> MirrorOptions {
     MirrorOptions {

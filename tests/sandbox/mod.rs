@@ -1,24 +1,23 @@
 //! Tests of the `sandbox-agent` provider against the real sandbox-agent 0.4.2 server (--no-telemetry),
-//! started by `support` inside a loopback-only network namespace (run with `make test`, or see
-//! `support::require_loopback_only` for the command). The server runs on this machine, so each
+//! started by `crate::support::sandbox_agent` inside a loopback-only network namespace (run with
+//! `make test`, or see `sandbox_agent::require_loopback_only` for the command). The server runs on this machine, so each
 //! test checks with `std::fs` what the provider did, not only what the provider says.
 
 mod daemon;
-use crate::fuse::support as fuse_support;
 mod mirror;
-pub mod support;
 mod zone;
 
 use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 use std::time::{Duration, Instant};
 
+use crate::support::rng::noise;
+use crate::support::sandbox_agent::{self, AgentServer};
 use bytes::Bytes;
 use sandfs::core::{EntryKind, ErrorCode};
 use sandfs::sandbox::{
     BatchItem, ExecRequest, HashAlgo, MetaUpdate, RemoteError, RemoteFs, SandboxAgent, Token,
 };
-use support::{noise, AgentServer};
 
 /// Returns the code of an expected error, with the value in the message when it was not one.
 fn code<T: std::fmt::Debug>(result: Result<T, RemoteError>) -> ErrorCode {
@@ -654,7 +653,7 @@ async fn a_hung_server_times_out_and_recovers() {
 /// code read until the timeout, gigabytes).
 #[tokio::test]
 async fn an_endless_answer_ends_at_the_cap() {
-    let server = support::HostileServer::start(|_| support::Answer::Endless);
+    let server = sandbox_agent::HostileServer::start(|_| sandbox_agent::Answer::Endless);
     let cap = 1 << 20;
     let fs = server.provider(cap);
     for (op, result) in [
@@ -685,15 +684,15 @@ async fn an_endless_answer_ends_at_the_cap() {
 /// skips them, so neither the mount nor the API (remote zones) nor the mirror ever sees them.
 #[tokio::test]
 async fn bad_names_in_a_listing_are_skipped() {
-    let server = support::HostileServer::start(|line| {
+    let server = sandbox_agent::HostileServer::start(|line| {
         if line.contains("/v1/processes/run") {
             // The walk: `find -printf` records, one climbing out, one with an empty component.
-            return support::Answer::Json(
+            return sandbox_agent::Answer::Json(
                 r#"{"exitCode":0,"stdout":"f 644 1 1.0 ../evil\u0000\u0000f 644 1 1.0 a//b\u0000\u0000f 644 1 1.0 d/ok\u0000\u0000"}"#
                     .into(),
             );
         }
-        support::Answer::Json(
+        sandbox_agent::Answer::Json(
             r#"[{"name":"..","entryType":"directory"},{"name":"a/b","entryType":"file"},
                 {"name":"x\u0000y","entryType":"file"},{"name":"","entryType":"file"},
                 {"name":".","entryType":"directory"},{"name":"ok.txt","entryType":"file","size":2}]"#

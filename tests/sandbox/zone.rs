@@ -8,12 +8,12 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use sandfs::client::{Client, ClientError};
 use sandfs::core::ErrorCode;
 use serde_json::{json, Value};
 
-use super::fuse_support::Mounted;
-use super::support::{noise, AgentServer};
+use crate::support::rng::noise;
+use crate::support::sandbox_agent::AgentServer;
+use crate::support::Daemon;
 
 const TOKEN: &str = "SANDFS_TEST_ZONE_TOKEN";
 
@@ -28,41 +28,18 @@ fn zone_config(server: &AgentServer) -> String {
     )
 }
 
-struct Api {
-    client: Client,
-    rt: tokio::runtime::Runtime,
+/// A mounted daemon whose workspace is `server`'s, the token in its environment only.
+fn start(server: &AgentServer) -> Daemon {
+    mounted(&zone_config(server), server)
 }
 
-impl Api {
-    fn new(socket: &Path) -> Api {
-        Api {
-            client: Client::new(socket),
-            rt: tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap(),
-        }
-    }
-
-    fn post(&self, route: &str, body: Value) -> Result<Value, (ErrorCode, String)> {
-        self.rt
-            .block_on(self.client.post::<_, Value>(route, &body))
-            .map_err(|e| match e {
-                ClientError::Api { code, message, .. } => (code, message),
-                other => panic!("{route}: {other}"),
-            })
-    }
-
-    fn ok(&self, route: &str, body: Value) -> Value {
-        self.post(route, body.clone())
-            .unwrap_or_else(|e| panic!("{route} {body}: {e:?}"))
-    }
-}
-
-fn start(server: &AgentServer) -> (Mounted, Api) {
-    let m = Mounted::start_with_env(&zone_config(server), &[(TOKEN, server.token())]);
-    let api = Api::new(&m.socket);
-    (m, api)
+fn mounted(config: &str, server: &AgentServer) -> Daemon {
+    Daemon::options()
+        .prefix("sandfs-fuse")
+        .mount()
+        .extra(config)
+        .env(TOKEN, server.token())
+        .start()
 }
 
 #[test]
@@ -72,12 +49,12 @@ fn a_sandbox_directory_is_the_workspace_through_the_api_and_the_mount() {
     std::fs::write(work.join("hello.txt"), "hello\n").unwrap();
     std::fs::create_dir_all(work.join("src")).unwrap();
     std::fs::write(work.join("src/lib.rs"), "fn alpha() {}\nfn beta() {}\n").unwrap();
-    let (m, api) = start(&server);
+    let m = start(&server);
 
     // The API reads, lists, searches and changes the sandbox's files.
-    let r = api.ok("/v1/fs/read", json!({"path": "/workspace/hello.txt"}));
+    let r = m.ok("/v1/fs/read", json!({"path": "/workspace/hello.txt"}));
     assert_eq!(r["content"], "hello\n", "{r}");
-    let l = api.ok("/v1/fs/list", json!({"path": "/workspace"}));
+    let l = m.ok("/v1/fs/list", json!({"path": "/workspace"}));
     let names: Vec<&str> = l["entries"]
         .as_array()
         .unwrap()
@@ -85,7 +62,7 @@ fn a_sandbox_directory_is_the_workspace_through_the_api_and_the_mount() {
         .map(|e| e["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["hello.txt", "src"], "{l}");
-    api.ok(
+    m.ok(
         "/v1/fs/write",
         json!({"path": "/workspace/new/deep.txt", "content": "deep\n"}),
     );
@@ -93,7 +70,7 @@ fn a_sandbox_directory_is_the_workspace_through_the_api_and_the_mount() {
         std::fs::read_to_string(work.join("new/deep.txt")).unwrap(),
         "deep\n"
     );
-    let e = api.ok(
+    let e = m.ok(
         "/v1/fs/edit",
         json!({"path": "/workspace/hello.txt", "old": "hello", "new": "hello world"}),
     );
@@ -102,21 +79,21 @@ fn a_sandbox_directory_is_the_workspace_through_the_api_and_the_mount() {
         std::fs::read_to_string(work.join("hello.txt")).unwrap(),
         "hello world\n"
     );
-    let g = api.ok("/v1/fs/glob", json!({"pattern": "*.rs"}));
+    let g = m.ok("/v1/fs/glob", json!({"pattern": "*.rs"}));
     assert_eq!(g["matches"][0]["path"], "/workspace/src/lib.rs", "{g}");
-    let g = api.ok("/v1/fs/grep", json!({"pattern": "fn b\\w+"}));
+    let g = m.ok("/v1/fs/grep", json!({"pattern": "fn b\\w+"}));
     assert_eq!(g["lines"][0]["path"], "/workspace/src/lib.rs", "{g}");
     assert_eq!(g["lines"][0]["line"], 2, "{g}");
-    api.ok(
+    m.ok(
         "/v1/fs/move",
         json!({"from": "/workspace/new/deep.txt", "to": "/workspace/moved.txt"}),
     );
     assert!(work.join("moved.txt").is_file() && !work.join("new/deep.txt").exists());
     // An empty directory is deleted without `recursive`.
-    api.ok("/v1/fs/delete", json!({"path": "/workspace/new"}));
+    m.ok("/v1/fs/delete", json!({"path": "/workspace/new"}));
     assert!(!work.join("new").exists());
-    let (code, _) = api
-        .post("/v1/fs/read", json!({"path": "/workspace/missing.txt"}))
+    let (code, _) = m
+        .call("/v1/fs/read", json!({"path": "/workspace/missing.txt"}))
         .unwrap_err();
     assert_eq!(code, ErrorCode::NotFound);
 
@@ -201,10 +178,7 @@ fn a_sandbox_directory_is_the_workspace_through_the_api_and_the_mount() {
         "changed in the sandbox\n"
     );
     // The journal names what the mount and the API did.
-    let log: Value = api
-        .rt
-        .block_on(api.client.get("/v1/log?limit=100"))
-        .expect("GET /v1/log");
+    let log: Value = m.get("/v1/log?limit=100");
     let text = log.to_string();
     for p in ["from-mount.txt", "moved.txt", "hello.txt"] {
         assert!(text.contains(p), "{p} not in the journal: {text}");
@@ -215,7 +189,7 @@ fn a_sandbox_directory_is_the_workspace_through_the_api_and_the_mount() {
 fn a_sandbox_that_stops_answering_gives_sandbox_unavailable_and_eio_never_a_hang() {
     let server = AgentServer::start();
     std::fs::write(server.work().join("a.txt"), "a\n").unwrap();
-    let (m, api) = start(&server);
+    let m = start(&server);
     assert_eq!(
         std::fs::read_to_string(m.ws().join("a.txt")).unwrap(),
         "a\n"
@@ -224,8 +198,8 @@ fn a_sandbox_that_stops_answering_gives_sandbox_unavailable_and_eio_never_a_hang
     server.pause();
     std::thread::sleep(Duration::from_millis(300)); // the 200 ms attribute TTL runs out
     let t = Instant::now();
-    let (code, msg) = api
-        .post("/v1/fs/read", json!({"path": "/workspace/a.txt"}))
+    let (code, msg) = m
+        .call("/v1/fs/read", json!({"path": "/workspace/a.txt"}))
         .unwrap_err();
     assert_eq!(code, ErrorCode::SandboxUnavailable, "{msg}");
     assert!(msg.contains("dev"), "the error names the sandbox: {msg}");
@@ -253,7 +227,7 @@ fn a_sandbox_that_stops_answering_gives_sandbox_unavailable_and_eio_never_a_hang
     // Back up: everything works again, nothing was lost.
     server.resume();
     std::thread::sleep(Duration::from_millis(300));
-    let r = api.ok("/v1/fs/read", json!({"path": "/workspace/a.txt"}));
+    let r = m.ok("/v1/fs/read", json!({"path": "/workspace/a.txt"}));
     assert_eq!(r["content"], "a\n");
     std::fs::write(m.ws().join("b.txt"), "b\n").unwrap();
     assert_eq!(
@@ -273,7 +247,7 @@ fn close(f: std::fs::File) -> std::io::Result<()> {
 }
 
 /// The files in the daemon's durable write-back queue of the workspace.
-fn queued(m: &Mounted) -> Vec<String> {
+fn queued(m: &Daemon) -> Vec<String> {
     let dir = m.dir.path().join("state/remote-spool/workspace/pending");
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .map(|d| {
@@ -297,10 +271,8 @@ fn arrives(path: &Path, want: &str) -> bool {
     false
 }
 
-fn status(api: &Api) -> Value {
-    api.rt
-        .block_on(api.client.get::<Value>("/v1/status"))
-        .expect("GET /v1/status")
+fn status(m: &Daemon) -> Value {
+    m.get("/v1/status")
 }
 
 #[test]
@@ -308,7 +280,7 @@ fn a_write_back_the_sandbox_misses_is_queued_reported_and_delivered_even_after_a
     use std::io::Write as _;
     let server = AgentServer::start();
     let work = server.work();
-    let (mut m, api) = start(&server);
+    let mut m = start(&server);
 
     // Created while the sandbox answers, written and closed while it does not.
     let mut f = std::fs::File::create(m.ws().join("kept.txt")).unwrap();
@@ -336,13 +308,13 @@ fn a_write_back_the_sandbox_misses_is_queued_reported_and_delivered_even_after_a
         .unwrap(),
         "not lost\n"
     );
-    let s = status(&api);
+    let s = status(&m);
     assert_eq!(
         s["pending_write_backs"][0]["path"], "/workspace/kept.txt",
         "{s}"
     );
     assert_eq!(s["pending_write_backs"][0]["bytes"], 9, "{s}");
-    let text = m.cli(&["status"]);
+    let text = m.cli_ok(&["status"]);
     assert!(text.contains("pending  /workspace/kept.txt"), "{text}");
 
     // The sandbox comes back: the queue delivers it, and the journal says so.
@@ -357,11 +329,8 @@ fn a_write_back_the_sandbox_misses_is_queued_reported_and_delivered_even_after_a
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(queued(&m).is_empty(), "{:?}", queued(&m));
-    assert_eq!(status(&api)["pending_write_backs"], json!([]));
-    let log: Value = api
-        .rt
-        .block_on(api.client.get("/v1/log?limit=100"))
-        .expect("GET /v1/log");
+    assert_eq!(status(&m)["pending_write_backs"], json!([]));
+    let log: Value = m.get("/v1/log?limit=100");
     let ops: Vec<String> = log["entries"]
         .as_array()
         .unwrap_or(&Vec::new())
@@ -387,7 +356,7 @@ fn a_write_back_the_sandbox_misses_is_queued_reported_and_delivered_even_after_a
         "",
         "nothing sent it before the restart"
     );
-    m.spawn();
+    m.respawn();
     assert!(
         arrives(&work.join("survives.txt"), "after a restart\n"),
         "never delivered after the restart: {}",
@@ -406,7 +375,7 @@ fn peak_kib(pid: u32) -> u64 {
 fn a_big_file_written_through_the_mount_is_streamed_to_the_sandbox() {
     use std::io::Write as _;
     let server = AgentServer::start();
-    let (m, _api) = start(&server);
+    let m = start(&server);
     let before = peak_kib(m.pid());
     // 48 MiB, written in 1 MiB pieces: the daemon's spool file holds it, and the write-back
     // reads it piece by piece (it used to read the whole file into memory at every flush).
@@ -440,15 +409,14 @@ fn remote_grep_streams_each_file_stops_at_the_limit_and_names_what_it_skips() {
     let work = server.work();
     std::fs::write(work.join("many.txt"), "hit\n".repeat(100_000)).unwrap();
     std::fs::write(work.join("huge.txt"), "hit ".repeat(1 << 19)).unwrap(); // 2 MiB
-    let m = Mounted::start_with_env(
+    let m = mounted(
         &format!(
             "{}[limits]\nmax_read_bytes = 1048576\n",
             zone_config(&server)
         ),
-        &[(TOKEN, server.token())],
+        &server,
     );
-    let api = Api::new(&m.socket);
-    let g = api.ok("/v1/fs/grep", json!({"pattern": "hit", "limit": 3}));
+    let g = m.ok("/v1/fs/grep", json!({"pattern": "hit", "limit": 3}));
     assert_eq!(g["lines"].as_array().unwrap().len(), 3, "{g}");
     assert_eq!(
         (g["total"].as_u64(), g["truncated"].as_bool()),

@@ -11,8 +11,9 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::json;
 
-use super::agent::random_hex;
-use super::support::{code, Daemon};
+use crate::support::api::code;
+use crate::support::tools::random_hex;
+use crate::support::Daemon;
 
 /// A loopback server answering every request with `answer` (built from its own port), recording
 /// each request's head (request line and headers).

@@ -7,8 +7,9 @@ use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
 
-use super::agent::AgentServer;
-use super::support::{code, Daemon, BIN};
+use crate::support::api::code;
+use crate::support::sandbox_agent::AgentServer;
+use crate::support::{Daemon, BIN};
 
 /// Sends `requests` (JSON-RPC lines) to `sandfs mcp` and returns the answer with id `want`.
 fn mcp_call(d: &Daemon, requests: &[Value], want: u64) -> Value {
@@ -145,7 +146,7 @@ fn a_mirror_pull_of_a_symlink_to_etc_never_reads_etc() {
 /// API refuses the same path.
 #[test]
 fn a_symlink_out_through_the_mount_is_never_followed_by_the_daemon() {
-    let m = super::mount::Mounted::start("");
+    let m = Daemon::mounted("");
     let outside = m.dir.path().join("outside");
     std::fs::create_dir_all(&outside).unwrap();
     std::fs::write(outside.join("secret.txt"), "TOP-SECRET\n").unwrap();
@@ -155,7 +156,7 @@ fn a_symlink_out_through_the_mount_is_never_followed_by_the_daemon() {
     // Stored verbatim in the backing directory.
     assert_eq!(std::fs::read_link(ws.join("out")).unwrap(), outside);
     assert_eq!(
-        std::fs::read_link(m.backing("workspace").join("out")).unwrap(),
+        std::fs::read_link(m.zone_dir("workspace").join("out")).unwrap(),
         outside
     );
     // The kernel follows it for this process (which may read `outside` anyway).

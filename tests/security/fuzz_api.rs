@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::support::{require_tool, Daemon};
+use crate::support::tools::require_tool;
+use crate::support::Daemon;
 
 /// The schemathesis version `.ci/install-deps test` pins.
 const SCHEMATHESIS_VERSION: &str = "4.32.5";

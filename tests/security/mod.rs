@@ -10,11 +10,8 @@
 //! Run as root inside the loopback-only namespace (`make test`, or
 //! `cargo test --test main --no-run && .ci/netns cargo test --offline --test main security::`).
 
-use crate::sandbox::support as agent;
 mod creds;
 mod escape;
 mod fuzz_api;
-use crate::fuse::support as mount;
 mod secrets;
 mod socket;
-use crate::api::support;

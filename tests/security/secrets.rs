@@ -9,8 +9,10 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::json;
 
-use super::agent::{random_hex, AgentServer};
-use super::support::{code, Daemon};
+use crate::support::api::code;
+use crate::support::sandbox_agent::AgentServer;
+use crate::support::tools::random_hex;
+use crate::support::Daemon;
 
 /// Every file under `dir`, read whole (the state database, its WAL and everything else).
 fn files_under(dir: &Path, out: &mut Vec<(String, Vec<u8>)>) {

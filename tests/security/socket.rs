@@ -4,7 +4,8 @@
 use std::os::unix::fs::PermissionsExt as _;
 use std::process::Command;
 
-use super::support::{require_tool, Daemon};
+use crate::support::tools::require_tool;
+use crate::support::Daemon;
 
 fn mode(path: &std::path::Path) -> u32 {
     std::fs::metadata(path).unwrap().permissions().mode() & 0o7777

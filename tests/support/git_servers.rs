@@ -1,4 +1,5 @@
-//! Real git servers on loopback for the git sync tests, driven only through the `git` CLI and
+//! Real git servers on loopback for the tests of git sync (the git, review, load and reliability
+//! areas), driven only through the `git` CLI and
 //! Debian's `lighttpd` (no Rust git library here, so the harness cannot share a bug with the code
 //! under test).
 //!
@@ -14,7 +15,7 @@
 //! Every server listens on `127.0.0.1` on a free port picked at start (never a fixed one), is
 //! started in its own process group, and is killed (the whole group, `SIGKILL`) and reaped by PID
 //! when its handle is dropped — also when the test panics. A missing tool fails the test with the
-//! Debian package to install ([`require_tool`]); nothing is ever skipped.
+//! Debian package to install ([`require_tool`](super::tools::require_tool)); nothing is ever skipped.
 //!
 //! Every `git` child process runs with a hermetic environment ([`git_command`]): the
 //! environment is cleared except `PATH`, `HOME` is an empty directory, `GIT_CONFIG_NOSYSTEM=1`,
@@ -34,18 +35,17 @@
 //! // drop order: servers first (declared last), then the repo
 //! ```
 
-// The scenario tests use parts of this API that the smoke tests do not.
-#![allow(dead_code)]
-
 use std::fmt::Write as _;
 use std::io::Read as _;
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::os::unix::fs::PermissionsExt as _;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Component, Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+use super::tools::{free_port, is_executable, random_hex, require_tool};
 
 /// Name used for commits made by the harness (`user.name`).
 pub const COMMITTER_NAME: &str = "sandfs-test";
@@ -60,36 +60,6 @@ const START_ATTEMPTS: usize = 5;
 // ---------------------------------------------------------------------------------------------
 // Tools and the hermetic git environment
 // ---------------------------------------------------------------------------------------------
-
-/// Returns the path of the executable `cmd`, looked up on `PATH` and then in `/usr/local/sbin`,
-/// `/usr/sbin` and `/sbin` (where Debian puts daemons such as `lighttpd`, often missing from a
-/// non-root `PATH`).
-///
-/// # Panics
-/// When it is not installed, with "`cmd` is not installed: install it with `apt-get install
-/// <debian_pkg>` (make test does this)". Tests must fail loudly, never skip.
-pub fn require_tool(cmd: &str, debian_pkg: &str) -> PathBuf {
-    find_tool(cmd).unwrap_or_else(|| {
-        panic!(
-            "`{cmd}` is not installed: install it with `apt-get install {debian_pkg}` \
-             (make test does this)"
-        )
-    })
-}
-
-fn find_tool(cmd: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/local/sbin", "/usr/sbin", "/sbin"].map(PathBuf::from))
-        .map(|dir| dir.join(cmd))
-        .find(|p| is_executable(p))
-}
-
-fn is_executable(p: &Path) -> bool {
-    std::fs::metadata(p)
-        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        .unwrap_or(false)
-}
 
 /// The `git` executable (checked once per process).
 fn git_bin() -> &'static Path {
@@ -644,14 +614,6 @@ fn listens_on(pgid: u32, port: u16) -> bool {
     })
 }
 
-/// A port that was free on 127.0.0.1 a moment ago (bound to port 0, then released).
-fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|l| l.local_addr())
-        .expect("cannot bind 127.0.0.1:0")
-        .port()
-}
-
 fn port_clash(log: &str) -> bool {
     log.contains("Address already in use") || log.contains("unable to allocate")
 }
@@ -762,7 +724,9 @@ impl GitDaemon {
         self.proc.pid()
     }
 
-    /// What the daemon wrote to stdout/stderr so far (one line per connection, errors).
+    /// What the daemon wrote to stdout/stderr so far (one line per connection, errors): for
+    /// debugging a failing test, which no test needs now.
+    #[allow(dead_code)]
     pub fn log(&self) -> String {
         read_lossy(&self.log)
     }
@@ -815,7 +779,7 @@ impl HttpGit {
             std::fs::create_dir(dir.join(sub)).unwrap();
         }
         let user = "sandfs".to_string();
-        let password = random_token();
+        let password = random_hex();
         std::fs::write(dir.join("users"), format!("{user}:{password}\n")).unwrap();
 
         let conf = dir.join("lighttpd.conf");
@@ -911,7 +875,8 @@ impl HttpGit {
     }
 
     /// lighttpd's error log so far (startup messages, and everything http-backend and the hooks
-    /// wrote to stderr).
+    /// wrote to stderr): for debugging a failing test, which no test needs now.
+    #[allow(dead_code)]
     pub fn error_log(&self) -> String {
         read_lossy(&self.tmp.path().join("error.log"))
     }
@@ -989,18 +954,6 @@ $HTTP["url"] =~ "^/git" {{
         users = lp(&dir.join("users")),
         backend = lp(backend),
     )
-}
-
-/// 32 hex characters from /dev/urandom.
-fn random_token() -> String {
-    let mut bytes = [0u8; 16];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .expect("cannot read /dev/urandom");
-    bytes.iter().fold(String::new(), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
 }
 
 /// Standard base64 with padding.

@@ -1,5 +1,6 @@
-//! Helpers of the reliability tests: an API client that never panics on a dead daemon, a seeded
-//! random source, a fault-injecting TCP proxy, a size-limited tmpfs, and checks over zones.
+//! Faults to inject under a daemon: [`Proxy`], a TCP proxy on 127.0.0.1 that can cut its
+//! connections mid-stream ([`Fault`]) and move to another target, and [`Tmpfs`], a size-limited
+//! tmpfs (root only) to fill a disk. Both are undone on drop. Used by the reliability tests.
 
 use std::io::{Read as _, Write as _};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -8,122 +9,6 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-use sandfs::client::{Client, ClientError};
-use sandfs::core::ErrorCode;
-use serde_json::Value;
-
-/// An API error as the tests see it: the code and message, or `None` for a transport failure
-/// (the daemon died or the socket is gone).
-pub type ApiResult = Result<Value, (Option<ErrorCode>, String)>;
-
-/// A blocking client of one daemon socket.
-pub struct Api {
-    socket: PathBuf,
-    rt: tokio::runtime::Runtime,
-}
-
-impl Api {
-    pub fn new(socket: &Path) -> Api {
-        Api {
-            socket: socket.to_path_buf(),
-            rt: tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap(),
-        }
-    }
-
-    /// POSTs JSON; the answer, or the error's code (None when no answer came) and message.
-    pub fn post(&self, route: &str, body: &Value) -> ApiResult {
-        let c = Client::new(&self.socket);
-        self.rt
-            .block_on(c.post::<_, Value>(route, body))
-            .map_err(|e| match e {
-                ClientError::Api { code, message, .. } => (Some(code), message),
-                other => (None, other.to_string()),
-            })
-    }
-
-    /// Like `post`, but the call must succeed.
-    pub fn ok(&self, route: &str, body: Value) -> Value {
-        self.post(route, &body)
-            .unwrap_or_else(|e| panic!("{route} {body}: {e:?}"))
-    }
-
-    /// Like `post`, but the call must fail with an API error; returns its code and message.
-    pub fn err(&self, route: &str, body: Value) -> (ErrorCode, String) {
-        match self.post(route, &body) {
-            Ok(v) => panic!("{route} {body} succeeded: {v}"),
-            Err((Some(code), msg)) => (code, msg),
-            Err((None, msg)) => panic!("{route} {body}: no answer from the daemon: {msg}"),
-        }
-    }
-}
-
-/// xorshift64*: a seeded, reproducible random source.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed | 1)
-    }
-
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    /// A number in `lo..hi`.
-    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo)
-    }
-
-    /// `len` printable bytes.
-    pub fn text(&mut self, len: usize) -> String {
-        (0..len)
-            .map(|i| {
-                if i % 64 == 63 {
-                    '\n'
-                } else {
-                    (b'a' + (self.next() % 26) as u8) as char
-                }
-            })
-            .collect()
-    }
-}
-
-/// Returns a seed from `$SANDFS_RELIABILITY_SEED`, else from the clock.
-pub fn seed() -> u64 {
-    std::env::var("SANDFS_RELIABILITY_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        })
-}
-
-/// Every `.sandfs-tmp-*` file beneath `dir`.
-pub fn temp_files(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let Ok(ft) = e.file_type() else { continue };
-            if ft.is_dir() {
-                stack.push(e.path());
-            } else if e.file_name().to_string_lossy().starts_with(".sandfs-tmp-") {
-                out.push(e.path());
-            }
-        }
-    }
-    out
-}
 
 /// What a [`Proxy`] does to the connections it forwards.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

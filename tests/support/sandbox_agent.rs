@@ -1,4 +1,5 @@
-//! The real `sandbox-agent` 0.4.2 server for the sandbox tests, started with --no-telemetry:
+//! The real `sandbox-agent` 0.4.2 server for the tests that mirror to a sandbox (the sandbox,
+//! reliability and security areas), started with --no-telemetry:
 //! the only safe way (`--token`, 127.0.0.1, a loopback-only namespace).
 //!
 //! sandbox-agent beacons to the internet unless told not to, and some of its routes download
@@ -23,6 +24,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sandfs::sandbox::{SandboxAgent, SandboxAgentConfig, Token};
+
+use super::tools::{free_port, random_hex};
 
 /// The version the provider was measured against.
 pub const AGENT_VERSION: &str = "0.4.2";
@@ -92,15 +95,6 @@ pub fn agent_binary() -> PathBuf {
         bin.display()
     );
     bin
-}
-
-/// Returns 32 random hex digits.
-pub fn random_hex() -> String {
-    let mut bytes = [0u8; 16];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .expect("read /dev/urandom");
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// One running sandbox-agent (--token, --no-telemetry, 127.0.0.1) with its temp dir.
@@ -283,29 +277,6 @@ impl Drop for AgentServer {
     fn drop(&mut self) {
         self.kill();
     }
-}
-
-/// Returns a TCP port on 127.0.0.1 that was free a moment ago.
-fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
-
-/// Returns `len` pseudo-random bytes (xorshift, seeded), so large files are not compressible
-/// patterns and a misplaced chunk cannot go unnoticed.
-pub fn noise(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out.extend_from_slice(&x.to_le_bytes());
-    }
-    out.truncate(len);
-    out
 }
 
 /// What a [`HostileServer`] answers to one request.

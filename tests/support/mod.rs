@@ -1,0 +1,31 @@
+//! The one test harness, shared by every area as `crate::support::…`:
+//!
+//! * [`daemon`]: [`Daemon`], the one starter of `sandfs serve` (with or without its mount,
+//!   inherited or hermetic environment, tokens, fd limit), and [`daemon::serve_command`], the
+//!   only place the tests build that command; the daemon driven by CLI, curl and the client.
+//! * [`mount`]: FUSE checks, whether a path is mounted, the lazy unmount after a crash.
+//! * [`git_servers`]: bare repositories, `git daemon` and `git http-backend` behind lighttpd on
+//!   loopback, and the hermetic `git` CLI.
+//! * [`sandbox_agent`]: the real sandbox-agent, started safely (`--token`, `--no-telemetry`,
+//!   127.0.0.1, temp HOME, cleared environment, loopback-only namespace checked first), and a
+//!   hostile fake one.
+//! * [`api`]: a blocking API client that survives a dead daemon; the code of an error body.
+//! * [`faults`]: a connection-cutting TCP proxy and a size-limited tmpfs.
+//! * [`rng`]: seeded randomness and noise.
+//! * [`files`]: snapshots and walks of what a daemon left on disk.
+//! * [`tools`]: installed programs (`require_tool`, `which`), free ports, random tokens.
+//!
+//! Every process a harness starts is killed and reaped when its handle drops, also when the
+//! test panics; a missing tool fails the test, naming what to install: nothing is skipped.
+
+pub mod api;
+pub mod daemon;
+pub mod faults;
+pub mod files;
+pub mod git_servers;
+pub mod mount;
+pub mod rng;
+pub mod sandbox_agent;
+pub mod tools;
+
+pub use daemon::{Daemon, BIN};
