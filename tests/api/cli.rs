@@ -421,7 +421,7 @@ fn every_subcommand_exits_quietly_when_its_output_is_closed() {
 
 /// Journal rows as (via, op, path), oldest first.
 fn journal_rows(d: &Daemon) -> Vec<(String, String, String)> {
-    let log = json(&d.ok(&["--json", "log", "--limit", "1000"]));
+    let log = json(&d.cli_ok(&["--json", "log", "--limit", "1000"]));
     let mut rows: Vec<(String, String, String)> = log["entries"]
         .as_array()
         .unwrap()
@@ -440,13 +440,13 @@ fn changes_beside_sandfs_are_journaled_by_the_watcher_and_its_own_are_not() {
     // No mount: the watcher is the daemon's, not the mount's.
     let d = Daemon::start("");
     let ws = d.zone_dir("workspace");
-    d.ok(&["write", "/workspace/api.txt", "one"]);
-    d.ok(&["write", "/workspace/deep/er/api2.txt", "two"]);
-    d.ok(&["edit", "/workspace/api.txt", "one", "uno"]);
-    d.ok(&["mkdir", "/workspace/tree"]);
-    d.ok(&["mkdir", "/workspace/tree/sub"]);
-    d.ok(&["write", "/workspace/tree/sub/x.txt", "x"]);
-    d.ok(&["rm", "-r", "/workspace/tree"]);
+    d.cli_ok(&["write", "/workspace/api.txt", "one"]);
+    d.cli_ok(&["write", "/workspace/deep/er/api2.txt", "two"]);
+    d.cli_ok(&["edit", "/workspace/api.txt", "one", "uno"]);
+    d.cli_ok(&["mkdir", "/workspace/tree"]);
+    d.cli_ok(&["mkdir", "/workspace/tree/sub"]);
+    d.cli_ok(&["write", "/workspace/tree/sub/x.txt", "x"]);
+    d.cli_ok(&["rm", "-r", "/workspace/tree"]);
     // Beside sandfs: an editor, a build, `rm` on the zone's directory.
     std::fs::write(ws.join("beside.txt"), "made beside").unwrap();
     std::fs::create_dir_all(ws.join("gen/out")).unwrap();

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::fuse::support::{Mounted, BIN};
-use crate::sandbox::support::AgentServer;
+use crate::support::sandbox_agent::AgentServer;
+use crate::support::{Daemon as Mounted, BIN};
 
 /// `sandfs mcp` against a daemon's socket, spoken to as an MCP client does (newline-delimited
 /// JSON-RPC on stdio).
@@ -129,7 +129,7 @@ fn errno<T: std::fmt::Debug>(r: std::io::Result<T>) -> i32 {
 
 /// Journal rows (via, op, path, pid), newest first.
 fn journal(m: &Mounted) -> Vec<(String, String, String, u64)> {
-    let log: Value = serde_json::from_str(&m.cli(&["--json", "log", "--limit", "200"])).unwrap();
+    let log: Value = serde_json::from_str(&m.cli_ok(&["--json", "log", "--limit", "200"])).unwrap();
     log["entries"]
         .as_array()
         .unwrap()
@@ -147,8 +147,8 @@ fn journal(m: &Mounted) -> Vec<(String, String, String, u64)> {
 
 #[test]
 fn read_only_is_refused_alike_by_the_api_mcp_and_the_mount() {
-    let m = Mounted::start("[zones.cache]\nread_only = true\n");
-    std::fs::write(m.backing("cache").join("r.txt"), "data").unwrap();
+    let m = Mounted::mounted("[zones.cache]\nread_only = true\n");
+    std::fs::write(m.zone_dir("cache").join("r.txt"), "data").unwrap();
     let mut mcp = Mcp::start(&m.socket);
 
     let e = api(&m, &["write", "/cache/r.txt", "api"]).unwrap_err();
@@ -186,10 +186,10 @@ fn read_only_is_refused_alike_by_the_api_mcp_and_the_mount() {
         "data"
     );
     assert_eq!(
-        std::fs::read_to_string(m.backing("cache").join("r.txt")).unwrap(),
+        std::fs::read_to_string(m.zone_dir("cache").join("r.txt")).unwrap(),
         "data"
     );
-    assert!(!m.backing("cache").join("d").exists());
+    assert!(!m.zone_dir("cache").join("d").exists());
     assert!(
         journal(&m).iter().all(|r| r.2 != "r.txt" && r.2 != "d"),
         "a refused change was journaled: {:?}",
@@ -199,10 +199,10 @@ fn read_only_is_refused_alike_by_the_api_mcp_and_the_mount() {
 
 #[test]
 fn a_file_hard_linked_from_outside_is_refused_alike_by_the_api_mcp_and_the_mount() {
-    let m = Mounted::start("");
+    let m = Mounted::mounted("");
     let outside = m.dir.path().join("outside-secret.txt");
     std::fs::write(&outside, "SECRET\n").unwrap();
-    std::fs::hard_link(&outside, m.backing("workspace").join("h.txt")).unwrap();
+    std::fs::hard_link(&outside, m.zone_dir("workspace").join("h.txt")).unwrap();
     let mut mcp = Mcp::start(&m.socket);
 
     let e = api(&m, &["read", "/workspace/h.txt"]).unwrap_err();
@@ -247,7 +247,7 @@ fn a_file_hard_linked_from_outside_is_refused_alike_by_the_api_mcp_and_the_mount
 
 #[test]
 fn every_change_is_journaled_with_who_made_it_through_the_api_mcp_and_the_mount() {
-    let m = Mounted::start("");
+    let m = Mounted::mounted("");
     let mut mcp = Mcp::start(&m.socket);
     api(&m, &["write", "/workspace/by-api.txt", "a"]).unwrap();
     mcp.call(
@@ -262,7 +262,7 @@ fn every_change_is_journaled_with_who_made_it_through_the_api_mcp_and_the_mount(
         .unwrap();
     let writer_pid = writer.id();
     assert!(writer.wait_with_output().unwrap().status.success());
-    std::fs::write(m.backing("workspace").join("beside.txt"), "b").unwrap();
+    std::fs::write(m.zone_dir("workspace").join("beside.txt"), "b").unwrap();
 
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -309,17 +309,19 @@ fn every_change_is_journaled_with_who_made_it_through_the_api_mcp_and_the_mount(
 fn a_sandbox_file_over_the_size_limit_is_refused_alike_by_the_api_mcp_and_the_mount() {
     let server = AgentServer::start();
     let token = server.token().to_string();
-    let m = Mounted::start_with_env(
-        &format!(
+    let m = Mounted::options()
+        .prefix("sandfs-fuse")
+        .mount()
+        .extra(&format!(
             "[limits]\nsandbox_file_bytes = 4096\n\
              [zones.workspace]\nsandbox = \"dev\"\npath = \"{}\"\nattr_ttl_ms = 200\n\
              [sandboxes.dev]\nprovider = \"sandbox-agent\"\nurl = \"{}\"\n\
              token_env = \"SANDFS_RULES_TOKEN\"\nrequest_timeout_secs = 5\n",
             server.root(),
             server.url()
-        ),
-        &[("SANDFS_RULES_TOKEN", token.as_str())],
-    );
+        ))
+        .env("SANDFS_RULES_TOKEN", &token)
+        .start();
     std::fs::write(server.work().join("big.txt"), "x".repeat(8192)).unwrap();
     std::fs::write(server.work().join("small.txt"), "small").unwrap();
     let mut mcp = Mcp::start(&m.socket);

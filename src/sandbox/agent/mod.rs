@@ -91,7 +91,7 @@ const EXIT_IS_DIR: i32 = 21;
 /// Exit code of the helper scripts for "not there".
 const EXIT_MISSING: i32 = walk::EXIT_NOT_FOUND;
 
-/// How to reach one sandbox-agent (running with a token; see `tests/sandbox/support.rs` for the flags).
+/// How to reach one sandbox-agent (running with a token; see `tests/support/sandbox_agent.rs` for the flags).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SandboxAgentConfig {
     /// Base URL (`http://127.0.0.1:2468`, `https://sandbox.example/agent`).
