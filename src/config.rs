@@ -3,6 +3,9 @@
 //! A [`ConfigFile`] is what serde reads (unknown keys rejected); [`Settings`] is the validated,
 //! fully resolved result the daemon and the CLI use. Every rejected value names its key and the
 //! rule it broke. The repository's `config.toml` is the embedded default, byte for byte.
+//!
+//! Owns the config file and the zone names ([`ZoneId`]). Imports nothing of sandfs: every other
+//! room may import it (`tests/rules` checks the imports).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

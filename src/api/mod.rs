@@ -4,6 +4,9 @@
 //! turn the result or the [`FsError`](crate::core::FsError) into JSON. The OpenAPI document in
 //! `openapi.json` beside this file is served verbatim at `/v1/openapi.json`; a test keeps it and
 //! the router in step.
+//!
+//! Owns the HTTP routes and their error codes. May import `core`, `git`, `sandbox`, `state` and
+//! `config`; never `cli`, `fuse`, `mcp`, `review` or `daemon` (`tests/rules` checks the imports).
 
 mod body;
 mod error;

@@ -3,6 +3,9 @@
 //! One file per subcommand under `cmd/`, each a `clap::Args` struct whose doc comments are its
 //! help. Output is for people by default and JSON with `--json`. Exit codes depend on the class of
 //! the error (see [`exit_code`]), never on message text.
+//!
+//! Owns the command line: parsing, output and exit codes. It talks to the daemon only through
+//! `client`; `serve` hands over to `daemon`. No room imports it.
 
 mod cmd;
 mod output;

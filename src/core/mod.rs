@@ -6,6 +6,11 @@
 //! [`provider`] defines what a directory inside a sandbox must offer ([`provider::RemoteFs`]);
 //! the providers that offer it live in `crate::sandbox`. A zone may be served from a directory
 //! inside a sandbox through one ([`remote_zone`]); the operations then go to the sandbox.
+//!
+//! Owns the filesystem: paths and their jail, local zones by descriptor ([`node`]) and sandbox
+//! zones by path ([`sandbox_node`]), the API's operations, and each rule in one function
+//! (docs/architecture.md). May import only `state` and `config`: no adapter, no `git`, no
+//! `sandbox`, no `fuser` (`tests/rules` checks the imports).
 
 pub mod error;
 pub mod foreign;

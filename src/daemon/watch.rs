@@ -5,7 +5,7 @@
 //! A `notify` watcher (inotify) reports changed paths of every local zone; one thread looks at
 //! each. A change sandfs made itself (any entry point: [`crate::core::own`]) is skipped. Any
 //! other goes at once to the core's listeners (the mount's invalidation: `Zones::changed_beside`)
-//! and, once it has been quiet for [`SETTLE`] and still is not sandfs's own (an API write is
+//! and, once it has been quiet for `SETTLE` and still is not sandfs's own (an API write is
 //! noted as its own right after its rename, which inotify may report first), into the journal:
 //! `delete` when the path is gone, `write` for a file or symlink that is there. Directories that
 //! exist are not journaled (the files in them are); sandfs's temp names are never looked at.
@@ -13,7 +13,7 @@
 //! A directory that appears beside sandfs is read through at once (inotify watches a new
 //! directory only after it exists, so what a build put in it first would be missed). Opening,
 //! reading and closing change nothing and are not watched. A path changed many times in
-//! a burst is journaled once. The pending set is bounded ([`MAX_PENDING`]); past it, further
+//! a burst is journaled once. The pending set is bounded (`MAX_PENDING`); past it, further
 //! paths still invalidate but are journaled only as a count in the log.
 //!
 //! Owns the watch and its thread; may not be imported by anything but `daemon`.
@@ -179,7 +179,7 @@ impl Beside {
         }
     }
 
-    /// Journals the paths quiet for [`SETTLE`] that are still not sandfs's own.
+    /// Journals the paths quiet for `SETTLE` that are still not sandfs's own.
     fn journal_settled(&mut self, now: Instant) {
         let settled: Vec<PathBuf> = self
             .pending

@@ -3,6 +3,10 @@
 //! `<mount>/cache` and `<mount>/workspace` are the zones; `fs` answers the kernel, `inodes` maps
 //! inode numbers to backing fds, `invalidate` keeps the kernel's caches honest. Mounting handles a
 //! stale mount left by a crash (lazy unmount, then mount again); dropping a [`Mount`] unmounts.
+//!
+//! Owns the kernel's business only: decoding requests, inode numbers, handles, TTLs, passthrough
+//! and invalidation. Every operation on a zone is the core's. May import `core`, `state` and
+//! `config`; never `api`, `git`, `sandbox` or `daemon` (`tests/rules` checks the imports).
 
 mod fs;
 mod inodes;

@@ -15,6 +15,9 @@
 //! keeps the service, the helpers they share and the path rules. [`error`] holds the failures
 //! the operations share, [`remote`] talks to git servers, [`diff`] reads and writes patches,
 //! [`pr`] opens pull requests, [`prune`] sweeps staging leftovers.
+//!
+//! May import `core`, `state` and `config`; never an adapter or `sandbox` (`tests/rules` checks
+//! the imports).
 
 pub mod diff;
 mod discard;

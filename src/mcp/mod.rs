@@ -12,6 +12,9 @@
 //!
 //! Pushing is a person's decision: the `git_push` tool exists only when the config says
 //! `[mcp] allow_push = true`; without it no tool reaches `/v1/git/push`.
+//!
+//! Owns the MCP tools and their descriptions. Reaches the daemon only through `client`; may
+//! import `core`'s types besides (`tests/rules` checks the imports).
 
 mod params;
 

@@ -13,6 +13,9 @@
 //! sent with a strict Content-Security-Policy (scripts and styles only from this server, no
 //! inline script, no framing) and `Referrer-Policy: no-referrer`, so the token does not leak
 //! through links; all content from the daemon is HTML-escaped by [`render`].
+//!
+//! Owns the review page. Reaches the daemon through `client`; may import `git`'s staged-commit
+//! types and diff reader and `core`'s types (`tests/rules` checks the imports).
 
 pub mod render;
 

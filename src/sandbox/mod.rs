@@ -6,6 +6,9 @@
 //! `sandbox-agent` server (with `--token` and `--no-telemetry`). [`mirror`] keeps a zone and a sandbox directory in step;
 //! [`registry`] names the sandboxes, keeps their sessions (in the state database) and
 //! serialises the runs against each.
+//!
+//! May import `core`, `state` and `config`; never an adapter or `git` (`tests/rules` checks the
+//! imports).
 
 pub mod agent;
 pub mod mirror;

@@ -3,6 +3,8 @@
 //! [`Db`] owns one connection behind a mutex (writes are short; WAL lets readers of other
 //! connections proceed). Migrations are an ordered list of SQL batches; `user_version` records how
 //! many have run, so opening an older database upgrades it in place and a newer one is refused.
+//!
+//! Owns the SQLite database. May import only `config` (`tests/rules` checks the imports).
 
 mod git;
 mod journal;

@@ -367,3 +367,66 @@ fn a_sandbox_file_over_the_size_limit_is_refused_alike_by_the_api_mcp_and_the_mo
         8192
     );
 }
+
+/// What each room of `src/` may import from the others (docs/architecture.md): dependencies point
+/// down only, and no adapter reaches around the core.
+const ALLOWED: &[(&str, &[&str])] = &[
+    ("config", &[]),
+    ("state", &["config"]),
+    ("core", &["config", "state"]),
+    ("git", &["config", "core", "state"]),
+    ("sandbox", &["config", "core", "state"]),
+    ("fuse", &["config", "core", "state"]),
+    ("api", &["config", "core", "git", "sandbox", "state"]),
+    ("client", &["core"]),
+    ("mcp", &["client", "core"]),
+    ("review", &["client", "core", "git"]),
+];
+
+#[test]
+fn each_room_imports_only_the_rooms_below_it() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut broken = Vec::new();
+    for (room, allowed) in ALLOWED {
+        let dir = src.join(room);
+        let files: Vec<std::path::PathBuf> = if dir.is_dir() {
+            walk(&dir)
+        } else {
+            vec![src.join(format!("{room}.rs"))]
+        };
+        assert!(!files.is_empty(), "no source for room {room}");
+        for f in files {
+            let text = std::fs::read_to_string(&f).unwrap();
+            for (n, line) in text.lines().enumerate() {
+                let code = line.split("//").next().unwrap_or_default();
+                for (i, _) in code.match_indices("crate::") {
+                    let used: String = code[i + 7..]
+                        .chars()
+                        .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                        .collect();
+                    if used != *room && !allowed.contains(&used.as_str()) {
+                        broken.push(format!("{}:{}: {room} imports {used}", f.display(), n + 1));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        broken.is_empty(),
+        "imports against docs/architecture.md:\n{}",
+        broken.join("\n")
+    );
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+    out
+}
