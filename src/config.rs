@@ -120,6 +120,9 @@ pub struct Limits {
     pub sandbox_listing_bytes: u64,
     /// Largest file downloaded from a sandbox; mirror pull skips and reports larger ones.
     pub sandbox_file_bytes: u64,
+    /// Largest file a git pull takes from a repository (libgit2 reads a blob whole); larger ones
+    /// are skipped and reported.
+    pub git_blob_bytes: u64,
 }
 
 impl Default for Limits {
@@ -132,6 +135,7 @@ impl Default for Limits {
             sandbox_answer_bytes: 16 << 20,
             sandbox_listing_bytes: 256 << 20,
             sandbox_file_bytes: 4 << 30,
+            git_blob_bytes: 256 << 20,
         }
     }
 }
@@ -803,6 +807,7 @@ fn resolve(
             64 << 10,
         ),
         ("limits.sandbox_file_bytes", l.sandbox_file_bytes, 1),
+        ("limits.git_blob_bytes", l.git_blob_bytes, 1),
     ] {
         if v < min {
             return Err(bad(key, format!("{v} must be at least {min}")));

@@ -533,7 +533,17 @@ mod tests {
     /// Zones under `dir/z`, a git service over them, and a pull request of `dir/up.git` (made
     /// with `first`) into /workspace/r, pulled once.
     fn pulled(dir: &Path, first: &[(&str, &str)]) -> (Arc<Zones>, Git, PullRequest) {
-        let settings = Settings::from_str("[zones]\nroot = \"z\"\n", "test", dir, None).unwrap();
+        pulled_with(dir, first, "")
+    }
+
+    /// [`pulled`] with `extra` appended to the config.
+    fn pulled_with(
+        dir: &Path,
+        first: &[(&str, &str)],
+        extra: &str,
+    ) -> (Arc<Zones>, Git, PullRequest) {
+        let config = format!("[zones]\nroot = \"z\"\n{extra}");
+        let settings = Settings::from_str(&config, "test", dir, None).unwrap();
         let zones = Arc::new(
             Zones::open(
                 &settings,
@@ -642,6 +652,35 @@ mod tests {
             .unwrap()
             .to_string();
         assert_eq!(zones.db().repo_by_dir("r").unwrap().unwrap().base, head);
+    }
+
+    #[test]
+    fn a_file_over_the_blob_limit_is_skipped_unread_and_the_rest_lands() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = "x".repeat(5000);
+        let (zones, git, req) = pulled_with(
+            dir.path(),
+            &[("a.txt", "a1\n")],
+            "[limits]\ngit_blob_bytes = 4096\n",
+        );
+        commit_files(dir.path(), &[("a.txt", "a2\n"), ("big.bin", &big)]);
+        let r = git.pull(&req, &|_| {}).unwrap();
+        assert_eq!(r.written, 1, "{r:?}");
+        assert_eq!(
+            zones
+                .read("/workspace/r/a.txt", None, None)
+                .unwrap()
+                .content,
+            "a2\n"
+        );
+        assert_eq!(r.skipped.len(), 1, "{r:?}");
+        assert_eq!(r.skipped[0].path, "/workspace/r/big.bin");
+        assert!(
+            r.skipped[0].reason.contains("5000 bytes")
+                && r.skipped[0].reason.contains("limits.git_blob_bytes"),
+            "{r:?}"
+        );
+        assert!(!dir.path().join("z/workspace/r/big.bin").exists());
     }
 
     #[test]

@@ -266,8 +266,10 @@ impl Git {
         let mut links = LinkResolver::new();
         for (path, (oid, mode)) in &upstream {
             if *mode == MODE_LINK {
-                let blob = mirror.find_blob(*oid).map_err(libgit2("read blob"))?;
-                links.add(path, &String::from_utf8_lossy(blob.content()));
+                // A link's target is a path: one longer than PATH_MAX is no link to follow.
+                if let Ok(blob) = capped_blob(&mirror, *oid, LINK_MAX)? {
+                    links.add(path, &String::from_utf8_lossy(blob.content()));
+                }
             }
         }
         for p in &paths {
@@ -296,6 +298,7 @@ impl Git {
             None => HashSet::new(),
         };
         let origin = origin_git();
+        let blob_max = self.zones.limits().git_blob_bytes;
         let mut rows = Vec::with_capacity(upstream.len());
         let mut conflicts = Vec::new();
         let (mut written, mut deleted, mut unchanged) = (0, 0, 0);
@@ -432,8 +435,14 @@ impl Git {
                     continue;
                 }
                 let mut changed_meanwhile = None;
+                let blob = match capped_blob(&mirror, *oid, blob_max)? {
+                    Ok(blob) => blob,
+                    Err(reason) => {
+                        skipped.push(PathNote { path: v, reason });
+                        continue;
+                    }
+                };
                 if untouched {
-                    let blob = mirror.find_blob(*oid).map_err(libgit2("read blob"))?;
                     match self.write_entry(&v, &dir, path, blob.content(), *mode, seen, &links) {
                         Ok(()) => {
                             written += 1;
@@ -448,7 +457,6 @@ impl Git {
                     }
                 }
                 {
-                    let blob = mirror.find_blob(*oid).map_err(libgit2("read blob"))?;
                     let upstream_copy = self.save_upstream(&dir, path, blob.content());
                     conflicts.push(PullConflict {
                         path: v,
@@ -546,4 +554,27 @@ impl Git {
             }
         }
     }
+}
+
+/// Longest symlink target a pull reads (Linux's `PATH_MAX`).
+const LINK_MAX: u64 = 4096;
+
+/// Reads blob `oid` unless it is over `max` bytes. libgit2 reads a blob whole (a packed object
+/// cannot be streamed), so its size is looked up first in the object's header; a larger one is
+/// `Err(why)`, never loaded: a hostile repository's huge file costs no memory.
+fn capped_blob(
+    mirror: &git2::Repository,
+    oid: git2::Oid,
+    max: u64,
+) -> Result<Result<git2::Blob<'_>, String>, Libgit2Error> {
+    let (size, _) = mirror
+        .odb()
+        .and_then(|odb| odb.read_header(oid))
+        .map_err(libgit2("read blob header"))?;
+    if size as u64 > max {
+        return Ok(Err(format!(
+            "{size} bytes, over limits.git_blob_bytes ({max}); not pulled"
+        )));
+    }
+    mirror.find_blob(oid).map(Ok).map_err(libgit2("read blob"))
 }
