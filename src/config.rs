@@ -198,11 +198,16 @@ impl Default for GitSection {
 pub struct JournalSection {
     /// Days a journal row (and a discarded staged commit) is kept; 0 keeps them forever.
     pub keep_days: u32,
+    /// Watch the local zones' directories and journal changes made beside sandfs.
+    pub watch: bool,
 }
 
 impl Default for JournalSection {
     fn default() -> Self {
-        JournalSection { keep_days: 30 }
+        JournalSection {
+            keep_days: 30,
+            watch: true,
+        }
     }
 }
 

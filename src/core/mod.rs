@@ -134,6 +134,12 @@ pub struct ZoneOpenError {
 pub trait ChangeListener: Send + Sync {
     /// `paths` are backing paths: the changed entry, and a move's destination.
     fn changed(&self, paths: &[PathBuf]);
+
+    /// Told about a change made beside sandfs, found by the daemon's watcher (one event per
+    /// path, so a directory made above it has an event of its own).
+    fn changed_beside(&self, paths: &[PathBuf]) {
+        self.changed(paths)
+    }
 }
 
 /// Names a registered [`ChangeListener`], to remove it again.
@@ -324,7 +330,7 @@ impl Zones {
     /// the daemon's watcher: `paths` are backing paths.
     pub fn changed_beside(&self, paths: &[PathBuf]) {
         for (_, l) in self.listeners.read().expect("not poisoned").iter() {
-            l.changed(paths);
+            l.changed_beside(paths);
         }
     }
 

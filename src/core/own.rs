@@ -137,7 +137,15 @@ impl OwnChanges {
     /// it or, when it is gone, sandfs removed it (or a directory above it), or the nearest
     /// directory above it that still exists is as sandfs left it.
     pub fn is_own_change(&self, path: &Path) -> bool {
-        if rustix::fs::lstat(path).is_err() {
+        self.is_own_change_at(path, rustix::fs::lstat(path).ok().as_ref())
+    }
+
+    /// [`OwnChanges::is_own_change`] with the entry's `lstat` already taken (`None`: gone).
+    pub fn is_own_change_at(&self, path: &Path, st: Option<&Stat>) -> bool {
+        if let Some(st) = st {
+            return self.is_own(st);
+        }
+        {
             let removed = self.removed.lock().expect("not poisoned");
             if !removed.is_empty()
                 && path.ancestors().any(|a| {
@@ -149,7 +157,7 @@ impl OwnChanges {
                 return true;
             }
         }
-        let mut at = Some(path);
+        let mut at = path.parent();
         while let Some(p) = at {
             if let Ok(st) = rustix::fs::lstat(p) {
                 return self.is_own(&st);

@@ -68,7 +68,13 @@ pub fn run(settings: Settings, no_mount: bool) -> anyhow::Result<()> {
     crate::core::remote_zone::spawn_write_back_retries(&zones)?;
     raise_fd_limit();
     // Changes made beside sandfs are journaled (and reach the mount) as long as this lives.
-    let _watcher = match watch::Watcher::start(zones.clone()) {
+    let watching = if settings.journal.watch {
+        watch::Watcher::start(zones.clone())
+    } else {
+        tracing::info!("journal.watch is off: changes made beside sandfs are not journaled");
+        Ok(None)
+    };
+    let _watcher = match watching {
         Ok(w) => w,
         Err(e) => {
             tracing::warn!(error = %e, "cannot watch the zones' directories: changes made beside sandfs are not journaled and show through the mount only after its cache times out");

@@ -18,7 +18,7 @@
 //!
 //! Owns the watch and its thread; may not be imported by anything but `daemon`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -97,6 +97,8 @@ struct Beside {
     roots: Vec<(ZoneId, PathBuf)>,
     /// Paths changed beside sandfs, by when they last changed.
     pending: HashMap<PathBuf, Instant>,
+    /// The same paths in the order they were first seen (one entry each).
+    order: VecDeque<(Instant, PathBuf)>,
     dropped: u64,
 }
 
@@ -106,6 +108,7 @@ impl Beside {
             zones,
             roots,
             pending: HashMap::new(),
+            order: VecDeque::new(),
             dropped: 0,
         }
     }
@@ -134,13 +137,17 @@ impl Beside {
 
     /// A change at `path`: passed on at once unless it is sandfs's own, journaled later.
     fn seen(&mut self, path: PathBuf) {
-        if is_temp(&path) || self.zones.own().is_own_change(&path) {
+        if is_temp(&path) {
+            return;
+        }
+        let st = rustix::fs::lstat(&path).ok();
+        if self.zones.own().is_own_change_at(&path, st.as_ref()) {
             return;
         }
         self.zones.changed_beside(std::slice::from_ref(&path));
         // A directory made (or moved in) beside sandfs may have been filled before inotify
         // watched it: what is in it now is part of the change.
-        if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir()) {
+        if st.is_some_and(|st| rustix::fs::FileType::from_raw_mode(st.st_mode).is_dir()) {
             self.scan(&path);
         }
         self.pend(path);
@@ -151,7 +158,15 @@ impl Beside {
             self.dropped += 1;
             return;
         }
-        self.pending.insert(path, Instant::now());
+        let now = Instant::now();
+        match self.pending.get_mut(&path) {
+            // Seen again: its entry in the queue is looked at again when it comes up.
+            Some(at) => *at = now,
+            None => {
+                self.pending.insert(path.clone(), now);
+                self.order.push_back((now, path));
+            }
+        }
     }
 
     /// Pends what is beneath the directory `dir` (never following a symlink), up to the bound.
@@ -180,14 +195,19 @@ impl Beside {
     }
 
     /// Journals the paths quiet for `SETTLE` that are still not sandfs's own.
+    /// Looks only at the oldest entries, so a burst costs each path once, not once per wake-up.
     fn journal_settled(&mut self, now: Instant) {
-        let settled: Vec<PathBuf> = self
-            .pending
-            .iter()
-            .filter(|(_, at)| now.duration_since(**at) >= SETTLE)
-            .map(|(p, _)| p.clone())
-            .collect();
-        for path in settled {
+        while let Some((at, _)) = self.order.front() {
+            if now.duration_since(*at) < SETTLE {
+                break;
+            }
+            let (_, path) = self.order.pop_front().expect("a front entry");
+            let last = self.pending[&path];
+            if now.duration_since(last) < SETTLE {
+                // Changed again since it was queued: back in line with its latest time.
+                self.order.push_back((last, path));
+                continue;
+            }
             self.pending.remove(&path);
             if self.zones.own().is_own_change(&path) {
                 continue;

@@ -37,6 +37,12 @@ impl ChangeListener for Direct {
             invalidate_new_ancestors(&self.inodes, &self.notifier, p);
         }
     }
+
+    fn changed_beside(&self, paths: &[PathBuf]) {
+        for p in paths {
+            invalidate(&self.inodes, &self.notifier, p);
+        }
+    }
 }
 
 /// A change may have created the directories above `path` (`mkdir -p`): the kernel may hold
