@@ -336,23 +336,12 @@ impl Zones {
 
     /// Journals a change made beside sandfs (found by the daemon's watcher) at `vp`.
     pub fn record_beside(&self, vp: &VPath, op: &str) {
-        let entry = JournalEntry {
-            time_ms: self.now_ms(),
-            zone: vp.zone().name(),
-            path: vp.rel(),
-            op,
-            bytes: None,
-            to_path: None,
-            origin: Origin {
-                via: Via::Watcher,
-                pid: None,
-                uid: None,
-            },
-            detail: None,
+        let origin = Origin {
+            via: Via::Watcher,
+            pid: None,
+            uid: None,
         };
-        if let Err(e) = self.db.journal_append(&entry) {
-            tracing::error!(path = %vp, op, error = %e, "could not record a change made beside sandfs");
-        }
+        self.journal(vp, op, None, None, origin, None);
     }
 
     /// Registers a listener for changes made through the operations (not through the mount).
@@ -428,37 +417,37 @@ impl Zones {
 
     /// Records an event that is not a file change (a git pull, stage or push) with what happened.
     pub fn record_event(&self, vp: &VPath, op: &str, detail: &str, origin: Origin) {
-        let entry = JournalEntry {
-            time_ms: self.now_ms(),
-            zone: vp.zone().name(),
-            path: vp.rel(),
-            op,
-            bytes: None,
-            to_path: None,
-            origin,
-            detail: Some(detail),
-        };
-        if let Err(e) = self.db.journal_append(&entry) {
-            tracing::error!(path = %vp, op, error = %e, "could not record an event in the journal");
-        }
+        self.journal(vp, op, None, None, origin, Some(detail));
     }
 
-    fn record(&self, vp: &VPath, op: &str, bytes: Option<u64>, to: Option<&VPath>, origin: Origin) {
-        let to_s = to.map(|t| t.rel().to_string());
+    /// Appends one journal row. What it records has happened already: a journal failure is
+    /// logged, never turned into the operation's error.
+    fn journal(
+        &self,
+        vp: &VPath,
+        op: &str,
+        bytes: Option<u64>,
+        to: Option<&VPath>,
+        origin: Origin,
+        detail: Option<&str>,
+    ) {
         let entry = JournalEntry {
             time_ms: self.now_ms(),
             zone: vp.zone().name(),
             path: vp.rel(),
             op,
             bytes,
-            to_path: to_s.as_deref(),
+            to_path: to.map(VPath::rel),
             origin,
-            detail: None,
+            detail,
         };
-        // The change itself has happened; a journal failure must not turn it into an error.
         if let Err(e) = self.db.journal_append(&entry) {
-            tracing::error!(path = %vp, op, error = %e, "could not record change in the journal");
+            tracing::error!(path = %vp, op, via = ?origin.via, error = %e, "could not record in the journal");
         }
+    }
+
+    fn record(&self, vp: &VPath, op: &str, bytes: Option<u64>, to: Option<&VPath>, origin: Origin) {
+        self.journal(vp, op, bytes, to, origin, None);
         // The mount saw its own changes (and noted them with the descriptors it holds);
         // everyone else's must reach its caches and be known as sandfs's own to the watcher.
         if origin.via != Via::Fuse {

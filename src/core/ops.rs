@@ -670,15 +670,10 @@ impl Zones {
     /// stored as given; every access through sandfs still resolves beneath the zone.
     pub fn symlink(&self, path: &str, target: &str, origin: Origin) -> FsResult<()> {
         let vp = path::parse_entry(path)?;
-        if target.is_empty() || target.contains('\0') {
-            return Err(FsError::invalid(
-                "symlink target",
-                "must be non-empty and contain no NUL",
-            ));
-        }
         if self.remote(&vp).is_some() {
             return self.sandbox_symlink(&vp, target, true, origin);
         }
+        check_symlink_target(target)?;
         let z = self.writable_local(&vp)?;
         let name = vp.name().expect("entry");
         let parent = z.ensure_parent(&vp)?;
@@ -772,12 +767,7 @@ impl Zones {
                 w.commit_locked(expect, "write", origin)
             }
             Replacement::Symlink(target) => {
-                if target.is_empty() || target.contains('\0') {
-                    return Err(FsError::invalid(
-                        "symlink target",
-                        "must be non-empty and contain no NUL",
-                    ));
-                }
+                check_symlink_target(target)?;
                 let name = vp.name().expect("entry");
                 let tmp = self.next_tmp_name();
                 rustix::fs::symlinkat(target, &parent, tmp.as_str())
@@ -1412,6 +1402,17 @@ impl AtomicWrite<'_> {
             created: !existing,
         })
     }
+}
+
+/// The rule for a symlink's target made through sandfs: non-empty, no NUL.
+pub(super) fn check_symlink_target(target: &str) -> FsResult<()> {
+    if target.is_empty() || target.contains('\0') {
+        return Err(FsError::invalid(
+            "symlink target",
+            "must be non-empty and contain no NUL",
+        ));
+    }
+    Ok(())
 }
 
 /// Removes `name` in `parent` and everything beneath it, never following a symlink.

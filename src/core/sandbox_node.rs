@@ -190,12 +190,7 @@ impl Zones {
         replace: bool,
         origin: Origin,
     ) -> FsResult<()> {
-        if target.is_empty() || target.contains('\0') {
-            return Err(FsError::invalid(
-                "symlink target",
-                "must be non-empty and contain no NUL",
-            ));
-        }
+        super::ops::check_symlink_target(target)?;
         let r = self.sandbox(vp)?;
         self.check_writable(vp)?;
         let _guard = self.locks.lock(vp);

@@ -37,8 +37,9 @@ const TMP_PREFIX: &str = ".sandfs-tmp-";
 
 /// A running watcher; dropping it stops the watch and its thread.
 pub struct Watcher {
+    /// Dropping it closes the channel, which ends the thread.
     _watcher: notify::RecommendedWatcher,
-    thread: Option<std::thread::JoinHandle<()>>,
+    _thread: std::thread::JoinHandle<()>,
 }
 
 impl Watcher {
@@ -79,15 +80,8 @@ impl Watcher {
             .map_err(notify::Error::io)?;
         Ok(Some(Watcher {
             _watcher: watcher,
-            thread: Some(thread),
+            _thread: thread,
         }))
-    }
-}
-
-impl Drop for Watcher {
-    fn drop(&mut self) {
-        // Dropping the watcher closes the channel, which ends the thread.
-        drop(self.thread.take());
     }
 }
 

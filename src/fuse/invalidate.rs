@@ -61,20 +61,19 @@ fn invalidate_new_ancestors(inodes: &Inodes, notifier: &Notifier, path: &Path) {
     }
 }
 
-/// The thread that evicts entries when the inode table is over its fd budget; dropping it stops
-/// the thread.
+/// The thread that evicts entries when the inode table is over its fd budget; it ends with the
+/// inode table.
 pub struct Evictor {
-    tx: Option<mpsc::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    _thread: std::thread::JoinHandle<()>,
 }
 
 impl Evictor {
     /// Evicts through `notifier` whenever `inodes` passes its budget.
     pub fn start(inodes: Arc<Inodes>, notifier: Notifier) -> std::io::Result<Evictor> {
         let (tx, rx) = mpsc::channel::<()>();
-        let evict_tx = Mutex::new(tx.clone());
+        let tx = Mutex::new(tx);
         inodes.set_pressure_hook(Box::new(move || {
-            let _ = evict_tx.lock().expect("not poisoned").send(());
+            let _ = tx.lock().expect("not poisoned").send(());
         }));
         let thread = std::thread::Builder::new()
             .name("sandfs-evict".into())
@@ -85,20 +84,8 @@ impl Evictor {
                     evict(&inodes, &notifier);
                 }
             })?;
-        Ok(Evictor {
-            tx: Some(tx),
-            thread: Some(thread),
-        })
-    }
-}
-
-impl Drop for Evictor {
-    fn drop(&mut self) {
-        // The pressure hook keeps a sender; the thread ends with the inode table.
-        self.tx.take();
-        if let Some(t) = self.thread.take() {
-            drop(t);
-        }
+        // The pressure hook holds the sender: the thread ends with the inode table.
+        Ok(Evictor { _thread: thread })
     }
 }
 

@@ -558,6 +558,8 @@ impl RemoteTree {
     ) -> Res<u64> {
         let rel = self.rel_of(ino)?;
         let vp = self.vpath(&rel)?;
+        // Checked before the copy is shared (the count below), as the core checks when it opens
+        // one: a refused open must not hold a copy.
         if write {
             self.zones.check_writable(&vp).map_err(|e| errno_of(&e))?;
         }

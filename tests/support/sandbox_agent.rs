@@ -66,7 +66,7 @@ pub fn require_loopback_only() {
 
 /// Returns the sandbox-agent binary: `$SANDBOX_AGENT_BIN`, else the one on `PATH`, else the
 /// places `.ci/install-deps test` installs it; checked to be version 0.4.2.
-pub fn agent_binary() -> PathBuf {
+fn agent_binary() -> PathBuf {
     let mut candidates: Vec<PathBuf> = Vec::new();
     if let Some(bin) = std::env::var_os("SANDBOX_AGENT_BIN") {
         candidates.push(bin.into());
@@ -81,10 +81,17 @@ pub fn agent_binary() -> PathBuf {
     let Some(bin) = candidates.into_iter().find(|p| p.is_file()) else {
         panic!("sandbox-agent is not installed: run `.ci/install-deps test` (it installs {AGENT_VERSION} from npm)");
     };
+    // `--version` starts no server and sends nothing; `--no-telemetry` is a flag of `server` only
+    // (the CLI refuses it here). It still runs only in the loopback-only namespace, with a cleared
+    // environment and a temp HOME, like the server.
+    require_loopback_only();
+    let home = tempfile::tempdir().expect("temp dir");
     let out = Command::new(&bin)
         .arg("--version")
         .env_clear()
+        .env("HOME", home.path())
         .env("PATH", "/usr/bin:/bin")
+        .current_dir(home.path())
         .output()
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.display()));
     let version = String::from_utf8_lossy(&out.stdout).trim().to_string();
@@ -108,7 +115,6 @@ pub struct AgentServer {
 impl AgentServer {
     /// Starts a server (after checking the network namespace) and waits until it answers.
     pub fn start() -> AgentServer {
-        require_loopback_only();
         let bin = agent_binary();
         let mut dir = tempfile::tempdir().expect("temp dir");
         let home = dir.path().join("home");

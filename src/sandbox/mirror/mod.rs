@@ -1027,23 +1027,36 @@ pub async fn pull(
                         summary.note_delete(opts, &m.path);
                     }
                 }
-            } else if let Some(z) = opts.zone.as_ref() {
-                // Through the core: what is there now is compared again under the path lock
-                // right before the unlink, so a write acknowledged after this check is kept.
-                let vp = z.path(&m.path)?.to_string();
-                let seen = z.zones.seen(&vp).map_err(fs_err(&m.path, "stat"))?;
-                let unchanged = local_unchanged(&tree, Some(&m), l.as_ref())?;
-                opts.report(MirrorProgress {
-                    phase: "delete",
-                    files_done: summary.deleted,
-                    ..Default::default()
-                });
-                let removed = unchanged
-                    && match z.zones.remove_entry(&vp, seen, ORIGIN) {
-                        Ok(()) => true,
-                        Err(FsError::Conflict { .. }) => false,
-                        Err(e) => return Err(fs_err(&m.path, "delete")(e)),
-                    };
+            } else {
+                let removed = match opts.zone.as_ref() {
+                    // Through the core: what is there now is compared again under the path lock
+                    // right before the unlink, so a write acknowledged after this check is kept
+                    // (and the core journals the removal).
+                    Some(z) => {
+                        let vp = z.path(&m.path)?.to_string();
+                        let seen = z.zones.seen(&vp).map_err(fs_err(&m.path, "stat"))?;
+                        let unchanged = local_unchanged(&tree, Some(&m), l.as_ref())?;
+                        opts.report(MirrorProgress {
+                            phase: "delete",
+                            files_done: summary.deleted,
+                            ..Default::default()
+                        });
+                        unchanged
+                            && match z.zones.remove_entry(&vp, seen, ORIGIN) {
+                                Ok(()) => true,
+                                Err(FsError::Conflict { .. }) => false,
+                                Err(e) => return Err(fs_err(&m.path, "delete")(e)),
+                            }
+                    }
+                    None => {
+                        let unchanged = local_unchanged(&tree, Some(&m), l.as_ref())?;
+                        if unchanged {
+                            tree.remove(&m.path, false)
+                                .map_err(local_err(&m.path, "delete"))?;
+                        }
+                        unchanged
+                    }
+                };
                 if removed {
                     summary.deleted += 1;
                     summary.changed.push((m.path.clone(), "delete", None));
@@ -1056,19 +1069,6 @@ pub async fn pull(
                         remote_copy: None,
                     });
                 }
-            } else if local_unchanged(&tree, Some(&m), l.as_ref())? {
-                tree.remove(&m.path, false)
-                    .map_err(local_err(&m.path, "delete"))?;
-                summary.deleted += 1;
-                summary.note_delete(opts, &m.path);
-            } else {
-                summary.conflicts.push(Conflict {
-                    path: m.path.clone(),
-                    reason:
-                        "deleted in the sandbox and changed locally (kept; the next push sends it)"
-                            .into(),
-                    remote_copy: None,
-                });
             }
         }
         manifest.commit(Vec::new(), vec![m.path.clone()])?;
