@@ -28,6 +28,7 @@ pub mod remote_zone;
 pub mod retention;
 pub mod sandbox_node;
 mod search;
+pub mod store;
 pub mod zone;
 
 use std::path::PathBuf;
@@ -38,14 +39,15 @@ use serde::{Deserialize, Serialize};
 
 pub use error::{ErrorCode, FsError, FsResult};
 pub use ops::{
-    EditResult, Entry, ExistsResult, Identity, ListResult, ReadResult, Replacement, ResolveResult,
-    Seen, StatResult, WriteResult,
+    EditResult, Entry, ExistsResult, ListResult, ReadResult, Replacement, ResolveResult,
+    StatResult, WriteResult,
 };
 pub use path::{Target, VPath, ZoneId};
 pub use search::{
     GlobMatch, GlobOptions, GlobResult, GrepCount, GrepLine, GrepMode, GrepOptions, GrepResult,
     LineKind,
 };
+pub use store::{Identity, Seen};
 
 use crate::config::{Backing, Limits, Settings};
 use crate::state::{Db, JournalEntry, Origin, Via};
@@ -313,6 +315,19 @@ impl Zones {
         }
     }
 
+    /// Returns the storage of the zone holding `vp`, whatever backs it, or `ZONE_UNAVAILABLE`.
+    pub fn store(&self, vp: &VPath) -> FsResult<&dyn store::Store> {
+        match self.zone(vp.zone()) {
+            Zone::Local(z) => Ok(z),
+            Zone::Remote(r) => Ok(&**r),
+            Zone::Disabled(reason) => Err(FsError::ZoneUnavailable {
+                path: vp.to_string(),
+                zone: vp.zone().name().into(),
+                reason: reason.clone(),
+            }),
+        }
+    }
+
     /// Returns the remote zone holding `vp`, when its zone is served from a sandbox.
     pub fn remote(&self, vp: &VPath) -> Option<&RemoteZone> {
         match self.zone(vp.zone()) {
@@ -396,11 +411,6 @@ impl Zones {
         if let Ok(st) = rustix::fs::fstat(&parent) {
             self.own.note(&st);
         }
-    }
-
-    fn next_tmp_name(&self) -> String {
-        let n = self.tmp_counter.fetch_add(1, Ordering::Relaxed);
-        format!(".sandfs-tmp-{}-{n}", std::process::id())
     }
 
     /// Records a change made through an adapter that bypasses the operations (the FUSE mount).

@@ -1,9 +1,10 @@
-//! The node operations of a zone served from a sandbox: what the mount asks of such a zone.
+//! The node operations of a zone served from a sandbox that only the mount needs: open files.
 //!
 //! A sandbox-backed zone has no backing descriptors, so its nodes are paths ([`VPath`]); the
-//! mount keeps the inode numbers and lookup counts and calls these operations by path, as
-//! [`super::node`] serves local zones by descriptor. Every change here goes through the core's
-//! rules, the same functions the API's operations reach:
+//! mount keeps the inode numbers and lookup counts. Its changes of names (mkdir, unlink/rmdir,
+//! symlink, rename) are the core's one operations of every entry point (`Zones::mkdir_at`,
+//! `remove_at`, `symlink_at`, `rename_at`) over the zone's [`super::store::Store`]; what is here
+//! is what a kernel's open file asks of such a zone, under the same rules:
 //! - read-only: [`Zones::check_writable`];
 //! - one writer per path: the path locks (`Zones::locks`), held from the check to the change;
 //! - sizes: [`Zones::check_size`] with [`Limit::SandboxFile`] (`limits.sandbox_file_bytes`), for
@@ -17,8 +18,8 @@
 //! [`Zones::sandbox_write_back`] when it changed. A write-back the sandbox does not take is
 //! queued durably ([`RemoteZone::queue_write_back`]) and reported as `EIO`.
 //!
-//! Owns the semantics of create, mkdir, unlink/rmdir, rename, symlink, truncate, chmod/utimes and
-//! open/write-back on a sandbox zone. May not import `fuser` or any adapter.
+//! Owns the semantics of create, truncate, chmod/utimes and open/write/write-back on a sandbox
+//! zone. May not import `fuser` or any adapter.
 
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
@@ -30,27 +31,7 @@ use super::remote_zone::RemoteZone;
 use super::{EntryKind, Limit, Zones};
 use crate::state::Origin;
 
-/// What a removal may remove.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Removal {
-    /// A file or symlink (`unlink`): a directory is `IS_DIR`.
-    File,
-    /// An empty directory (`rmdir`): anything else is `NOT_DIR`, a non-empty one `NOT_EMPTY`.
-    EmptyDir,
-    /// Whatever is there (the API's delete); a non-empty directory only with `recursive`.
-    Any { recursive: bool },
-}
-
-/// What a rename may replace at its destination.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Replace {
-    /// Nothing (`RENAME_NOREPLACE`, the API without `overwrite`): `EXISTS`.
-    Never,
-    /// A file or symlink; a directory in the way is `EXISTS` (the API with `overwrite`).
-    Files,
-    /// As `rename(2)`: a file by a file, an empty directory by a directory.
-    Posix,
-}
+pub use super::store::{Removal, Replace};
 
 /// The content of an open sandbox file: a local copy and whether it differs from the sandbox's.
 pub struct SandboxFile {
@@ -119,159 +100,6 @@ impl Zones {
     /// The entries of the directory `vp` (cached for the zone's `attr_ttl`).
     pub fn sandbox_list(&self, vp: &VPath) -> FsResult<Arc<Vec<RemoteEntry>>> {
         self.sandbox(vp)?.list(vp)
-    }
-
-    /// Where the symlink at `vp` points.
-    pub fn sandbox_readlink(&self, vp: &VPath) -> FsResult<String> {
-        self.sandbox(vp)?
-            .stat_fresh(vp)?
-            .link_target
-            .ok_or_else(|| {
-                FsError::invalid(
-                    "path",
-                    format!(
-                    "{vp} is not a symlink (or the sandbox follows symlinks when it describes them)"
-                ),
-                )
-            })
-    }
-
-    /// Creates the directory `vp` (its parent must exist in the mount's view; the sandbox makes
-    /// missing ones) with permission bits `mode`; `EXISTS` when something is there.
-    pub fn sandbox_mkdir(&self, vp: &VPath, mode: u32, origin: Origin) -> FsResult<RemoteMeta> {
-        let r = self.sandbox(vp)?;
-        self.check_writable(vp)?;
-        let _guard = self.locks.lock(vp);
-        absent(r, vp)?;
-        r.mkdir_p(vp)?;
-        if mode & 0o7777 != 0o755 {
-            // The directory exists either way; a sandbox that keeps no modes keeps its own.
-            let _ = r.set_meta(
-                vp,
-                MetaUpdate {
-                    mode: Some(mode & 0o7777),
-                    mtime: None,
-                },
-            );
-        }
-        self.record(vp, "mkdir", None, None, origin);
-        r.stat_fresh(vp)
-    }
-
-    /// Removes what is at `vp`, as `how` allows.
-    pub fn sandbox_remove(&self, vp: &VPath, how: Removal, origin: Origin) -> FsResult<()> {
-        let r = self.sandbox(vp)?;
-        self.check_writable(vp)?;
-        let _guard = self.locks.lock(vp);
-        let meta = r.stat_fresh(vp)?;
-        let is_dir = meta.kind == EntryKind::Dir;
-        let path = || vp.to_string();
-        let recursive = match how {
-            Removal::File if is_dir => return Err(FsError::IsDir { path: path() }),
-            Removal::EmptyDir if !is_dir => return Err(FsError::NotDir { path: path() }),
-            Removal::Any { recursive } => recursive,
-            _ => false,
-        };
-        if is_dir && !recursive && !r.list(vp)?.is_empty() {
-            return Err(FsError::NotEmpty { path: path() });
-        }
-        r.remove(vp, recursive)?;
-        self.record(vp, "delete", None, None, origin);
-        Ok(())
-    }
-
-    /// Makes `vp` a symlink to `target`; with `replace`, a file or symlink there is replaced,
-    /// otherwise anything there is `EXISTS`. The target is stored as given (every access through
-    /// sandfs still resolves beneath the zone).
-    pub fn sandbox_symlink(
-        &self,
-        vp: &VPath,
-        target: &str,
-        replace: bool,
-        origin: Origin,
-    ) -> FsResult<()> {
-        super::ops::check_symlink_target(target)?;
-        let r = self.sandbox(vp)?;
-        self.check_writable(vp)?;
-        let _guard = self.locks.lock(vp);
-        match r.stat_fresh(vp) {
-            Ok(m) if m.kind == EntryKind::Dir => {
-                return Err(FsError::IsDir {
-                    path: vp.to_string(),
-                })
-            }
-            Ok(_) if !replace => {
-                return Err(FsError::Exists {
-                    path: vp.to_string(),
-                })
-            }
-            Ok(_) | Err(FsError::NotFound { .. }) => {}
-            Err(e) => return Err(e),
-        }
-        r.symlink(vp, target)?;
-        self.record(vp, "symlink", None, None, origin);
-        Ok(())
-    }
-
-    /// Renames `from` to `to` within one sandbox zone, replacing what `replace` allows.
-    pub fn sandbox_rename(
-        &self,
-        from: &VPath,
-        to: &VPath,
-        replace: Replace,
-        origin: Origin,
-    ) -> FsResult<()> {
-        if from.zone() != to.zone() {
-            return Err(FsError::OutsideZone {
-                path: to.to_string(),
-                rule: format!("a rename from {from} stays in its zone"),
-            });
-        }
-        let r = self.sandbox(from)?;
-        self.check_writable(from)?;
-        if from == to {
-            return Ok(());
-        }
-        if to.rel().starts_with(&format!("{}/", from.rel())) || from.is_root() {
-            return Err(FsError::invalid(
-                "destination",
-                format!("{to} is inside {from}, which cannot move into itself"),
-            ));
-        }
-        let _guards = self.locks.lock_two(from, to);
-        let src = r.stat_fresh(from)?;
-        let exists = || FsError::Exists {
-            path: to.to_string(),
-        };
-        match r.stat_fresh(to) {
-            Ok(_) if replace == Replace::Never => return Err(exists()),
-            Ok(dst) if dst.kind == EntryKind::Dir && replace == Replace::Files => {
-                return Err(exists())
-            }
-            Ok(dst) if dst.kind == EntryKind::Dir && src.kind != EntryKind::Dir => {
-                return Err(FsError::IsDir {
-                    path: to.to_string(),
-                })
-            }
-            Ok(dst) if dst.kind != EntryKind::Dir && src.kind == EntryKind::Dir => {
-                return Err(FsError::NotDir {
-                    path: to.to_string(),
-                })
-            }
-            Ok(dst) if dst.kind == EntryKind::Dir => {
-                if !r.list(to)?.is_empty() {
-                    return Err(FsError::NotEmpty {
-                        path: to.to_string(),
-                    });
-                }
-                r.remove(to, false)?;
-            }
-            Ok(_) | Err(FsError::NotFound { .. }) => {}
-            Err(e) => return Err(e),
-        }
-        r.rename(from, to)?;
-        self.record(from, "move", None, Some(to), origin);
-        Ok(())
     }
 
     /// Sets the permission bits and/or the modification time (seconds since the epoch).
@@ -496,16 +324,5 @@ impl Zones {
             self.record(vp, "write", Some(len), None, o);
         }
         Ok(())
-    }
-}
-
-/// `EXISTS` when something is at `vp` in the sandbox.
-fn absent(r: &RemoteZone, vp: &VPath) -> FsResult<()> {
-    match r.stat_fresh(vp) {
-        Ok(_) => Err(FsError::Exists {
-            path: vp.to_string(),
-        }),
-        Err(FsError::NotFound { .. }) => Ok(()),
-        Err(e) => Err(e),
     }
 }

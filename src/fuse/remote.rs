@@ -414,7 +414,8 @@ impl RemoteTree {
     pub fn readlink(&self, ino: u64) -> Res<Vec<u8>> {
         let vp = self.vpath(&self.rel_of(ino)?)?;
         self.zones
-            .sandbox_readlink(&vp)
+            .store(&vp)
+            .and_then(|s| s.readlink(&vp))
             .map(String::into_bytes)
             .map_err(|e| errno_of(&e))
     }
@@ -422,9 +423,12 @@ impl RemoteTree {
     /// Creates a directory.
     pub fn mkdir(&self, parent: u64, name: &OsStr, mode: u32, origin: Origin) -> Res<FileAttr> {
         let (rel, vp) = self.child(parent, name)?;
+        self.zones
+            .mkdir_at(&vp, false, Some(mode), origin)
+            .map_err(|e| errno_of(&e))?;
         let meta = self
             .zones
-            .sandbox_mkdir(&vp, mode, origin)
+            .sandbox_stat_fresh(&vp)
             .map_err(|e| errno_of(&e))?;
         let ino = self.ino_of(&rel, true);
         Ok(self.attr(ino, &meta))
@@ -439,7 +443,8 @@ impl RemoteTree {
             Removal::File
         };
         self.zones
-            .sandbox_remove(&vp, how, origin)
+            .remove_at(&vp, how, None, origin)
+            .map(|_| ())
             .map_err(|e| errno_of(&e))
     }
 
@@ -454,7 +459,7 @@ impl RemoteTree {
         let (rel, vp) = self.child(parent, name)?;
         let target = target.to_str().ok_or(Errno::EINVAL)?;
         self.zones
-            .sandbox_symlink(&vp, target, false, origin)
+            .symlink_at(&vp, target, false, None, origin)
             .map_err(|e| errno_of(&e))?;
         let ino = self.ino_of(&rel, true);
         Ok(self.attr(
@@ -486,12 +491,16 @@ impl RemoteTree {
         } else {
             Replace::Posix
         };
-        self.zones
-            .sandbox_rename(&from, &to, replace, origin)
-            .map_err(|e| errno_of(&e))?;
         if to_rel == from_rel {
             return Ok(());
         }
+        if from.is_root() || to_rel.starts_with(&format!("{from_rel}/")) {
+            // A directory cannot move into itself.
+            return Err(Errno::EINVAL);
+        }
+        self.zones
+            .rename_at(&from, &to, replace, origin)
+            .map_err(|e| errno_of(&e))?;
         // The names beneath move with it.
         let mut t = self.table.lock().expect("not poisoned");
         let under = format!("{from_rel}/");
