@@ -10,8 +10,12 @@
 //! `delete` when the path is gone, `write` for a file or symlink that is there. Directories that
 //! exist are not journaled (the files in them are); sandfs's temp names are never looked at.
 //!
-//! A directory that appears beside sandfs is read through at once (inotify watches a new
-//! directory only after it exists, so what a build put in it first would be missed). Opening,
+//! Each directory is watched on its own (inotify is not recursive): the watches are added by
+//! this module's own walk, at start and for every directory that appears, reading directories
+//! with `O_NOATIME` so that watching never changes a timestamp (a walk that did would race with a
+//! program setting a new directory's atime, as `notify`'s recursive mode does). A directory that
+//! appears beside sandfs is read through at once (inotify watches a new directory only after it
+//! exists, so what a build put in it first would be missed). Opening,
 //! reading and closing change nothing and are not watched. A path changed many times in
 //! a burst is journaled once. The pending set is bounded (`MAX_PENDING`); past it, further
 //! paths still invalidate but are journaled only as a count in the log.
@@ -19,10 +23,13 @@
 //! Owns the watch and its thread; may not be imported by anything but `daemon`.
 
 use std::collections::{HashMap, VecDeque};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
-use std::sync::Arc;
+use std::sync::{mpsc, Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
+
+use rustix::fs::{FileType, Mode, OFlags};
 
 use notify::{EventKind, RecursiveMode, Watcher as _};
 
@@ -37,8 +44,8 @@ const TMP_PREFIX: &str = ".sandfs-tmp-";
 
 /// A running watcher; dropping it stops the watch and its thread.
 pub struct Watcher {
-    /// Dropping it closes the channel, which ends the thread.
-    _watcher: notify::RecommendedWatcher,
+    /// Dropping it closes the channel, which ends the thread (which holds it weakly).
+    _watcher: Arc<Mutex<notify::RecommendedWatcher>>,
     _thread: std::thread::JoinHandle<()>,
 }
 
@@ -59,7 +66,7 @@ impl Watcher {
         // Only changes: no IN_OPEN / IN_CLOSE_NOWRITE, which the daemon's own opens of backing
         // files would queue by the thousand (each one a wake-up of the watcher thread).
         let config = notify::Config::default().with_event_kinds(notify::EventKindMask::CORE);
-        let mut watcher = notify::RecommendedWatcher::new(
+        let watcher = notify::RecommendedWatcher::new(
             move |res: notify::Result<notify::Event>| {
                 let Ok(ev) = res else { return };
                 if matches!(ev.kind, EventKind::Access(_)) {
@@ -71,12 +78,18 @@ impl Watcher {
             },
             config,
         )?;
+        let watcher = Arc::new(Mutex::new(watcher));
+        let mut beside = Beside::new(zones, roots.clone(), Arc::downgrade(&watcher));
         for (_, r) in &roots {
-            watcher.watch(r, RecursiveMode::Recursive)?;
+            watcher
+                .lock()
+                .expect("not poisoned")
+                .watch(r, RecursiveMode::NonRecursive)?;
+            beside.adopt(r, false);
         }
         let thread = std::thread::Builder::new()
             .name("sandfs-watch".into())
-            .spawn(move || Beside::new(zones, roots).run(rx))
+            .spawn(move || beside.run(rx))
             .map_err(notify::Error::io)?;
         Ok(Some(Watcher {
             _watcher: watcher,
@@ -94,16 +107,23 @@ struct Beside {
     /// The same paths in the order they were first seen (one entry each).
     order: VecDeque<(Instant, PathBuf)>,
     dropped: u64,
+    /// The watch, to add each new directory to (weak: dropping the [`Watcher`] ends the thread).
+    watcher: Weak<Mutex<notify::RecommendedWatcher>>,
 }
 
 impl Beside {
-    fn new(zones: Arc<Zones>, roots: Vec<(ZoneId, PathBuf)>) -> Beside {
+    fn new(
+        zones: Arc<Zones>,
+        roots: Vec<(ZoneId, PathBuf)>,
+        watcher: Weak<Mutex<notify::RecommendedWatcher>>,
+    ) -> Beside {
         Beside {
             zones,
             roots,
             pending: HashMap::new(),
             order: VecDeque::new(),
             dropped: 0,
+            watcher,
         }
     }
 
@@ -135,14 +155,21 @@ impl Beside {
             return;
         }
         let st = rustix::fs::lstat(&path).ok();
+        let is_dir = st
+            .as_ref()
+            .is_some_and(|st| FileType::from_raw_mode(st.st_mode).is_dir());
         if self.zones.own().is_own_change_at(&path, st.as_ref()) {
+            if is_dir {
+                // Made or moved in through sandfs: watched, not journaled again.
+                self.adopt(&path, false);
+            }
             return;
         }
         self.zones.changed_beside(std::slice::from_ref(&path));
         // A directory made (or moved in) beside sandfs may have been filled before inotify
         // watched it: what is in it now is part of the change.
-        if st.is_some_and(|st| rustix::fs::FileType::from_raw_mode(st.st_mode).is_dir()) {
-            self.scan(&path);
+        if is_dir {
+            self.adopt(&path, true);
         }
         self.pend(path);
     }
@@ -163,25 +190,38 @@ impl Beside {
         }
     }
 
-    /// Pends what is beneath the directory `dir` (never following a symlink), up to the bound.
-    fn scan(&mut self, dir: &Path) {
+    /// Watches the directory `dir` and every directory beneath it (never following a symlink);
+    /// with `pend`, also pends the files beneath it, up to the bound. Directories are read with
+    /// `O_NOATIME`: watching leaves every timestamp as it was.
+    fn adopt(&mut self, dir: &Path, pend: bool) {
+        let Some(watcher) = self.watcher.upgrade() else {
+            return;
+        };
         let mut dirs = vec![dir.to_path_buf()];
         while let Some(d) = dirs.pop() {
-            let Ok(entries) = std::fs::read_dir(&d) else {
+            let watched = watcher
+                .lock()
+                .expect("not poisoned")
+                .watch(&d, RecursiveMode::NonRecursive);
+            if let Err(e) = watched {
+                tracing::warn!(dir = %d.display(), error = %e, "cannot watch a directory; changes beside sandfs in it are not seen");
+                continue;
+            }
+            let Some(entries) = read_dir_noatime(&d) else {
                 continue;
             };
-            for e in entries.flatten() {
-                if self.pending.len() >= MAX_PENDING {
-                    self.dropped += 1;
-                    return;
-                }
-                let p = e.path();
+            for (name, kind) in entries {
+                let p = d.join(OsStr::from_bytes(&name));
                 if is_temp(&p) {
                     continue;
                 }
-                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                if kind == FileType::Directory {
                     dirs.push(p);
-                } else {
+                } else if pend {
+                    if self.pending.len() >= MAX_PENDING {
+                        self.dropped += 1;
+                        continue;
+                    }
                     self.pend(p);
                 }
             }
@@ -234,6 +274,35 @@ impl Beside {
             VPath::new(*id, rel.to_str()?).ok()
         })
     }
+}
+
+/// The names and kinds in the directory `dir` (`None` when it cannot be read), read without
+/// changing its atime (`O_NOATIME`, which needs the owner's uid or `CAP_FOWNER`; without either
+/// the directory is read as any reader would).
+fn read_dir_noatime(dir: &Path) -> Option<Vec<(Vec<u8>, FileType)>> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let fd = match rustix::fs::open(dir, flags | OFlags::NOATIME, Mode::empty()) {
+        Err(rustix::io::Errno::PERM) => rustix::fs::open(dir, flags, Mode::empty()).ok()?,
+        other => other.ok()?,
+    };
+    let mut out = Vec::new();
+    for ent in rustix::fs::Dir::read_from(&fd).ok()? {
+        let Ok(ent) = ent else { break };
+        let name = ent.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        let kind = match ent.file_type() {
+            FileType::Unknown => {
+                rustix::fs::statat(&fd, ent.file_name(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                    .map(|st| FileType::from_raw_mode(st.st_mode))
+                    .unwrap_or(FileType::Unknown)
+            }
+            k => k,
+        };
+        out.push((name.to_vec(), kind));
+    }
+    Some(out)
 }
 
 /// True for sandfs's own temp names (a write in progress through the API or a pull).

@@ -4,8 +4,8 @@
 //! errno the code maps to), nothing changed on disk, and the journal naming who changed what.
 //!
 //! Path locks are driven through the mount's node operations and an API replacement in
-//! `core::node_tests` (a hook holds the lock), and through the API in `api::concurrency`; MCP
-//! reaches them only through the API's routes.
+//! `core::node_tests` (a hook holds the lock), through the API in `api::concurrency`, and through
+//! the API and MCP at once here (edits of one file take turns instead of conflicting).
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -303,6 +303,43 @@ fn every_change_is_journaled_with_who_made_it_through_the_api_mcp_and_the_mount(
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+#[test]
+fn edits_of_one_file_through_the_api_and_mcp_at_once_take_turns_and_lose_nothing() {
+    let m = Mounted::start("");
+    const ROUNDS: usize = 8;
+    let slots = ["api-0", "api-1", "mcp-0", "mcp-1"];
+    let seed: String = slots.iter().map(|s| format!("{s}=0\n")).collect();
+    std::fs::write(m.zone_dir("workspace").join("shared.txt"), &seed).unwrap();
+    std::thread::scope(|scope| {
+        for slot in slots {
+            let m = &m;
+            scope.spawn(move || {
+                // The lock is held from the read to the replacement: an edit never finds the
+                // file changed under it (CONFLICT) and never loses another's edit.
+                let mut mcp = slot.starts_with("mcp").then(|| Mcp::start(&m.socket));
+                for k in 0..ROUNDS {
+                    let (old, new) = (format!("{slot}={k}\n"), format!("{slot}={}\n", k + 1));
+                    let r = match mcp.as_mut() {
+                        Some(mcp) => mcp
+                            .call(
+                                "edit",
+                                json!({"path": "/workspace/shared.txt", "old": old, "new": new}),
+                            )
+                            .map(|_| ()),
+                        None => api(m, &["edit", "/workspace/shared.txt", &old, &new]).map(|_| ()),
+                    };
+                    r.unwrap_or_else(|e| panic!("{slot} round {k}: {e}"));
+                }
+            });
+        }
+    });
+    let want: String = slots.iter().map(|s| format!("{s}={ROUNDS}\n")).collect();
+    assert_eq!(
+        std::fs::read_to_string(m.zone_dir("workspace").join("shared.txt")).unwrap(),
+        want
+    );
 }
 
 #[test]
