@@ -58,6 +58,8 @@ pub struct ConfigFile {
     #[serde(default)]
     pub journal: JournalSection,
     #[serde(default)]
+    pub checkpoints: CheckpointsSection,
+    #[serde(default)]
     pub mcp: McpSection,
     /// `[sandboxes.<name>]`: remote sandboxes, by name.
     #[serde(default)]
@@ -188,6 +190,30 @@ impl Default for GitSection {
             token_hosts: Vec::new(),
             token_over_http: false,
             http_hosts: Vec::new(),
+        }
+    }
+}
+
+/// `[checkpoints]`: snapshots of a zone to go back to (`sandfs checkpoint`, `sandfs restore`).
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct CheckpointsSection {
+    /// Files larger than this are recorded by size only, never copied into the store (and a
+    /// restore leaves them as they are).
+    pub max_file_bytes: u64,
+    /// Gitignore-style patterns, relative to the zone, that no checkpoint records (nor a restore
+    /// touches).
+    pub exclude: Vec<String>,
+    /// Also leave out what the zone's `.gitignore` files ignore.
+    pub gitignore: bool,
+}
+
+impl Default for CheckpointsSection {
+    fn default() -> Self {
+        CheckpointsSection {
+            max_file_bytes: 16 * 1024 * 1024,
+            exclude: vec!["node_modules/".into(), "target/".into(), ".venv/".into()],
+            gitignore: true,
         }
     }
 }
@@ -602,6 +628,7 @@ pub struct Settings {
     pub sandbox_http_hosts: Vec<String>,
     pub git: GitSection,
     pub journal: JournalSection,
+    pub checkpoints: CheckpointsSection,
     pub mcp: McpSection,
     /// The sandboxes of the config file, by name.
     pub sandboxes: Vec<SandboxSettings>,
@@ -936,6 +963,7 @@ fn resolve(
         sandbox_http_hosts: file.api.sandbox_http_hosts,
         git,
         journal: file.journal,
+        checkpoints: file.checkpoints,
         mcp: file.mcp,
         sandboxes,
     })

@@ -11,6 +11,7 @@
 //! `core` → `state`/`config`.
 
 pub mod api;
+pub mod checkpoint;
 pub mod cli;
 pub mod client;
 pub mod config;

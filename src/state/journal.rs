@@ -21,7 +21,7 @@ pub enum Via {
 }
 
 impl Via {
-    fn as_str(self) -> &'static str {
+    pub(super) fn as_str(self) -> &'static str {
         match self {
             Via::Api => "api",
             Via::Fuse => "fuse",

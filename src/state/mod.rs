@@ -6,6 +6,7 @@
 //!
 //! Owns the SQLite database. May import only `config` (`tests/rules` checks the imports).
 
+mod checkpoint;
 mod git;
 mod journal;
 mod mirror;
@@ -14,6 +15,7 @@ mod sandbox;
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
+pub use checkpoint::{CheckpointRow, NewCheckpoint};
 pub use git::{FileRow, RepoRow, StagedFileRow, StagedRow};
 pub use journal::{JournalEntry, JournalFilter, JournalRow, Origin, Via};
 pub use mirror::MirrorEntryRow;
@@ -66,6 +68,8 @@ const MIGRATIONS: &[&str] = &[
     mirror::MIGRATION,
     // 5: remote sandboxes and their sessions.
     sandbox::MIGRATION,
+    // 6: checkpoints of zones.
+    checkpoint::MIGRATION,
 ];
 
 /// The state database.

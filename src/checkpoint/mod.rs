@@ -1,0 +1,1069 @@
+//! Checkpoints: content-addressed snapshots of a zone that any later moment can go back to.
+//!
+//! A checkpoint is a git tree in a daemon-owned object store (`<state_dir>/checkpoints.git`,
+//! bare; blobs are shared by every checkpoint that holds the same content) and a row in the state
+//! database (`state::CheckpointRow`: zone, tree, parent, message, who, when, and the journal
+//! position it includes). Every writer reaches the journal (API, MCP, mount, git, mirror, and the
+//! watcher for changes beside sandfs), so a checkpoint is built incrementally: the paths the
+//! journal names since the previous checkpoint are looked at again and applied onto its tree;
+//! everything else is the previous tree as it was. Its cost follows the change, not the tree. A
+//! first checkpoint, or one after the journal was pruned past the previous one, walks the zone.
+//!
+//! What is kept: regular files (content and the executable bit, as git keeps modes), symlinks
+//! (their targets), and empty directories (as empty trees). What is not: paths matching
+//! `checkpoints.exclude` or the zone's top `.gitignore` (with `checkpoints.gitignore`), and the
+//! content of files over `checkpoints.max_file_bytes`, recorded by size only (a marker blob) and
+//! left as they are by a restore.
+//!
+//! A restore checkpoints the present first, so it is undone by restoring that checkpoint:
+//! nothing is ever lost. It changes files through the core (`Zones::replace_entry`,
+//! `remove_entry`), so the mount is invalidated, the journal records each change and the path
+//! locks hold; a file whose content is no longer what the pre-restore checkpoint recorded (it
+//! changed while the restore ran) is left alone and reported as a conflict.
+//!
+//! Owns the object store and the snapshot and restore algorithms. May import `core`, `state` and
+//! `config`; no adapter.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Read;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use git2::build::TreeUpdateBuilder;
+use git2::{Delta, DiffFormat, DiffOptions, FileMode, ObjectType, Oid, Repository};
+use ignore::gitignore::{Gitignore, GitignoreBuilder};
+use serde::Serialize;
+use sha1::{Digest, Sha1};
+
+use crate::config::{CheckpointsSection, Settings};
+use crate::core::{EntryKind, FsError, FsResult, Replacement, Seen, VPath, Zone, ZoneId, Zones};
+use crate::state::{CheckpointRow, NewCheckpoint, Origin};
+
+/// Journal paths past which a checkpoint walks the zone instead of looking at each.
+const MAX_INCREMENTAL: usize = 20_000;
+/// The start of the blob recorded for a file over `checkpoints.max_file_bytes` (its size
+/// follows): a restore leaves such a file as it is.
+const NOT_KEPT: &[u8] = b"\0sandfs checkpoint: content not kept (over checkpoints.max_file_bytes), size ";
+/// Patch text a diff returns at most.
+const MAX_PATCH_BYTES: usize = 4 << 20;
+
+fn store_err(e: git2::Error) -> FsError {
+    FsError::Internal(format!("checkpoint store: {}", e.message()))
+}
+
+fn state_err(e: crate::state::StateError) -> FsError {
+    FsError::Internal(format!("state database: {e}"))
+}
+
+/// What a diff between two checkpoints (or one and now) found, per file.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct DiffFile {
+    pub path: String,
+    /// `added`, `deleted`, `modified` or `type-changed`.
+    pub status: String,
+    pub additions: usize,
+    pub deletions: usize,
+}
+
+/// The answer of a diff.
+#[derive(Debug, Clone, Serialize)]
+pub struct DiffResult {
+    pub from: i64,
+    /// The checkpoint compared with, or `None` for the zone as it is now.
+    pub to: Option<i64>,
+    pub files: Vec<DiffFile>,
+    /// The changes in git's unified format.
+    pub patch: String,
+    /// True when the patch was cut at 4 MiB (the file list is whole).
+    pub truncated: bool,
+}
+
+/// The answer of a restore.
+#[derive(Debug, Clone, Serialize)]
+pub struct RestoreResult {
+    /// The checkpoint restored.
+    pub checkpoint: i64,
+    /// The checkpoint of the zone as it was just before (restore it to undo this restore).
+    pub before: i64,
+    /// Paths written back (created or replaced).
+    pub restored: Vec<String>,
+    /// Paths removed (absent from the checkpoint).
+    pub removed: Vec<String>,
+    /// Paths left alone because they changed while the restore ran.
+    pub conflicts: Vec<String>,
+    /// Paths left alone because the checkpoint holds only their size.
+    pub not_kept: Vec<String>,
+}
+
+/// A tree built from a zone.
+struct Snapshot {
+    tree: Oid,
+    parent: Option<CheckpointRow>,
+    journal_pos: i64,
+    /// Files of the changes it recorded that it holds by size only.
+    not_kept: u64,
+}
+
+/// The checkpoints of every local zone.
+pub struct Checkpoints {
+    zones: Arc<Zones>,
+    /// Held while a checkpoint or restore runs: one at a time.
+    repo: Mutex<Repository>,
+    cfg: CheckpointsSection,
+}
+
+impl Checkpoints {
+    /// Opens (creating if needed) the object store under the state directory.
+    pub fn open(zones: Arc<Zones>, settings: &Settings) -> FsResult<Checkpoints> {
+        let dir = settings.state_dir.join("checkpoints.git");
+        let repo = match Repository::open_bare(&dir) {
+            Ok(r) => r,
+            Err(_) => Repository::init_bare(&dir).map_err(store_err)?,
+        };
+        Ok(Checkpoints {
+            zones,
+            repo: Mutex::new(repo),
+            cfg: settings.checkpoints.clone(),
+        })
+    }
+
+    /// Checkpoints `zone` now.
+    pub fn create(&self, zone: ZoneId, message: &str, origin: Origin) -> FsResult<CheckpointRow> {
+        let repo = self.repo.lock().expect("not poisoned");
+        self.create_locked(&repo, zone, message, origin)
+    }
+
+    fn create_locked(
+        &self,
+        repo: &Repository,
+        zone: ZoneId,
+        message: &str,
+        origin: Origin,
+    ) -> FsResult<CheckpointRow> {
+        if message.contains('\0') || message.len() > 4096 {
+            return Err(FsError::invalid(
+                "message",
+                "must be at most 4096 bytes with no NUL",
+            ));
+        }
+        let snap = self.snapshot(repo, zone)?;
+        let tree = repo.find_tree(snap.tree).map_err(store_err)?;
+        let files = count_files(&tree);
+        let not_kept = snap.not_kept;
+        let db = self.zones.db();
+        let tree_hex = snap.tree.to_string();
+        let id = db
+            .checkpoint_insert(&NewCheckpoint {
+                zone: zone.name(),
+                tree: &tree_hex,
+                parent: snap.parent.as_ref().map(|p| p.id),
+                message,
+                origin,
+                time_ms: self.zones.now_ms(),
+                journal_pos: snap.journal_pos,
+                files,
+                not_kept,
+            })
+            .map_err(state_err)?;
+        db.checkpoint_get(id)
+            .map_err(state_err)?
+            .ok_or_else(|| FsError::Internal("a checkpoint vanished as it was made".into()))
+    }
+
+    /// Checkpoints, newest first.
+    pub fn list(&self, zone: Option<ZoneId>, limit: usize) -> FsResult<Vec<CheckpointRow>> {
+        self.zones
+            .db()
+            .checkpoint_list(zone.map(|z| z.name()), limit.clamp(1, 10_000))
+            .map_err(state_err)
+    }
+
+    /// The checkpoint `id`, or `NOT_FOUND`.
+    pub fn get(&self, id: i64) -> FsResult<CheckpointRow> {
+        self.zones
+            .db()
+            .checkpoint_get(id)
+            .map_err(state_err)?
+            .ok_or_else(|| FsError::NotFound {
+                path: format!("checkpoint {id}"),
+            })
+    }
+
+    /// The changes from checkpoint `from` to checkpoint `to` (or to the zone as it is now).
+    pub fn diff(&self, from: i64, to: Option<i64>) -> FsResult<DiffResult> {
+        let a = self.get(from)?;
+        let repo = self.repo.lock().expect("not poisoned");
+        let b_tree = match to {
+            Some(id) => {
+                let b = self.get(id)?;
+                if b.zone != a.zone {
+                    return Err(FsError::invalid(
+                        "to",
+                        format!(
+                            "checkpoint {id} is of /{}, checkpoint {from} of /{}: compare checkpoints of one zone",
+                            b.zone, a.zone
+                        ),
+                    ));
+                }
+                oid(&b.tree)?
+            }
+            None => self.snapshot(&repo, zone_of(&a)?)?.tree,
+        };
+        let ta = repo.find_tree(oid(&a.tree)?).map_err(store_err)?;
+        let tb = repo.find_tree(b_tree).map_err(store_err)?;
+        let mut opts = DiffOptions::new();
+        opts.include_typechange(true);
+        let diff = repo
+            .diff_tree_to_tree(Some(&ta), Some(&tb), Some(&mut opts))
+            .map_err(store_err)?;
+        let mut files: BTreeMap<String, DiffFile> = BTreeMap::new();
+        let mut patch = String::new();
+        let mut truncated = false;
+        diff.print(DiffFormat::Patch, |delta, _hunk, line| {
+            let path = delta
+                .new_file()
+                .path()
+                .or_else(|| delta.old_file().path())
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let f = files.entry(path.clone()).or_insert_with(|| DiffFile {
+                path,
+                status: status(delta.status()).into(),
+                additions: 0,
+                deletions: 0,
+            });
+            match line.origin() {
+                '+' => f.additions += 1,
+                '-' => f.deletions += 1,
+                _ => {}
+            }
+            if !truncated {
+                if patch.len() + line.content().len() + 1 > MAX_PATCH_BYTES {
+                    truncated = true;
+                } else {
+                    if matches!(line.origin(), '+' | '-' | ' ') {
+                        patch.push(line.origin());
+                    }
+                    patch.push_str(&String::from_utf8_lossy(line.content()));
+                }
+            }
+            true
+        })
+        .map_err(store_err)?;
+        Ok(DiffResult {
+            from,
+            to,
+            files: files.into_values().collect(),
+            patch,
+            truncated,
+        })
+    }
+
+    /// Puts the zone of checkpoint `id` back as it was then: all of it, or only `paths` (and
+    /// what is beneath them). The present is checkpointed first.
+    pub fn restore(&self, id: i64, paths: &[String], origin: Origin) -> FsResult<RestoreResult> {
+        let target = self.get(id)?;
+        let zone = zone_of(&target)?;
+        let scope: Vec<String> = paths
+            .iter()
+            .map(|p| {
+                let vp = crate::core::path::parse_entry(p)?;
+                if vp.zone() != zone {
+                    return Err(FsError::invalid(
+                        "paths",
+                        format!("{vp} is not in /{}, the zone of checkpoint {id}", zone.name()),
+                    ));
+                }
+                Ok(vp.rel().to_string())
+            })
+            .collect::<FsResult<_>>()?;
+        let repo = self.repo.lock().expect("not poisoned");
+        let before = self.create_locked(
+            &repo,
+            zone,
+            &format!("before restoring checkpoint {id}"),
+            origin,
+        )?;
+        let old = repo.find_tree(oid(&before.tree)?).map_err(store_err)?;
+        let new = repo.find_tree(oid(&target.tree)?).map_err(store_err)?;
+        let mut opts = DiffOptions::new();
+        opts.include_typechange(true);
+        for p in &scope {
+            opts.pathspec(p);
+        }
+        let diff = repo
+            .diff_tree_to_tree(Some(&old), Some(&new), Some(&mut opts))
+            .map_err(store_err)?;
+        let mut res = RestoreResult {
+            checkpoint: id,
+            before: before.id,
+            restored: Vec::new(),
+            removed: Vec::new(),
+            conflicts: Vec::new(),
+            not_kept: Vec::new(),
+        };
+        // Removals first (a directory in the way of a file goes with its files), then writes.
+        let mut writes = Vec::new();
+        let mut emptied: BTreeSet<String> = BTreeSet::new();
+        for delta in diff.deltas() {
+            let (of, nf) = (delta.old_file(), delta.new_file());
+            let rel = nf
+                .path()
+                .or_else(|| of.path())
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let vp = VPath::new(zone, &rel)
+                .map_err(|_| FsError::Internal(format!("a checkpoint holds the path {rel:?}")))?;
+            if is_not_kept(&repo, of.id(), of.mode()) {
+                res.not_kept.push(vp.to_string());
+                continue;
+            }
+            match delta.status() {
+                Delta::Deleted | Delta::Typechange => {
+                    match self.unchanged(&repo, &vp, of.id(), of.mode())? {
+                        Some(seen) => match self.zones.remove_entry(&vp.to_string(), seen, origin)
+                        {
+                            Ok(()) => {
+                                res.removed.push(vp.to_string());
+                                let mut dir = vp.parent();
+                                while let Some(d) = dir.filter(|d| !d.is_root()) {
+                                    emptied.insert(d.rel().to_string());
+                                    dir = d.parent();
+                                }
+                            }
+                            Err(FsError::Conflict { .. }) => res.conflicts.push(vp.to_string()),
+                            Err(e) => return Err(e),
+                        },
+                        None => {
+                            res.conflicts.push(vp.to_string());
+                            continue;
+                        }
+                    }
+                    if delta.status() == Delta::Typechange {
+                        writes.push((vp, nf.id(), nf.mode()));
+                    }
+                }
+                Delta::Added | Delta::Modified => writes.push((vp, nf.id(), nf.mode())),
+                _ => {}
+            }
+        }
+        // Empty directories of the present the checkpoint does not hold go too.
+        let _ = old.walk(git2::TreeWalkMode::PreOrder, |root, entry| {
+            if entry.kind() == Some(ObjectType::Tree)
+                && repo
+                    .find_tree(entry.id())
+                    .map(|t| t.is_empty())
+                    .unwrap_or(false)
+            {
+                let rel = format!("{root}{}", entry.name().unwrap_or_default());
+                if in_scope(&scope, &rel) {
+                    let mut dir = VPath::new(zone, &rel).ok();
+                    while let Some(d) = dir.filter(|d| !d.is_root()) {
+                        emptied.insert(d.rel().to_string());
+                        dir = d.parent();
+                    }
+                }
+            }
+            git2::TreeWalkResult::Ok
+        });
+        // Directories the removals emptied and the checkpoint does not hold, deepest first;
+        // one still holding something (an excluded file) stays.
+        for dir in emptied.iter().rev() {
+            let kept = new
+                .get_path(Path::new(dir))
+                .is_ok_and(|e| e.kind() == Some(ObjectType::Tree));
+            if !kept {
+                let _ = self
+                    .zones
+                    .delete(&format!("/{}/{dir}", zone.name()), false, origin);
+            }
+        }
+        for (vp, blob, mode) in writes {
+            if is_not_kept(&repo, blob, mode) {
+                res.not_kept.push(vp.to_string());
+                continue;
+            }
+            // The path must still hold what the pre-restore checkpoint recorded (or nothing).
+            let expect = match old.get_path(Path::new(vp.rel())) {
+                Ok(e) if e.kind() != Some(ObjectType::Tree) => {
+                    match self.unchanged(&repo, &vp, e.id(), file_mode(e.filemode()))? {
+                        Some(seen) => seen,
+                        None => {
+                            res.conflicts.push(vp.to_string());
+                            continue;
+                        }
+                    }
+                }
+                _ => match self.zones.seen(&vp.to_string())? {
+                    Seen::Absent => Seen::Absent,
+                    _ => {
+                        res.conflicts.push(vp.to_string());
+                        continue;
+                    }
+                },
+            };
+            let obj = repo.find_blob(blob).map_err(store_err)?;
+            let written = if mode == FileMode::Link {
+                let target = std::str::from_utf8(obj.content()).map_err(|_| {
+                    FsError::Internal(format!("checkpoint symlink {vp} is not UTF-8"))
+                })?;
+                self.zones.replace_entry(
+                    &vp.to_string(),
+                    Replacement::Symlink(target),
+                    Some(expect),
+                    origin,
+                )
+            } else {
+                let mut content = obj.content();
+                self.zones.replace_entry(
+                    &vp.to_string(),
+                    Replacement::File {
+                        content: &mut content,
+                        mode: if mode == FileMode::BlobExecutable {
+                            0o755
+                        } else {
+                            0o644
+                        },
+                    },
+                    Some(expect),
+                    origin,
+                )
+            };
+            match written {
+                Ok(_) => res.restored.push(vp.to_string()),
+                Err(FsError::Conflict { .. }) | Err(FsError::IsDir { .. }) => {
+                    res.conflicts.push(vp.to_string())
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        // Empty directories the checkpoint holds.
+        let _ = new.walk(git2::TreeWalkMode::PreOrder, |root, entry| {
+            if entry.kind() == Some(ObjectType::Tree)
+                && repo
+                    .find_tree(entry.id())
+                    .map(|t| t.is_empty())
+                    .unwrap_or(false)
+            {
+                let rel = format!("{root}{}", entry.name().unwrap_or_default());
+                if in_scope(&scope, &rel) {
+                    let _ = self
+                        .zones
+                        .mkdir(&format!("/{}/{rel}", zone.name()), true, origin);
+                }
+            }
+            git2::TreeWalkResult::Ok
+        });
+        Ok(res)
+    }
+
+    /// What is at `vp` if it still holds what `blob` (with `mode`) records: its identity for
+    /// the compare-and-swap of the change. `None` when it differs.
+    fn unchanged(
+        &self,
+        repo: &Repository,
+        vp: &VPath,
+        blob: Oid,
+        mode: FileMode,
+    ) -> FsResult<Option<Seen>> {
+        let path = vp.to_string();
+        let seen = self.zones.seen(&path)?;
+        if seen == Seen::Absent {
+            return Ok(None);
+        }
+        let st = self.zones.stat(&path)?;
+        let same = match (mode, st.kind) {
+            (FileMode::Link, EntryKind::Symlink) => {
+                let obj = repo.find_blob(blob).map_err(store_err)?;
+                st.target.as_deref().map(str::as_bytes) == Some(obj.content())
+            }
+            (FileMode::Blob | FileMode::BlobExecutable, EntryKind::File) => {
+                let (mut file, size) = self.zones.read_binary(&path)?;
+                blob_id(&mut file, size).map_err(|e| FsError::from_io(&path, "read", e))? == blob
+            }
+            _ => false,
+        };
+        Ok(same.then_some(seen))
+    }
+
+    /// Builds the tree of `zone` as it is now: onto the previous checkpoint's tree, the paths
+    /// the journal names since; or from a walk.
+    fn snapshot(&self, repo: &Repository, zone: ZoneId) -> FsResult<Snapshot> {
+        let root = match self.zones.zone(zone) {
+            Zone::Local(z) => z.root().to_path_buf(),
+            Zone::Remote(_) => {
+                return Err(FsError::invalid(
+                    "zone",
+                    format!("/{} is served from a sandbox; checkpoints are of local zones", zone.name()),
+                ))
+            }
+            Zone::Disabled(reason) => {
+                return Err(FsError::ZoneUnavailable {
+                    path: format!("/{}", zone.name()),
+                    zone: zone.name().into(),
+                    reason: reason.clone(),
+                })
+            }
+        };
+        let db = self.zones.db();
+        // Taken before anything is read: a change journaled after it is looked at next time.
+        let journal_pos = db.journal_last_id().map_err(state_err)?;
+        let parent = db.checkpoint_last(zone.name()).map_err(state_err)?;
+        let filter = Filter::new(&root, &self.cfg)?;
+        let mut b = Builder {
+            zones: &self.zones,
+            repo,
+            zone,
+            filter: &filter,
+            max: self.cfg.max_file_bytes,
+            not_kept: std::cell::Cell::new(0),
+        };
+        if let Some(prev) = &parent {
+            let first = db.journal_first_id().map_err(state_err)?;
+            let complete = first.is_none_or(|f| f <= prev.journal_pos + 1);
+            let base = repo.find_tree(oid(&prev.tree)?).ok();
+            let paths = db
+                .journal_zone_paths_since(zone.name(), prev.journal_pos, MAX_INCREMENTAL)
+                .map_err(state_err)?;
+            if let (true, Some(base), Some(paths)) = (complete, base, paths) {
+                let tree = b.apply(&base, paths)?;
+                return Ok(Snapshot {
+                    tree,
+                    parent,
+                    journal_pos,
+                    not_kept: b.not_kept.get(),
+                });
+            }
+        }
+        let empty = repo
+            .find_tree(repo.treebuilder(None).and_then(|t| t.write()).map_err(store_err)?)
+            .map_err(store_err)?;
+        let tree = b.apply(&empty, vec![String::new()])?;
+        Ok(Snapshot {
+            tree,
+            parent,
+            journal_pos,
+            not_kept: b.not_kept.get(),
+        })
+    }
+}
+
+/// What checkpoints leave out: `checkpoints.exclude` and the zone's top `.gitignore`.
+struct Filter {
+    exclude: Gitignore,
+    gitignore: Option<Gitignore>,
+}
+
+impl Filter {
+    fn new(root: &Path, cfg: &CheckpointsSection) -> FsResult<Filter> {
+        let mut b = GitignoreBuilder::new(root);
+        for p in &cfg.exclude {
+            b.add_line(None, p).map_err(|e| {
+                FsError::invalid("checkpoints.exclude", format!("{p:?}: {e}"))
+            })?;
+        }
+        // `.git` internals are git's own: never checkpointed, never restored.
+        b.add_line(None, ".git/").expect("a valid pattern");
+        let exclude = b
+            .build()
+            .map_err(|e| FsError::invalid("checkpoints.exclude", e.to_string()))?;
+        let gitignore = cfg.gitignore.then(|| {
+                let (g, _) = Gitignore::new(root.join(".gitignore"));
+            g
+        });
+        Ok(Filter { exclude, gitignore })
+    }
+
+    fn skips(&self, rel: &str, dir: bool) -> bool {
+        self.exclude
+            .matched_path_or_any_parents(rel, dir)
+            .is_ignore()
+            || self
+                .gitignore
+                .as_ref()
+                .is_some_and(|g| g.matched_path_or_any_parents(rel, dir).is_ignore())
+    }
+}
+
+/// Builds trees from what is in a zone.
+struct Builder<'a> {
+    zones: &'a Zones,
+    repo: &'a Repository,
+    zone: ZoneId,
+    filter: &'a Filter,
+    max: u64,
+    not_kept: std::cell::Cell<u64>,
+}
+
+/// What goes into a tree at a path.
+enum Put {
+    Entry(Oid, FileMode),
+    /// An empty directory.
+    EmptyDir,
+}
+
+impl Builder<'_> {
+    /// `base` with each of `paths` (relative to the zone; `""` is the whole zone) looked at again.
+    fn apply(&mut self, base: &git2::Tree<'_>, mut paths: Vec<String>) -> FsResult<Oid> {
+        paths.sort();
+        paths.dedup();
+        // A directory is read whole: what lies beneath it in the list is covered.
+        let mut puts: BTreeMap<String, Put> = BTreeMap::new();
+        let mut removes: BTreeSet<String> = BTreeSet::new();
+        let mut dirs: Vec<String> = Vec::new();
+        for rel in paths {
+            if dirs
+                .iter()
+                .any(|d| d.is_empty() || rel.starts_with(&format!("{d}/")))
+            {
+                continue;
+            }
+            let look = self.look(&rel)?;
+            if !rel.is_empty() && self.filter.skips(&rel, matches!(look, Some(Look::Dir))) {
+                continue;
+            }
+            match look {
+                Some(Look::Dir) => {
+                    if !rel.is_empty() {
+                        removes.insert(rel.clone());
+                    }
+                    self.walk(&rel, &mut puts)?;
+                    dirs.push(rel);
+                }
+                Some(Look::Put(p)) => {
+                    removes.insert(rel.clone());
+                    puts.insert(rel, p);
+                }
+                None => {
+                    removes.insert(rel);
+                }
+            }
+        }
+        let mut up = TreeUpdateBuilder::new();
+        let mut any = false;
+        let mut removed: Vec<&str> = Vec::new();
+        for rel in &removes {
+            // What lies beneath a removed directory goes with it.
+            let under = removed
+                .iter()
+                .any(|d| rel.starts_with(d) && rel.as_bytes().get(d.len()) == Some(&b'/'));
+            if !rel.is_empty() && !under && base.get_path(Path::new(rel)).is_ok() {
+                up.remove(rel.as_str());
+                removed.push(rel);
+                any = true;
+            }
+        }
+        let mid = if any {
+            up.create_updated(self.repo, base).map_err(store_err)?
+        } else {
+            base.id()
+        };
+        if dirs.iter().any(String::is_empty) {
+            // The whole zone was read: the tree is what was found.
+            return self.write_fresh(&puts);
+        }
+        let mid = self.repo.find_tree(mid).map_err(store_err)?;
+        let mut up = TreeUpdateBuilder::new();
+        for (rel, p) in &puts {
+            match p {
+                Put::Entry(id, mode) => up.upsert(rel.as_str(), *id, *mode),
+                Put::EmptyDir => up.upsert(rel.as_str(), self.empty_tree()?, FileMode::Tree),
+            };
+        }
+        up.create_updated(self.repo, &mid).map_err(store_err)
+    }
+
+    /// A tree made of `puts` alone.
+    fn write_fresh(&self, puts: &BTreeMap<String, Put>) -> FsResult<Oid> {
+        let empty = self
+            .repo
+            .find_tree(self.empty_tree()?)
+            .map_err(store_err)?;
+        let mut up = TreeUpdateBuilder::new();
+        for (rel, p) in puts {
+            match p {
+                Put::Entry(id, mode) => up.upsert(rel.as_str(), *id, *mode),
+                Put::EmptyDir => up.upsert(rel.as_str(), self.empty_tree()?, FileMode::Tree),
+            };
+        }
+        up.create_updated(self.repo, &empty).map_err(store_err)
+    }
+
+    fn empty_tree(&self) -> FsResult<Oid> {
+        self.repo
+            .treebuilder(None)
+            .and_then(|t| t.write())
+            .map_err(store_err)
+    }
+
+    /// What is at `rel` now (`None`: nothing there, or nothing a checkpoint takes).
+    fn look(&self, rel: &str) -> FsResult<Option<Look>> {
+        let path = if rel.is_empty() {
+            format!("/{}", self.zone.name())
+        } else {
+            format!("/{}/{rel}", self.zone.name())
+        };
+        let st = match self.zones.stat(&path) {
+            Ok(st) => st,
+            Err(FsError::NotFound { .. }) | Err(FsError::NotDir { .. }) => return Ok(None),
+            Err(FsError::InvalidPath { .. }) | Err(FsError::OutsideZone { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        Ok(match st.kind {
+            EntryKind::Dir => Some(Look::Dir),
+            EntryKind::Symlink => {
+                let target = st.target.unwrap_or_default();
+                let id = self.repo.blob(target.as_bytes()).map_err(store_err)?;
+                Some(Look::Put(Put::Entry(id, FileMode::Link)))
+            }
+            EntryKind::File => {
+                let mode = if st.mode & 0o111 != 0 {
+                    FileMode::BlobExecutable
+                } else {
+                    FileMode::Blob
+                };
+                match self.blob(&path, st.size)? {
+                    Some(id) => Some(Look::Put(Put::Entry(id, mode))),
+                    None => None,
+                }
+            }
+            _ => None,
+        })
+    }
+
+    /// Stores the file at `path` (streamed), or its size alone when over the limit; `None`
+    /// when it cannot be read as a zone file (a hard link refused by the zone's rule).
+    fn blob(&self, path: &str, size: u64) -> FsResult<Option<Oid>> {
+        if size > self.max {
+            let mut marker = NOT_KEPT.to_vec();
+            marker.extend_from_slice(size.to_string().as_bytes());
+            self.not_kept.set(self.not_kept.get() + 1);
+            return self.repo.blob(&marker).map(Some).map_err(store_err);
+        }
+        for _ in 0..3 {
+            let (mut file, size) = match self.zones.read_binary(path) {
+                Ok(f) => f,
+                Err(FsError::NotFound { .. }) | Err(FsError::OutsideZone { .. }) => {
+                    return Ok(None)
+                }
+                Err(e) => return Err(e),
+            };
+            if size > self.max {
+                return self.blob(path, size);
+            }
+            let odb = self.repo.odb().map_err(store_err)?;
+            let mut w = odb
+                .writer(size as usize, ObjectType::Blob)
+                .map_err(store_err)?;
+            let copied = std::io::copy(&mut (&mut file).take(size), &mut w)
+                .map_err(|e| FsError::from_io(path, "read", e))?;
+            if copied == size {
+                return w.finalize().map(Some).map_err(store_err);
+            }
+            // Shrank while it was read: read it again.
+        }
+        Err(FsError::Conflict {
+            path: path.into(),
+            reason: "the file kept changing while it was checkpointed; try again".into(),
+        })
+    }
+
+    /// Reads the directory `rel` (and beneath) into `puts`, leaving out what the filter skips.
+    fn walk(&self, rel: &str, puts: &mut BTreeMap<String, Put>) -> FsResult<()> {
+        let path = if rel.is_empty() {
+            format!("/{}", self.zone.name())
+        } else {
+            format!("/{}/{rel}", self.zone.name())
+        };
+        let list = match self.zones.list(&path) {
+            Ok(l) => l,
+            Err(FsError::NotFound { .. }) | Err(FsError::NotDir { .. }) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let mut kept = 0;
+        for e in list.entries {
+            let child = if rel.is_empty() {
+                e.name.clone()
+            } else {
+                format!("{rel}/{}", e.name)
+            };
+            let dir = e.kind == EntryKind::Dir;
+            if self.filter.skips(&child, dir) {
+                continue;
+            }
+            kept += 1;
+            if dir {
+                self.walk(&child, puts)?;
+            } else if let Some(Look::Put(p)) = self.look(&child)? {
+                puts.insert(child, p);
+            }
+        }
+        if kept == 0 && !rel.is_empty() {
+            puts.insert(rel.to_string(), Put::EmptyDir);
+        }
+        Ok(())
+    }
+}
+
+enum Look {
+    Dir,
+    Put(Put),
+}
+
+/// The git blob id of the `size` bytes `file` holds (streamed).
+fn blob_id(file: &mut std::fs::File, size: u64) -> std::io::Result<Oid> {
+    let mut h = Sha1::new();
+    h.update(format!("blob {size}\0").as_bytes());
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut left = size;
+    while left > 0 {
+        let want = buf.len().min(left as usize);
+        let n = file.read(&mut buf[..want])?;
+        if n == 0 {
+            // Shorter than it said: not the recorded content.
+            return Ok(Oid::from_bytes(&[0; 20]).expect("20 bytes"));
+        }
+        h.update(&buf[..n]);
+        left -= n as u64;
+    }
+    Ok(Oid::from_bytes(&h.finalize()).expect("20 bytes"))
+}
+
+fn is_not_kept(repo: &Repository, blob: Oid, mode: FileMode) -> bool {
+    matches!(mode, FileMode::Blob | FileMode::BlobExecutable)
+        && repo
+            .find_blob(blob)
+            .map(|b| b.content().starts_with(NOT_KEPT))
+            .unwrap_or(false)
+}
+
+fn count_files(tree: &git2::Tree<'_>) -> u64 {
+    let mut n = 0;
+    let _ = tree.walk(git2::TreeWalkMode::PreOrder, |_, e| {
+        if e.kind() == Some(ObjectType::Blob) {
+            n += 1;
+        }
+        git2::TreeWalkResult::Ok
+    });
+    n
+}
+
+/// Whether `rel` is one of the restore's paths or beneath one (all when there are none).
+fn in_scope(scope: &[String], rel: &str) -> bool {
+    scope.is_empty()
+        || scope
+            .iter()
+            .any(|p| rel == p || (rel.starts_with(p.as_str()) && rel.as_bytes().get(p.len()) == Some(&b'/')))
+}
+
+/// The git mode a tree entry's raw mode stands for.
+fn file_mode(raw: i32) -> FileMode {
+    match raw {
+        0o100755 => FileMode::BlobExecutable,
+        0o120000 => FileMode::Link,
+        0o040000 => FileMode::Tree,
+        0o160000 => FileMode::Commit,
+        _ => FileMode::Blob,
+    }
+}
+
+fn oid(hex: &str) -> FsResult<Oid> {
+    Oid::from_str(hex).map_err(store_err)
+}
+
+fn zone_of(row: &CheckpointRow) -> FsResult<ZoneId> {
+    ZoneId::ALL
+        .iter()
+        .copied()
+        .find(|z| z.name() == row.zone)
+        .ok_or_else(|| FsError::Internal(format!("checkpoint {} names no zone", row.id)))
+}
+
+fn status(d: Delta) -> &'static str {
+    match d {
+        Delta::Added => "added",
+        Delta::Deleted => "deleted",
+        Delta::Typechange => "type-changed",
+        _ => "modified",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{Db, Via};
+    use std::collections::BTreeMap as Map;
+    use std::os::unix::fs::PermissionsExt;
+
+    const API: Origin = Origin {
+        via: Via::Api,
+        pid: None,
+        uid: None,
+    };
+
+    fn setup(dir: &Path, extra: &str) -> (Arc<Zones>, Checkpoints) {
+        let config = format!("[zones]\nroot = \"z\"\n{extra}");
+        let settings = Settings::from_str(&config, "test", dir, None).unwrap();
+        let zones = Arc::new(
+            Zones::open(
+                &settings,
+                Arc::new(Db::open_in_memory().unwrap()),
+                crate::core::system_clock(),
+            )
+            .unwrap(),
+        );
+        let cps = Checkpoints::open(zones.clone(), &settings).unwrap();
+        (zones, cps)
+    }
+
+    /// What the workspace holds: path → "f:<mode>:<content>", "l:<target>" or "d".
+    fn state(dir: &Path) -> Map<String, String> {
+        let root = dir.join("z/workspace");
+        let mut out = Map::new();
+        let mut stack = vec![root.clone()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap() {
+                let e = e.unwrap();
+                let p = e.path();
+                let rel = p.strip_prefix(&root).unwrap().display().to_string();
+                let md = std::fs::symlink_metadata(&p).unwrap();
+                if md.file_type().is_symlink() {
+                    out.insert(rel, format!("l:{}", std::fs::read_link(&p).unwrap().display()));
+                } else if md.is_dir() {
+                    out.insert(rel, "d".into());
+                    stack.push(p);
+                } else {
+                    let exec = md.permissions().mode() & 0o111 != 0;
+                    out.insert(rel, format!("f:{exec}:{}", std::fs::read_to_string(&p).unwrap()));
+                }
+            }
+        }
+        out
+    }
+
+    fn ws(dir: &Path) -> std::path::PathBuf {
+        dir.join("z/workspace")
+    }
+
+    #[test]
+    fn a_restore_puts_back_files_modes_symlinks_and_empty_dirs_and_is_undone_by_its_own_checkpoint(
+    ) {
+        let t = tempfile::tempdir().unwrap();
+        let (z, cps) = setup(t.path(), "");
+        z.write("/workspace/a.txt", "one\n", API).unwrap();
+        z.write_with_mode("/workspace/bin/run.sh", b"#!/bin/sh\n", 0o755, API)
+            .unwrap();
+        z.symlink("/workspace/link", "a.txt", API).unwrap();
+        z.mkdir("/workspace/empty/inner", true, API).unwrap();
+        z.write("/workspace/gone/x.txt", "x\n", API).unwrap();
+        let first = cps.create(ZoneId::Workspace, "first", API).unwrap();
+        let at_first = state(t.path());
+        assert_eq!(first.files, 4, "a.txt, run.sh, link, x.txt: {at_first:?}");
+
+        z.write("/workspace/a.txt", "two\n", API).unwrap();
+        z.delete("/workspace/gone", true, API).unwrap();
+        z.delete("/workspace/link", false, API).unwrap();
+        z.symlink("/workspace/link", "bin/run.sh", API).unwrap();
+        z.write("/workspace/new/b.txt", "b\n", API).unwrap();
+        z.delete("/workspace/empty", true, API).unwrap();
+        let second = cps.create(ZoneId::Workspace, "second", API).unwrap();
+        assert_eq!(second.parent, Some(first.id));
+        let at_second = state(t.path());
+        assert_ne!(at_first, at_second);
+
+        let r = cps.restore(first.id, &[], API).unwrap();
+        assert!(r.conflicts.is_empty(), "{r:?}");
+        assert_eq!(state(t.path()), at_first, "{r:?}");
+        // The restore is undone by restoring what it checkpointed first.
+        assert_eq!(cps.get(r.before).unwrap().tree, second.tree);
+        cps.restore(r.before, &[], API).unwrap();
+        assert_eq!(state(t.path()), at_second);
+    }
+
+    #[test]
+    fn an_incremental_checkpoint_is_the_tree_a_full_walk_makes() {
+        let t = tempfile::tempdir().unwrap();
+        let (z, cps) = setup(t.path(), "");
+        for i in 0..30 {
+            z.write(&format!("/workspace/d{}/f{i}.txt", i % 4), &format!("{i}\n"), API)
+                .unwrap();
+        }
+        cps.create(ZoneId::Workspace, "base", API).unwrap();
+        z.write("/workspace/d1/f1.txt", "changed\n", API).unwrap();
+        z.rename("/workspace/d2", "/workspace/moved", false, API).unwrap();
+        z.delete("/workspace/d3/f3.txt", false, API).unwrap();
+        z.mkdir("/workspace/d0/sub", false, API).unwrap();
+        let inc = cps.create(ZoneId::Workspace, "inc", API).unwrap();
+        // A second store over the same zones, with no checkpoint yet: a full walk.
+        let t2 = tempfile::tempdir().unwrap();
+        let settings = Settings::from_str("[zones]\nroot = \"z\"\n", "test", t2.path(), None)
+            .unwrap();
+        let fresh = Checkpoints::open(z.clone(), &settings).unwrap();
+        let repo = fresh.repo.lock().unwrap();
+        let full = fresh.snapshot(&repo, ZoneId::Workspace).unwrap();
+        drop(repo);
+        assert!(full.parent.is_some(), "the db is shared: a parent exists");
+        // Force the walk: the same builder from the empty tree.
+        let repo = fresh.repo.lock().unwrap();
+        let filter = Filter::new(&ws(t.path()), &fresh.cfg).unwrap();
+        let mut b = Builder {
+            zones: &z,
+            repo: &repo,
+            zone: ZoneId::Workspace,
+            filter: &filter,
+            max: fresh.cfg.max_file_bytes,
+            not_kept: std::cell::Cell::new(0),
+        };
+        let empty = repo
+            .find_tree(repo.treebuilder(None).unwrap().write().unwrap())
+            .unwrap();
+        let walked = b.apply(&empty, vec![String::new()]).unwrap();
+        assert_eq!(walked.to_string(), inc.tree);
+    }
+
+    #[test]
+    fn excluded_and_oversized_files_are_never_copied_nor_touched_by_a_restore() {
+        let t = tempfile::tempdir().unwrap();
+        let (z, cps) = setup(t.path(), "[checkpoints]\nmax_file_bytes = 10\n");
+        z.write("/workspace/small.txt", "small\n", API).unwrap();
+        z.write("/workspace/big.txt", "0123456789abcdef\n", API).unwrap();
+        z.write("/workspace/node_modules/m.js", "m\n", API).unwrap();
+        let first = cps.create(ZoneId::Workspace, "", API).unwrap();
+        assert_eq!((first.files, first.not_kept), (2, 1));
+        z.write("/workspace/big.txt", "changed since\n", API).unwrap();
+        z.write("/workspace/node_modules/m.js", "changed\n", API).unwrap();
+        z.write("/workspace/small.txt", "changed\n", API).unwrap();
+        let r = cps.restore(first.id, &[], API).unwrap();
+        assert_eq!(r.restored, vec!["/workspace/small.txt"]);
+        assert_eq!(r.not_kept, vec!["/workspace/big.txt"]);
+        let read = |p: &str| std::fs::read_to_string(ws(t.path()).join(p)).unwrap();
+        assert_eq!(read("small.txt"), "small\n");
+        assert_eq!(read("big.txt"), "changed since\n");
+        assert_eq!(read("node_modules/m.js"), "changed\n");
+    }
+
+    #[test]
+    fn a_restore_of_some_paths_leaves_the_rest_and_a_diff_names_what_changed() {
+        let t = tempfile::tempdir().unwrap();
+        let (z, cps) = setup(t.path(), "");
+        z.write("/workspace/src/a.rs", "fn a() {}\n", API).unwrap();
+        z.write("/workspace/docs/b.md", "b\n", API).unwrap();
+        let first = cps.create(ZoneId::Workspace, "", API).unwrap();
+        z.write("/workspace/src/a.rs", "fn a() { 1 }\n", API).unwrap();
+        z.write("/workspace/docs/b.md", "bee\n", API).unwrap();
+        let d = cps.diff(first.id, None).unwrap();
+        let names: Vec<_> = d.files.iter().map(|f| (f.path.as_str(), f.status.as_str())).collect();
+        assert_eq!(names, vec![("docs/b.md", "modified"), ("src/a.rs", "modified")]);
+        assert!(d.patch.contains("+fn a() { 1 }"), "{}", d.patch);
+        let r = cps
+            .restore(first.id, &["/workspace/src".to_string()], API)
+            .unwrap();
+        assert_eq!(r.restored, vec!["/workspace/src/a.rs"]);
+        let read = |p: &str| std::fs::read_to_string(ws(t.path()).join(p)).unwrap();
+        assert_eq!(read("src/a.rs"), "fn a() {}\n");
+        assert_eq!(read("docs/b.md"), "bee\n");
+        let e = cps.restore(first.id, &["/cache/x".to_string()], API).unwrap_err();
+        assert!(e.to_string().contains("not in /workspace"), "{e}");
+        assert!(matches!(cps.get(999), Err(FsError::NotFound { .. })));
+    }
+}
