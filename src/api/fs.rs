@@ -37,7 +37,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/v1/fs/resolve", post(resolve))
 }
 
-fn origin(peer: Peer) -> Origin {
+pub(super) fn origin(peer: Peer) -> Origin {
     Origin {
         via: Via::Api,
         pid: peer.pid,

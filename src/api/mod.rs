@@ -9,6 +9,7 @@
 //! `config`; never `cli`, `fuse`, `mcp`, `review` or `daemon` (`tests/rules` checks the imports).
 
 mod body;
+mod checkpoint;
 mod error;
 mod fs;
 pub mod gc;
@@ -43,6 +44,8 @@ pub const OPENAPI: &str = include_str!("openapi.json");
 pub struct AppState {
     pub zones: Arc<Zones>,
     pub git: Arc<crate::git::Git>,
+    /// Checkpoints of the zones and their restores.
+    pub checkpoints: Arc<crate::checkpoint::Checkpoints>,
     /// The named sandboxes and their sessions.
     pub sandboxes: Arc<crate::sandbox::Registry>,
     pub metrics: Metrics,
@@ -53,9 +56,19 @@ pub struct AppState {
 }
 
 impl AppState {
-    pub fn new(zones: Arc<Zones>, settings: Settings, mounted: bool) -> Arc<AppState> {
-        Arc::new(AppState {
+    /// The state of a daemon; fails when the checkpoint store cannot be opened.
+    pub fn new(
+        zones: Arc<Zones>,
+        settings: Settings,
+        mounted: bool,
+    ) -> Result<Arc<AppState>, FsError> {
+        let checkpoints = Arc::new(crate::checkpoint::Checkpoints::open(
+            zones.clone(),
+            &settings,
+        )?);
+        Ok(Arc::new(AppState {
             git: Arc::new(crate::git::Git::new(zones.clone(), &settings)),
+            checkpoints,
             sandboxes: Arc::new(crate::sandbox::Registry::new(zones.clone()).with_policy(
                 crate::sandbox::registry::AddPolicy::from_settings(&settings),
             )),
@@ -64,7 +77,7 @@ impl AppState {
             settings,
             started: Instant::now(),
             mounted,
-        })
+        }))
     }
 }
 
@@ -78,6 +91,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/metrics", get(metrics_text))
         .merge(fs::routes())
         .merge(git::routes())
+        .merge(checkpoint::routes())
         .merge(gc::routes())
         .merge(sandbox::routes())
         .fallback(not_found)

@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex};
 use git2::build::TreeUpdateBuilder;
 use git2::{Delta, DiffFormat, DiffOptions, FileMode, ObjectType, Oid, Repository};
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sha1::{Digest, Sha1};
 
 use crate::config::{CheckpointsSection, Settings};
@@ -43,7 +43,8 @@ use crate::state::{CheckpointRow, NewCheckpoint, Origin};
 const MAX_INCREMENTAL: usize = 20_000;
 /// The start of the blob recorded for a file over `checkpoints.max_file_bytes` (its size
 /// follows): a restore leaves such a file as it is.
-const NOT_KEPT: &[u8] = b"\0sandfs checkpoint: content not kept (over checkpoints.max_file_bytes), size ";
+const NOT_KEPT: &[u8] =
+    b"\0sandfs checkpoint: content not kept (over checkpoints.max_file_bytes), size ";
 /// Patch text a diff returns at most.
 const MAX_PATCH_BYTES: usize = 4 << 20;
 
@@ -56,7 +57,7 @@ fn state_err(e: crate::state::StateError) -> FsError {
 }
 
 /// What a diff between two checkpoints (or one and now) found, per file.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct DiffFile {
     pub path: String,
     /// `added`, `deleted`, `modified` or `type-changed`.
@@ -66,7 +67,7 @@ pub struct DiffFile {
 }
 
 /// The answer of a diff.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DiffResult {
     pub from: i64,
     /// The checkpoint compared with, or `None` for the zone as it is now.
@@ -79,7 +80,7 @@ pub struct DiffResult {
 }
 
 /// The answer of a restore.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RestoreResult {
     /// The checkpoint restored.
     pub checkpoint: i64,
@@ -271,7 +272,10 @@ impl Checkpoints {
                 if vp.zone() != zone {
                     return Err(FsError::invalid(
                         "paths",
-                        format!("{vp} is not in /{}, the zone of checkpoint {id}", zone.name()),
+                        format!(
+                            "{vp} is not in /{}, the zone of checkpoint {id}",
+                            zone.name()
+                        ),
                     ));
                 }
                 Ok(vp.rel().to_string())
@@ -321,19 +325,20 @@ impl Checkpoints {
             match delta.status() {
                 Delta::Deleted | Delta::Typechange => {
                     match self.unchanged(&repo, &vp, of.id(), of.mode())? {
-                        Some(seen) => match self.zones.remove_entry(&vp.to_string(), seen, origin)
-                        {
-                            Ok(()) => {
-                                res.removed.push(vp.to_string());
-                                let mut dir = vp.parent();
-                                while let Some(d) = dir.filter(|d| !d.is_root()) {
-                                    emptied.insert(d.rel().to_string());
-                                    dir = d.parent();
+                        Some(seen) => {
+                            match self.zones.remove_entry(&vp.to_string(), seen, origin) {
+                                Ok(()) => {
+                                    res.removed.push(vp.to_string());
+                                    let mut dir = vp.parent();
+                                    while let Some(d) = dir.filter(|d| !d.is_root()) {
+                                        emptied.insert(d.rel().to_string());
+                                        dir = d.parent();
+                                    }
                                 }
+                                Err(FsError::Conflict { .. }) => res.conflicts.push(vp.to_string()),
+                                Err(e) => return Err(e),
                             }
-                            Err(FsError::Conflict { .. }) => res.conflicts.push(vp.to_string()),
-                            Err(e) => return Err(e),
-                        },
+                        }
                         None => {
                             res.conflicts.push(vp.to_string());
                             continue;
@@ -494,7 +499,10 @@ impl Checkpoints {
             Zone::Remote(_) => {
                 return Err(FsError::invalid(
                     "zone",
-                    format!("/{} is served from a sandbox; checkpoints are of local zones", zone.name()),
+                    format!(
+                        "/{} is served from a sandbox; checkpoints are of local zones",
+                        zone.name()
+                    ),
                 ))
             }
             Zone::Disabled(reason) => {
@@ -536,7 +544,11 @@ impl Checkpoints {
             }
         }
         let empty = repo
-            .find_tree(repo.treebuilder(None).and_then(|t| t.write()).map_err(store_err)?)
+            .find_tree(
+                repo.treebuilder(None)
+                    .and_then(|t| t.write())
+                    .map_err(store_err)?,
+            )
             .map_err(store_err)?;
         let tree = b.apply(&empty, vec![String::new()])?;
         Ok(Snapshot {
@@ -558,9 +570,8 @@ impl Filter {
     fn new(root: &Path, cfg: &CheckpointsSection) -> FsResult<Filter> {
         let mut b = GitignoreBuilder::new(root);
         for p in &cfg.exclude {
-            b.add_line(None, p).map_err(|e| {
-                FsError::invalid("checkpoints.exclude", format!("{p:?}: {e}"))
-            })?;
+            b.add_line(None, p)
+                .map_err(|e| FsError::invalid("checkpoints.exclude", format!("{p:?}: {e}")))?;
         }
         // `.git` internals are git's own: never checkpointed, never restored.
         b.add_line(None, ".git/").expect("a valid pattern");
@@ -568,7 +579,7 @@ impl Filter {
             .build()
             .map_err(|e| FsError::invalid("checkpoints.exclude", e.to_string()))?;
         let gitignore = cfg.gitignore.then(|| {
-                let (g, _) = Gitignore::new(root.join(".gitignore"));
+            let (g, _) = Gitignore::new(root.join(".gitignore"));
             g
         });
         Ok(Filter { exclude, gitignore })
@@ -675,10 +686,7 @@ impl Builder<'_> {
 
     /// A tree made of `puts` alone.
     fn write_fresh(&self, puts: &BTreeMap<String, Put>) -> FsResult<Oid> {
-        let empty = self
-            .repo
-            .find_tree(self.empty_tree()?)
-            .map_err(store_err)?;
+        let empty = self.repo.find_tree(self.empty_tree()?).map_err(store_err)?;
         let mut up = TreeUpdateBuilder::new();
         for (rel, p) in puts {
             match p {
@@ -851,9 +859,9 @@ fn count_files(tree: &git2::Tree<'_>) -> u64 {
 /// Whether `rel` is one of the restore's paths or beneath one (all when there are none).
 fn in_scope(scope: &[String], rel: &str) -> bool {
     scope.is_empty()
-        || scope
-            .iter()
-            .any(|p| rel == p || (rel.starts_with(p.as_str()) && rel.as_bytes().get(p.len()) == Some(&b'/')))
+        || scope.iter().any(|p| {
+            rel == p || (rel.starts_with(p.as_str()) && rel.as_bytes().get(p.len()) == Some(&b'/'))
+        })
 }
 
 /// The git mode a tree entry's raw mode stands for.
@@ -928,13 +936,19 @@ mod tests {
                 let rel = p.strip_prefix(&root).unwrap().display().to_string();
                 let md = std::fs::symlink_metadata(&p).unwrap();
                 if md.file_type().is_symlink() {
-                    out.insert(rel, format!("l:{}", std::fs::read_link(&p).unwrap().display()));
+                    out.insert(
+                        rel,
+                        format!("l:{}", std::fs::read_link(&p).unwrap().display()),
+                    );
                 } else if md.is_dir() {
                     out.insert(rel, "d".into());
                     stack.push(p);
                 } else {
                     let exec = md.permissions().mode() & 0o111 != 0;
-                    out.insert(rel, format!("f:{exec}:{}", std::fs::read_to_string(&p).unwrap()));
+                    out.insert(
+                        rel,
+                        format!("f:{exec}:{}", std::fs::read_to_string(&p).unwrap()),
+                    );
                 }
             }
         }
@@ -946,8 +960,8 @@ mod tests {
     }
 
     #[test]
-    fn a_restore_puts_back_files_modes_symlinks_and_empty_dirs_and_is_undone_by_its_own_checkpoint(
-    ) {
+    fn a_restore_puts_back_files_modes_symlinks_and_empty_dirs_and_is_undone_by_its_own_checkpoint()
+    {
         let t = tempfile::tempdir().unwrap();
         let (z, cps) = setup(t.path(), "");
         z.write("/workspace/a.txt", "one\n", API).unwrap();
@@ -985,19 +999,24 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let (z, cps) = setup(t.path(), "");
         for i in 0..30 {
-            z.write(&format!("/workspace/d{}/f{i}.txt", i % 4), &format!("{i}\n"), API)
-                .unwrap();
+            z.write(
+                &format!("/workspace/d{}/f{i}.txt", i % 4),
+                &format!("{i}\n"),
+                API,
+            )
+            .unwrap();
         }
         cps.create(ZoneId::Workspace, "base", API).unwrap();
         z.write("/workspace/d1/f1.txt", "changed\n", API).unwrap();
-        z.rename("/workspace/d2", "/workspace/moved", false, API).unwrap();
+        z.rename("/workspace/d2", "/workspace/moved", false, API)
+            .unwrap();
         z.delete("/workspace/d3/f3.txt", false, API).unwrap();
         z.mkdir("/workspace/d0/sub", false, API).unwrap();
         let inc = cps.create(ZoneId::Workspace, "inc", API).unwrap();
         // A second store over the same zones, with no checkpoint yet: a full walk.
         let t2 = tempfile::tempdir().unwrap();
-        let settings = Settings::from_str("[zones]\nroot = \"z\"\n", "test", t2.path(), None)
-            .unwrap();
+        let settings =
+            Settings::from_str("[zones]\nroot = \"z\"\n", "test", t2.path(), None).unwrap();
         let fresh = Checkpoints::open(z.clone(), &settings).unwrap();
         let repo = fresh.repo.lock().unwrap();
         let full = fresh.snapshot(&repo, ZoneId::Workspace).unwrap();
@@ -1026,12 +1045,15 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let (z, cps) = setup(t.path(), "[checkpoints]\nmax_file_bytes = 10\n");
         z.write("/workspace/small.txt", "small\n", API).unwrap();
-        z.write("/workspace/big.txt", "0123456789abcdef\n", API).unwrap();
+        z.write("/workspace/big.txt", "0123456789abcdef\n", API)
+            .unwrap();
         z.write("/workspace/node_modules/m.js", "m\n", API).unwrap();
         let first = cps.create(ZoneId::Workspace, "", API).unwrap();
         assert_eq!((first.files, first.not_kept), (2, 1));
-        z.write("/workspace/big.txt", "changed since\n", API).unwrap();
-        z.write("/workspace/node_modules/m.js", "changed\n", API).unwrap();
+        z.write("/workspace/big.txt", "changed since\n", API)
+            .unwrap();
+        z.write("/workspace/node_modules/m.js", "changed\n", API)
+            .unwrap();
         z.write("/workspace/small.txt", "changed\n", API).unwrap();
         let r = cps.restore(first.id, &[], API).unwrap();
         assert_eq!(r.restored, vec!["/workspace/small.txt"]);
@@ -1049,11 +1071,19 @@ mod tests {
         z.write("/workspace/src/a.rs", "fn a() {}\n", API).unwrap();
         z.write("/workspace/docs/b.md", "b\n", API).unwrap();
         let first = cps.create(ZoneId::Workspace, "", API).unwrap();
-        z.write("/workspace/src/a.rs", "fn a() { 1 }\n", API).unwrap();
+        z.write("/workspace/src/a.rs", "fn a() { 1 }\n", API)
+            .unwrap();
         z.write("/workspace/docs/b.md", "bee\n", API).unwrap();
         let d = cps.diff(first.id, None).unwrap();
-        let names: Vec<_> = d.files.iter().map(|f| (f.path.as_str(), f.status.as_str())).collect();
-        assert_eq!(names, vec![("docs/b.md", "modified"), ("src/a.rs", "modified")]);
+        let names: Vec<_> = d
+            .files
+            .iter()
+            .map(|f| (f.path.as_str(), f.status.as_str()))
+            .collect();
+        assert_eq!(
+            names,
+            vec![("docs/b.md", "modified"), ("src/a.rs", "modified")]
+        );
         assert!(d.patch.contains("+fn a() { 1 }"), "{}", d.patch);
         let r = cps
             .restore(first.id, &["/workspace/src".to_string()], API)
@@ -1062,7 +1092,9 @@ mod tests {
         let read = |p: &str| std::fs::read_to_string(ws(t.path()).join(p)).unwrap();
         assert_eq!(read("src/a.rs"), "fn a() {}\n");
         assert_eq!(read("docs/b.md"), "bee\n");
-        let e = cps.restore(first.id, &["/cache/x".to_string()], API).unwrap_err();
+        let e = cps
+            .restore(first.id, &["/cache/x".to_string()], API)
+            .unwrap_err();
         assert!(e.to_string().contains("not in /workspace"), "{e}");
         assert!(matches!(cps.get(999), Err(FsError::NotFound { .. })));
     }

@@ -79,6 +79,8 @@ pub enum Command {
     Staged(cmd::staged::Args),
     Review(cmd::review::Args),
     Gc(cmd::gc::Args),
+    Checkpoint(cmd::checkpoint::Args),
+    Restore(cmd::checkpoint::RestoreArgs),
     Sandbox(cmd::sandbox::Args),
     Mirror(cmd::mirror::Args),
     Completions(cmd::completions::Args),
@@ -179,6 +181,8 @@ pub fn main() -> ExitCode {
             Staged(a) => cmd::staged::run(&ctx, a).await,
             Review(a) => cmd::review::run(&ctx, a).await,
             Gc(a) => cmd::gc::run(&ctx, a).await,
+            Checkpoint(a) => cmd::checkpoint::run(&ctx, a).await,
+            Restore(a) => cmd::checkpoint::restore(&ctx, a).await,
             Sandbox(a) => cmd::sandbox::run(&ctx, a).await,
             Mirror(a) => cmd::mirror::run(&ctx, a).await,
         }

@@ -99,7 +99,7 @@ pub fn run(settings: Settings, no_mount: bool) -> anyhow::Result<()> {
         let signals = Signals::install()?;
         let listener = PeerListener::bind(&socket, settings.allowed_uids.clone()).await?;
         tracing::info!(socket = %socket.display(), state = %db.path(), "serving the API");
-        let state = AppState::new(zones, settings, mount.is_some());
+        let state = AppState::new(zones, settings, mount.is_some())?;
         let warm = state.sandboxes.merge_config(&state.settings.sandboxes)?;
         // The socket listens and the mount (when asked for) is up: tell systemd, if it is asking.
         // The variable stays set so STOPPING=1 can be sent later.

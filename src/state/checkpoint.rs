@@ -145,11 +145,9 @@ impl Db {
 
     /// The id of the newest journal row (0 when the journal is empty).
     pub fn journal_last_id(&self) -> Result<i64, StateError> {
-        Ok(self.lock().query_row(
-            "SELECT coalesce(max(id), 0) FROM journal",
-            [],
-            |r| r.get(0),
-        )?)
+        Ok(self
+            .lock()
+            .query_row("SELECT coalesce(max(id), 0) FROM journal", [], |r| r.get(0))?)
     }
 
     /// The id of the oldest journal row still kept (`None` when the journal is empty).

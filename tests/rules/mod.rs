@@ -343,6 +343,82 @@ fn edits_of_one_file_through_the_api_and_mcp_at_once_take_turns_and_lose_nothing
 }
 
 #[test]
+fn a_checkpoint_holds_every_writers_changes_and_a_restore_puts_them_back_through_the_mount() {
+    let m = Mounted::mounted("");
+    let mut mcp = Mcp::start(&m.socket);
+    let ws = m.ws();
+    let backing = m.zone_dir("workspace");
+    api(&m, &["write", "/workspace/by-api.txt", "api 1"]).unwrap();
+    mcp.call(
+        "write",
+        json!({"path": "/workspace/by-mcp.txt", "content": "mcp 1"}),
+    )
+    .unwrap();
+    std::fs::create_dir_all(ws.join("src")).unwrap();
+    std::fs::write(ws.join("src/by-fuse.rs"), "fuse 1").unwrap();
+    std::fs::write(backing.join("beside.txt"), "beside 1").unwrap();
+    // The watcher journals a change beside sandfs once it has settled (250 ms).
+    let settled = |path: &str| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !journal(&m).iter().any(|r| r.2 == path) {
+            assert!(Instant::now() < deadline, "{path} not journaled");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    settled("beside.txt");
+    let out = api(&m, &["--json", "checkpoint", "-m", "one"]).unwrap();
+    let first: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(first["files"], 4, "{first}");
+
+    api(&m, &["write", "/workspace/by-api.txt", "api 2"]).unwrap();
+    mcp.call("rm", json!({"path": "/workspace/by-mcp.txt"}))
+        .unwrap();
+    std::fs::write(ws.join("src/by-fuse.rs"), "fuse 2").unwrap();
+    std::fs::write(ws.join("src/new.rs"), "new").unwrap();
+    std::fs::write(backing.join("beside.txt"), "beside 2").unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    std::fs::write(backing.join("beside-new.txt"), "x").unwrap();
+    settled("beside-new.txt");
+    let diff = api(
+        &m,
+        &["checkpoint", "diff", &first["id"].to_string(), "--stat"],
+    )
+    .unwrap();
+    for p in [
+        "by-api.txt",
+        "by-mcp.txt",
+        "src/by-fuse.rs",
+        "src/new.rs",
+        "beside.txt",
+    ] {
+        assert!(diff.contains(p), "{p} missing from the diff:\n{diff}");
+    }
+
+    let out = api(&m, &["--json", "restore", &first["id"].to_string()]).unwrap();
+    let r: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(r["conflicts"], json!([]), "{r}");
+    // Seen through the mount at once: the restore went through the core.
+    let read = |p: &str| std::fs::read_to_string(ws.join(p)).ok();
+    assert_eq!(read("by-api.txt").as_deref(), Some("api 1"));
+    assert_eq!(read("by-mcp.txt").as_deref(), Some("mcp 1"));
+    assert_eq!(read("src/by-fuse.rs").as_deref(), Some("fuse 1"));
+    assert_eq!(read("beside.txt").as_deref(), Some("beside 1"));
+    assert_eq!(read("src/new.rs"), None);
+    assert_eq!(read("beside-new.txt"), None);
+    // And undone by restoring the checkpoint it made first.
+    api(&m, &["restore", &r["before"].to_string()]).unwrap();
+    assert_eq!(read("by-api.txt").as_deref(), Some("api 2"));
+    assert_eq!(read("by-mcp.txt"), None);
+    assert_eq!(read("src/new.rs").as_deref(), Some("new"));
+    assert_eq!(read("beside-new.txt").as_deref(), Some("x"));
+    // Bad input names the input and the rule.
+    let e = api(&m, &["restore", "9999"]).unwrap_err();
+    assert!(e.contains("checkpoint 9999"), "{e}");
+    let e = api(&m, &["restore", &first["id"].to_string(), "/cache/x"]).unwrap_err();
+    assert!(e.contains("not in /workspace"), "{e}");
+}
+
+#[test]
 fn a_sandbox_file_over_the_size_limit_is_refused_alike_by_the_api_mcp_and_the_mount() {
     let server = AgentServer::start();
     let token = server.token().to_string();

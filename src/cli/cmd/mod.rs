@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod cat;
+pub mod checkpoint;
 pub mod completions;
 pub mod doctor;
 pub mod edit;
