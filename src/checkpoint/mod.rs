@@ -730,10 +730,8 @@ impl Builder<'_> {
                 } else {
                     FileMode::Blob
                 };
-                match self.blob(&path, st.size)? {
-                    Some(id) => Some(Look::Put(Put::Entry(id, mode))),
-                    None => None,
-                }
+                self.blob(&path, st.size)?
+                    .map(|id| Look::Put(Put::Entry(id, mode)))
             }
             _ => None,
         })

@@ -272,6 +272,49 @@ impl Server {
         Ok(self.post("/v1/git/stage", &p).await)
     }
 
+    /// Checkpoint a zone now (the workspace unless zone says cache): a snapshot to go back to
+    /// with restore, holding every writer's changes (these tools, the mount, shell commands,
+    /// pulls, an editor). Cheap: only what changed since the previous checkpoint is read. Take
+    /// one before a risky change. Returns {id, zone, message, time_ms, files, …}. Errors:
+    /// INVALID_ARGUMENT, ZONE_UNAVAILABLE.
+    #[tool(annotations(destructive_hint = false, open_world_hint = false))]
+    async fn checkpoint(&self, Parameters(p): Parameters<CheckpointParams>) -> ToolResult {
+        Ok(self.post("/v1/checkpoints", &p).await)
+    }
+
+    /// List checkpoints, newest first. Returns {checkpoints: [{id, zone, message, via (who
+    /// asked), time_ms, files, parent}]}. Errors: INVALID_ARGUMENT.
+    #[tool(annotations(read_only_hint = true, open_world_hint = false))]
+    async fn checkpoint_list(&self, Parameters(p): Parameters<CheckpointListParams>) -> ToolResult {
+        let mut route = format!("/v1/checkpoints?limit={}", p.limit.unwrap_or(100));
+        if let Some(z) = &p.zone {
+            route.push_str(&format!("&zone={}", encode(z)));
+        }
+        Ok(match self.client.get_raw(&route).await {
+            Ok(bytes) => answer(&bytes),
+            Err(e) => failure(e),
+        })
+    }
+
+    /// What changed from checkpoint `from` to checkpoint `to`, or to now when `to` is left out.
+    /// Returns {files: [{path, status (added, deleted, modified, type-changed), additions,
+    /// deletions}], patch (git's unified format, cut at 4 MiB: truncated)}. Errors: NOT_FOUND,
+    /// INVALID_ARGUMENT.
+    #[tool(annotations(read_only_hint = true, open_world_hint = false))]
+    async fn checkpoint_diff(&self, Parameters(p): Parameters<CheckpointDiffParams>) -> ToolResult {
+        Ok(self.post("/v1/checkpoints/diff", &p).await)
+    }
+
+    /// Put the zone back as it was at a checkpoint: all of it, or only `paths`. The present is
+    /// checkpointed first: `before` in the answer is that checkpoint, so restoring it undoes this.
+    /// Files that changed while the restore ran are left alone (conflicts). Returns {checkpoint,
+    /// before, restored, removed, conflicts, not_kept}. Errors: NOT_FOUND, INVALID_ARGUMENT,
+    /// READ_ONLY.
+    #[tool(annotations(destructive_hint = true, open_world_hint = false))]
+    async fn restore(&self, Parameters(p): Parameters<RestoreParams>) -> ToolResult {
+        Ok(self.post("/v1/checkpoints/restore", &p).await)
+    }
+
     /// List staged commits, newest first. Returns {staged: [{id, repo, branch, message, state,
     /// reason (why the last push failed, when it did), additions, deletions, files, created_at,
     /// updated_at, …}]}. States: staged (awaiting review), rebased (review again), pushed,
@@ -361,7 +404,10 @@ mod tests {
     use super::*;
     use crate::core::ErrorCode;
 
-    const TOOLS: [&str; 15] = [
+    const TOOLS: [&str; 19] = [
+        "checkpoint",
+        "checkpoint_diff",
+        "checkpoint_list",
         "edit",
         "git_stage",
         "git_status",
@@ -372,6 +418,7 @@ mod tests {
         "mirror_push",
         "mv",
         "read",
+        "restore",
         "rm",
         "staged_list",
         "staged_show",

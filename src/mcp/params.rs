@@ -301,3 +301,49 @@ pub struct MirrorPullParams {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from: Option<String>,
 }
+
+/// `checkpoint`.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointParams {
+    /// What the checkpoint is for (shown in checkpoint_list)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The zone: workspace (the default) or cache
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+}
+
+/// `checkpoint_list`.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointListParams {
+    /// Only this zone's checkpoints (workspace or cache)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    /// At most this many (default 100)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+}
+
+/// `checkpoint_diff`.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointDiffParams {
+    /// The checkpoint to compare from (an id from checkpoint or checkpoint_list)
+    pub from: i64,
+    /// Another checkpoint of the same zone; left out: the zone as it is now
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<i64>,
+}
+
+/// `restore`.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RestoreParams {
+    /// The checkpoint to go back to
+    pub id: i64,
+    /// Virtual paths to restore, with what is beneath them (default: the whole zone)
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
+}

@@ -24,6 +24,7 @@ from mcp.client.stdio import stdio_client
 TOOLS = {
     "read", "write", "edit", "ls", "glob", "grep", "stat", "rm", "mv",
     "git_status", "git_stage", "staged_list", "staged_show", "mirror_push", "mirror_pull",
+    "checkpoint", "checkpoint_list", "checkpoint_diff", "restore",
 }
 
 
@@ -111,13 +112,13 @@ async def main():
             tools = {t.name: t for t in (await session.list_tools()).tools}
             names = set(tools)
             if mode == "push":
-                check(names == TOOLS | {"git_push"}, "tools are the 15 plus git_push", sorted(names))
+                check(names == TOOLS | {"git_push"}, "tools are the 19 plus git_push", sorted(names))
                 check(bool(tools["git_push"].description), "git_push is described")
                 print("PASS", flush=True)
                 return
             if mode != "tools":
                 raise SystemExit(f"unknown mode {mode!r}: tools, push or no-daemon")
-            check(names == TOOLS, "tools are the 15, no git_push", sorted(names))
+            check(names == TOOLS, "tools are the 19, no git_push", sorted(names))
             for t in tools.values():
                 check(len(t.description or "") > 80, f"{t.name} has a description for a model")
                 check(t.input_schema.get("type") == "object", f"{t.name} has an object input schema")
@@ -207,6 +208,28 @@ async def main():
             r = await call(session, "staged_list", {"state": "pushed"})
             check(r.structured_content == {"staged": []}, "staged_list filters by state")
             await call_error(session, "staged_show", {"id": "0123456789"}, "NOT_FOUND")
+
+            # checkpoints: take one, change a file, see the change, go back, and undo that
+            await call(session, "write", {"path": "/workspace/cp.txt", "content": "before\n"})
+            r = await call(session, "checkpoint", {"message": "before the change"})
+            first = r.structured_content["id"]
+            check(r.structured_content["message"] == "before the change", "checkpoint keeps its message")
+            await call(session, "write", {"path": "/workspace/cp.txt", "content": "after\n"})
+            r = await call(session, "checkpoint_diff", {"from": first})
+            check([f["path"] for f in r.structured_content["files"]] == ["cp.txt"],
+                  "checkpoint_diff names the changed file", r.structured_content)
+            r = await call(session, "checkpoint_list", {"limit": 5})
+            check(r.structured_content["checkpoints"][0]["id"] == first, "checkpoint_list shows it")
+            r = await call(session, "restore", {"id": first, "paths": ["/workspace/cp.txt"]})
+            check(r.structured_content["restored"] == ["/workspace/cp.txt"], "restore puts the file back",
+                  r.structured_content)
+            undo = r.structured_content["before"]
+            r = await call(session, "read", {"path": "/workspace/cp.txt"})
+            check(r.structured_content["content"] == "before\n", "the file reads as it was")
+            await call(session, "restore", {"id": undo})
+            r = await call(session, "read", {"path": "/workspace/cp.txt"})
+            check(r.structured_content["content"] == "after\n", "restoring the pre-restore checkpoint undoes it")
+            await call_error(session, "restore", {"id": 999999}, "NOT_FOUND")
 
             # mirror: no sandbox of that name (or, before the mirror routes exist, no route)
             for tool in ("mirror_push", "mirror_pull"):

@@ -111,7 +111,7 @@ fn every_tool_answers_a_real_mcp_client() {
     let out = run_client(&d.socket, &d.config, "tools");
     let stdout = passed(&out);
     for line in [
-        "ok tools are the 15, no git_push",
+        "ok tools are the 19, no git_push",
         "ok read returns the text written",
         "ok a truncated read says how to go on",
         "ok edit error code is NOT_UNIQUE",
@@ -120,6 +120,10 @@ fn every_tool_answers_a_real_mcp_client() {
         "ok grep finds the match with path and line",
         "ok git_status lists no repositories",
         "ok staged_show error code is NOT_FOUND",
+        "ok checkpoint_diff names the changed file",
+        "ok restore puts the file back",
+        "ok restoring the pre-restore checkpoint undoes it",
+        "ok restore error code is NOT_FOUND",
         "ok mirror_push without a sandbox is an error with a code",
         "ok mirror_pull without a sandbox is an error with a code",
     ] {
@@ -190,7 +194,7 @@ fn git_push_is_offered_only_when_the_config_allows_it() {
     assert!(
         stdout
             .lines()
-            .any(|l| l == "ok tools are the 15 plus git_push"),
+            .any(|l| l == "ok tools are the 19 plus git_push"),
         "{stdout}"
     );
 }
