@@ -4,7 +4,7 @@ CARGO ?= cargo
 # Where cargo builds (honours $CARGO_TARGET_DIR like cargo does).
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: run test lint build bench bench-api bench-fuse bench-git bench-sandbox bench-memory
+.PHONY: run test lint build bench bench-api bench-fuse bench-git bench-sandbox bench-memory bench-checkpoint
 
 ## make run: install what is missing, build, and start the daemon on the embedded default
 run:
@@ -36,6 +36,7 @@ bench:
 	bash benches/git.sh
 	bash benches/sandbox.sh
 	bash benches/memory.sh
+	bash benches/checkpoint.sh
 
 ## make bench-api: grep/glob against rg/fd, API round trips against native I/O
 bench-api:
@@ -48,6 +49,10 @@ bench-fuse:
 ## make bench-git: git pull/stage/status on a 10,000-file repository against git clone --depth 1
 bench-git:
 	bash benches/git.sh
+
+## make bench-checkpoint: checkpoints and restores of a 25,000-file tree against git add/write-tree and git checkout
+bench-checkpoint:
+	bash benches/checkpoint.sh
 
 ## make bench-sandbox: mirror pushes into the real sandbox-agent against hand-made tar/curl uploads (root)
 bench-sandbox:

@@ -134,3 +134,31 @@ async fn restore(
     }
     blocking(&app, move |c| c.restore(r.id, &r.paths, origin(peer))).await
 }
+
+/// Checkpoints `zone` before an operation that overwrites many files (a git or mirror pull, a
+/// discard with `revert`), so that `sandfs restore` can undo it. A zone served from a sandbox
+/// (checkpoints cover local zones) or switched off is skipped; any other failure stops the
+/// operation before it changes anything.
+pub(super) async fn before(
+    app: &Arc<AppState>,
+    zone: ZoneId,
+    what: String,
+) -> Result<(), ApiError> {
+    if !matches!(app.zones.zone(zone), crate::core::Zone::Local(_)) {
+        return Ok(());
+    }
+    let cps = app.checkpoints.clone();
+    tokio::task::spawn_blocking(move || cps.create(zone, &what, crate::state::Origin::INTERNAL))
+        .await
+        .map_err(|e| ApiError::Fs(FsError::Internal(format!("worker failed: {e}"))))?
+        .map(|_| ())
+        .map_err(ApiError::Fs)
+}
+
+/// The zone a virtual path names (the workspace when there is none or it does not parse: the
+/// operation itself reports a bad path).
+pub(super) fn zone_of(path: Option<&str>) -> ZoneId {
+    path.and_then(|p| crate::core::path::parse_entry(p).ok())
+        .map(|vp| vp.zone())
+        .unwrap_or(ZoneId::Workspace)
+}

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use super::body::JsonBody;
 use super::error::ApiError;
 use super::AppState;
-use crate::core::FsError;
+use crate::core::{FsError, ZoneId};
 use crate::git::{Git, GitFailure, Progress, PullRequest, PushRequest, StageRequest, StagedCommit};
 
 pub fn routes() -> Router<Arc<AppState>> {
@@ -77,6 +77,11 @@ where
 }
 
 async fn pull(State(app): State<Arc<AppState>>, JsonBody(r): JsonBody<PullRequest>) -> Response {
+    let zone = super::checkpoint::zone_of(r.into.as_deref());
+    let what = format!("before git pull of {}", r.remote);
+    if let Err(e) = super::checkpoint::before(&app, zone, what).await {
+        return e.into_response();
+    }
     let stream = r.progress;
     with_progress(&app, stream, move |g, p| g.pull(&r, p)).await
 }
@@ -189,5 +194,9 @@ async fn discard(
     State(app): State<Arc<AppState>>,
     JsonBody(r): JsonBody<DiscardReq>,
 ) -> Result<Json<crate::git::DiscardResult>, ApiError> {
+    if r.revert {
+        let what = format!("before discarding staged commit {} with revert", r.id);
+        super::checkpoint::before(&app, ZoneId::Workspace, what).await?;
+    }
     blocking(&app, move |g| g.discard(&r.id, r.revert)).await
 }

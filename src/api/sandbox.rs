@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use super::body::JsonBody;
 use super::error::ApiError;
 use super::AppState;
+use crate::core::ZoneId;
 use crate::sandbox::mirror::{MirrorProgress, ProgressFn};
 use crate::sandbox::registry::{AddRequest, MirrorRequest};
 use crate::sandbox::{Registry, SandboxError, SandboxInfo};
@@ -123,6 +124,15 @@ async fn pull(State(app): State<Arc<AppState>>, JsonBody(r): JsonBody<MirrorRequ
             rule: "is for push; a pull names its remote directory with `from`".into(),
         })
         .into_response();
+    }
+    let zone = r
+        .zone
+        .as_deref()
+        .and_then(|z| ZoneId::from_name(z.trim_start_matches('/')))
+        .unwrap_or(ZoneId::Workspace);
+    let what = format!("before mirror pull from sandbox {}", r.sandbox);
+    if let Err(e) = super::checkpoint::before(&app, zone, what).await {
+        return e.into_response();
     }
     run(&app, r, |reg, r, p| async move { reg.pull(&r, p).await }).await
 }

@@ -81,6 +81,12 @@ fn pull_edit_stage_review_push_lands_exactly_that_commit() {
         .mode();
     assert!(mode & 0o111 != 0, "executable bit lost: {mode:o}");
     assert!(changes(&d).is_empty());
+    // The workspace was checkpointed just before the pull: `sandfs restore` undoes it.
+    let (status, body) = d.curl("GET", "/v1/checkpoints", None);
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(status, 200, "{v}");
+    let message = v["checkpoints"][0]["message"].as_str().unwrap_or_default();
+    assert!(message.starts_with("before git pull of "), "{v}");
 
     // The agent edits, creates and deletes through the API.
     d.ok(
