@@ -102,7 +102,7 @@ git_add_ms=$(median "$out/git-add.json")
 
 # 2. A checkpoint after one changed file.
 log "checkpoint after one changed file"
-f=$(cd "$tmp/ws" && find . -type f -name '*.rs' | head -1)
+f=$(cd "$tmp/ws" && find . -type f -name '*.rs' -print -quit)
 hyperfine --warmup 2 --runs 20 --export-json "$out/one.json" \
   --prepare "'$bin' --socket '$tmp/run/s.sock' write /workspace/${f#./} \"\$(date +%N)\"" \
   "'$bin' --socket '$tmp/run/s.sock' checkpoint" >/dev/null
@@ -122,7 +122,7 @@ restore_one_ms=$(median "$out/restore-one.json")
 # 4. The whole tree after 1,000 changed files, against git checkout of the same change.
 log "restore of the whole tree after 1,000 changed files vs git checkout"
 git -C "$tmp/git" -c user.name=b -c user.email=b@b commit -qm base
-(cd "$tmp/ws" && find . -type f -name '*.rs' | sort | head -1000) >"$tmp/changed.txt"
+(cd "$tmp/ws" && find . -type f -name '*.rs' | sort | sed -n 1,1000p) >"$tmp/changed.txt"
 change_all() {
   while read -r p; do echo "// changed" >>"$1/$p"; done <"$tmp/changed.txt"
 }
