@@ -206,6 +206,8 @@ pub struct CheckpointsSection {
     pub exclude: Vec<String>,
     /// Also leave out what the zone's `.gitignore` files ignore.
     pub gitignore: bool,
+    /// Checkpoint a changed zone once the journal has been quiet this long; 0 switches it off.
+    pub auto_quiet_ms: u64,
 }
 
 impl Default for CheckpointsSection {
@@ -214,6 +216,7 @@ impl Default for CheckpointsSection {
             max_file_bytes: 16 * 1024 * 1024,
             exclude: vec!["node_modules/".into(), "target/".into(), ".venv/".into()],
             gitignore: true,
+            auto_quiet_ms: 2000,
         }
     }
 }

@@ -749,9 +749,11 @@ impl Builder<'_> {
         for _ in 0..3 {
             let (mut file, size) = match self.zones.read_binary(path) {
                 Ok(f) => f,
-                Err(FsError::NotFound { .. }) | Err(FsError::OutsideZone { .. }) => {
-                    return Ok(None)
-                }
+                // Gone meanwhile, a hard link the zone refuses, or unreadable to the daemon:
+                // not in the checkpoint (and so never touched by a restore).
+                Err(FsError::NotFound { .. })
+                | Err(FsError::OutsideZone { .. })
+                | Err(FsError::PermissionDenied { .. }) => return Ok(None),
                 Err(e) => return Err(e),
             };
             if size > self.max {

@@ -11,10 +11,11 @@
 pub mod watch;
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::api::{AppState, PeerListener};
 use crate::config::Settings;
-use crate::core::{system_clock, Zone, Zones};
+use crate::core::{system_clock, Zone, ZoneId, Zones};
 use crate::state::Db;
 
 /// How often idle sandboxes are looked for (and detached once past their idle TTL).
@@ -108,9 +109,11 @@ pub fn run(settings: Settings, no_mount: bool) -> anyhow::Result<()> {
         }
         let gc_task = tokio::spawn(collect_garbage(state.clone()));
         let sandbox_task = tokio::spawn(tend_sandboxes(state.clone(), warm));
+        let checkpoint_task = tokio::spawn(auto_checkpoints(state.clone()));
         let served = crate::api::serve(listener, state, signals.recv()).await;
         gc_task.abort();
         sandbox_task.abort();
+        checkpoint_task.abort();
         // Only the daemon that bound the socket removes it.
         let _ = std::fs::remove_file(&socket);
         tracing::info!("stopped");
@@ -192,6 +195,72 @@ impl Signals {
 }
 
 /// Runs a garbage collection pass now and then every [`GC_EVERY`], logging what it removed.
+/// Checkpoints each local zone that changed once the journal has been quiet for
+/// `checkpoints.auto_quiet_ms` (0: never), so a moment after every burst of work can be restored.
+async fn auto_checkpoints(state: Arc<AppState>) {
+    let quiet = Duration::from_millis(state.settings.checkpoints.auto_quiet_ms);
+    if quiet.is_zero() {
+        return;
+    }
+    let tick = (quiet / 4).clamp(Duration::from_millis(50), Duration::from_millis(500));
+    let db = state.zones.db().clone();
+    let mut seen = db.journal_last_id().unwrap_or(0);
+    // A change made while the daemon was down is checkpointed once it has been quiet too.
+    let mut changed_at = Some(Instant::now());
+    loop {
+        tokio::time::sleep(tick).await;
+        let last = db.journal_last_id().unwrap_or(seen);
+        if last != seen {
+            seen = last;
+            changed_at = Some(Instant::now());
+            continue;
+        }
+        if changed_at.is_none_or(|t| t.elapsed() < quiet) {
+            continue;
+        }
+        changed_at = None;
+        let app = state.clone();
+        let made = tokio::task::spawn_blocking(move || {
+            let mut made = 0;
+            for id in ZoneId::ALL {
+                if !matches!(app.zones.zone(id), Zone::Local(_)) {
+                    continue;
+                }
+                let db = app.zones.db();
+                let after = match db.checkpoint_last(id.name()) {
+                    Ok(Some(c)) => c.journal_pos,
+                    Ok(None) => 0,
+                    Err(_) => continue,
+                };
+                // Nothing journaled for this zone since its last checkpoint: nothing to keep.
+                if matches!(
+                    db.journal_zone_paths_since(id.name(), after, 0),
+                    Ok(Some(_))
+                ) {
+                    continue;
+                }
+                match app
+                    .checkpoints
+                    .create(id, "auto", crate::state::Origin::INTERNAL)
+                {
+                    Ok(_) => made += 1,
+                    Err(e) => {
+                        tracing::warn!(zone = id.name(), error = %e, "automatic checkpoint failed")
+                    }
+                }
+            }
+            made
+        })
+        .await;
+        if let Ok(n) = made {
+            tracing::debug!(
+                checkpoints = n,
+                "automatic checkpoints after a quiet period"
+            );
+        }
+    }
+}
+
 async fn collect_garbage(state: Arc<AppState>) {
     let mut every = tokio::time::interval(GC_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -85,8 +85,12 @@ fn pull_edit_stage_review_push_lands_exactly_that_commit() {
     let (status, body) = d.curl("GET", "/v1/checkpoints", None);
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(status, 200, "{v}");
-    let message = v["checkpoints"][0]["message"].as_str().unwrap_or_default();
-    assert!(message.starts_with("before git pull of "), "{v}");
+    let before_pull = v["checkpoints"].as_array().unwrap().iter().any(|c| {
+        c["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("before git pull of "))
+    });
+    assert!(before_pull, "{v}");
 
     // The agent edits, creates and deletes through the API.
     d.ok(

@@ -419,6 +419,42 @@ fn a_checkpoint_holds_every_writers_changes_and_a_restore_puts_them_back_through
 }
 
 #[test]
+fn a_zone_is_checkpointed_on_its_own_once_changes_have_been_quiet() {
+    let m = Mounted::start("[checkpoints]\nauto_quiet_ms = 300\n");
+    let list = || -> Vec<Value> {
+        let out = api(&m, &["--json", "checkpoint", "list"]).unwrap();
+        serde_json::from_str::<Value>(&out).unwrap()["checkpoints"]
+            .as_array()
+            .unwrap()
+            .clone()
+    };
+    let wait_for = |n: usize| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let l = list();
+            if l.len() >= n {
+                return l;
+            }
+            assert!(Instant::now() < deadline, "no automatic checkpoint: {l:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    api(&m, &["write", "/workspace/a.txt", "one"]).unwrap();
+    let l = wait_for(1);
+    assert_eq!(
+        (l[0]["message"].as_str(), l[0]["files"].as_u64()),
+        (Some("auto"), Some(1))
+    );
+    // Nothing changed: no new checkpoint.
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(list().len(), 1);
+    api(&m, &["write", "/workspace/b.txt", "two"]).unwrap();
+    let l = wait_for(2);
+    assert_eq!(l[0]["files"], 2);
+    assert_eq!(l[0]["parent"], l[1]["id"]);
+}
+
+#[test]
 fn a_sandbox_file_over_the_size_limit_is_refused_alike_by_the_api_mcp_and_the_mount() {
     let server = AgentServer::start();
     let token = server.token().to_string();
