@@ -31,6 +31,8 @@
 #   SANDFS_FUSE_ONLY     comma-separated subset of: io,meta,rg (default: all)
 #   SANDFS_BENCH_STRICT  1: exit 1 when a target is missed (default: only a wrong result fails)
 #   SANDFS_BIN           use this sandfs binary instead of building target/release/sandfs
+#   SANDFS_FUSE_AUTO_CHECKPOINT_MS  [checkpoints] auto_quiet_ms for the daemon (0: automatic
+#                        checkpoints off; default: the daemon's default), to measure what they cost
 #   CARGO                cargo command (default cargo)
 set -euo pipefail
 shopt -s inherit_errexit
@@ -213,6 +215,9 @@ dir = '$backing'
 [zones.cache]
 dir = '$tmpfs'
 EOF
+if [ -n "${SANDFS_FUSE_AUTO_CHECKPOINT_MS:-}" ]; then
+  printf '\n[checkpoints]\nauto_quiet_ms = %s\n' "$SANDFS_FUSE_AUTO_CHECKPOINT_MS" >>"$tmp/config.toml"
+fi
 # sandfs is mounted only while it is measured: its watcher (inotify on the backing dir) reacts to
 # every open and write that native and bindfs runs make in that directory, and would bill sandfs's
 # bookkeeping to them (4.5 CPU-seconds during bindfs's 1 GiB write, measured).
