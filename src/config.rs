@@ -208,6 +208,10 @@ pub struct CheckpointsSection {
     pub gitignore: bool,
     /// Checkpoint a changed zone once the journal has been quiet this long; 0 switches it off.
     pub auto_quiet_ms: u64,
+    /// Checkpoints kept per zone, newest first (0: no limit); the newest is always kept.
+    pub keep: u32,
+    /// Days a checkpoint is kept (0: forever); the newest of each zone is always kept.
+    pub keep_days: u32,
 }
 
 impl Default for CheckpointsSection {
@@ -217,6 +221,8 @@ impl Default for CheckpointsSection {
             exclude: vec!["node_modules/".into(), "target/".into(), ".venv/".into()],
             gitignore: true,
             auto_quiet_ms: 2000,
+            keep: 1000,
+            keep_days: 30,
         }
     }
 }

@@ -31,6 +31,10 @@ pub struct GcReport {
     pub refs: Vec<String>,
     /// Leftover temporary files deleted, as virtual paths.
     pub temp_files: Vec<String>,
+    /// Checkpoints deleted (past `[checkpoints] keep` or `keep_days`).
+    pub checkpoints: u64,
+    /// Objects deleted from the checkpoint store (held by no kept checkpoint).
+    pub checkpoint_objects: u64,
 }
 
 /// The body of `POST /v1/gc` (no fields yet; `{}`).
@@ -61,6 +65,7 @@ pub fn collect(app: &AppState) -> Result<GcReport, ApiError> {
         .map_err(|e| FsError::Internal(e.to_string()))?;
     let git = app.git.gc(before_ms)?;
     let temp_files = retention::sweep_temp_files(&app.zones, now);
+    let (checkpoints, checkpoint_objects) = app.checkpoints.prune(now)?;
     Ok(GcReport {
         keep_days,
         before_ms,
@@ -68,6 +73,8 @@ pub fn collect(app: &AppState) -> Result<GcReport, ApiError> {
         staged_commits: git.staged_commits,
         refs: git.refs,
         temp_files,
+        checkpoints,
+        checkpoint_objects,
     })
 }
 
@@ -78,5 +85,7 @@ impl GcReport {
             && self.staged_commits.is_empty()
             && self.refs.is_empty()
             && self.temp_files.is_empty()
+            && self.checkpoints == 0
+            && self.checkpoint_objects == 0
     }
 }

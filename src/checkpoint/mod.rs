@@ -171,6 +171,57 @@ impl Checkpoints {
             .ok_or_else(|| FsError::Internal("a checkpoint vanished as it was made".into()))
     }
 
+    /// Deletes the checkpoints past `checkpoints.keep` per zone and older than
+    /// `checkpoints.keep_days` (never a zone's newest), then the objects no kept checkpoint
+    /// holds (blobs written for a diff with now included). Returns (checkpoints, objects) deleted.
+    pub fn prune(&self, now_ms: i64) -> FsResult<(u64, u64)> {
+        let repo = self.repo.lock().expect("not poisoned");
+        let db = self.zones.db();
+        let before = crate::core::retention::cutoff_ms(now_ms, self.cfg.keep_days);
+        let mut rows = 0;
+        for id in ZoneId::ALL {
+            rows += db
+                .checkpoint_prune(id.name(), self.cfg.keep, before)
+                .map_err(state_err)?;
+        }
+        // What the kept checkpoints reach; shared subtrees are walked once.
+        let mut reach: std::collections::HashSet<Oid> = std::collections::HashSet::new();
+        let mut stack: Vec<Oid> = Vec::new();
+        for t in db.checkpoint_trees().map_err(state_err)? {
+            stack.push(oid(&t)?);
+        }
+        while let Some(t) = stack.pop() {
+            if !reach.insert(t) {
+                continue;
+            }
+            let tree = repo.find_tree(t).map_err(store_err)?;
+            for e in tree.iter() {
+                if e.kind() == Some(ObjectType::Tree) {
+                    stack.push(e.id());
+                } else {
+                    reach.insert(e.id());
+                }
+            }
+        }
+        let mut all = Vec::new();
+        repo.odb()
+            .map_err(store_err)?
+            .foreach(|o| {
+                all.push(*o);
+                true
+            })
+            .map_err(store_err)?;
+        let objects = repo.path().join("objects");
+        let mut gone = 0;
+        for o in all.into_iter().filter(|o| !reach.contains(o)) {
+            let hex = o.to_string();
+            if std::fs::remove_file(objects.join(&hex[..2]).join(&hex[2..])).is_ok() {
+                gone += 1;
+            }
+        }
+        Ok((rows, gone))
+    }
+
     /// Checkpoints, newest first.
     pub fn list(&self, zone: Option<ZoneId>, limit: usize) -> FsResult<Vec<CheckpointRow>> {
         self.zones
@@ -642,7 +693,13 @@ impl Builder<'_> {
                     dirs.push(rel);
                 }
                 Some(Look::Put(p)) => {
-                    removes.insert(rel.clone());
+                    // An upsert replaces a file in place; only a directory there goes first.
+                    if base
+                        .get_path(Path::new(&rel))
+                        .is_ok_and(|e| e.kind() == Some(ObjectType::Tree))
+                    {
+                        removes.insert(rel.clone());
+                    }
                     puts.insert(rel, p);
                 }
                 None => {
@@ -910,7 +967,8 @@ mod tests {
     };
 
     fn setup(dir: &Path, extra: &str) -> (Arc<Zones>, Checkpoints) {
-        let config = format!("[zones]\nroot = \"z\"\n{extra}");
+        // The store under the test's own directory, never the user's state directory.
+        let config = format!("state_dir = \"state\"\n[zones]\nroot = \"z\"\n{extra}");
         let settings = Settings::from_str(&config, "test", dir, None).unwrap();
         let zones = Arc::new(
             Zones::open(
@@ -1015,8 +1073,13 @@ mod tests {
         let inc = cps.create(ZoneId::Workspace, "inc", API).unwrap();
         // A second store over the same zones, with no checkpoint yet: a full walk.
         let t2 = tempfile::tempdir().unwrap();
-        let settings =
-            Settings::from_str("[zones]\nroot = \"z\"\n", "test", t2.path(), None).unwrap();
+        let settings = Settings::from_str(
+            "state_dir = \"state\"\n[zones]\nroot = \"z\"\n",
+            "test",
+            t2.path(),
+            None,
+        )
+        .unwrap();
         let fresh = Checkpoints::open(z.clone(), &settings).unwrap();
         let repo = fresh.repo.lock().unwrap();
         let full = fresh.snapshot(&repo, ZoneId::Workspace).unwrap();
@@ -1062,6 +1125,42 @@ mod tests {
         assert_eq!(read("small.txt"), "small\n");
         assert_eq!(read("big.txt"), "changed since\n");
         assert_eq!(read("node_modules/m.js"), "changed\n");
+    }
+
+    #[test]
+    fn pruning_keeps_the_newest_checkpoints_and_every_object_they_hold() {
+        let t = tempfile::tempdir().unwrap();
+        let (z, cps) = setup(t.path(), "[checkpoints]\nkeep = 2\n");
+        z.write("/workspace/same.txt", "kept by all\n", API)
+            .unwrap();
+        let mut ids = Vec::new();
+        for i in 0..4 {
+            z.write("/workspace/v.txt", &format!("version {i}\n"), API)
+                .unwrap();
+            ids.push(cps.create(ZoneId::Workspace, "", API).unwrap().id);
+        }
+        // A diff with now writes objects no checkpoint holds.
+        z.write("/workspace/v.txt", "not checkpointed\n", API)
+            .unwrap();
+        cps.diff(ids[3], None).unwrap();
+        let (rows, objects) = cps.prune(z.now_ms()).unwrap();
+        assert_eq!(rows, 2);
+        // Versions 0 and 1 (a blob and a root tree each), the diff's blob and tree, and the
+        // empty tree the first (full) checkpoint was built on.
+        assert_eq!(objects, 7);
+        let kept: Vec<i64> = cps.list(None, 10).unwrap().iter().map(|c| c.id).collect();
+        assert_eq!(kept, vec![ids[3], ids[2]]);
+        assert_eq!(
+            cps.prune(z.now_ms()).unwrap(),
+            (0, 0),
+            "nothing more to remove"
+        );
+        // What is kept restores whole.
+        let r = cps.restore(ids[2], &[], API).unwrap();
+        assert!(r.conflicts.is_empty(), "{r:?}");
+        let read = |p: &str| std::fs::read_to_string(ws(t.path()).join(p)).unwrap();
+        assert_eq!(read("v.txt"), "version 2\n");
+        assert_eq!(read("same.txt"), "kept by all\n");
     }
 
     #[test]

@@ -143,6 +143,41 @@ impl Db {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
+    /// Deletes the checkpoints of `zone` past the newest `keep` (0: no limit) and those made
+    /// before `before_ms`, never the newest; returns how many went.
+    pub fn checkpoint_prune(
+        &self,
+        zone: &str,
+        keep: u32,
+        before_ms: Option<i64>,
+    ) -> Result<u64, StateError> {
+        let conn = self.lock();
+        let mut n = 0;
+        if keep > 0 {
+            n += conn.execute(
+                "DELETE FROM checkpoints WHERE zone = ?1 AND id NOT IN
+                   (SELECT id FROM checkpoints WHERE zone = ?1 ORDER BY id DESC LIMIT ?2)",
+                params![zone, keep as i64],
+            )?;
+        }
+        if let Some(before) = before_ms {
+            n += conn.execute(
+                "DELETE FROM checkpoints WHERE zone = ?1 AND time_ms < ?2
+                   AND id <> (SELECT max(id) FROM checkpoints WHERE zone = ?1)",
+                params![zone, before],
+            )?;
+        }
+        Ok(n as u64)
+    }
+
+    /// The trees of every checkpoint kept.
+    pub fn checkpoint_trees(&self) -> Result<Vec<String>, StateError> {
+        let conn = self.lock();
+        let mut st = conn.prepare_cached("SELECT DISTINCT tree FROM checkpoints")?;
+        let rows = st.query_map([], |r| r.get::<_, String>(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     /// The id of the newest journal row (0 when the journal is empty).
     pub fn journal_last_id(&self) -> Result<i64, StateError> {
         Ok(self

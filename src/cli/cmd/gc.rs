@@ -1,5 +1,5 @@
 //! `sandfs gc`: ask the daemon to delete old journal rows, discarded staged commits, stray staged
-//! refs and leftover temporary files now (it also does so every hour on its own).
+//! refs, leftover temporary files and checkpoints past their retention now (it also does so every hour on its own).
 
 use crate::api::GcReport;
 use crate::cli::output::{print_json, time};
@@ -43,5 +43,9 @@ pub async fn run(ctx: &Ctx, _: &Args) -> Result<Outcome, ClientError> {
     for p in &r.temp_files {
         println!("  {p}");
     }
+    println!(
+        "checkpoints: removed {} (and {} objects only they held)",
+        r.checkpoints, r.checkpoint_objects
+    );
     Ok(Outcome::Ok)
 }
