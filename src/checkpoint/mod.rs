@@ -404,24 +404,13 @@ impl Checkpoints {
             }
         }
         // Empty directories of the present the checkpoint does not hold go too.
-        let _ = old.walk(git2::TreeWalkMode::PreOrder, |root, entry| {
-            if entry.kind() == Some(ObjectType::Tree)
-                && repo
-                    .find_tree(entry.id())
-                    .map(|t| t.is_empty())
-                    .unwrap_or(false)
-            {
-                let rel = format!("{root}{}", entry.name().unwrap_or_default());
-                if in_scope(&scope, &rel) {
-                    let mut dir = VPath::new(zone, &rel).ok();
-                    while let Some(d) = dir.filter(|d| !d.is_root()) {
-                        emptied.insert(d.rel().to_string());
-                        dir = d.parent();
-                    }
-                }
+        for rel in empty_dirs(&repo, &old, &scope) {
+            let mut dir = VPath::new(zone, &rel).ok();
+            while let Some(d) = dir.filter(|d| !d.is_root()) {
+                emptied.insert(d.rel().to_string());
+                dir = d.parent();
             }
-            git2::TreeWalkResult::Ok
-        });
+        }
         // Directories the removals emptied and the checkpoint does not hold, deepest first;
         // one still holding something (an excluded file) stays.
         for dir in emptied.iter().rev() {
@@ -494,22 +483,11 @@ impl Checkpoints {
             }
         }
         // Empty directories the checkpoint holds.
-        let _ = new.walk(git2::TreeWalkMode::PreOrder, |root, entry| {
-            if entry.kind() == Some(ObjectType::Tree)
-                && repo
-                    .find_tree(entry.id())
-                    .map(|t| t.is_empty())
-                    .unwrap_or(false)
-            {
-                let rel = format!("{root}{}", entry.name().unwrap_or_default());
-                if in_scope(&scope, &rel) {
-                    let _ = self
-                        .zones
-                        .mkdir(&format!("/{}/{rel}", zone.name()), true, origin);
-                }
-            }
-            git2::TreeWalkResult::Ok
-        });
+        for rel in empty_dirs(&repo, &new, &scope) {
+            let _ = self
+                .zones
+                .mkdir(&format!("/{}/{rel}", zone.name()), true, origin);
+        }
         Ok(res)
     }
 
@@ -894,8 +872,34 @@ fn blob_id(file: &mut std::fs::File, size: u64) -> std::io::Result<Oid> {
     Ok(Oid::from_bytes(&h.finalize()).expect("20 bytes"))
 }
 
+/// The empty directories (empty trees) of `tree` within the restore's scope, relative to the zone.
+fn empty_dirs(repo: &Repository, tree: &git2::Tree<'_>, scope: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    let _ = tree.walk(git2::TreeWalkMode::PreOrder, |root, entry| {
+        if entry.kind() == Some(ObjectType::Tree)
+            && repo
+                .find_tree(entry.id())
+                .map(|t| t.is_empty())
+                .unwrap_or(false)
+        {
+            let rel = format!("{root}{}", entry.name().unwrap_or_default());
+            if in_scope(scope, &rel) {
+                out.push(rel);
+            }
+        }
+        git2::TreeWalkResult::Ok
+    });
+    out
+}
+
 fn is_not_kept(repo: &Repository, blob: Oid, mode: FileMode) -> bool {
+    // The marker is short: its size alone (from the object header) rules out every real file
+    // larger than it, without reading the file's content.
     matches!(mode, FileMode::Blob | FileMode::BlobExecutable)
+        && repo
+            .odb()
+            .and_then(|o| o.read_header(blob))
+            .is_ok_and(|(size, _)| size <= NOT_KEPT.len() + 20)
         && repo
             .find_blob(blob)
             .map(|b| b.content().starts_with(NOT_KEPT))
