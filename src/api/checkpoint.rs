@@ -1,6 +1,8 @@
 //! Checkpoint routes: make one (`POST /v1/checkpoints`), list them (`GET /v1/checkpoints`),
 //! compare two or one with now (`POST /v1/checkpoints/diff`), and restore one, all or some paths
-//! (`POST /v1/checkpoints/restore`). The work is `crate::checkpoint`'s, on the blocking pool.
+//! (`POST /v1/checkpoints/restore`). The list also names the latest restores, so one a crash
+//! cut short (and the daemon finished at its next start) is seen. The work is
+//! `crate::checkpoint`'s, on the blocking pool.
 
 use std::sync::Arc;
 
@@ -16,7 +18,7 @@ use super::peer::Peer;
 use super::AppState;
 use crate::checkpoint::{Checkpoints, DiffResult, RestoreResult};
 use crate::core::{FsError, FsResult, ZoneId};
-use crate::state::CheckpointRow;
+use crate::state::{CheckpointRow, RestoreRow};
 
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
@@ -54,6 +56,9 @@ struct CreateReq {
     /// `workspace` (the default) or `cache`.
     #[serde(default)]
     zone: Option<String>,
+    /// A directory to checkpoint (a virtual path); its zone is the checkpoint's. Not with `zone`.
+    #[serde(default)]
+    path: Option<String>,
     #[serde(default)]
     message: Option<String>,
 }
@@ -63,11 +68,21 @@ async fn create(
     ConnectInfo(peer): ConnectInfo<Peer>,
     JsonBody(r): JsonBody<CreateReq>,
 ) -> Result<Json<CheckpointRow>, ApiError> {
-    let zone = zone(r.zone.as_deref())?;
-    blocking(&app, move |c| {
-        c.create(zone, r.message.as_deref().unwrap_or(""), origin(peer))
-    })
-    .await
+    let message = r.message.unwrap_or_default();
+    match (r.path, r.zone) {
+        (Some(_), Some(_)) => Err(FsError::invalid(
+            "zone",
+            "give a path or a zone, not both (a path names its zone)",
+        )
+        .into()),
+        (Some(path), None) => {
+            blocking(&app, move |c| c.create_at(&path, &message, origin(peer))).await
+        }
+        (None, z) => {
+            let zone = zone(z.as_deref())?;
+            blocking(&app, move |c| c.create(zone, &message, origin(peer))).await
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -80,6 +95,9 @@ struct ListQuery {
 #[derive(Serialize)]
 struct ListBody {
     checkpoints: Vec<CheckpointRow>,
+    /// The latest restores (at most 20), newest first: a `resumed` one was cut short by a crash
+    /// and finished at the daemon's next start.
+    restores: Vec<RestoreRow>,
 }
 
 async fn list(
@@ -93,8 +111,10 @@ async fn list(
     };
     let limit = q.limit.unwrap_or(100);
     blocking(&app, move |c| {
-        c.list(zone, limit)
-            .map(|checkpoints| ListBody { checkpoints })
+        Ok(ListBody {
+            checkpoints: c.list(zone, limit)?,
+            restores: c.restores(20)?,
+        })
     })
     .await
 }

@@ -14,6 +14,7 @@
 
 pub mod error;
 pub mod foreign;
+pub mod gate;
 mod locks;
 #[cfg(test)]
 mod model_tests;
@@ -385,9 +386,14 @@ impl Zones {
             Zone::Remote(_) | Zone::Disabled(_) => None,
         };
         let paths: Vec<PathBuf> = std::iter::once(vp).chain(to).filter_map(backing).collect();
-        for (_, l) in listeners.iter() {
-            l.changed(&paths);
-        }
+        let told: Vec<Arc<dyn ChangeListener>> = listeners.iter().map(|(_, l)| l.clone()).collect();
+        // The mount's invalidation waits for the kernel, which may be waiting for a path lock
+        // this thread holds (locks.rs): it runs once the thread holds none.
+        locks::after_unlock(move || {
+            for l in told {
+                l.changed(&paths);
+            }
+        });
     }
 
     /// Notes the backing entry at `vp` and its directory as sandfs's own, or, when nothing is

@@ -383,9 +383,16 @@ impl Zones {
 
     /// Opens a regular file for reading its raw bytes; returns the file and its size.
     pub fn read_binary(&self, path: &str) -> FsResult<(std::fs::File, u64)> {
+        let (file, size, _) = self.read_binary_seen(path)?;
+        Ok((file, size))
+    }
+
+    /// [`Zones::read_binary`], and the version opened (compared with [`Zones::seen`] later to
+    /// tell whether the file is still the one read).
+    pub fn read_binary_seen(&self, path: &str) -> FsResult<(std::fs::File, u64, Seen)> {
         let vp = path::parse_entry(path)?;
         let opened = self.store(&vp)?.open_read(self, &vp)?;
-        Ok((opened.file, opened.size))
+        Ok((opened.file, opened.size, opened.seen))
     }
 
     /// Starts an atomic write of `path`: parents are created, symlinks inside the zone followed.
@@ -480,6 +487,8 @@ impl Zones {
         (&file).read_to_end(&mut buf).map_err(io_err(&vp, "read"))?;
         drop(file);
         check_text(&vp, &buf, true)?;
+        // A test holds an edit here, between its read and its replacement, lock held.
+        super::gate::hold("edit-locked");
         let text = String::from_utf8(buf).expect("checked");
         let count = text.matches(old).count();
         if count == 0 {

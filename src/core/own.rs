@@ -21,6 +21,8 @@ use std::time::{Duration, Instant};
 
 use rustix::fs::{AtFlags, Stat};
 
+use super::path::{VPath, ZoneId};
+
 /// Marks older than this are dropped once the table is large (an event that arrives later is
 /// treated as someone else's change: one needless invalidation, never a missed one).
 const MARK_LIFETIME: Duration = Duration::from_secs(30);
@@ -36,12 +38,17 @@ struct Mark {
 #[derive(Default)]
 pub struct OwnChanges {
     marks: Mutex<HashMap<(u64, u64), Mark>>,
-    /// Open for writing through the mount, with the number of such handles.
-    writers: Mutex<HashMap<(u64, u64), u32>>,
+    /// Open for writing through the mount, with the number of such handles and the virtual path
+    /// the file had when last opened: its writes are journaled when the kernel releases the
+    /// last handle, which it does after `close` returned, so a checkpoint looks at these too.
+    writers: Mutex<HashMap<(u64, u64), Writers>>,
     /// Backing paths sandfs removed (by the API, git or a mirror pull), and when: a later change
     /// beside sandfs to their directory must not make their removal look like someone else's.
     removed: Mutex<HashMap<PathBuf, Instant>>,
 }
+
+/// Handles open for writing on one backing inode, and its virtual path at the last open.
+type Writers = (u32, Option<VPath>);
 
 fn ctime(st: &Stat) -> (i64, u64) {
     (st.st_ctime, st.st_ctime_nsec)
@@ -91,14 +98,28 @@ impl OwnChanges {
         self.marks.lock().expect("not poisoned").remove(&key);
     }
 
-    /// Counts a handle open for writing through the mount.
-    pub fn writer_opened(&self, dev: u64, ino: u64) {
-        *self
-            .writers
+    /// Counts a handle open for writing through the mount, at `path`.
+    pub fn writer_opened(&self, dev: u64, ino: u64, path: Option<VPath>) {
+        let mut w = self.writers.lock().expect("not poisoned");
+        let e = w.entry((dev, ino)).or_default();
+        e.0 += 1;
+        if path.is_some() {
+            e.1 = path;
+        }
+    }
+
+    /// The paths of `zone` (relative to it) of the files open for writing through the mount:
+    /// written, perhaps, but not journaled until released. A checkpoint reads this before the
+    /// journal (a release journals, then ends its handle here), so it misses no write.
+    pub fn open_writer_paths(&self, zone: ZoneId) -> Vec<String> {
+        self.writers
             .lock()
             .expect("not poisoned")
-            .entry((dev, ino))
-            .or_default() += 1;
+            .values()
+            .filter_map(|(_, p)| p.as_ref())
+            .filter(|p| p.zone() == zone)
+            .map(|p| p.rel().to_string())
+            .collect()
     }
 
     /// Ends a handle counted by [`OwnChanges::writer_opened`]; `st` is the file's state after it.
@@ -107,7 +128,7 @@ impl OwnChanges {
             self.note(st);
         }
         let mut w = self.writers.lock().expect("not poisoned");
-        if let Some(n) = w.get_mut(&(dev, ino)) {
+        if let Some((n, _)) = w.get_mut(&(dev, ino)) {
             *n -= 1;
             if *n == 0 {
                 w.remove(&(dev, ino));

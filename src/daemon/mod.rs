@@ -101,6 +101,7 @@ pub fn run(settings: Settings, no_mount: bool) -> anyhow::Result<()> {
         let listener = PeerListener::bind(&socket, settings.allowed_uids.clone()).await?;
         tracing::info!(socket = %socket.display(), state = %db.path(), "serving the API");
         let state = AppState::new(zones, settings, mount.is_some())?;
+        finish_interrupted_restores(&state).await;
         let warm = state.sandboxes.merge_config(&state.settings.sandboxes)?;
         // The socket listens and the mount (when asked for) is up: tell systemd, if it is asking.
         // The variable stays set so STOPPING=1 can be sent later.
@@ -119,6 +120,28 @@ pub fn run(settings: Settings, no_mount: bool) -> anyhow::Result<()> {
         tracing::info!("stopped");
         Ok(served?)
     })
+}
+
+/// Finishes the restores a crash cut short, once this daemon holds the socket (no other daemon
+/// runs on this state) and before it answers a request or tells systemd it is ready: a zone is
+/// never left half restored without saying so.
+async fn finish_interrupted_restores(state: &Arc<AppState>) {
+    let cps = state.checkpoints.clone();
+    match tokio::task::spawn_blocking(move || cps.recover()).await {
+        Ok(Ok(ended)) => {
+            for r in ended {
+                tracing::warn!(
+                    checkpoint = r.checkpoint,
+                    zone = %r.zone,
+                    state = %r.state,
+                    "a restore was cut short (the daemon stopped while it ran) and was finished now: {}",
+                    r.detail.as_deref().unwrap_or("")
+                );
+            }
+        }
+        Ok(Err(e)) => tracing::error!("cannot finish the restores a crash cut short: {e}"),
+        Err(e) => tracing::error!("restore recovery worker failed: {e}"),
+    }
 }
 
 /// Attaches the `warm` sandboxes, then detaches idle ones every [`SANDBOX_CLEANUP_EVERY`].

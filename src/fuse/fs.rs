@@ -334,7 +334,9 @@ impl SandFs {
             .and_then(|f| node_io::stat(f).ok())
             .map(|st| (st.st_dev, st.st_ino));
         if let Some((dev, ino)) = writer_key {
-            self.zones.own().writer_opened(dev, ino);
+            self.zones
+                .own()
+                .writer_opened(dev, ino, self.zones.node_vpath(inode));
         }
         self.handles.write().expect("not poisoned").insert(
             fh,
@@ -1006,12 +1008,14 @@ impl fuser::Filesystem for SandFs {
                 .is_some()
                 .then(|| h.file.get().and_then(|f| node_io::stat(f).ok()))
                 .flatten();
-            if let Some((dev, ino)) = h.writer_key {
-                self.zones.own().writer_closed(dev, ino, st.as_ref());
-            }
+            // Journaled before the handle ends: a checkpoint that no longer finds the file open
+            // for writing finds its journal row (`OwnChanges::open_writer_paths`).
             if h.dirty.load(Ordering::Relaxed) {
                 let size = st.as_ref().map(|st| st.st_size as u64);
                 self.zones.node_record_write(&h.inode, size, h.origin);
+            }
+            if let Some((dev, ino)) = h.writer_key {
+                self.zones.own().writer_closed(dev, ino, st.as_ref());
             }
         }
         reply.ok();

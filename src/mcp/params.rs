@@ -312,6 +312,10 @@ pub struct CheckpointParams {
     /// The zone: workspace (the default) or cache
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub zone: Option<String>,
+    /// A directory to checkpoint instead of a whole zone, e.g. /workspace/src (not with zone);
+    /// restoring the checkpoint then puts back that directory only
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
 }
 
 /// `checkpoint_list`.

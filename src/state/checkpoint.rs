@@ -1,5 +1,7 @@
 //! Checkpoints: one row per snapshot of a zone, pointing at a tree in the daemon's object store
-//! (`crate::checkpoint`), and the journal positions that make the next one incremental.
+//! (`crate::checkpoint`), and the journal positions that make the next one incremental; and one
+//! row per restore, written before it changes a file and marked when it ends, so that a restore
+//! a crash cut short is found (and finished) at the next start.
 
 use rusqlite::{params, OptionalExtension};
 use serde::{Deserialize, Serialize};
@@ -23,6 +25,23 @@ pub(super) const MIGRATION: &str = "CREATE TABLE checkpoints (
     );
     CREATE INDEX checkpoints_zone ON checkpoints(zone, id);";
 
+/// The scope of a checkpoint of a directory, and the restores (appended to the migrations).
+pub(super) const MIGRATION_RESTORES: &str = "ALTER TABLE checkpoints ADD COLUMN scope TEXT;
+    CREATE TABLE restores (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        checkpoint INTEGER NOT NULL,
+        before INTEGER NOT NULL,
+        zone TEXT NOT NULL,
+        paths TEXT NOT NULL,
+        via TEXT NOT NULL,
+        pid INTEGER,
+        uid INTEGER,
+        started_ms INTEGER NOT NULL,
+        finished_ms INTEGER,
+        state TEXT NOT NULL,
+        detail TEXT
+    );";
+
 /// A checkpoint to record.
 #[derive(Debug, Clone)]
 pub struct NewCheckpoint<'a> {
@@ -38,6 +57,8 @@ pub struct NewCheckpoint<'a> {
     pub files: u64,
     /// Files recorded by size only (over `checkpoints.max_file_bytes`).
     pub not_kept: u64,
+    /// The directory (relative to the zone) it was taken of; `None`: the whole zone.
+    pub scope: Option<&'a str>,
 }
 
 /// A recorded checkpoint.
@@ -55,10 +76,14 @@ pub struct CheckpointRow {
     pub journal_pos: i64,
     pub files: u64,
     pub not_kept: u64,
+    /// The directory (relative to the zone) it was taken of, which a restore and a diff cover
+    /// unless told otherwise; `None`: the whole zone. (The tree is the whole zone's either way.)
+    #[serde(default)]
+    pub scope: Option<String>,
 }
 
 const COLUMNS: &str =
-    "id, zone, tree, parent, message, via, pid, uid, time_ms, journal_pos, files, not_kept";
+    "id, zone, tree, parent, message, via, pid, uid, time_ms, journal_pos, files, not_kept, scope";
 
 fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<CheckpointRow> {
     Ok(CheckpointRow {
@@ -74,6 +99,51 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<CheckpointRow> {
         journal_pos: r.get(9)?,
         files: r.get::<_, i64>(10)? as u64,
         not_kept: r.get::<_, i64>(11)? as u64,
+        scope: r.get(12)?,
+    })
+}
+
+/// A restore: `running` from before its first change until it ends (`done`, or `failed` with
+/// the error in `detail`); one found `running` at start was cut short by a crash and is marked
+/// `interrupted`, then `resumed` (with what the finishing restore did in `detail`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RestoreRow {
+    pub id: i64,
+    /// The checkpoint restored.
+    pub checkpoint: i64,
+    /// The checkpoint of the zone taken just before (restoring it undoes the restore).
+    pub before: i64,
+    pub zone: String,
+    /// The paths restored (relative to the zone); empty: all of the checkpoint's scope.
+    pub paths: Vec<String>,
+    pub via: String,
+    pub pid: Option<u32>,
+    pub uid: Option<u32>,
+    pub started_ms: i64,
+    pub finished_ms: Option<i64>,
+    /// `running`, `done`, `failed`, `interrupted` or `resumed`.
+    pub state: String,
+    pub detail: Option<String>,
+}
+
+const RESTORE_COLUMNS: &str =
+    "id, checkpoint, before, zone, paths, via, pid, uid, started_ms, finished_ms, state, detail";
+
+fn restore_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RestoreRow> {
+    let paths: String = r.get(4)?;
+    Ok(RestoreRow {
+        id: r.get(0)?,
+        checkpoint: r.get(1)?,
+        before: r.get(2)?,
+        zone: r.get(3)?,
+        paths: serde_json::from_str(&paths).unwrap_or_default(),
+        via: r.get(5)?,
+        pid: r.get(6)?,
+        uid: r.get(7)?,
+        started_ms: r.get(8)?,
+        finished_ms: r.get(9)?,
+        state: r.get(10)?,
+        detail: r.get(11)?,
     })
 }
 
@@ -83,8 +153,8 @@ impl Db {
         let conn = self.lock();
         conn.execute(
             "INSERT INTO checkpoints (zone, tree, parent, message, via, pid, uid, time_ms,
-                journal_pos, files, not_kept)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                journal_pos, files, not_kept, scope)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
             params![
                 c.zone,
                 c.tree,
@@ -97,9 +167,66 @@ impl Db {
                 c.journal_pos,
                 c.files as i64,
                 c.not_kept as i64,
+                c.scope,
             ],
         )?;
         Ok(conn.last_insert_rowid())
+    }
+
+    /// Records that a restore of checkpoint `checkpoint` starts (state `running`); returns its
+    /// id. Written before the restore changes anything.
+    #[allow(clippy::too_many_arguments)]
+    pub fn restore_begin(
+        &self,
+        checkpoint: i64,
+        before: i64,
+        zone: &str,
+        paths: &[String],
+        origin: Origin,
+        now_ms: i64,
+    ) -> Result<i64, StateError> {
+        let conn = self.lock();
+        conn.execute(
+            "INSERT INTO restores (checkpoint, before, zone, paths, via, pid, uid, started_ms, state)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'running')",
+            params![
+                checkpoint,
+                before,
+                zone,
+                serde_json::to_string(paths).expect("strings serialize"),
+                origin.via.as_str(),
+                origin.pid,
+                origin.uid,
+                now_ms,
+            ],
+        )?;
+        Ok(conn.last_insert_rowid())
+    }
+
+    /// Marks restore `id` ended in `state`, with `detail`.
+    pub fn restore_end(
+        &self,
+        id: i64,
+        state: &str,
+        detail: Option<&str>,
+        now_ms: i64,
+    ) -> Result<(), StateError> {
+        self.lock().execute(
+            "UPDATE restores SET state = ?2, detail = ?3, finished_ms = ?4 WHERE id = ?1",
+            params![id, state, detail, now_ms],
+        )?;
+        Ok(())
+    }
+
+    /// Restores, newest first (`running` ones only with `running`).
+    pub fn restore_list(&self, running: bool, limit: usize) -> Result<Vec<RestoreRow>, StateError> {
+        let conn = self.lock();
+        let mut st = conn.prepare_cached(&format!(
+            "SELECT {RESTORE_COLUMNS} FROM restores WHERE (?1 = 0 OR state = 'running')
+             ORDER BY id DESC LIMIT ?2"
+        ))?;
+        let rows = st.query_map(params![running as i64, limit.max(1) as i64], restore_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
     }
 
     /// The checkpoint `id`.

@@ -15,7 +15,7 @@ mod sandbox;
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
-pub use checkpoint::{CheckpointRow, NewCheckpoint};
+pub use checkpoint::{CheckpointRow, NewCheckpoint, RestoreRow};
 pub use git::{FileRow, RepoRow, StagedFileRow, StagedRow};
 pub use journal::{JournalEntry, JournalFilter, JournalRow, Origin, Via};
 pub use mirror::MirrorEntryRow;
@@ -70,6 +70,8 @@ const MIGRATIONS: &[&str] = &[
     sandbox::MIGRATION,
     // 6: checkpoints of zones.
     checkpoint::MIGRATION,
+    // 7: checkpoints of a directory in a zone; restores, so that one a crash cut short is found.
+    checkpoint::MIGRATION_RESTORES,
 ];
 
 /// The state database.

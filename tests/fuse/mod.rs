@@ -1,5 +1,6 @@
 //! Integration tests of the FUSE mount: a real `sandfs serve` mounting under a temp dir, used by
 //! real tools (git, cargo, coreutils-style syscalls). Every test unmounts, also on failure.
 
+mod test_checkpoint;
 mod test_model;
 mod test_mount;

@@ -1,12 +1,14 @@
 //! Reliability tests: a real `sandfs serve` (mounted, with a git remote served by `git daemon`
 //! and a sandbox served by the real sandbox-agent) killed with SIGKILL at random points of a
 //! mixed workload (`crash`), and faults injected under it (`faults`): a full disk, a git
-//! connection dropped mid-push, a sandbox killed mid-transfer, a sandbox that stops answering.
+//! connection dropped mid-push, a sandbox killed mid-transfer, a sandbox that stops answering;
+//! and checkpoints and restores killed half way at a gate (`checkpoint`).
 //!
 //! Run with `make test`, or `cargo test --test main --no-run && .ci/netns cargo test
 //! --offline --test main reliability::` (root: FUSE, tmpfs, and a loopback-only network namespace for
 //! sandbox-agent). `SANDFS_RELIABILITY_SEED=<n>` replays a crash run.
 
+mod checkpoint;
 mod crash;
 mod faults;
 

@@ -3,9 +3,10 @@
 //! function of the core, so the three must agree: the same refusal (named by its code, or the
 //! errno the code maps to), nothing changed on disk, and the journal naming who changed what.
 //!
-//! Path locks are driven through the mount's node operations and an API replacement in
-//! `core::node_tests` (a hook holds the lock), through the API in `api::concurrency`, and through
-//! the API and MCP at once here (edits of one file take turns instead of conflicting).
+//! Path locks are driven through the API and MCP at once here (edits of one file take turns
+//! instead of conflicting), through the API and the mount here (a gate holds an API edit inside
+//! its lock while a rename through the mount waits for it), through the mount's node operations
+//! in `core::node_tests`, and through the API alone in `api::concurrency`.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -14,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use crate::support::gates::Gates;
 use crate::support::sandbox_agent::AgentServer;
 use crate::support::{Daemon as Mounted, BIN};
 
@@ -339,6 +341,69 @@ fn edits_of_one_file_through_the_api_and_mcp_at_once_take_turns_and_lose_nothing
     assert_eq!(
         std::fs::read_to_string(m.zone_dir("workspace").join("shared.txt")).unwrap(),
         want
+    );
+}
+
+#[test]
+fn a_rename_through_the_mount_waits_for_an_api_edit_holding_the_path_lock() {
+    // A gate holds the edit between its read and its replacement, lock held: the rename through
+    // the mount must wait for it, then move the edited file. Without the lock on the mount's side
+    // the rename would land inside the edit, which would then fail (CONFLICT) or recreate the
+    // old name beside the moved file.
+    let gates = Gates::new();
+    let (key, dir) = gates.env();
+    let m = Mounted::options()
+        .prefix("sandfs-fuse")
+        .mount()
+        .env(key, &dir)
+        .start();
+    let backing = m.zone_dir("workspace");
+    std::fs::write(backing.join("held.txt"), "value = 1\n").unwrap();
+    gates.arm("edit-locked");
+    let renamed = std::sync::atomic::AtomicBool::new(false);
+    let mnt = m.mnt.join("workspace");
+    std::thread::scope(|scope| {
+        let edit = scope.spawn(|| {
+            api(
+                &m,
+                &["edit", "/workspace/held.txt", "value = 1", "value = 2"],
+            )
+        });
+        gates.wait_held("edit-locked", Duration::from_secs(20));
+        let rename = scope.spawn(|| {
+            let r = std::fs::rename(mnt.join("held.txt"), mnt.join("moved.txt"));
+            renamed.store(true, std::sync::atomic::Ordering::SeqCst);
+            r
+        });
+        std::thread::sleep(Duration::from_millis(700));
+        assert!(
+            !renamed.load(std::sync::atomic::Ordering::SeqCst),
+            "the rename through the mount went through while an API edit held the path"
+        );
+        assert!(backing.join("held.txt").exists() && !backing.join("moved.txt").exists());
+        gates.release("edit-locked");
+        edit.join().unwrap().expect("the edit, released, succeeds");
+        rename.join().unwrap().expect("the rename, then, succeeds");
+    });
+    assert_eq!(
+        std::fs::read_to_string(backing.join("moved.txt")).unwrap(),
+        "value = 2\n",
+        "the rename moved the edited file"
+    );
+    assert!(
+        !backing.join("held.txt").exists(),
+        "nothing was left at the old name"
+    );
+    let rows = journal(&m);
+    let pos = |op: &str, path: &str| {
+        rows.iter()
+            .position(|(_, o, p, _)| o == op && p == path)
+            .unwrap_or_else(|| panic!("no {op} of {path} journaled: {rows:?}"))
+    };
+    // Newest first: the rename was journaled after the edit.
+    assert!(
+        pos("move", "held.txt") < pos("edit", "held.txt"),
+        "{rows:?}"
     );
 }
 

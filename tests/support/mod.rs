@@ -11,6 +11,7 @@
 //!   hostile fake one.
 //! * [`api`]: a blocking API client that survives a dead daemon; the code of an error body.
 //! * [`faults`]: a connection-cutting TCP proxy and a size-limited tmpfs.
+//! * [`gates`]: points where a debug daemon waits for the test (a race or a crash made exact).
 //! * [`rng`]: seeded randomness and noise.
 //! * [`files`]: snapshots and walks of what a daemon left on disk.
 //! * [`tools`]: installed programs (`require_tool`, `which`), free ports, random tokens.
@@ -22,6 +23,7 @@ pub mod api;
 pub mod daemon;
 pub mod faults;
 pub mod files;
+pub mod gates;
 pub mod git_servers;
 pub mod mount;
 pub mod rng;

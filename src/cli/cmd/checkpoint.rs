@@ -7,9 +7,9 @@ use serde_json::json;
 use crate::checkpoint::{DiffResult, RestoreResult};
 use crate::cli::output::{decode, print_json, time};
 use crate::cli::{ClientError, Ctx, Outcome};
-use crate::state::CheckpointRow;
+use crate::state::{CheckpointRow, RestoreRow};
 
-/// Checkpoint a zone now (the workspace unless --zone), or list and compare checkpoints
+/// Checkpoint a zone or a directory now (the workspace unless told), or list and compare checkpoints
 #[derive(Debug, clap::Args)]
 #[command(args_conflicts_with_subcommands = true)]
 pub struct Args {
@@ -19,8 +19,11 @@ pub struct Args {
     #[arg(short, long)]
     pub message: Option<String>,
     /// The zone to checkpoint: workspace (the default) or cache
-    #[arg(long)]
+    #[arg(long, conflicts_with = "path")]
     pub zone: Option<String>,
+    /// A directory to checkpoint instead (e.g. /workspace/src); restoring the checkpoint then
+    /// puts back that directory only
+    pub path: Option<String>,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -64,13 +67,37 @@ fn print_row(c: &CheckpointRow) {
     } else {
         format!("  {}", c.message)
     };
+    let place = match &c.scope {
+        Some(dir) => format!("/{}/{dir}", c.zone),
+        None => format!("/{}", c.zone),
+    };
     println!(
-        "{:>5}  {}  /{:<9}  {:>6} files  {}{msg}",
+        "{:>5}  {}  {:<10}  {:>6} files  {}{msg}",
         c.id,
         time(c.time_ms),
-        c.zone,
+        place,
         c.files,
         who
+    );
+}
+
+/// A restore that did not simply run to its end (cut short by a crash, or failed).
+fn print_restore(r: &RestoreRow) {
+    let when = r
+        .finished_ms
+        .map(time)
+        .unwrap_or_else(|| "not ended".into());
+    let detail = r.detail.as_deref().unwrap_or("");
+    println!(
+        "restore of checkpoint {} begun {} was {}: {detail} ({when})",
+        r.checkpoint,
+        time(r.started_ms),
+        match r.state.as_str() {
+            "resumed" => "cut short and finished at the daemon's next start",
+            "interrupted" => "cut short",
+            "failed" => "stopped by an error",
+            other => other,
+        }
     );
 }
 
@@ -80,6 +107,9 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
             let mut body = json!({ "message": a.message.clone().unwrap_or_default() });
             if let Some(z) = &a.zone {
                 body["zone"] = json!(z);
+            }
+            if let Some(p) = &a.path {
+                body["path"] = json!(p);
             }
             ctx.client.post_raw("/v1/checkpoints", &body).await?
         }
@@ -117,8 +147,13 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
             #[derive(serde::Deserialize)]
             struct Body {
                 checkpoints: Vec<CheckpointRow>,
+                #[serde(default)]
+                restores: Vec<RestoreRow>,
             }
             let b: Body = decode(&raw)?;
+            for r in b.restores.iter().filter(|r| r.state != "done") {
+                print_restore(r);
+            }
             if b.checkpoints.is_empty() {
                 println!("no checkpoints yet: `sandfs checkpoint -m MESSAGE` makes one");
                 return Ok(Outcome::NothingFound);

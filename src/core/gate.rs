@@ -1,0 +1,43 @@
+//! Gates: named points where a test can hold the daemon still, to make a race or a crash happen
+//! at one exact moment (an edit holding its path lock, a restore half done, a checkpoint whose
+//! objects are written but whose row is not).
+//!
+//! A gate exists only in debug builds, which is what the integration tests run; in a release
+//! build [`hold`] is an empty inline function. A test arms gate `NAME` by creating the file
+//! `$SANDFS_TEST_GATES/NAME` before the daemon reaches it. The daemon, reaching an armed gate,
+//! creates `NAME.held` beside it (the test waits for that file: the daemon is now inside the
+//! critical section) and waits until the test removes `NAME` (at most 60 s, so a broken test
+//! cannot wedge a daemon), then removes `NAME.held` and goes on. A test may also kill the daemon
+//! while it is held.
+//!
+//! Owns nothing but the wait; may import nothing of sandfs.
+
+/// Waits at gate `name` while a test holds it armed (debug builds only).
+#[cfg(debug_assertions)]
+pub fn hold(name: &str) {
+    use std::path::PathBuf;
+    use std::sync::OnceLock;
+    use std::time::{Duration, Instant};
+
+    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+    let Some(dir) = DIR.get_or_init(|| std::env::var_os("SANDFS_TEST_GATES").map(PathBuf::from))
+    else {
+        return;
+    };
+    let armed = dir.join(name);
+    if !armed.exists() {
+        return;
+    }
+    let held = dir.join(format!("{name}.held"));
+    let _ = std::fs::write(&held, std::process::id().to_string());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while armed.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = std::fs::remove_file(&held);
+}
+
+/// Waits at gate `name` while a test holds it armed (debug builds only).
+#[cfg(not(debug_assertions))]
+#[inline(always)]
+pub fn hold(_name: &str) {}

@@ -1,0 +1,188 @@
+//! Checkpoints and restores killed half way (SIGKILL at a gate of the debug daemon,
+//! `support::gates`): after the restart a zone is fully at the restore's target, with the cut
+//! short restore reported, never a silent mix; the checkpoint taken before the restore exists and
+//! undoes it; a checkpoint killed between its objects and its row leaves no row, and the next
+//! checkpoint and restore work.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::support::gates::Gates;
+use crate::support::Daemon;
+
+const FILES: [&str; 4] = ["a.txt", "b.txt", "src/c.txt", "src/d.txt"];
+
+fn start(gates: &Gates) -> Daemon {
+    let (key, dir) = gates.env();
+    Daemon::options()
+        .prefix("sandfs-cp-crash")
+        .extra("[checkpoints]\nauto_quiet_ms = 0\n")
+        .env(key, &dir)
+        .start()
+}
+
+/// Each file of `FILES` in the workspace, on disk (`None`: absent).
+fn contents(m: &Daemon) -> Vec<Option<String>> {
+    FILES
+        .iter()
+        .map(|f| std::fs::read_to_string(m.workspace().join(f)).ok())
+        .collect()
+}
+
+fn version(v: &str) -> Vec<Option<String>> {
+    FILES.iter().map(|f| Some(format!("{f} {v}\n"))).collect()
+}
+
+fn write_all(m: &Daemon, v: &str) {
+    for f in FILES {
+        m.write(&format!("/workspace/{f}"), &format!("{f} {v}\n"));
+    }
+}
+
+fn checkpoint(m: &Daemon, message: &str) -> i64 {
+    m.ok("/v1/checkpoints", json!({ "message": message }))["id"]
+        .as_i64()
+        .unwrap()
+}
+
+fn listing(m: &Daemon) -> Value {
+    m.get("/v1/checkpoints?limit=100")
+}
+
+#[test]
+fn a_restore_killed_half_way_is_finished_at_restart_reported_and_can_be_undone() {
+    let gates = Gates::new();
+    let mut m = start(&gates);
+    write_all(&m, "v1");
+    let target = checkpoint(&m, "v1");
+    write_all(&m, "v2");
+    m.write("/workspace/new.txt", "made after v1\n");
+
+    gates.arm("restore-midway");
+    let socket = m.socket.clone();
+    let restore = std::thread::spawn(move || {
+        std::process::Command::new(crate::support::BIN)
+            .arg("--socket")
+            .arg(socket)
+            .args(["restore", &target.to_string()])
+            .output()
+            .unwrap()
+    });
+    gates.wait_held("restore-midway", Duration::from_secs(30));
+    // Half way: some files are back at v1, others still v2.
+    let mid = contents(&m);
+    let back = mid
+        .iter()
+        .zip(version("v1"))
+        .filter(|(a, b)| **a == *b)
+        .count();
+    assert!(
+        back >= 1 && back < FILES.len(),
+        "the gate holds the restore half way: {mid:?}"
+    );
+    m.crash();
+    gates.release("restore-midway");
+    let out = restore.join().unwrap();
+    assert!(
+        !out.status.success(),
+        "the restore's client saw the daemon die"
+    );
+
+    m.respawn();
+    // The daemon answers once it has finished the restore.
+    let list = listing(&m);
+    assert_eq!(
+        contents(&m),
+        version("v1"),
+        "the zone is fully at the checkpoint after the restart: {list}\n{}",
+        m.log_text()
+    );
+    assert!(
+        !m.workspace().join("new.txt").exists(),
+        "a file made after the checkpoint is gone, as the restore asked"
+    );
+    let restores = list["restores"].as_array().unwrap();
+    let cut = restores
+        .iter()
+        .find(|r| r["checkpoint"] == target && r["state"] == "resumed")
+        .unwrap_or_else(|| panic!("the cut short restore is reported: {list}"));
+    assert!(
+        cut["detail"].as_str().unwrap().contains("restored"),
+        "{cut}"
+    );
+    assert!(
+        m.log_text().contains("cut short"),
+        "the restart says so in the log: {}",
+        m.log_text()
+    );
+    let human = m.cli_ok(&["checkpoint", "list"]);
+    assert!(
+        human.contains(&format!("restore of checkpoint {target}"))
+            && human.contains("finished at the daemon's next start"),
+        "{human}"
+    );
+    // The checkpoint taken before the interrupted restore holds the v2 files: nothing is lost.
+    let before = cut["before"].as_i64().unwrap();
+    let row = list["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == before)
+        .unwrap_or_else(|| panic!("the pre-restore checkpoint {before} exists: {list}"));
+    assert_eq!(
+        row["message"],
+        format!("before restoring checkpoint {target}")
+    );
+    m.ok("/v1/checkpoints/restore", json!({ "id": before }));
+    assert_eq!(
+        contents(&m),
+        version("v2"),
+        "restoring it undoes the restore"
+    );
+    assert_eq!(
+        std::fs::read_to_string(m.workspace().join("new.txt")).unwrap(),
+        "made after v1\n"
+    );
+}
+
+#[test]
+fn a_checkpoint_killed_before_its_row_leaves_none_and_the_next_one_works() {
+    let gates = Gates::new();
+    let mut m = start(&gates);
+    write_all(&m, "v1");
+    let first = checkpoint(&m, "v1");
+    write_all(&m, "v2");
+
+    gates.arm("checkpoint-stored");
+    let socket = m.socket.clone();
+    let cut = std::thread::spawn(move || {
+        std::process::Command::new(crate::support::BIN)
+            .arg("--socket")
+            .arg(socket)
+            .args(["checkpoint", "-m", "cut short"])
+            .output()
+            .unwrap()
+    });
+    gates.wait_held("checkpoint-stored", Duration::from_secs(30));
+    m.crash();
+    gates.release("checkpoint-stored");
+    assert!(!cut.join().unwrap().status.success());
+
+    m.respawn();
+    let list = listing(&m);
+    let ids: Vec<i64> = list["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids, vec![first], "no half-made checkpoint: {list}");
+    // The next checkpoint is built on the last whole one and holds v2.
+    let second = checkpoint(&m, "v2");
+    write_all(&m, "v3");
+    m.ok("/v1/checkpoints/restore", json!({ "id": second }));
+    assert_eq!(contents(&m), version("v2"));
+    m.ok("/v1/checkpoints/restore", json!({ "id": first }));
+    assert_eq!(contents(&m), version("v1"));
+}
