@@ -11,6 +11,7 @@
 mod body;
 mod checkpoint;
 mod error;
+mod events;
 mod fs;
 pub mod gc;
 mod git;
@@ -53,6 +54,8 @@ pub struct AppState {
     pub started: Instant,
     /// Whether this daemon mounted the zones (false with `--no-mount`).
     pub mounted: bool,
+    /// Set when the daemon starts to stop, so that endless answers (`/v1/events`) end.
+    pub stopping: tokio::sync::watch::Sender<bool>,
 }
 
 impl AppState {
@@ -77,6 +80,7 @@ impl AppState {
             settings,
             started: Instant::now(),
             mounted,
+            stopping: tokio::sync::watch::Sender::new(false),
         }))
     }
 }
@@ -88,6 +92,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/openapi.json", get(openapi))
         .route("/v1/status", get(status))
         .route("/v1/log", get(log))
+        .route("/v1/events", get(events::events))
         .route("/metrics", get(metrics_text))
         .merge(fs::routes())
         .merge(git::routes())
@@ -109,9 +114,14 @@ pub async fn serve(
     state: Arc<AppState>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let stopping = state.clone();
     let app = router(state).into_make_service_with_connect_info::<Peer>();
     axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            // Graceful shutdown waits for every answer to end, streams included.
+            stopping.stopping.send_replace(true);
+        })
         .await
 }
 
@@ -309,44 +319,48 @@ async fn log(
     q: Result<Query<LogQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let Query(q) = q.map_err(|e| FsError::invalid("query", e.body_text()))?;
-    if let Some(z) = &q.zone {
-        if crate::core::ZoneId::from_name(z).is_none() {
-            return Err(
-                FsError::invalid("zone", format!("{z:?} is not cache or workspace")).into(),
-            );
-        }
-    }
-    let (zone, path_prefix) = match q.path.as_deref() {
-        Some(p) => match crate::core::path::parse(p)? {
-            crate::core::Target::Top => (q.zone.clone(), None),
-            crate::core::Target::Zone(vp) => (
-                Some(vp.zone().name().to_string()),
-                (!vp.is_root()).then(|| vp.rel().to_string()),
-            ),
-        },
-        None => (q.zone.clone(), None),
-    };
-    if let Some(z) = &zone {
-        if crate::core::ZoneId::from_name(z).is_none() {
-            return Err(
-                FsError::invalid("zone", format!("{z:?} is not cache or workspace")).into(),
-            );
-        }
-    }
+    let scope = journal_filter(q.zone.as_deref(), q.path.as_deref())?;
     let limit = q.limit.unwrap_or(100);
     if limit == 0 || limit > 100_000 {
         return Err(FsError::invalid("limit", "must be between 1 and 100000").into());
     }
     let rows = tokio::task::spawn_blocking(move || {
         app.zones.db().journal_query(&JournalFilter {
-            zone,
-            path_prefix,
             since_ms: q.since_ms,
             limit,
+            ..scope
         })
     })
     .await
     .map_err(|e| FsError::Internal(e.to_string()))?
     .map_err(|e| FsError::Internal(e.to_string()))?;
     Ok(Json(serde_json::json!({ "entries": rows })))
+}
+
+/// Returns the rows a `zone` and a `path` query parameter select (of `/v1/log` and
+/// `/v1/events`): a path inside a zone names its zone, whatever `zone` says.
+fn journal_filter(zone: Option<&str>, path: Option<&str>) -> Result<JournalFilter, FsError> {
+    let known = |z: &str| {
+        crate::core::ZoneId::from_name(z)
+            .map(|_| ())
+            .ok_or_else(|| FsError::invalid("zone", format!("{z:?} is not cache or workspace")))
+    };
+    if let Some(z) = zone {
+        known(z)?;
+    }
+    let (zone, path_prefix) = match path {
+        Some(p) => match crate::core::path::parse(p)? {
+            crate::core::Target::Top => (zone.map(str::to_string), None),
+            crate::core::Target::Zone(vp) => (
+                Some(vp.zone().name().to_string()),
+                (!vp.is_root()).then(|| vp.rel().to_string()),
+            ),
+        },
+        None => (zone.map(str::to_string), None),
+    };
+    Ok(JournalFilter {
+        zone,
+        path_prefix,
+        ..JournalFilter::default()
+    })
 }

@@ -3,6 +3,7 @@
 //!
 //! May import only the core's error codes (`crate::core::ErrorCode`), never an adapter.
 
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
@@ -172,32 +173,18 @@ impl Client {
                     .map_err(|e| ClientError::Transport(format!("bad answer: {e}")))
             });
         }
-        let mut body = resp.into_body();
-        let mut buf: Vec<u8> = Vec::new();
         let mut last: Option<serde_json::Value> = None;
-        let mut handle = |line: &[u8], last: &mut Option<serde_json::Value>| {
-            if line.iter().all(u8::is_ascii_whitespace) {
-                return;
-            }
+        Client::each_line(resp.into_body(), |line| {
             if let Ok(v) = serde_json::from_slice::<serde_json::Value>(line) {
                 if let Some(p) = v.get("progress") {
                     on_progress(p);
                 } else {
-                    *last = Some(v);
+                    last = Some(v);
                 }
             }
-        };
-        while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|e| ClientError::Transport(e.to_string()))?;
-            if let Some(data) = frame.data_ref() {
-                buf.extend_from_slice(data);
-                while let Some(nl) = buf.iter().position(|b| *b == b'\n') {
-                    let line: Vec<u8> = buf.drain(..=nl).collect();
-                    handle(&line, &mut last);
-                }
-            }
-        }
-        handle(&buf, &mut last);
+            ControlFlow::Continue(())
+        })
+        .await?;
         let mut v = last.ok_or_else(|| {
             ClientError::Transport("the daemon ended the answer without a result".into())
         })?;
@@ -231,6 +218,56 @@ impl Client {
         let bytes = self.get_raw(route).await?;
         serde_json::from_slice(&bytes)
             .map_err(|e| ClientError::Transport(format!("bad answer: {e}")))
+    }
+
+    /// GETs a route that answers NDJSON (`/v1/events`) and calls `on_line` with each line
+    /// (without its newline) as it arrives, until the daemon ends the answer or `on_line` breaks.
+    /// A refusal before the answer starts is the usual error.
+    pub async fn get_lines(
+        &self,
+        route: &str,
+        on_line: impl FnMut(&[u8]) -> ControlFlow<()>,
+    ) -> Result<(), ClientError> {
+        let req = Client::request(Method::GET, route)
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| ClientError::Local(e.to_string()))?;
+        let resp = self.send(req).await?;
+        if !resp.status().is_success() {
+            return Client::finish(resp).await.map(|_| ());
+        }
+        Client::each_line(resp.into_body(), on_line).await
+    }
+
+    /// Reads an NDJSON body, calling `on_line` with each line that is not blank, until the body
+    /// ends or `on_line` breaks.
+    async fn each_line(
+        mut body: hyper::body::Incoming,
+        mut on_line: impl FnMut(&[u8]) -> ControlFlow<()>,
+    ) -> Result<(), ClientError> {
+        let mut buf: Vec<u8> = Vec::new();
+        let mut handle = |line: &[u8]| {
+            if line.iter().all(u8::is_ascii_whitespace) {
+                return ControlFlow::Continue(());
+            }
+            on_line(line.strip_suffix(b"\n").unwrap_or(line))
+        };
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| ClientError::Transport(e.to_string()))?;
+            if let Some(data) = frame.data_ref() {
+                buf.extend_from_slice(data);
+                let mut start = 0;
+                while let Some(nl) = buf[start..].iter().position(|b| *b == b'\n') {
+                    let end = start + nl + 1;
+                    if handle(&buf[start..end]).is_break() {
+                        return Ok(());
+                    }
+                    start = end;
+                }
+                buf.drain(..start);
+            }
+        }
+        let _ = handle(&buf);
+        Ok(())
     }
 
     /// Streams a file's raw bytes into `out`.

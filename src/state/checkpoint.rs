@@ -170,7 +170,10 @@ impl Db {
                 c.scope,
             ],
         )?;
-        Ok(conn.last_insert_rowid())
+        let id = conn.last_insert_rowid();
+        drop(conn);
+        self.announce();
+        Ok(id)
     }
 
     /// Records that a restore of checkpoint `checkpoint` starts (state `running`); returns its
@@ -339,4 +342,17 @@ impl Db {
         let paths: Vec<String> = rows.collect::<Result<_, _>>()?;
         Ok((paths.len() <= limit).then_some(paths))
     }
+}
+
+/// Returns the checkpoints recorded after checkpoint `after`, oldest first, at most `limit`.
+pub(super) fn checkpoints_after(
+    conn: &rusqlite::Connection,
+    after: i64,
+    limit: usize,
+) -> Result<Vec<CheckpointRow>, StateError> {
+    let mut st = conn.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM checkpoints WHERE id > ?1 ORDER BY id LIMIT ?2"
+    ))?;
+    let rows = st.query_map(params![after, limit.max(1) as i64], row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
 }

@@ -111,51 +111,16 @@ impl Db {
             e.origin.uid,
             e.detail,
         ])?;
-        Ok(conn.last_insert_rowid())
+        let id = conn.last_insert_rowid();
+        drop(st);
+        drop(conn);
+        self.announce();
+        Ok(id)
     }
 
     /// Returns journal rows matching `f`, newest first.
     pub fn journal_query(&self, f: &JournalFilter) -> Result<Vec<JournalRow>, StateError> {
-        let conn = self.lock();
-        let prefix_like = f.path_prefix.as_ref().map(|p| {
-            let escaped = p
-                .replace('\\', "\\\\")
-                .replace('%', "\\%")
-                .replace('_', "\\_");
-            format!("{}/%", escaped.trim_end_matches('/'))
-        });
-        let mut st = conn.prepare_cached(
-            "SELECT id, time_ms, zone, path, op, bytes, to_path, via, pid, uid, detail FROM journal
-             WHERE (?1 IS NULL OR zone = ?1)
-               AND (?2 IS NULL OR path = ?2 OR path LIKE ?3 ESCAPE '\\')
-               AND (?4 IS NULL OR time_ms >= ?4)
-             ORDER BY id DESC LIMIT ?5",
-        )?;
-        let rows = st.query_map(
-            params![
-                f.zone,
-                f.path_prefix,
-                prefix_like,
-                f.since_ms,
-                f.limit.max(1) as i64
-            ],
-            |r| {
-                Ok(JournalRow {
-                    id: r.get(0)?,
-                    time_ms: r.get(1)?,
-                    zone: r.get(2)?,
-                    path: r.get(3)?,
-                    op: r.get(4)?,
-                    bytes: r.get::<_, Option<i64>>(5)?.map(|b| b as u64),
-                    to_path: r.get(6)?,
-                    via: r.get(7)?,
-                    pid: r.get(8)?,
-                    uid: r.get(9)?,
-                    detail: r.get(10)?,
-                })
-            },
-        )?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        rows_after(&self.lock(), f, 0, Order::NewestFirst)
     }
 
     /// Deletes the journal rows recorded before `before_ms`; returns how many went.
@@ -173,6 +138,67 @@ impl Db {
             .query_row("SELECT count(*) FROM journal", [], |r| r.get::<_, i64>(0))?
             as u64)
     }
+}
+
+/// In which order [`rows_after`] returns rows.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Order {
+    NewestFirst,
+    OldestFirst,
+}
+
+/// Returns the rows matching `f` after row `after` (ids start at 1), at most `f.limit`.
+pub(super) fn rows_after(
+    conn: &rusqlite::Connection,
+    f: &JournalFilter,
+    after: i64,
+    order: Order,
+) -> Result<Vec<JournalRow>, StateError> {
+    let prefix_like = f.path_prefix.as_ref().map(|p| {
+        let escaped = p
+            .replace('\\', "\\\\")
+            .replace('%', "\\%")
+            .replace('_', "\\_");
+        format!("{}/%", escaped.trim_end_matches('/'))
+    });
+    let mut st = conn.prepare_cached(&format!(
+        "SELECT id, time_ms, zone, path, op, bytes, to_path, via, pid, uid, detail FROM journal
+         WHERE (?1 IS NULL OR zone = ?1)
+           AND (?2 IS NULL OR path = ?2 OR path LIKE ?3 ESCAPE '\\')
+           AND (?4 IS NULL OR time_ms >= ?4)
+           AND id > ?5
+         ORDER BY id {} LIMIT ?6",
+        match order {
+            Order::NewestFirst => "DESC",
+            Order::OldestFirst => "ASC",
+        }
+    ))?;
+    let rows = st.query_map(
+        params![
+            f.zone,
+            f.path_prefix,
+            prefix_like,
+            f.since_ms,
+            after,
+            f.limit.max(1) as i64
+        ],
+        |r| {
+            Ok(JournalRow {
+                id: r.get(0)?,
+                time_ms: r.get(1)?,
+                zone: r.get(2)?,
+                path: r.get(3)?,
+                op: r.get(4)?,
+                bytes: r.get::<_, Option<i64>>(5)?.map(|b| b as u64),
+                to_path: r.get(6)?,
+                via: r.get(7)?,
+                pid: r.get(8)?,
+                uid: r.get(9)?,
+                detail: r.get(10)?,
+            })
+        },
+    )?;
+    Ok(rows.collect::<Result<_, _>>()?)
 }
 
 #[cfg(test)]

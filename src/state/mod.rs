@@ -7,6 +7,7 @@
 //! Owns the SQLite database. May import only `config` (`tests/rules` checks the imports).
 
 mod checkpoint;
+mod events;
 mod git;
 mod journal;
 mod mirror;
@@ -16,6 +17,7 @@ use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
 pub use checkpoint::{CheckpointRow, NewCheckpoint, RestoreRow};
+pub use events::{Cursor, Event, EventBatch, EventBounds};
 pub use git::{FileRow, RepoRow, StagedFileRow, StagedRow};
 pub use journal::{JournalEntry, JournalFilter, JournalRow, Origin, Via};
 pub use mirror::MirrorEntryRow;
@@ -78,6 +80,9 @@ const MIGRATIONS: &[&str] = &[
 pub struct Db {
     conn: Mutex<rusqlite::Connection>,
     path: String,
+    /// Counts the journal rows and checkpoints appended, so followers of the events
+    /// ([`Db::subscribe`]) wake when there is something new instead of polling.
+    appended: tokio::sync::watch::Sender<u64>,
 }
 
 impl Db {
@@ -133,6 +138,7 @@ impl Db {
         Ok(Db {
             conn: Mutex::new(conn),
             path,
+            appended: tokio::sync::watch::Sender::new(0),
         })
     }
 
@@ -146,6 +152,17 @@ impl Db {
         Ok(self
             .lock()
             .pragma_query_value(None, "user_version", |r| r.get(0))?)
+    }
+
+    /// Returns a receiver that sees a change each time a journal row or a checkpoint is
+    /// appended (by this `Db`: another process's appends are not seen).
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.appended.subscribe()
+    }
+
+    /// Wakes the receivers of [`Db::subscribe`]; called once the appended row is committed.
+    fn announce(&self) {
+        self.appended.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, rusqlite::Connection> {

@@ -16,6 +16,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/openapi.json"),
     ("get", "/v1/status"),
     ("get", "/v1/log"),
+    ("get", "/v1/events"),
     ("get", "/metrics"),
     ("post", "/v1/gc"),
     ("post", "/v1/checkpoints"),
@@ -84,9 +85,15 @@ fn openapi_document_matches_the_router_and_the_repo() {
     assert_eq!(documented, expected, "openapi.json and the router disagree");
     // Every documented route answers (not the fallback).
     for (m, p) in ROUTES {
+        // The events stream follows the journal until asked to end.
+        let route = if *p == "/v1/events" {
+            "/v1/events?follow=false"
+        } else {
+            p
+        };
         let (status, body) = d.curl(
             &m.to_uppercase(),
-            p,
+            route,
             (*m != "get").then_some(b"{}".as_slice()),
         );
         let text = String::from_utf8_lossy(&body);

@@ -4,6 +4,7 @@
 mod cli;
 mod concurrency;
 mod escape;
+mod events;
 mod grep;
 mod http;
 mod parity;

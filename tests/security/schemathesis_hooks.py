@@ -34,3 +34,16 @@ def error_body_has_code(ctx, response, case):
     if status >= 500 and code not in DEPENDENCY_CODES.get(status, set()):
         raise AssertionError(f"server error {status} {code}: {body!r}")
     return None
+
+
+@schemathesis.hook
+def before_call(ctx, case, kwargs):
+    """`GET /v1/events` follows the journal until the client leaves: ask it to end instead.
+
+    Only a missing or true `follow` is replaced; a malformed one is still sent (and refused)."""
+    if case.operation.path != "/v1/events":
+        return
+    query = case.query if isinstance(case.query, dict) else {}
+    if query.get("follow") in (None, True, "true"):
+        query["follow"] = "false"
+    case.query = query

@@ -32,28 +32,33 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
     }
     let body: LogBody = crate::cli::output::decode(&raw)?;
     for r in &body.entries {
-        let to = r
-            .to_path
-            .as_ref()
-            .map(|t| format!(" -> /{}/{t}", r.zone))
-            .unwrap_or_default();
-        let bytes = r.bytes.map(|b| format!(" ({b} bytes)")).unwrap_or_default();
-        let who = match (r.pid, r.uid) {
-            (Some(p), Some(u)) => format!(" [{} pid {p} uid {u}]", r.via),
-            _ => format!(" [{}]", r.via),
-        };
-        let detail = r
-            .detail
-            .as_ref()
-            .map(|d| format!(": {d}"))
-            .unwrap_or_default();
-        println!(
-            "{}  {:<6} /{}/{}{to}{bytes}{who}{detail}",
-            time(r.time_ms),
-            r.op,
-            r.zone,
-            r.path
-        );
+        println!("{}", line(r));
     }
     Ok(Outcome::Ok)
+}
+
+/// Formats a journal row for people, one line (`sandfs log`, `sandfs events`).
+pub fn line(r: &JournalRow) -> String {
+    let to = r
+        .to_path
+        .as_ref()
+        .map(|t| format!(" -> /{}/{t}", r.zone))
+        .unwrap_or_default();
+    let bytes = r.bytes.map(|b| format!(" ({b} bytes)")).unwrap_or_default();
+    let who = match (r.pid, r.uid) {
+        (Some(p), Some(u)) => format!(" [{} pid {p} uid {u}]", r.via),
+        _ => format!(" [{}]", r.via),
+    };
+    let detail = r
+        .detail
+        .as_ref()
+        .map(|d| format!(": {d}"))
+        .unwrap_or_default();
+    format!(
+        "{}  {:<6} /{}/{}{to}{bytes}{who}{detail}",
+        time(r.time_ms),
+        r.op,
+        r.zone,
+        r.path
+    )
 }

@@ -5,6 +5,7 @@ pub mod checkpoint;
 pub mod completions;
 pub mod doctor;
 pub mod edit;
+pub mod events;
 pub mod exists;
 pub mod gc;
 pub mod git;
