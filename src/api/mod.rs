@@ -302,6 +302,8 @@ struct LogQuery {
     zone: Option<String>,
     path: Option<String>,
     since_ms: Option<i64>,
+    after_id: Option<i64>,
+    until_id: Option<i64>,
 }
 
 async fn log(
@@ -342,6 +344,8 @@ async fn log(
             zone,
             path_prefix,
             since_ms: q.since_ms,
+            after_id: q.after_id,
+            until_id: q.until_id,
             limit,
         })
     })
