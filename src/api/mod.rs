@@ -312,6 +312,8 @@ struct LogQuery {
     zone: Option<String>,
     path: Option<String>,
     since_ms: Option<i64>,
+    after_id: Option<i64>,
+    until_id: Option<i64>,
 }
 
 async fn log(
@@ -327,6 +329,8 @@ async fn log(
     let rows = tokio::task::spawn_blocking(move || {
         app.zones.db().journal_query(&JournalFilter {
             since_ms: q.since_ms,
+            after_id: q.after_id,
+            until_id: q.until_id,
             limit,
             ..scope
         })

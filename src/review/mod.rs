@@ -1,15 +1,19 @@
 //! The review web page: a local HTTP server on 127.0.0.1 where a person reads the staged commits
-//! and pushes or discards them (`sandfs review`).
+//! and pushes or discards them, and follows a zone's checkpoints (who changed what, diffs) and
+//! restores one ([`timeline`]) (`sandfs review`).
 //!
 //! It is an adapter like the CLI: every action goes to the running daemon through the socket
 //! [`Client`], on the same routes the CLI uses (`GET /v1/git/staged`, `POST /v1/git/staged/show`,
-//! `/v1/git/push`, `/v1/git/discard`). It holds no state of its own besides its token.
+//! `/v1/git/push`, `/v1/git/discard`, `GET /v1/checkpoints`, `GET /v1/log`,
+//! `POST /v1/checkpoints/diff`, `/v1/checkpoints/restore`). It holds no state of its own besides
+//! its token.
 //!
 //! Who may use it: anyone who can reach a TCP port on loopback could, so every request must carry
 //! the random per-start [`Token`] (in the `token` query parameter or the `X-Sandfs-Token`
 //! header), compared in constant time; anything else is `403`. The `Host` must name the loopback
 //! address the server listens on (DNS rebinding), and a `POST` must also come from the page's own
-//! origin (`Origin`, and `Sec-Fetch-Site` when the browser sends it) with a JSON body. Pages are
+//! origin (`Origin`, and `Sec-Fetch-Site` when the browser sends it) with a JSON body: [`guard`],
+//! in front of every route, push, discard and restore alike. Pages are
 //! sent with a strict Content-Security-Policy (scripts and styles only from this server, no
 //! inline script, no framing) and `Referrer-Policy: no-referrer`, so the token does not leak
 //! through links; all content from the daemon is HTML-escaped by [`render`].
@@ -18,23 +22,25 @@
 //! types and diff reader and `core`'s types (`tests/rules` checks the imports).
 
 pub mod render;
+pub mod timeline;
 
 use std::io::Read as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{Query, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::client::{Client, ClientError};
 use crate::git::StagedCommit;
-use render::View;
+use render::{Header, Tab, View};
 
 const PAGE_CSS: &str = include_str!("assets/review.css");
 const PAGE_JS: &str = include_str!("assets/review.js");
@@ -113,10 +119,12 @@ pub async fn serve(
 fn router(shared: Arc<Shared>) -> Router {
     Router::new()
         .route("/", get(index))
+        .route("/timeline", get(timeline_page))
         .route("/assets/review.css", get(css))
         .route("/assets/review.js", get(js))
         .route("/api/push", post(push))
         .route("/api/discard", post(discard))
+        .route("/api/restore", post(restore))
         .layer(axum::middleware::from_fn_with_state(shared.clone(), guard))
         .with_state(shared)
 }
@@ -130,7 +138,8 @@ fn query_token(query: Option<&str>) -> Option<&str> {
     query?.split('&').find_map(|kv| kv.strip_prefix("token="))
 }
 
-/// Checks the token, host and origin of every request, and adds the security headers.
+/// Checks the token, host and origin of every request, and adds the security headers: the one
+/// gate of every route (pages, assets, and the POSTs that push, discard and restore).
 async fn guard(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
     let h = req.headers();
     let port = s.addr.port();
@@ -236,17 +245,71 @@ async fn commits(client: &Client) -> Result<(Vec<StagedCommit>, Vec<StagedCommit
     Ok((open, done))
 }
 
+/// The `view` parameter, side by side unless it says otherwise.
+fn view_of(v: Option<&str>) -> View {
+    v.and_then(View::parse).unwrap_or(View::Split)
+}
+
+/// A refusal a page or an action shows: its HTTP status and its text (the daemon's code and
+/// message, or what was wrong with the input).
+pub struct Failure {
+    pub status: StatusCode,
+    pub text: String,
+}
+
+impl Failure {
+    /// The daemon's refusal, or why it could not be asked.
+    pub fn daemon(e: &ClientError) -> Failure {
+        Failure {
+            status: status_of(e),
+            text: match e.code() {
+                Some(code) => format!("{code}: {e}"),
+                None => e.to_string(),
+            },
+        }
+    }
+
+    /// Bad input to the page itself.
+    pub fn input(text: String) -> Failure {
+        Failure {
+            status: StatusCode::BAD_REQUEST,
+            text,
+        }
+    }
+}
+
+/// The status the page answers with for a failed call to the daemon.
+fn status_of(e: &ClientError) -> StatusCode {
+    use crate::core::ErrorCode;
+    match e {
+        ClientError::Api { code, .. } => match code {
+            ErrorCode::NotFound => StatusCode::NOT_FOUND,
+            ErrorCode::InvalidArgument | ErrorCode::InvalidPath | ErrorCode::OutsideZone => {
+                StatusCode::BAD_REQUEST
+            }
+            _ => StatusCode::CONFLICT,
+        },
+        ClientError::NotRunning { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        ClientError::Transport(_) | ClientError::Local(_) => StatusCode::BAD_GATEWAY,
+    }
+}
+
+fn html(status: StatusCode, page: String) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        page,
+    )
+        .into_response()
+}
+
 async fn index(
     State(s): State<Arc<Shared>>,
-    q: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>,
+    q: Result<Query<PageQuery>, QueryRejection>,
 ) -> Response {
-    let view = q
-        .ok()
-        .and_then(|Query(q)| q.view)
-        .and_then(|v| View::parse(&v))
-        .unwrap_or(View::Split);
+    let view = view_of(q.ok().and_then(|Query(q)| q.view).as_deref());
     let socket = s.client.socket().display().to_string();
-    let (status, html) = match commits(&s.client).await {
+    let (status, page) = match commits(&s.client).await {
         Ok((open, done)) => (
             StatusCode::OK,
             render::page(&render::Page {
@@ -258,24 +321,63 @@ async fn index(
                 error: None,
             }),
         ),
-        Err(e) => (
-            StatusCode::BAD_GATEWAY,
-            render::page(&render::Page {
-                token: s.token.as_str(),
-                view,
-                socket: &socket,
-                open: &[],
-                done: &[],
-                error: Some(&e.to_string()),
-            }),
-        ),
+        Err(e) => {
+            let f = Failure::daemon(&e);
+            (
+                f.status,
+                render::page(&render::Page {
+                    token: s.token.as_str(),
+                    view,
+                    socket: &socket,
+                    open: &[],
+                    done: &[],
+                    error: Some(&f.text),
+                }),
+            )
+        }
     };
-    (
-        status,
-        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-        html,
-    )
-        .into_response()
+    html(status, page)
+}
+
+/// The timeline tab: checkpoints of a zone with who changed what, and the diff asked for.
+async fn timeline_page(
+    State(s): State<Arc<Shared>>,
+    q: Result<Query<timeline::Params>, QueryRejection>,
+) -> Response {
+    let params = q.map(|Query(p)| p).unwrap_or_default();
+    let view = view_of(params.view.as_deref());
+    let socket = s.client.socket().display().to_string();
+    let token = s.token.as_str();
+    let (status, keep, body) = match params.check() {
+        Err(why) => (
+            StatusCode::BAD_REQUEST,
+            String::new(),
+            timeline::body(token, view, None, Some(&why)),
+        ),
+        Ok(r) => match timeline::load(&s.client, &r).await {
+            Ok(t) => (
+                t.status(),
+                r.keep(),
+                timeline::body(token, view, Some(&t), None),
+            ),
+            Err(e) => {
+                let f = Failure::daemon(&e);
+                (
+                    f.status,
+                    r.keep(),
+                    timeline::body(token, view, None, Some(&f.text)),
+                )
+            }
+        },
+    };
+    let header = Header {
+        token,
+        view,
+        socket: &socket,
+        tab: Tab::Timeline,
+        keep: &keep,
+    };
+    html(status, render::document(&header, &body))
 }
 
 async fn css() -> Response {
@@ -294,7 +396,7 @@ async fn js() -> Response {
         .into_response()
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct PushReq {
     id: String,
@@ -302,7 +404,7 @@ struct PushReq {
     pr: bool,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct DiscardReq {
     id: String,
@@ -310,49 +412,74 @@ struct DiscardReq {
     revert: bool,
 }
 
+#[derive(Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct RestoreReq {
+    id: i64,
+    /// Virtual paths to restore; absent or empty: the whole zone.
+    #[serde(default)]
+    paths: Vec<String>,
+}
+
+/// The refusal of an action's malformed body: `INVALID_ARGUMENT` in the daemon's error shape,
+/// saying what was wrong with it.
+fn bad_body(e: &JsonRejection) -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        Json(json!({ "code": "INVALID_ARGUMENT", "message": e.body_text(), "path": null })),
+    )
+        .into_response()
+}
+
 /// The daemon's answer, or its error as `{code, message, path}` with a fitting status.
 fn relay(r: Result<serde_json::Value, ClientError>) -> Response {
     match r {
         Ok(v) => Json(v).into_response(),
-        Err(ClientError::Api {
-            code,
-            message,
-            path,
-        }) => (
-            StatusCode::CONFLICT,
-            Json(json!({ "code": code, "message": message, "path": path })),
-        )
-            .into_response(),
-        Err(e @ ClientError::NotRunning { .. }) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({ "code": null, "message": e.to_string() })),
-        )
-            .into_response(),
-        Err(e) => (
-            StatusCode::BAD_GATEWAY,
-            Json(json!({ "code": null, "message": e.to_string() })),
-        )
-            .into_response(),
+        Err(e) => {
+            let status = status_of(&e);
+            let body = match e {
+                ClientError::Api {
+                    code,
+                    message,
+                    path,
+                } => json!({ "code": code, "message": message, "path": path }),
+                e => json!({ "code": null, "message": e.to_string() }),
+            };
+            (status, Json(body)).into_response()
+        }
     }
 }
 
-async fn push(State(s): State<Arc<Shared>>, Json(r): Json<PushReq>) -> Response {
-    relay(
-        s.client
-            .post("/v1/git/push", &json!({ "id": r.id, "pr": r.pr }))
-            .await,
-    )
+/// Sends a checked action body to the daemon's `route` as it is, and relays the answer.
+async fn forward<T: Serialize>(
+    s: &Shared,
+    route: &str,
+    b: Result<Json<T>, JsonRejection>,
+) -> Response {
+    match b {
+        Ok(Json(r)) => relay(s.client.post(route, &r).await),
+        Err(e) => bad_body(&e),
+    }
 }
 
-async fn discard(State(s): State<Arc<Shared>>, Json(r): Json<DiscardReq>) -> Response {
-    relay(
-        s.client
-            .post(
-                "/v1/git/discard",
-                &json!({ "id": r.id, "revert": r.revert }),
-            )
-            .await,
-    )
+async fn push(State(s): State<Arc<Shared>>, b: Result<Json<PushReq>, JsonRejection>) -> Response {
+    forward(&s, "/v1/git/push", b).await
+}
+
+async fn discard(
+    State(s): State<Arc<Shared>>,
+    b: Result<Json<DiscardReq>, JsonRejection>,
+) -> Response {
+    forward(&s, "/v1/git/discard", b).await
+}
+
+/// Restores a checkpoint (the whole zone, or the paths of the diff on the page); the answer
+/// names the checkpoint of the present that undoes it (`before`).
+async fn restore(
+    State(s): State<Arc<Shared>>,
+    b: Result<Json<RestoreReq>, JsonRejection>,
+) -> Response {
+    forward(&s, "/v1/checkpoints/restore", b).await
 }
 
 #[cfg(test)]

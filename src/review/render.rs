@@ -1,4 +1,5 @@
-//! HTML for the review page: staged commits with their diffs, unified or side by side.
+//! HTML for the review page: the frame every tab shares (header, tabs, flash), staged commits
+//! with their diffs, and the diff renderer the timeline uses too, unified or side by side.
 //!
 //! Everything that came from the daemon (paths, messages, reasons, diff text) passes through
 //! [`escape`] before it reaches the page; nothing here emits markup built from unescaped input.
@@ -32,7 +33,8 @@ impl View {
         }
     }
 
-    fn name(self) -> &'static str {
+    /// The `view` query value.
+    pub fn name(self) -> &'static str {
         match self {
             View::Unified => "unified",
             View::Split => "split",
@@ -85,28 +87,94 @@ pub struct Page<'a> {
     pub error: Option<&'a str>,
 }
 
-/// Returns the whole page.
-pub fn page(p: &Page<'_>) -> String {
-    let token = escape(p.token);
-    let mut body = String::new();
-    let other = match p.view {
+/// The page's tabs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tab {
+    /// Staged commits waiting for review (`/`).
+    Staged,
+    /// Checkpoints of a zone, who changed what, diffs and restores (`/timeline`).
+    Timeline,
+}
+
+impl Tab {
+    fn path(self) -> &'static str {
+        match self {
+            Tab::Staged => "/",
+            Tab::Timeline => "/timeline",
+        }
+    }
+}
+
+/// What the frame around every tab shows.
+pub struct Header<'a> {
+    pub token: &'a str,
+    pub view: View,
+    /// The daemon's socket, for the header.
+    pub socket: &'a str,
+    pub tab: Tab,
+    /// Query parameters the view toggle and reload keep, each as `&name=value` (URL-encoded,
+    /// not yet HTML-escaped).
+    pub keep: &'a str,
+}
+
+/// Returns a whole page: the header with its tabs, the flash line the script fills, then `body`
+/// (markup built by this module's functions, its text escaped already).
+pub fn document(h: &Header<'_>, body: &str) -> String {
+    let token = escape(h.token);
+    let other = match h.view {
         View::Unified => View::Split,
         View::Split => View::Unified,
     };
-    let _ = write!(
-        body,
-        "<header><h1>sandfs review</h1><span class=\"socket\">daemon: {}</span>\
-         <nav><a id=\"view-toggle\" href=\"/?token={token}&amp;view={o}\">{label}</a> \
-         <a id=\"reload\" href=\"/?token={token}&amp;view={v}\">reload</a></nav></header>\
-         <div id=\"flash\" role=\"status\" hidden></div>",
-        escape(p.socket),
-        o = other.name(),
-        v = p.view.name(),
+    let tab_link = |tab: Tab, id: &str, label: &str| {
+        let current = if tab == h.tab {
+            " class=\"current\" aria-current=\"page\""
+        } else {
+            ""
+        };
+        format!(
+            "<a id=\"{id}\"{current} href=\"{}?token={token}&amp;view={}\">{label}</a>",
+            tab.path(),
+            h.view.name()
+        )
+    };
+    let here = |view: View| {
+        format!(
+            "{}?token={token}&amp;view={}{}",
+            h.tab.path(),
+            view.name(),
+            escape(h.keep)
+        )
+    };
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <meta name=\"referrer\" content=\"no-referrer\">\
+         <link rel=\"icon\" href=\"data:,\">\
+         <title>sandfs review</title>\
+         <link rel=\"stylesheet\" href=\"/assets/review.css?token={token}\">\
+         <script defer src=\"/assets/review.js?token={token}\"></script></head>\
+         <body data-token=\"{token}\" class=\"view-{view}\">\
+         <header><h1>sandfs review</h1><nav class=\"tabs\">{staged} {timeline}</nav>\
+         <span class=\"socket\">daemon: {socket}</span>\
+         <nav class=\"tools\"><a id=\"view-toggle\" href=\"{toggle}\">{label}</a> \
+         <a id=\"reload\" href=\"{reload}\">reload</a></nav></header>\
+         <div id=\"flash\" role=\"status\" hidden></div>{body}</body></html>\n",
+        view = h.view.name(),
+        staged = tab_link(Tab::Staged, "tab-staged", "Staged commits"),
+        timeline = tab_link(Tab::Timeline, "tab-timeline", "Timeline"),
+        socket = escape(h.socket),
+        toggle = here(other),
+        reload = here(h.view),
         label = match other {
             View::Unified => "unified view",
             View::Split => "side-by-side view",
         },
-    );
+    )
+}
+
+/// Returns the staged-commits page.
+pub fn page(p: &Page<'_>) -> String {
+    let mut body = String::new();
     if let Some(e) = p.error {
         let _ = write!(
             body,
@@ -135,16 +203,15 @@ pub fn page(p: &Page<'_>) -> String {
         }
         body.push_str("</tbody></table>");
     }
-    format!(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <meta name=\"referrer\" content=\"no-referrer\">\
-         <link rel=\"icon\" href=\"data:,\">\
-         <title>sandfs review</title>\
-         <link rel=\"stylesheet\" href=\"/assets/review.css?token={token}\">\
-         <script defer src=\"/assets/review.js?token={token}\"></script></head>\
-         <body data-token=\"{token}\" class=\"view-{view}\">{body}</body></html>\n",
-        view = p.view.name()
+    document(
+        &Header {
+            token: p.token,
+            view: p.view,
+            socket: p.socket,
+            tab: Tab::Staged,
+            keep: "",
+        },
+        &body,
     )
 }
 
@@ -155,7 +222,7 @@ fn commit(out: &mut String, c: &StagedCommit, view: View) {
     let title = c.message.lines().next().unwrap_or("");
     let _ = write!(
         out,
-        "<section class=\"commit\" id=\"commit-{id}\" data-id=\"{id}\" data-state=\"{state}\">\
+        "<section class=\"commit card\" id=\"commit-{id}\" data-id=\"{id}\" data-state=\"{state}\">\
          <div class=\"commit-head\"><span class=\"badge state-{state}\">{state}</span> \
          <code class=\"id\">{id}</code> <strong class=\"title\">{}</strong></div>\
          <div class=\"meta\">{} → <code>{}</code> on <code>{}</code> · {} files \
@@ -213,7 +280,7 @@ fn commit(out: &mut String, c: &StagedCommit, view: View) {
          Discard</button><span class=\"busy\" id=\"busy-{id}\" hidden></span></div>"
     );
     for f in &c.files {
-        file(out, f, view);
+        file(out, &staged_file(f), view);
     }
     out.push_str("</section>");
 }
@@ -250,35 +317,56 @@ fn done_row(out: &mut String, c: &StagedCommit) {
     let _ = write!(out, "</td><td>{}</td></tr>", escape(&time(c.updated_at)));
 }
 
-/// One file of a commit: its path and operation, then its diff (or why there is none).
-fn file(out: &mut String, f: &StagedFile, view: View) {
+/// One file's change as the page shows it: a file of a staged commit or of a checkpoint diff.
+pub struct FileDiff<'a> {
+    /// The virtual path (`/workspace/…`).
+    pub path: &'a str,
+    /// What happened to it (`create`, `update`, `delete`; `added`, `modified`, …).
+    pub operation: &'a str,
+    pub additions: u64,
+    pub deletions: u64,
+    /// Its git-format patch, or why none is shown.
+    pub patch: Result<&'a str, &'a str>,
+}
+
+/// One file of a commit, as [`file`] shows it.
+fn staged_file(f: &StagedFile) -> FileDiff<'_> {
+    FileDiff {
+        path: &f.path,
+        operation: &f.operation,
+        additions: f.additions,
+        deletions: f.deletions,
+        patch: match &f.diff {
+            Some(d) => Ok(d),
+            None if f.binary => Err("Binary file, not shown."),
+            None if f.oversized => Err("Too large to show (git.max_diff_bytes)."),
+            None => Err("No textual change (mode or type only)."),
+        },
+    }
+}
+
+/// One file: its path and operation, then its diff (or why there is none).
+pub fn file(out: &mut String, f: &FileDiff<'_>, view: View) {
     let _ = write!(
         out,
-        "<details class=\"file\" open><summary><span class=\"op op-{op}\">{op}</span> \
+        "<details class=\"file\" open data-path=\"{path}\"><summary><span class=\"op op-{op}\">{op}</span> \
          <code class=\"path\">{path}</code> <span class=\"add\">+{}</span> \
          <span class=\"del\">-{}</span></summary>",
         f.additions,
         f.deletions,
-        op = escape(&f.operation),
-        path = escape(&f.path),
+        op = escape(f.operation),
+        path = escape(f.path),
     );
-    match &f.diff {
-        Some(d) => {
+    match f.patch {
+        Ok(d) => {
             let parsed = parse_patch(d);
             match view {
                 View::Unified => unified(out, &parsed),
                 View::Split => split(out, &parsed),
             }
         }
-        None => {
-            let why = if f.binary {
-                "Binary file, not shown."
-            } else if f.oversized {
-                "Too large to show (git.max_diff_bytes)."
-            } else {
-                "No textual change (mode or type only)."
-            };
-            let _ = write!(out, "<p class=\"nodiff\">{why}</p>");
+        Err(why) => {
+            let _ = write!(out, "<p class=\"nodiff\">{}</p>", escape(why));
         }
     }
     out.push_str("</details>");
@@ -579,7 +667,7 @@ fn split(out: &mut String, p: &Patch) {
 }
 
 /// Formats a millisecond timestamp as RFC 3339 (UTC, seconds).
-fn time(ms: i64) -> String {
+pub fn time(ms: i64) -> String {
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
     humantime::format_rfc3339_seconds(t).to_string()
 }

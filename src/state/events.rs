@@ -240,6 +240,7 @@ mod tests {
             journal_pos,
             files: 0,
             not_kept: 0,
+            scope: None,
         })
         .unwrap()
     }

@@ -88,6 +88,10 @@ pub struct JournalFilter {
     /// Rows whose path is this path or lies beneath it.
     pub path_prefix: Option<String>,
     pub since_ms: Option<i64>,
+    /// Rows after this journal id (exclusive).
+    pub after_id: Option<i64>,
+    /// Rows up to this journal id (inclusive): with `after_id`, the changes a checkpoint took in.
+    pub until_id: Option<i64>,
     pub limit: usize,
 }
 
@@ -120,7 +124,7 @@ impl Db {
 
     /// Returns journal rows matching `f`, newest first.
     pub fn journal_query(&self, f: &JournalFilter) -> Result<Vec<JournalRow>, StateError> {
-        rows_after(&self.lock(), f, 0, Order::NewestFirst)
+        rows_after(&self.lock(), f, f.after_id.unwrap_or(0), Order::NewestFirst)
     }
 
     /// Deletes the journal rows recorded before `before_ms`; returns how many went.
@@ -167,6 +171,7 @@ pub(super) fn rows_after(
            AND (?2 IS NULL OR path = ?2 OR path LIKE ?3 ESCAPE '\\')
            AND (?4 IS NULL OR time_ms >= ?4)
            AND id > ?5
+           AND (?7 IS NULL OR id <= ?7)
          ORDER BY id {} LIMIT ?6",
         match order {
             Order::NewestFirst => "DESC",
@@ -179,8 +184,9 @@ pub(super) fn rows_after(
             f.path_prefix,
             prefix_like,
             f.since_ms,
-            after,
-            f.limit.max(1) as i64
+            after.max(f.after_id.unwrap_or(0)),
+            f.limit.max(1) as i64,
+            f.until_id
         ],
         |r| {
             Ok(JournalRow {
@@ -236,6 +242,19 @@ mod tests {
         assert_eq!(paths, ["a/b/c", "a/b"]);
         assert_eq!(db.journal_len().unwrap(), 4);
         assert_eq!(rows[0].pid, Some(7));
+        // A range of journal ids: after 1 (exclusive) up to 3 (inclusive).
+        let ids: Vec<_> = db
+            .journal_query(&JournalFilter {
+                after_id: Some(1),
+                until_id: Some(3),
+                limit: 10,
+                ..Default::default()
+            })
+            .unwrap()
+            .into_iter()
+            .map(|r| r.id)
+            .collect();
+        assert_eq!(ids, [3, 2]);
         // Rows at times 0 and 1 are older than 2; the rows at 2 and 3 stay.
         assert_eq!(db.journal_prune(2).unwrap(), 2);
         let left: Vec<_> = db

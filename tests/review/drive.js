@@ -1,4 +1,4 @@
-// Drives the review page in headless Chromium for tests/review/main.rs.
+// Drives the review page's staged commits in headless Chromium for tests/review/mod.rs.
 //
 // Environment: PLAYWRIGHT_CORE (the playwright-core module directory), CHROMIUM (the browser),
 // REVIEW_URL (the URL `sandfs review` printed), KEEP_ID (the commit to push), DROP_ID (the commit
@@ -6,51 +6,19 @@
 "use strict";
 
 const assert = require("node:assert/strict");
+const { env, launch, open, run } = require("./browser.js");
 
-const env = (name) => {
-  const v = process.env[name];
-  if (!v) throw new Error(`${name} is not set`);
-  return v;
-};
-
-const { chromium } = require(env("PLAYWRIGHT_CORE"));
 const url = env("REVIEW_URL");
 const keep = env("KEEP_ID");
 const drop = env("DROP_ID");
 const blocked = env("BLOCKED_ID");
 const screenshot = env("SCREENSHOT");
 
-// The flags for Chromium on this machine's closed network (see the env notes): no sandbox as
-// root, no GPU, and none of the background connections that would be refused.
-const ARGS = [
-  "--no-sandbox",
-  "--disable-gpu",
-  "--disable-quic",
-  "--no-first-run",
-  "--disable-background-networking",
-  "--disable-component-update",
-  "--disable-sync",
-];
-
 async function main() {
-  const browser = await chromium.launch({
-    executablePath: env("CHROMIUM"),
-    headless: true,
-    args: ARGS,
-    timeout: 60000,
-  });
+  const browser = await launch();
   try {
-    const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
-    page.setDefaultTimeout(30000);
-    const problems = [];
-    page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
-    page.on("console", (m) => {
-      // The refused push answers 409 on purpose; Chromium logs every failed fetch.
-      if (m.type() === "error" && !m.text().includes("status of 409")) {
-        problems.push(`console: ${m.text()}`);
-      }
-    });
-    page.on("dialog", (d) => d.accept());
+    // The refused push answers 409 on purpose; Chromium logs every failed fetch.
+    const { page, problems } = await open(browser, (text) => text.includes("status of 409"));
 
     const res = await page.goto(url);
     assert.equal(res.status(), 200);
@@ -114,7 +82,4 @@ async function main() {
   }
 }
 
-main().catch((e) => {
-  console.error(e && e.stack ? e.stack : String(e));
-  process.exit(1);
-});
+run(main);

@@ -7,7 +7,8 @@
 //!
 //! The daemon and the git server come from the shared harness (`Daemon::git`,
 //! `support::git_servers`). Nothing is skipped: a missing browser, node or playwright-core fails
-//! the test with what to install.
+//! the test with what to install. The browser scripts share `browser.js`; the timeline (the
+//! checkpoints tab) is the second scenario, in [`timeline`].
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::TcpStream;
@@ -19,6 +20,8 @@ use serde_json::{json, Value};
 
 use crate::support::git_servers::{BareRepo, GitDaemon};
 use crate::support::{Daemon, BIN};
+
+mod timeline;
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 const LIB: &str = "pub fn greeting() -> &'static str {\n    \"hello, world\"\n}\n";
@@ -132,13 +135,41 @@ fn require_browser() -> (PathBuf, PathBuf) {
     (node, playwright_dir())
 }
 
+/// Runs the browser scenario `script` (in this directory) against `review` with `vars` besides
+/// the browser's and the page's URL; returns what it printed, failing the test with its output
+/// and the daemon's log if it failed.
+fn run_script(d: &Daemon, script: &str, review: &Review, vars: &[(&str, String)]) -> String {
+    let (node, playwright) = require_browser();
+    let out = Command::new(node)
+        .arg(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/review")
+                .join(script),
+        )
+        .env("PLAYWRIGHT_CORE", &playwright)
+        .env("CHROMIUM", CHROMIUM)
+        .env("REVIEW_URL", &review.url)
+        .envs(vars.iter().map(|(k, v)| (*k, v)))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{script} failed ({}):\n{stdout}\n{}\ndaemon log:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr),
+        d.log_text()
+    );
+    stdout
+}
+
 fn state(d: &Daemon, id: &str) -> Value {
     d.ok("/v1/git/staged/show", json!({ "id": id }))
 }
 
 #[test]
 fn review_page_shows_diffs_discards_and_pushes_in_chromium() {
-    let (node, playwright) = require_browser();
+    require_browser();
     let repo = BareRepo::seeded(
         "proj",
         &[
@@ -221,24 +252,16 @@ fn review_page_shows_diffs_discards_and_pushes_in_chromium() {
 
     let shots = tempfile::tempdir().unwrap();
     let shot = shots.path().join("review.png");
-    let out = Command::new(node)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/review/drive.js"))
-        .env("PLAYWRIGHT_CORE", &playwright)
-        .env("CHROMIUM", CHROMIUM)
-        .env("REVIEW_URL", &review.url)
-        .env("KEEP_ID", &keep)
-        .env("DROP_ID", &drop)
-        .env("BLOCKED_ID", &blocked)
-        .env("SCREENSHOT", &shot)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "drive.js failed ({}):\n{stdout}\n{stderr}\ndaemon log:\n{}",
-        out.status,
-        d.log_text()
+    let stdout = run_script(
+        &d,
+        "drive.js",
+        &review,
+        &[
+            ("KEEP_ID", keep.clone()),
+            ("DROP_ID", drop.clone()),
+            ("BLOCKED_ID", blocked.clone()),
+            ("SCREENSHOT", shot.display().to_string()),
+        ],
     );
     eprintln!("{stdout}");
 

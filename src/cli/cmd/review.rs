@@ -8,9 +8,10 @@ use crate::review::{self, Token};
 
 /// Serve a local web page to review staged commits, and push or discard them
 ///
-/// The page listens on 127.0.0.1 only and needs the random token in the URL this command prints
-/// (a new one at every start). It talks to the running daemon, like the other commands. Stop it
-/// with Ctrl-C.
+/// Its timeline tab lists each zone's checkpoints with who changed what, compares any two, and
+/// restores one. The page listens on 127.0.0.1 only and needs the random token in the URL this
+/// command prints (a new one at every start). It talks to the running daemon, like the other
+/// commands. Stop it with Ctrl-C.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The TCP port on 127.0.0.1 (default: a free one)

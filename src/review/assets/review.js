@@ -1,11 +1,14 @@
-// The review page's buttons: push (to the branch or as a pull request) and discard.
+// The review page's buttons: push (to the branch or as a pull request), discard, restore a
+// checkpoint (the whole zone, or the files of the diff shown), and the timeline's compare button.
 // Each action is a same-origin POST with the page's token in a header; the answer is shown as
-// text (never as HTML), kept across the reload that shows the commit's new state.
+// text (never as HTML), kept across the reload that shows the new state.
 "use strict";
 
 (function () {
   const token = document.body.dataset.token;
   const flash = document.getElementById("flash");
+  /// Paths of a restore result listed by name; the rest are counted.
+  const LISTED = 50;
 
   function show(kind, text) {
     flash.hidden = false;
@@ -13,14 +16,53 @@
     flash.textContent = text;
   }
 
+  function element(tag, text, id) {
+    const e = document.createElement(tag);
+    if (text !== undefined) e.textContent = text;
+    if (id) e.id = id;
+    return e;
+  }
+
+  // What a restore did: counts, the paths (as text), and the checkpoint that undoes it, which
+  // is marked in the timeline.
+  function showRestore(kind, text, a) {
+    show(kind, "");
+    flash.appendChild(element("p", text));
+    for (const [name, paths] of [["restored", a.restored], ["removed", a.removed],
+      ["conflicts", a.conflicts], ["left as they are (kept by size only)", a.not_kept]]) {
+      if (!paths || paths.length === 0) continue;
+      const d = element("details");
+      d.className = "restore-" + name.split(" ")[0];
+      d.appendChild(element("summary", name + " (" + paths.length + ")"));
+      const ul = element("ul");
+      for (const p of paths.slice(0, LISTED)) ul.appendChild(element("li", p));
+      if (paths.length > LISTED) ul.appendChild(element("li", "and " + (paths.length - LISTED) + " more"));
+      d.appendChild(ul);
+      flash.appendChild(d);
+    }
+    flash.appendChild(element("p", "Checkpoint #" + a.before + " holds the zone as it was just " +
+      "before this restore: restore it to undo this one.", "undo-hint"));
+    const undo = document.getElementById("checkpoint-" + a.before);
+    if (undo) {
+      undo.classList.add("undo");
+      const badge = element("span", "undoes the restore of #" + a.checkpoint);
+      badge.className = "badge undo-badge";
+      undo.querySelector(".cp-head").appendChild(badge);
+    }
+  }
+
   const saved = sessionStorage.getItem("sandfs-flash");
   if (saved) {
     sessionStorage.removeItem("sandfs-flash");
     try {
       const f = JSON.parse(saved);
-      show(f.kind, f.text);
+      if (f.restore) showRestore(f.kind, f.text, f.restore);
+      else show(f.kind, f.text);
     } catch (_) { /* ignore a damaged message */ }
   }
+
+  const NAMES = { push: "Push", discard: "Discard", restore: "Restore" };
+  const BUSY = { push: "pushing…", discard: "discarding…", restore: "restoring…" };
 
   function describe(action, pr, answer) {
     if (action === "discard") {
@@ -29,25 +71,45 @@
       for (const k of answer.kept || []) text += " Kept " + k.path + ": " + k.reason + ".";
       return text;
     }
+    if (action === "restore") {
+      return "Restored checkpoint #" + answer.checkpoint + ": " + answer.restored.length +
+        " restored, " + answer.removed.length + " removed, " + answer.conflicts.length +
+        " conflicts.";
+    }
     let text = "Pushed " + answer.id + " as " + String(answer.commit_sha).slice(0, 12) +
       " to " + answer.pushed_ref + (answer.rebased ? " (rebased onto the moved branch)" : "") + ".";
     if (pr && answer.url) text += " Pull request: " + answer.url;
     return text;
   }
 
+  // The request body of an action, or null when the person said no.
+  function request(action, button) {
+    const id = button.dataset.id;
+    if (action === "push") return { id: id, pr: button.dataset.pr === "true" };
+    if (action === "discard") {
+      return window.confirm("Discard staged commit " + id + "?") ? { id: id } : null;
+    }
+    const zone = document.getElementById("timeline").dataset.zone;
+    const paths = button.dataset.scope === "diff"
+      ? Array.from(document.querySelectorAll("#diff details.file"), (d) => d.dataset.path)
+      : [];
+    const what = paths.length > 0 ? paths.length + " files of /" + zone : "all of /" + zone;
+    const ok = window.confirm("Restore " + what + " as it was at checkpoint #" + id + "? " +
+      "The present is checkpointed first, so this restore can be undone.");
+    return ok ? { id: Number(id), paths: paths } : null;
+  }
+
   async function act(button) {
     const action = button.dataset.action;
     const id = button.dataset.id;
-    const pr = button.dataset.pr === "true";
-    if (action === "discard" && !window.confirm("Discard staged commit " + id + "?")) return;
-    const card = document.getElementById("commit-" + id);
+    const body = request(action, button);
+    if (body === null) return;
+    const card = button.closest(".card");
     for (const b of card.querySelectorAll("button")) b.disabled = true;
-    const busy = document.getElementById("busy-" + id);
+    const busy = card.querySelector(".busy");
     busy.hidden = false;
-    busy.textContent = action === "push" ? "pushing…" : "discarding…";
-    const body = action === "push" ? { id: id, pr: pr } : { id: id };
-    let kind = "fail";
-    let text;
+    busy.textContent = BUSY[action];
+    let saved = { kind: "fail" };
     try {
       const res = await fetch("/api/" + action, {
         method: "POST",
@@ -57,21 +119,41 @@
       });
       const answer = await res.json().catch(() => ({ message: "HTTP " + res.status }));
       if (res.ok) {
-        kind = "ok";
-        text = describe(action, pr, answer);
+        const troubled = action === "restore" && answer.conflicts.length > 0;
+        saved = { kind: troubled ? "warn" : "ok", text: describe(action, body.pr, answer) };
+        if (action === "restore") saved.restore = answer;
       } else {
-        text = (action === "push" ? "Push" : "Discard") + " of " + id + " failed: " +
-          (answer.code ? answer.code + ": " : "") + answer.message;
+        saved.text = NAMES[action] + " of " + (action === "restore" ? "checkpoint #" : "") + id +
+          " failed: " + (answer.code ? answer.code + ": " : "") + answer.message;
       }
     } catch (e) {
-      text = "The review server did not answer: " + e;
+      saved.text = "The review server did not answer: " + e;
     }
-    sessionStorage.setItem("sandfs-flash", JSON.stringify({ kind: kind, text: text }));
+    sessionStorage.setItem("sandfs-flash", JSON.stringify(saved));
     window.location.reload();
+  }
+
+  // Shows the diff between the checked "from" and "to" checkpoints (or now).
+  function compare() {
+    const picked = (name) => {
+      const input = document.querySelector("input[name=" + name + "]:checked");
+      return input ? input.value : null;
+    };
+    const from = picked("from");
+    if (from === null) {
+      show("fail", "Pick the checkpoint to compare from (a \"from\" button).");
+      return;
+    }
+    const url = new URL(window.location.href);
+    url.searchParams.set("from", from);
+    url.searchParams.set("to", picked("to") || "now");
+    url.hash = "diff";
+    window.location.assign(url.toString());
   }
 
   document.addEventListener("click", (ev) => {
     const button = ev.target.closest("button[data-action]");
     if (button) act(button);
+    else if (ev.target.closest("#compare")) compare();
   });
 })();
