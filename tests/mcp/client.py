@@ -9,6 +9,9 @@ Spawns `SANDFS_BIN --socket SOCKET --config CONFIG mcp` and, by MODE:
   git        with a repository pulled into /workspace/demo (README.md "# Demo\n"): edits it, then
              checks git_status, git_stage, staged_list and staged_show
   no-daemon  checks that a call with no daemon behind the socket is a DAEMON_NOT_RUNNING error
+  rewind     an agent's session with a way back: files written with MCP, changed by shell commands
+             in the mounted workspace ($SANDFS_TEST_MNT), a checkpoint, more changes of both
+             kinds, a restore that puts back what the shell and the tools did, and its undo
  Prints one `ok <check>`
 line per passed check and `PASS` at the end; the first failed check raises, so the exit status
 is non-zero and the traceback names it.
@@ -16,6 +19,8 @@ is non-zero and the traceback names it.
 
 import asyncio
 import json
+import os
+import subprocess
 import sys
 
 from mcp import ClientSession, StdioServerParameters
@@ -58,6 +63,50 @@ async def call_error(session, name, args, code):
     check(isinstance(err.get("message"), str) and err["message"], f"{name} error has a message", err)
     check(json.loads(text_of(result)) == err, f"{name} error text is the same JSON", text_of(result))
     return err
+
+
+def shell(cwd, script):
+    """Runs a shell command in the mounted workspace, as an agent's bash tool does."""
+    done = subprocess.run(["sh", "-ec", script], cwd=cwd, capture_output=True, text=True)
+    check(done.returncode == 0, f"the shell runs {script!r}", done.stderr)
+
+
+def on_disk(root, rel):
+    try:
+        with open(os.path.join(root, rel)) as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+async def rewind_flow(session, mnt):
+    await call(session, "write", {"path": "/workspace/app/main.py", "content": "print('v1')\n"})
+    await call(session, "write", {"path": "/workspace/app/notes.md", "content": "plan\n"})
+    shell(mnt, "mkdir -p app/data && printf 'a,b\\n1,2\\n' > app/data/t.csv && chmod +x app/main.py"
+               " && ln -s data/t.csv app/latest.csv")
+    r = await call(session, "checkpoint", {"message": "before the refactor"})
+    good = r.structured_content["id"]
+    # The agent goes astray, with its tools and with the shell.
+    await call(session, "edit", {"path": "/workspace/app/main.py", "old": "v1", "new": "broken"})
+    shell(mnt, "rm -rf app/data && mv app/notes.md app/NOTES.md && echo junk > app/tmp.log")
+    r = await call(session, "checkpoint_diff", {"from": good})
+    changed = sorted(f["path"] for f in r.structured_content["files"])
+    check(changed == ["app/NOTES.md", "app/data/t.csv", "app/main.py", "app/notes.md", "app/tmp.log"],
+          "checkpoint_diff names what the tools and the shell changed", changed)
+    r = await call(session, "restore", {"id": good})
+    check(r.structured_content["conflicts"] == [], "the restore meets no conflict", r.structured_content)
+    undo = r.structured_content["before"]
+    r = await call(session, "read", {"path": "/workspace/app/main.py"})
+    check(r.structured_content["content"] == "print('v1')\n", "the tool's edit is undone")
+    check(on_disk(mnt, "app/data/t.csv") == "a,b\n1,2\n", "the shell's removal is undone, seen through the mount")
+    check(on_disk(mnt, "app/notes.md") == "plan\n" and on_disk(mnt, "app/NOTES.md") is None,
+          "the shell's rename is undone")
+    check(on_disk(mnt, "app/tmp.log") is None, "the file made after the checkpoint is gone")
+    check(os.readlink(os.path.join(mnt, "app/latest.csv")) == "data/t.csv", "the symlink is back")
+    check(os.access(os.path.join(mnt, "app/main.py"), os.X_OK), "the executable bit is back")
+    await call(session, "restore", {"id": undo})
+    check(on_disk(mnt, "app/main.py") == "print('broken')\n" and on_disk(mnt, "app/tmp.log") == "junk\n",
+          "restoring the pre-restore checkpoint brings the astray state back: nothing is lost")
 
 
 async def git_flow(session):
@@ -109,6 +158,10 @@ async def main():
                 await git_flow(session)
                 print("PASS", flush=True)
                 return
+            if mode == "rewind":
+                await rewind_flow(session, os.environ["SANDFS_TEST_MNT"])
+                print("PASS", flush=True)
+                return
             tools = {t.name: t for t in (await session.list_tools()).tools}
             names = set(tools)
             if mode == "push":
@@ -117,7 +170,7 @@ async def main():
                 print("PASS", flush=True)
                 return
             if mode != "tools":
-                raise SystemExit(f"unknown mode {mode!r}: tools, push or no-daemon")
+                raise SystemExit(f"unknown mode {mode!r}: tools, push, git, rewind or no-daemon")
             check(names == TOOLS, "tools are the 19, no git_push", sorted(names))
             for t in tools.values():
                 check(len(t.description or "") > 80, f"{t.name} has a description for a model")

@@ -67,6 +67,10 @@ fn python() -> PathBuf {
 /// Runs the client script in `mode` against `sandfs mcp --socket socket --config config`,
 /// killing it after two minutes.
 fn run_client(socket: &Path, config: &Path, mode: &str) -> Output {
+    run_client_env(socket, config, mode, &[])
+}
+
+fn run_client_env(socket: &Path, config: &Path, mode: &str, env: &[(&str, &Path)]) -> Output {
     let py = python();
     let mut child = Command::new(py)
         .arg(SCRIPT)
@@ -76,6 +80,7 @@ fn run_client(socket: &Path, config: &Path, mode: &str) -> Output {
         .arg(mode)
         .env_remove("SANDFS_SOCKET")
         .env_remove("SANDFS_CONFIG")
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -140,6 +145,30 @@ fn every_tool_answers_a_real_mcp_client() {
     );
     assert!(!root.join("workspace/notes").exists());
     assert!(root.join("workspace/src/main.rs").is_file());
+}
+
+#[test]
+fn an_agent_rewinds_what_its_tools_and_its_shell_did_through_mcp_and_the_mount() {
+    let d = Daemon::mounted("[checkpoints]\nauto_quiet_ms = 0\n");
+    let mnt = d.ws();
+    let out = run_client_env(&d.socket, &d.config, "rewind", &[("SANDFS_TEST_MNT", &mnt)]);
+    let stdout = passed(&out);
+    for line in [
+        "ok checkpoint_diff names what the tools and the shell changed",
+        "ok the shell's removal is undone, seen through the mount",
+        "ok restoring the pre-restore checkpoint brings the astray state back: nothing is lost",
+    ] {
+        assert!(
+            stdout.lines().any(|l| l == line),
+            "no `{line}` in:\n{stdout}"
+        );
+    }
+    // The journal names both writers: the MCP tools (via the API) and the shell (the mount).
+    let log = d.cli_ok(&["log", "--limit", "200"]);
+    assert!(
+        log.contains("[api pid") && log.contains("[fuse pid"),
+        "{log}"
+    );
 }
 
 /// Runs git in `dir` with a fixed identity and dates, failing the test when it fails.
