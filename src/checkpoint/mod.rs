@@ -396,6 +396,39 @@ impl Checkpoints {
         Ok(ended)
     }
 
+    /// Journals, for each local zone with a checkpoint, what changed while no daemon watched it
+    /// (sandfs stopped, or killed before the mount released a file): every entry whose ctime or
+    /// mtime is not older than the zone's newest checkpoint (less a margin for coarse clocks),
+    /// and, in each such directory, the names its checkpoint holds that are gone. The next
+    /// checkpoint, built from the journal, then sees them. A walk of `lstat`s, no reading of
+    /// files. Returns the paths journaled. Called by the daemon at start, before
+    /// [`Checkpoints::recover`].
+    pub fn catch_up(&self) -> FsResult<u64> {
+        let repo = self.repo.lock().expect("not poisoned");
+        let db = self.zones.db();
+        let mut n = 0;
+        for zone in ZoneId::ALL {
+            let Zone::Local(z) = self.zones.zone(zone) else {
+                continue;
+            };
+            let Some(last) = db.checkpoint_last(zone.name()).map_err(state_err)? else {
+                continue;
+            };
+            let tree = repo.find_tree(oid(&last.tree)?).map_err(store_err)?;
+            let walk = CatchUp {
+                zones: &self.zones,
+                repo: &repo,
+                zone,
+                root: z.root(),
+                filter: &Filter::new(z.root(), &self.cfg)?,
+                tree: &tree,
+                since_ms: last.time_ms - 2_000,
+            };
+            n += walk.dir("")?;
+        }
+        Ok(n)
+    }
+
     /// Restores, newest first.
     pub fn restores(&self, limit: usize) -> FsResult<Vec<RestoreRow>> {
         self.zones
@@ -445,7 +478,11 @@ impl Checkpoints {
                 self.zones.now_ms(),
             )
             .map_err(state_err)?;
-        let res = self.put_back(&repo, &target, &before, &scope, &hashed, origin);
+        // The journal rows of a restore go in at its end, in one transaction (a crash before
+        // loses them, and the next start's `catch_up` journals those files again).
+        let res = self
+            .zones
+            .journal_batch(|| self.put_back(&repo, &target, &before, &scope, &hashed, origin));
         let (state, detail) = match &res {
             Ok(r) => ("done", summary(r)),
             Err(e) => ("failed", e.to_string()),
@@ -496,7 +533,11 @@ impl Checkpoints {
                 .unwrap_or_default();
             let vp = VPath::new(zone, &rel)
                 .map_err(|_| FsError::Internal(format!("a checkpoint holds the path {rel:?}")))?;
-            if is_not_kept(repo, of.id(), of.mode()) {
+            // What the pre-restore checkpoint just read from the file is its content, no marker.
+            let read_now = hashed
+                .get(&vp.to_string())
+                .is_some_and(|(id, _)| *id == of.id());
+            if !of.id().is_zero() && !read_now && is_not_kept(repo, of.id(), of.mode()) {
                 res.not_kept.push(vp.to_string());
                 continue;
             }
@@ -555,7 +596,8 @@ impl Checkpoints {
             }
         }
         for (vp, blob, mode, removed_here) in writes {
-            if is_not_kept(repo, blob, mode) {
+            let obj = repo.find_blob(blob).map_err(store_err)?;
+            if mode != FileMode::Link && obj.content().starts_with(NOT_KEPT) {
                 res.not_kept.push(vp.to_string());
                 continue;
             }
@@ -583,7 +625,6 @@ impl Checkpoints {
                     Err(e) => return Err(e),
                 },
             };
-            let obj = repo.find_blob(blob).map_err(store_err)?;
             let written = if mode == FileMode::Link {
                 let target = std::str::from_utf8(obj.content()).map_err(|_| {
                     FsError::Internal(format!("checkpoint symlink {vp} is not UTF-8"))
@@ -1046,6 +1087,98 @@ impl Builder<'_> {
 enum Look {
     Dir,
     Put(Put),
+}
+
+/// The walk of [`Checkpoints::catch_up`] over one zone.
+struct CatchUp<'a> {
+    zones: &'a Zones,
+    repo: &'a Repository,
+    zone: ZoneId,
+    root: &'a Path,
+    filter: &'a Filter,
+    /// The zone's newest checkpoint.
+    tree: &'a git2::Tree<'a>,
+    since_ms: i64,
+}
+
+impl CatchUp<'_> {
+    fn changed(&self, md: &std::fs::Metadata) -> bool {
+        use std::os::unix::fs::MetadataExt as _;
+        let ms = |s: i64, ns: i64| s * 1000 + ns / 1_000_000;
+        ms(md.ctime(), md.ctime_nsec()).max(ms(md.mtime(), md.mtime_nsec())) >= self.since_ms
+    }
+
+    fn note(&self, rel: &str, op: &str) -> u64 {
+        match VPath::new(self.zone, rel) {
+            Ok(vp) => {
+                self.zones.record_beside(&vp, op);
+                1
+            }
+            Err(_) => 0,
+        }
+    }
+
+    /// Journals what changed in the directory `rel` and beneath it.
+    fn dir(&self, rel: &str) -> FsResult<u64> {
+        let path = if rel.is_empty() {
+            self.root.to_path_buf()
+        } else {
+            self.root.join(rel)
+        };
+        let Ok(entries) = std::fs::read_dir(&path) else {
+            return Ok(0);
+        };
+        let join = |name: &str| {
+            if rel.is_empty() {
+                name.to_string()
+            } else {
+                format!("{rel}/{name}")
+            }
+        };
+        let mut n = 0;
+        let mut here: BTreeSet<String> = BTreeSet::new();
+        for e in entries.flatten() {
+            let Ok(name) = e.file_name().into_string() else {
+                continue;
+            };
+            let Ok(md) = std::fs::symlink_metadata(e.path()) else {
+                continue;
+            };
+            let child = join(&name);
+            if self.filter.skips(&child, md.is_dir()) {
+                continue;
+            }
+            here.insert(name);
+            if md.is_dir() {
+                n += self.dir(&child)?;
+                if self.changed(&md) && self.tree.get_path(Path::new(&child)).is_err() {
+                    n += self.note(&child, "write");
+                }
+            } else if self.changed(&md) {
+                n += self.note(&child, "write");
+            }
+        }
+        // Names the checkpoint holds here that are gone.
+        let held = if rel.is_empty() {
+            Some(self.tree.clone())
+        } else {
+            self.tree
+                .get_path(Path::new(rel))
+                .ok()
+                .and_then(|e| e.to_object(self.repo).ok())
+                .and_then(|o| o.into_tree().ok())
+        };
+        if let Some(held) = held {
+            for e in held.iter() {
+                if let Ok(name) = e.name() {
+                    if !here.contains(name) {
+                        n += self.note(&join(name), "delete");
+                    }
+                }
+            }
+        }
+        Ok(n)
+    }
 }
 
 /// One line of what a restore did, for its row in the state database.

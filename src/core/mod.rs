@@ -447,6 +447,29 @@ impl Zones {
         origin: Origin,
         detail: Option<&str>,
     ) {
+        let batched = JOURNAL_BATCH.with(|b| {
+            let mut b = b.borrow_mut();
+            let Some(rows) = b.as_mut() else {
+                return false;
+            };
+            rows.push(Pending {
+                time_ms: self.now_ms(),
+                zone: vp.zone().name(),
+                path: vp.rel().to_string(),
+                op: op.to_string(),
+                bytes,
+                to_path: to.map(|t| t.rel().to_string()),
+                origin,
+                detail: detail.map(str::to_string),
+            });
+            true
+        });
+        if batched {
+            if JOURNAL_BATCH.with(|b| b.borrow().as_ref().is_some_and(|r| r.len() >= BATCH_ROWS)) {
+                self.flush_journal_batch();
+            }
+            return;
+        }
         let entry = JournalEntry {
             time_ms: self.now_ms(),
             zone: vp.zone().name(),
@@ -462,6 +485,51 @@ impl Zones {
         }
     }
 
+    /// Runs `f` with the journal rows it records (on this thread) written in one transaction at
+    /// its end, or every [`BATCH_ROWS`]: for an operation that changes many files at once (a
+    /// restore). Until then the rows are in memory only: a crash loses them (the caller must be
+    /// able to find those changes again).
+    pub fn journal_batch<R>(&self, f: impl FnOnce() -> R) -> R {
+        struct Flush<'a>(&'a Zones, bool);
+        impl Drop for Flush<'_> {
+            fn drop(&mut self) {
+                if self.1 {
+                    self.0.flush_journal_batch();
+                    JOURNAL_BATCH.with(|b| *b.borrow_mut() = None);
+                }
+            }
+        }
+        let outer = JOURNAL_BATCH.with(|b| {
+            let mut b = b.borrow_mut();
+            b.is_none().then(|| *b = Some(Vec::new())).is_some()
+        });
+        let _flush = Flush(self, outer);
+        f()
+    }
+
+    fn flush_journal_batch(&self) {
+        let rows = JOURNAL_BATCH.with(|b| b.borrow_mut().as_mut().map(std::mem::take));
+        let Some(rows) = rows.filter(|r| !r.is_empty()) else {
+            return;
+        };
+        let entries: Vec<JournalEntry<'_>> = rows
+            .iter()
+            .map(|p| JournalEntry {
+                time_ms: p.time_ms,
+                zone: p.zone,
+                path: &p.path,
+                op: &p.op,
+                bytes: p.bytes,
+                to_path: p.to_path.as_deref(),
+                origin: p.origin,
+                detail: p.detail.as_deref(),
+            })
+            .collect();
+        if let Err(e) = self.db.journal_append_many(&entries) {
+            tracing::error!(rows = entries.len(), error = %e, "could not record in the journal");
+        }
+    }
+
     fn record(&self, vp: &VPath, op: &str, bytes: Option<u64>, to: Option<&VPath>, origin: Origin) {
         self.journal(vp, op, bytes, to, origin, None);
         // The mount saw its own changes (and noted them with the descriptors it holds);
@@ -474,6 +542,27 @@ impl Zones {
             self.tell_listeners(vp, to);
         }
     }
+}
+
+/// Journal rows a [`Zones::journal_batch`] holds at most before it writes them.
+const BATCH_ROWS: usize = 1024;
+
+/// A journal row waiting for its batch to be written.
+struct Pending {
+    time_ms: i64,
+    zone: &'static str,
+    path: String,
+    op: String,
+    bytes: Option<u64>,
+    to_path: Option<String>,
+    origin: Origin,
+    detail: Option<String>,
+}
+
+thread_local! {
+    /// The rows of this thread's [`Zones::journal_batch`], when one runs.
+    static JOURNAL_BATCH: std::cell::RefCell<Option<Vec<Pending>>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 /// Reads the process umask without changing it (from /proc; 0o022 when unavailable).

@@ -101,7 +101,7 @@ pub fn run(settings: Settings, no_mount: bool) -> anyhow::Result<()> {
         let listener = PeerListener::bind(&socket, settings.allowed_uids.clone()).await?;
         tracing::info!(socket = %socket.display(), state = %db.path(), "serving the API");
         let state = AppState::new(zones, settings, mount.is_some())?;
-        finish_interrupted_restores(&state).await;
+        catch_up_checkpoints(&state).await;
         let warm = state.sandboxes.merge_config(&state.settings.sandboxes)?;
         // The socket listens and the mount (when asked for) is up: tell systemd, if it is asking.
         // The variable stays set so STOPPING=1 can be sent later.
@@ -122,10 +122,24 @@ pub fn run(settings: Settings, no_mount: bool) -> anyhow::Result<()> {
     })
 }
 
-/// Finishes the restores a crash cut short, once this daemon holds the socket (no other daemon
-/// runs on this state) and before it answers a request or tells systemd it is ready: a zone is
-/// never left half restored without saying so.
-async fn finish_interrupted_restores(state: &Arc<AppState>) {
+/// Journals what changed in the zones while no daemon watched them (so the next checkpoint holds
+/// it), then finishes the restores a crash cut short; once this daemon holds the socket (no
+/// other daemon runs on this state) and before it answers a request or tells systemd it is
+/// ready: a zone is never left half restored without saying so.
+async fn catch_up_checkpoints(state: &Arc<AppState>) {
+    let cps = state.checkpoints.clone();
+    let caught = tokio::task::spawn_blocking(move || cps.catch_up()).await;
+    match caught {
+        Ok(Ok(0)) => {}
+        Ok(Ok(n)) => tracing::info!(
+            paths = n,
+            "journaled what changed in the zones while sandfs was not running"
+        ),
+        Ok(Err(e)) => {
+            tracing::warn!("cannot look for changes made while sandfs was not running: {e}")
+        }
+        Err(e) => tracing::error!("start-up worker failed: {e}"),
+    }
     let cps = state.checkpoints.clone();
     match tokio::task::spawn_blocking(move || cps.recover()).await {
         Ok(Ok(ended)) => {

@@ -99,27 +99,24 @@ impl Db {
     /// Appends one row to the journal.
     pub fn journal_append(&self, e: &JournalEntry<'_>) -> Result<i64, StateError> {
         let conn = self.lock();
-        let mut st = conn.prepare_cached(
-            "INSERT INTO journal (time_ms, zone, path, op, bytes, to_path, via, pid, uid, detail)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-        )?;
-        st.execute(params![
-            e.time_ms,
-            e.zone,
-            e.path,
-            e.op,
-            e.bytes.map(|b| b as i64),
-            e.to_path,
-            e.origin.via.as_str(),
-            e.origin.pid,
-            e.origin.uid,
-            e.detail,
-        ])?;
+        insert(&conn, e)?;
         let id = conn.last_insert_rowid();
-        drop(st);
         drop(conn);
         self.announce();
         Ok(id)
+    }
+
+    /// Appends rows to the journal in one transaction.
+    pub fn journal_append_many(&self, rows: &[JournalEntry<'_>]) -> Result<(), StateError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        for e in rows {
+            insert(&tx, e)?;
+        }
+        tx.commit()?;
+        drop(conn);
+        self.announce();
+        Ok(())
     }
 
     /// Returns journal rows matching `f`, newest first.
@@ -152,6 +149,27 @@ pub(super) enum Order {
 }
 
 /// Returns the rows matching `f` after row `after` (ids start at 1), at most `f.limit`.
+/// Inserts one journal row.
+fn insert(conn: &rusqlite::Connection, e: &JournalEntry<'_>) -> Result<(), StateError> {
+    let mut st = conn.prepare_cached(
+        "INSERT INTO journal (time_ms, zone, path, op, bytes, to_path, via, pid, uid, detail)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+    )?;
+    st.execute(params![
+        e.time_ms,
+        e.zone,
+        e.path,
+        e.op,
+        e.bytes.map(|b| b as i64),
+        e.to_path,
+        e.origin.via.as_str(),
+        e.origin.pid,
+        e.origin.uid,
+        e.detail,
+    ])?;
+    Ok(())
+}
+
 pub(super) fn rows_after(
     conn: &rusqlite::Connection,
     f: &JournalFilter,

@@ -186,3 +186,43 @@ fn a_checkpoint_killed_before_its_row_leaves_none_and_the_next_one_works() {
     m.ok("/v1/checkpoints/restore", json!({ "id": first }));
     assert_eq!(contents(&m), version("v1"));
 }
+
+#[test]
+fn changes_made_while_the_daemon_was_stopped_are_in_the_next_checkpoint() {
+    let gates = Gates::new();
+    let mut m = start(&gates);
+    write_all(&m, "v1");
+    m.write("/workspace/src/gone.txt", "soon gone\n");
+    checkpoint(&m, "v1");
+    m.stop();
+    // Beside sandfs, with no daemon (and so no watcher) running.
+    let ws = m.workspace();
+    std::fs::write(ws.join("a.txt"), "a.txt offline\n").unwrap();
+    std::fs::remove_file(ws.join("src/gone.txt")).unwrap();
+    std::fs::create_dir(ws.join("new")).unwrap();
+    std::fs::write(ws.join("new/made.txt"), "made offline\n").unwrap();
+    m.respawn();
+    let offline = checkpoint(&m, "after the restart");
+    assert!(
+        m.log_text().contains("while sandfs was not running"),
+        "{}",
+        m.log_text()
+    );
+    write_all(&m, "v2");
+    std::fs::write(ws.join("src/gone.txt"), "back\n").unwrap();
+    std::fs::remove_dir_all(ws.join("new")).unwrap();
+    // Wait until the watcher journaled those, then restore the checkpoint made after the restart.
+    std::thread::sleep(Duration::from_millis(1500));
+    m.ok("/v1/checkpoints/restore", json!({ "id": offline }));
+    let mut want = version("v1");
+    want[0] = Some("a.txt offline\n".into());
+    assert_eq!(contents(&m), want, "{}", m.log_text());
+    assert!(
+        !ws.join("src/gone.txt").exists(),
+        "the file removed offline is gone again"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("new/made.txt")).unwrap(),
+        "made offline\n"
+    );
+}
