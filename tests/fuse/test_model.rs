@@ -441,14 +441,7 @@ fn mount_and_api_agree_with_the_model_after_every_step() {
     let steps = std::cell::Cell::new(0usize);
     let result = runner.run(&prop::collection::vec(op(), 1..40), |ops| {
         // A fresh tree for each case, cleared through the mount.
-        for e in fs::read_dir(&ws).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                fs::remove_dir_all(&p).unwrap();
-            } else {
-                fs::remove_file(&p).unwrap();
-            }
-        }
+        crate::support::files::empty_dir(&ws);
         let mut model = Model::default();
         for (n, (via, op)) in ops.iter().enumerate() {
             let before = Model {

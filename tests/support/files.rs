@@ -73,3 +73,15 @@ pub fn temp_files(dir: &Path) -> Vec<PathBuf> {
 pub fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
 }
+
+/// Removes everything in `dir` (not `dir` itself); symlinks are removed, never followed.
+pub fn empty_dir(dir: &Path) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if std::fs::symlink_metadata(&p).unwrap().is_dir() {
+            std::fs::remove_dir_all(&p).unwrap();
+        } else {
+            std::fs::remove_file(&p).unwrap();
+        }
+    }
+}
