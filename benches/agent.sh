@@ -166,13 +166,13 @@ git_snapshot() {
   git -C "$1" add -A
   git -C "$1" commit -q -m "snapshot of $(basename "$1")"
   git -C "$1" gc -q
-  git -C "$1" ls-files -- '*.rs' | head -1 >"$1.changed"
-  [ -s "$1.changed" ] || die "$1 has no tracked .rs file to change"
+  git -C "$1" ls-files -- '*.rs' | head -1 >"$data/$(basename "$1").changed"
+  [ -s "$data/$(basename "$1").changed" ] || die "$1 has no tracked .rs file to change"
 }
 # reset_tree DIR: the tree as committed, plus the one changed file.
 reset_tree() {
   local d=$1 f
-  f=$(cat "$d.changed")
+  f=$(cat "$data/$(basename "$d").changed")
   git -C "$d" checkout -q -- .
   git -C "$d" clean -fdq
   printf '// sandfs agent benchmark: the one changed file\n' >>"$d/$f"
@@ -201,7 +201,8 @@ if [[ ",$trees_wanted," == *,registry,* ]] || want untar; then
     sort -t$'\t' -k1,1 | cut -f2)
   ((${#crates[@]})) || die "no crate sources under $registry_src (run cargo fetch in a Rust project first)"
   want_stamp=$(stamp_of "$tree_version" "${crates[@]}")
-  if [ "$(cat "$data/registry.stamp" 2>/dev/null)" != "$want_stamp" ] || [ ! -d "$ws/registry/.git" ]; then
+  if [ "$(cat "$data/registry.stamp" 2>/dev/null)" != "$want_stamp" ] || [ ! -d "$ws/registry/.git" ] ||
+    [ ! -s "$data/registry.changed" ]; then
     log "copying ${#crates[@]} crates ($total files) from $registry_src into $ws/registry (once)"
     rm -rf "$ws/registry" "$data/registry.stamp" "$tarball" "$data/deps.stamp"
     mkdir -p "$ws/registry"
@@ -225,7 +226,8 @@ if [[ ",$trees_wanted," == *,gen,* ]]; then
     echo "$gen_stamp" >"$gen_src.stamp"
   fi
   want_stamp=$(stamp_of "$tree_version" "$gen_stamp")
-  if [ "$(cat "$data/gen.stamp" 2>/dev/null)" != "$want_stamp" ] || [ ! -d "$ws/gen/.git" ]; then
+  if [ "$(cat "$data/gen.stamp" 2>/dev/null)" != "$want_stamp" ] || [ ! -d "$ws/gen/.git" ] ||
+    [ ! -s "$data/gen.changed" ]; then
     log "copying $gen_src into $ws/gen, git init + one commit (once)"
     rm -rf "$ws/gen" "$data/gen.stamp"
     cp -a "$gen_src" "$ws/gen"
@@ -451,7 +453,7 @@ log "sandfs: ${passthrough:-no 'FUSE session started' line in the daemon log}"
 # Inode numbers of one file as each side reports them (git keeps them in its index).
 probe=${trees[0]:-}
 if [ -n "$probe" ]; then
-  probe=$probe/$(cat "$ws/$probe.changed")
+  probe=$probe/$(cat "$data/$probe.changed")
   inos="native $(stat -c %i "$ws/$probe"), bindfs $(stat -c %i "$bind/$probe"), sandfs $(stat -c %i "$mnt/workspace/$probe")"
 else
   inos=""
@@ -468,11 +470,13 @@ for side in "${sides[@]}"; do
   for job in "${jobs[@]}"; do
     [ "$side" != sandfs ] || sandfs_settle $start_idle "warm $job"
     check "$job" "$side"
+    # The check run may have changed files (git refreshes its index for this side's inode numbers).
+    if [ "$side" = sandfs ] && writes "${job#*:}"; then sandfs_settle "$write_idle" "after check $job"; fi
     cmd=$(cmd_of "$job" "$side")
     # shellcheck disable=SC2046
     hf "$side" "$results/warm-${job/:/-}-$side.json" "$cmd" --warmup "$warmup" --runs "$runs" \
       $(hf_ignore "$job")
-    printf '  %-16s %-7s %8s s\n' "$job" "$side" "$(median_of "$results/warm-${job/:/-}-$side.json")" >&2
+    printf '  %-20s %-7s %8s s\n' "$job" "$side" "$(median_of "$results/warm-${job/:/-}-$side.json")" >&2
     if [ "$side" = sandfs ] && writes "${job#*:}"; then sandfs_settle "$write_idle" "after warm $job"; fi
   done
 done
@@ -496,7 +500,7 @@ for rep in $(seq 1 "$cold_reps"); do
       drop_caches
       # shellcheck disable=SC2046
       hf "$side" "$results/cold-${job/:/-}-$side-$rep.json" "$cmd" --runs 1 $(hf_ignore "$job")
-      printf '  %-16s %-7s %8s s  (cold %s)\n' "$job" "$side" \
+      printf '  %-20s %-7s %8s s  (cold %s)\n' "$job" "$side" \
         "$(median_of "$results/cold-${job/:/-}-$side-$rep.json")" "$rep" >&2
       if [ "$side" = sandfs ] && writes "${job#*:}"; then sandfs_settle "$write_idle" "after cold $job"; fi
     done
@@ -567,7 +571,7 @@ if [ "$requests" = 1 ]; then
       drop_caches
       count_run "$job" "$side" cold "$logf"
       count_run "$job" "$side" warm "$logf"
-      printf '  %-16s %-7s %s requests cold, %s warm\n' "$job" "$side" \
+      printf '  %-20s %-7s %s requests cold, %s warm\n' "$job" "$side" \
         "$(awk -F'\t' -v j="$job" -v s="$side" '$1==j && $2==s && $3=="cold" {n+=$5} END {print n+0}' "$results/requests.tsv")" \
         "$(awk -F'\t' -v j="$job" -v s="$side" '$1==j && $2==s && $3=="warm" {n+=$5} END {print n+0}' "$results/requests.tsv")" >&2
       if [ "$side" = sandfs ]; then
