@@ -63,8 +63,9 @@
 #   SANDFS_BENCH_STRICT=1      exit 1 when a goal is missed (default: only a wrong result fails)
 #   SANDFS_BIN                 use this sandfs binary instead of building target/release/sandfs
 #   CARGO                      cargo command (default cargo)
-set -euo pipefail
+set -Eeuo pipefail
 shopt -s inherit_errexit
+trap 'printf "agent.sh: line %s: %s failed (exit %s)\n" "$LINENO" "$BASH_COMMAND" "$?" >&2' ERR
 
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -166,7 +167,7 @@ git_snapshot() {
   git -C "$1" add -A
   git -C "$1" commit -q -m "snapshot of $(basename "$1")"
   git -C "$1" gc -q
-  git -C "$1" ls-files -- '*.rs' | head -1 >"$data/$(basename "$1").changed"
+  git -C "$1" ls-files -- '*.rs' | sed -n 1p >"$data/$(basename "$1").changed" # not head: SIGPIPE
   [ -s "$data/$(basename "$1").changed" ] || die "$1 has no tracked .rs file to change"
 }
 # reset_tree DIR: the tree as committed, plus the one changed file.
@@ -447,7 +448,7 @@ median_of() {
 
 bindfs_start
 sandfs_start
-passthrough=$(grep -o 'FUSE session started.*' "$tmp/daemon.log" | head -1 | sed 's/\x1b\[[0-9;]*m//g')
+passthrough=$(grep -o 'FUSE session started.*' "$tmp/daemon.log" | sed -n '1s/\x1b\[[0-9;]*m//gp')
 log "sandfs: ${passthrough:-no 'FUSE session started' line in the daemon log}"
 [ -d "$mnt/workspace/${trees[0]:-.}" ] || die "the mount does not show the backing dir"
 # Inode numbers of one file as each side reports them (git keeps them in its index).
