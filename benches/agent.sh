@@ -165,7 +165,7 @@ git_snapshot() {
   rm -rf "$1/.git"
   git -C "$1" init -q -b main
   git -C "$1" add -A
-  git -C "$1" commit -q -m "snapshot of $(basename "$1")"
+  git -C "$1" -c gc.auto=0 commit -q -m "snapshot of $(basename "$1")" # no background gc
   git -C "$1" gc -q
   git -C "$1" ls-files -- '*.rs' | sed -n 1p >"$data/$(basename "$1").changed" # not head: SIGPIPE
   [ -s "$data/$(basename "$1").changed" ] || die "$1 has no tracked .rs file to change"
