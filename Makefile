@@ -4,7 +4,7 @@ CARGO ?= cargo
 # Where cargo builds (honours $CARGO_TARGET_DIR like cargo does).
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: run test lint build bench bench-api bench-fuse bench-git bench-sandbox bench-memory bench-checkpoint
+.PHONY: run test lint build bench bench-api bench-fuse bench-agent bench-git bench-sandbox bench-memory bench-checkpoint
 
 ## make run: install what is missing, build, and start the daemon on the embedded default
 run:
@@ -33,6 +33,7 @@ build:
 bench:
 	bash benches/run.sh
 	bash benches/fuse.sh
+	bash benches/agent.sh
 	bash benches/git.sh
 	bash benches/sandbox.sh
 	bash benches/memory.sh
@@ -45,6 +46,12 @@ bench-api:
 ## make bench-fuse: the FUSE mount against the native backing dir and bindfs (fio, metadata, rg; root)
 bench-fuse:
 	bash benches/fuse.sh
+
+## make bench-agent: agent workloads (rg, git status, find, tar, untar + rm -rf) over the cargo
+## registry's sources and the generated tree: the mount vs the native backing dir and bindfs, warm and
+## cold, with the FUSE requests per workload by opcode (root; SANDFS_AGENT_QUICK=1: a small version)
+bench-agent:
+	bash benches/agent.sh
 
 ## make bench-git: git pull/stage/status on a 10,000-file repository against git clone --depth 1
 bench-git:

@@ -50,33 +50,18 @@ cargo=${CARGO:-cargo}
 literal='unsafe impl'
 regex='impl<[^>]*> (Drop|Clone|Default) for'
 
-log() { printf '\n== %s\n' "$*" >&2; }
-die() { printf 'fuse.sh: %s\n' "$*" >&2; exit 1; }
+me=fuse.sh
+# shellcheck source=benches/lib.sh
+. benches/lib.sh
 want() { [[ ",$only," == *",$1,"* ]]; }
 
 # --- tools ---------------------------------------------------------------------------------------
-[ "$(id -u)" = 0 ] || die "must run as root (drop_caches, the tmpfs mount, kernel FUSE passthrough)"
-[ -e /dev/fuse ] || die "/dev/fuse is missing (modprobe fuse)"
-missing=()
-for dep in fio:fio bindfs:bindfs hyperfine:hyperfine rg:ripgrep fusermount3:fuse3 python3:python3 \
-  mountpoint:util-linux; do
-  command -v "${dep%%:*}" >/dev/null 2>&1 || missing+=("${dep##*:}")
-done
-if ((${#missing[@]})); then
-  die "missing tools; install them with: apt-get install ${missing[*]}"
-fi
+need_root "drop_caches, the tmpfs mount, kernel FUSE passthrough"
+need_tools fio:fio bindfs:bindfs hyperfine:hyperfine rg:ripgrep fusermount3:fuse3 python3:python3 \
+  mountpoint:util-linux
 
 # --- build ---------------------------------------------------------------------------------------
-if [ -n "${SANDFS_BIN:-}" ]; then
-  bin=$SANDFS_BIN
-  [ -x "$bin" ] || die "SANDFS_BIN=$bin is not executable"
-  log "using $bin (SANDFS_BIN; not building)"
-else
-  command -v "$cargo" >/dev/null 2>&1 || die "cargo is not installed (https://rustup.rs)"
-  log "building (release)"
-  "$cargo" build --release --bin sandfs
-  bin=$repo/target/release/sandfs
-fi
+CARGO=$cargo sandfs_binary "$repo"
 
 # --- directories ---------------------------------------------------------------------------------
 data=$repo/bench-data
@@ -89,22 +74,7 @@ rm -f "$results"/fuse-*
 # Mount points and the tmpfs live in a temp dir that records its owner: a run killed with SIGKILL
 # leaves mounts behind, which the next run clears (only when their owner is gone).
 tmpbase=${TMPDIR:-/tmp}
-for old in "$tmpbase"/sandfs-fuse-bench.*; do
-  [ -d "$old" ] || continue
-  owner=$(cat "$old/owner" 2>/dev/null || echo)
-  if [ -n "$owner" ] && kill -0 "$owner" 2>/dev/null; then
-    continue # another run in progress
-  fi
-  log "clearing what an interrupted run left in $old"
-  for pidf in "$old"/*.pid; do
-    [ -f "$pidf" ] && kill "$(cat "$pidf")" 2>/dev/null || true
-  done
-  for m in "$old"/mnt "$old"/bind "$old"/bind-tmpfs; do
-    mountpoint -q "$m" 2>/dev/null && { fusermount3 -u -z "$m" || true; }
-  done
-  mountpoint -q "$old/tmpfs" 2>/dev/null && { umount -l "$old/tmpfs" || true; }
-  rm -rf "$old" 2>/dev/null || true
-done
+clear_stale_runs sandfs-fuse-bench
 tmp=$(mktemp -d "$tmpbase/sandfs-fuse-bench.XXXXXX")
 echo $$ >"$tmp/owner"
 mnt=$tmp/mnt
@@ -129,15 +99,7 @@ cleanup() {
     kill "$p" 2>/dev/null
     wait "$p" 2>/dev/null
   done
-  if [ -n "$daemon_pid" ] && kill -0 "$daemon_pid" 2>/dev/null; then
-    kill "$daemon_pid"
-    for _ in $(seq 100); do
-      kill -0 "$daemon_pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    kill -9 "$daemon_pid" 2>/dev/null
-    wait "$daemon_pid" 2>/dev/null
-  fi
+  sandfs_kill
   mountpoint -q "$mnt" && fusermount3 -u -z "$mnt"
   for m in "$bind" "$bind_tmpfs"; do
     mountpoint -q "$m" && fusermount3 -u -z "$m"
@@ -218,42 +180,10 @@ EOF
 if [ -n "${SANDFS_FUSE_AUTO_CHECKPOINT_MS:-}" ]; then
   printf '\n[checkpoints]\nauto_quiet_ms = %s\n' "$SANDFS_FUSE_AUTO_CHECKPOINT_MS" >>"$tmp/config.toml"
 fi
-# sandfs is mounted only while it is measured: its watcher (inotify on the backing dir) reacts to
-# every open and write that native and bindfs runs make in that directory, and would bill sandfs's
-# bookkeeping to them (4.5 CPU-seconds during bindfs's 1 GiB write, measured).
-sandfs_start() {
-  [ -z "$daemon_pid" ] || return 0
-  RUST_LOG=${RUST_LOG:-info} XDG_RUNTIME_DIR=$tmp/run XDG_STATE_HOME=$tmp/state \
-    "$bin" serve --config "$tmp/config.toml" >/dev/null 2>>"$tmp/daemon.log" &
-  daemon_pid=$!
-  echo "$daemon_pid" >"$tmp/daemon.pid"
-  for _ in $(seq 200); do
-    # Ready when mounted and serving the socket (its SIGTERM handler is installed by then).
-    mountpoint -q "$mnt" && stat -f "$mnt/workspace" >/dev/null 2>&1 && [ -S "$tmp/run/s.sock" ] &&
-      return 0
-    kill -0 "$daemon_pid" 2>/dev/null || { cat "$tmp/daemon.log" >&2; die "the daemon exited at start"; }
-    sleep 0.1
-  done
-  cat "$tmp/daemon.log" >&2
-  die "sandfs did not mount $mnt in 20 s"
-}
-sandfs_stop() {
-  [ -n "$daemon_pid" ] || return 0
-  kill "$daemon_pid" 2>/dev/null || true # SIGTERM: the daemon unmounts and exits
-  for _ in $(seq 150); do
-    kill -0 "$daemon_pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  if kill -0 "$daemon_pid" 2>/dev/null; then
-    kill -9 "$daemon_pid" 2>/dev/null || true
-    wait "$daemon_pid" 2>/dev/null || true
-    daemon_pid=""
-    die "sandfs did not exit within 15 s of SIGTERM"
-  fi
-  wait "$daemon_pid" 2>/dev/null || true
-  daemon_pid=""
-  ! mountpoint -q "$mnt" || die "sandfs left $mnt mounted after SIGTERM"
-}
+# sandfs is mounted only while it is measured (sandfs_start/sandfs_stop in lib.sh): its watcher
+# (inotify on the backing dir) reacts to every open and write that native and bindfs runs make in
+# that directory, and would bill sandfs's bookkeeping to them (4.5 CPU-seconds during bindfs's 1 GiB
+# write, measured).
 # Mounts sandfs for target $1 == sandfs, unmounts it for the others.
 use() {
   if [ "$1" = sandfs ]; then sandfs_start; else sandfs_stop; fi
@@ -299,60 +229,7 @@ load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # Load conditions: CPU time used by processes that are not this script's (another build, say),
 # sampled every second from /proc while the benchmarks run (as in benches/run.sh).
-python3 - "$$" "$results/fuse-foreign.txt" <<'PY' &
-import os, sys, time, signal
-root, out = int(sys.argv[1]), sys.argv[2]
-hz = os.sysconf("SC_CLK_TCK")
-def snapshot():
-    procs = {}
-    for p in os.listdir("/proc"):
-        if not p.isdigit():
-            continue
-        try:
-            raw = open(f"/proc/{p}/stat").read()
-        except OSError:
-            continue
-        comm = raw[raw.index("(") + 1:raw.rindex(")")]
-        f = raw[raw.rindex(")") + 2:].split()
-        procs[int(p)] = (int(f[1]), comm, int(f[11]) + int(f[12]))
-    return procs
-def ours(procs):
-    mine, changed = {root, os.getpid()}, True
-    while changed:
-        changed = False
-        for pid, (ppid, _, _) in procs.items():
-            if ppid in mine and pid not in mine:
-                mine.add(pid)
-                changed = True
-    return mine
-start, prev, by_comm = time.time(), snapshot(), {}
-def report():
-    total = sum(by_comm.values()) / hz
-    top = sorted(by_comm.items(), key=lambda kv: -kv[1])[:4]
-    with open(out, "w") as f:
-        f.write(f"foreign_cpu_s={total:.1f}\nforeign_wall_s={time.time() - start:.0f}\n")
-        f.write("foreign_top=" + ", ".join(f"{c} {t / hz:.1f} s" for c, t in top if t) + "\n")
-signal.signal(signal.SIGTERM, lambda *_: (report(), sys.exit(0)))
-while os.path.exists(f"/proc/{root}"):
-    time.sleep(1)
-    cur = snapshot()
-    mine = ours(cur)
-    for pid, (ppid, comm, t) in cur.items():
-        if pid in mine or comm.startswith("kworker"):
-            continue
-        before = prev.get(pid)
-        d = t - before[2] if before and before[1] == comm else t if pid not in prev else 0
-        if d > 0:
-            by_comm[comm] = by_comm.get(comm, 0) + d
-    prev = cur
-    report()
-PY
-sampler_pid=$!
-
-drop_caches() {
-  sync
-  echo 3 >/proc/sys/vm/drop_caches
-}
+foreign_sampler_start "$$" "$results/fuse-foreign.txt"
 
 # fio JOB TARGET FILE -> prints bandwidth (MB/s, 1e6) or IOPS; keeps fio's JSON.
 fio_run() {
