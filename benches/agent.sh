@@ -26,7 +26,8 @@
 # Every command writes into a pipe (hyperfine --output=pipe); git runs with no global/system config.
 #
 # warm      hyperfine -N --warmup W --runs R per side, after one check run whose output must be the
-#           same as native's (rg matches, git status, file sizes and names, tar listing)
+#           same as native's (rg matches, git status, file sizes and names, tar listing); also the
+#           CPU time the sandfs and bindfs daemons use per run (from /proc, warmup runs included)
 # cold      the first run after a fresh mount (sandfs restarted, bindfs remounted) and right after
 #           `sync; echo 3 > /proc/sys/vm/drop_caches`, on all three sides alike (native: the drop
 #           only); median of SANDFS_AGENT_COLD_REPS. For git, a `git status` through the same side,
@@ -141,6 +142,7 @@ sampler_pid=""
 cleanup() {
   local rc=$?
   set +e
+  trap - ERR
   cp "$tmp/daemon.log" "$results/daemon.log" 2>/dev/null
   [ -z "$sampler_pid" ] || kill "$sampler_pid" 2>/dev/null
   # bindfs first (it serves the backing dir only), then the daemon (SIGTERM: it unmounts itself).
@@ -265,6 +267,10 @@ for t in registry gen; do
 done
 # The mount refuses to open multiply-linked files (allow_hardlinks = false); the trees have none.
 [ -z "$(find "$ws" -type f -links +1 -print -quit)" ] || die "$ws holds hard-linked files"
+# The untar directory's parent is an Orlov "top directory" (chattr +T), as fuse.sh's metadata dir:
+# on ext4 without a journal, creating files right after deleting as many otherwise makes the
+# allocator scan the inodes just freed, and the untar runs slow each other down.
+chattr +T "$ws" 2>/dev/null || true
 
 # --- sides ---------------------------------------------------------------------------------------
 cat >"$tmp/config.toml" <<EOF
@@ -317,10 +323,10 @@ bindfs_stop() {
   rm -f "$tmp/bindfs.pid"
 }
 
-# The daemon's CPU time so far, in clock ticks.
-daemon_ticks() {
+# ticks PID: the CPU time process PID (all its threads) has used so far, in clock ticks.
+ticks() {
   local s
-  s=$(cat "/proc/$daemon_pid/stat" 2>/dev/null) || {
+  s=$(cat "/proc/$1/stat" 2>/dev/null) || {
     echo 0
     return
   }
@@ -333,12 +339,12 @@ daemon_ticks() {
 sandfs_settle() {
   [ -n "$daemon_pid" ] || return 0
   local need=$1 idle=0 t0=$SECONDS c0 prev cur
-  c0=$(daemon_ticks)
+  c0=$(ticks "$daemon_pid")
   prev=$c0
   cur=$c0
   while ((idle < need)); do
     sleep 1
-    cur=$(daemon_ticks)
+    cur=$(ticks "$daemon_pid")
     if ((cur - prev <= 3)); then idle=$((idle + 1)); else idle=0; fi
     prev=$cur
     if ((SECONDS - t0 > 900)); then
@@ -448,7 +454,7 @@ median_of() {
 
 bindfs_start
 sandfs_start
-passthrough=$(grep -o 'FUSE session started.*' "$tmp/daemon.log" | sed -n '1s/\x1b\[[0-9;]*m//gp')
+passthrough=$(grep -o 'FUSE session started.*' "$tmp/daemon.log" | sed -n '1{s/\x1b\[[0-9;]*m//g;p}')
 log "sandfs: ${passthrough:-no 'FUSE session started' line in the daemon log}"
 [ -d "$mnt/workspace/${trees[0]:-.}" ] || die "the mount does not show the backing dir"
 # Inode numbers of one file as each side reports them (git keeps them in its index).
@@ -474,9 +480,17 @@ for side in "${sides[@]}"; do
     # The check run may have changed files (git refreshes its index for this side's inode numbers).
     if [ "$side" = sandfs ] && writes "${job#*:}"; then sandfs_settle "$write_idle" "after check $job"; fi
     cmd=$(cmd_of "$job" "$side")
+    # The daemon's CPU time per run (warmup runs included), from /proc.
+    dpid=""
+    if [ "$side" = sandfs ]; then dpid=$daemon_pid; elif [ "$side" = bindfs ]; then dpid=$bindfs_pid; fi
+    t0=$([ -z "$dpid" ] || ticks "$dpid")
     # shellcheck disable=SC2046
     hf "$side" "$results/warm-${job/:/-}-$side.json" "$cmd" --warmup "$warmup" --runs "$runs" \
       $(hf_ignore "$job")
+    if [ -n "$dpid" ]; then
+      printf '%s\t%s\t%s\n' "$job" "$side" "$(awk -v t=$(($(ticks "$dpid") - t0)) -v n=$((warmup + runs)) \
+        -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.3f", t / hz / n}')" >>"$results/daemon-cpu.tsv"
+    fi
     printf '  %-20s %-7s %8s s\n' "$job" "$side" "$(median_of "$results/warm-${job/:/-}-$side.json")" >&2
     if [ "$side" = sandfs ] && writes "${job#*:}"; then sandfs_settle "$write_idle" "after warm $job"; fi
   done
@@ -613,11 +627,11 @@ tree_info() { # TREE
   for t in "${trees[@]}"; do echo "tree_$t=$(tree_info "$t")"; done
   [[ ",$trees_wanted," != *,registry,* ]] || echo "registry_crates=${#crates[@]}"
   if want untar; then echo "untar_entries=$(tar -tf "$tarball" | wc -l)"; fi
-  echo "bindfs=$(bindfs --version 2>&1 | head -1)"
-  echo "rg=$(rg --version | head -1)"
+  echo "bindfs=$(bindfs --version 2>&1 | sed -n 1p)"
+  echo "rg=$(rg --version | sed -n 1p)"
   echo "git=$(git --version)"
-  echo "tar=$(tar --version | head -1)"
-  echo "hyperfine=$(hyperfine --version | head -1)"
+  echo "tar=$(tar --version | sed -n 1p)"
+  echo "hyperfine=$(hyperfine --version | sed -n 1p)"
   echo "sandfs=$bin"
   cat "$results/foreign.txt"
 } >"$results/env.txt"
@@ -651,8 +665,17 @@ def med(paths):
 def fmt(s):
     return f"{s * 1000:,.0f} ms" if s < 10 else f"{s:,.1f} s"
 
+cpu = {}
+cp = os.path.join(res, "daemon-cpu.tsv")
+if os.path.exists(cp):
+    for line in open(cp):
+        job, side, sec = line.rstrip("\n").split("\t")
+        cpu[(job, side)] = float(sec)
+
 def table(kind):
     head = ("workload", "tree", "native", "bindfs", "sandfs", "bindfs/native", "sandfs/native", "goal", "sandfs")
+    if kind == "warm":
+        head += ("daemon CPU per run: bindfs", "sandfs")
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for job in jobs:
         tree, w = job.split(":")
@@ -667,9 +690,11 @@ def table(kind):
         ok = rs <= goal[w]
         if not ok:
             failed.append(f"{w} ({tree}, {kind})")
-        out.append("| " + " | ".join((label[w], "—" if tree == "deps" else tree, fmt(m["native"]), fmt(m["bindfs"]),
-                   fmt(m["sandfs"]), f"{rb:.2f}×", f"**{rs:.2f}×**", f"≤ {goal[w]:g}×",
-                   "PASS" if ok else "FAIL")) + " |")
+        cells = (label[w], "—" if tree == "deps" else tree, fmt(m["native"]), fmt(m["bindfs"]),
+                 fmt(m["sandfs"]), f"{rb:.2f}×", f"**{rs:.2f}×**", f"≤ {goal[w]:g}×", "PASS" if ok else "FAIL")
+        if kind == "warm":
+            cells += tuple(fmt(cpu[(job, s)]) if (job, s) in cpu else "?" for s in ("bindfs", "sandfs"))
+        out.append("| " + " | ".join(cells) + " |")
     return out
 
 req = {}
