@@ -28,9 +28,10 @@ pub struct PeerListener {
 #[derive(Debug, thiserror::Error)]
 pub enum BindError {
     #[error(
-        "another sandfs daemon is already serving {0} (stop it, or set `socket` in the config)"
+        "another sandfs daemon{} is already serving {path} (stop it, or set `socket` in the config)",
+        pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
     )]
-    InUse(String),
+    InUse { path: String, pid: Option<i32> },
     #[error("socket {path}: {source}")]
     Io { path: String, source: io::Error },
 }
@@ -50,8 +51,11 @@ impl PeerListener {
             }
         }
         if path.exists() {
-            if UnixStream::connect(path).await.is_ok() {
-                return Err(BindError::InUse(path.display().to_string()));
+            if let Some(pid) = still_listening(path).await {
+                return Err(BindError::InUse {
+                    path: path.display().to_string(),
+                    pid,
+                });
             }
             std::fs::remove_file(path).map_err(io_err)?;
         }
@@ -70,6 +74,33 @@ impl PeerListener {
 
     fn admits(&self, uid: u32) -> bool {
         uid == self.own_uid || self.allowed.contains(&uid)
+    }
+}
+
+/// How long a listener found on the socket may take to go away before it counts as a live
+/// daemon: a daemon killed while the kernel held a thread of it behind its own hung mount keeps
+/// its socket until that mount is aborted (which this start-up does first) and it finishes dying.
+const DYING_OWNER_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Whether a daemon still serves `path`: `Some(its pid)` if one answers a health request, or if
+/// the socket keeps accepting connections for the whole grace period; `None` once connecting is
+/// refused (a stale socket file, safe to replace).
+async fn still_listening(path: &Path) -> Option<Option<i32>> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let deadline = tokio::time::Instant::now() + DYING_OWNER_GRACE;
+    loop {
+        let mut conn = UnixStream::connect(path).await.ok()?;
+        let pid = conn.peer_cred().ok().and_then(|c| c.pid());
+        let probe = async {
+            conn.write_all(b"GET /v1/health HTTP/1.0\r\n\r\n").await?;
+            let mut byte = [0u8; 1];
+            conn.read(&mut byte).await
+        };
+        let answered = tokio::time::timeout(std::time::Duration::from_millis(250), probe).await;
+        if matches!(answered, Ok(Ok(n)) if n > 0) || tokio::time::Instant::now() >= deadline {
+            return Some(pid);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
 

@@ -247,7 +247,11 @@ fn socket_is_private_and_stale_sockets_are_replaced() {
         .output()
         .unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("already serving"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("daemon (pid {}) is already serving", d.pid())),
+        "{err}"
+    );
     assert_eq!(d.curl("GET", "/v1/health", None).0, 200);
     // After a crash (SIGKILL) the stale socket file is replaced on the next start.
     let pid = d.pid();
