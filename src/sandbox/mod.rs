@@ -12,6 +12,7 @@
 
 pub mod agent;
 pub mod mirror;
+pub mod provision;
 pub mod registry;
 
 pub use crate::core::provider::{

@@ -139,6 +139,7 @@ impl SandboxAgentConfig {
 }
 
 /// A bearer token. Its `Debug` output hides it; it is never logged or stored.
+#[derive(Clone)]
 pub struct Token(String);
 
 impl Token {
