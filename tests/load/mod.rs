@@ -228,9 +228,11 @@ fn sixty_four_clients_and_a_fuse_workload_for_a_minute() {
             v[v.len() - 1]
         );
     }
-    // Memory: no growth beyond 10 % after the first 10 s, neither at the end nor at any sample
-    // after 10 s. (Before the API's blocking pool was capped it grew to ~130 threads and RSS rose
-    // by ~15 % over the minute: see `BLOCKING_THREADS` in src/cli/cmd/serve.rs.)
+    // Memory: a leak grows with the operations, steadily; warming up (allocator arenas, SQLite's
+    // page cache) slows down. So: at most 15 % above the 10 s sample at any later sample, and at
+    // most 5 % of growth over the second half of the run. (Before the API's blocking pool was
+    // capped it grew to ~130 threads and RSS rose steadily by ~15 % over the minute, ~7 % in the
+    // second half: see `BLOCKING_THREADS` in src/cli/cmd/serve.rs.)
     let rss = rss.lock().unwrap();
     let ten = Duration::from_secs(10.min(seconds / 2));
     let at10 = rss
@@ -259,9 +261,17 @@ fn sixty_four_clients_and_a_fuse_workload_for_a_minute() {
         fuse_ops.load(Ordering::Relaxed) > 0,
         "the mount workload did not run"
     );
+    let half = Duration::from_secs(seconds / 2);
+    let at_half = rss
+        .iter()
+        .find(|(at, _)| *at >= half)
+        .map(|(_, r)| *r)
+        .expect("a sample at half time");
     assert!(
-        end as f64 <= at10 as f64 * 1.10 && peak_late as f64 <= at10 as f64 * 1.10,
-        "the daemon kept growing: {at10} KiB at {} s, {end} KiB at the end, {peak_late} KiB at most after: {rss:?}",
+        peak_late as f64 <= at10 as f64 * 1.15 && end as f64 <= at_half as f64 * 1.05,
+        "the daemon kept growing: {at10} KiB at {} s, {at_half} KiB at {} s, {end} KiB at the end, {peak_late} KiB at most after {} s: {rss:?}",
+        ten.as_secs(),
+        half.as_secs(),
         ten.as_secs()
     );
 }
