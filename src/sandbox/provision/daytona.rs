@@ -177,12 +177,14 @@ impl Daytona {
         }
         let key = match std::env::var(var) {
             Ok(key) if !key.is_empty() => key,
-            _ => return Err(ProvisionError::Auth {
-                what: "daytona".into(),
-                detail: format!(
+            _ => {
+                return Err(ProvisionError::Auth {
+                    what: "daytona".into(),
+                    detail: format!(
                     "no API key: the environment variable {var} (daytona.api_key_env) is not set"
                 ),
-            }),
+                })
+            }
         };
         let api = Api::new(&config, Token::new(key))?;
         Ok(Daytona { api, config })
