@@ -20,7 +20,7 @@ pub use crate::core::provider::{
     ProviderLimits, RemoteChange, RemoteEntry, RemoteError, RemoteFs, RemoteMeta, RemoteResult,
     WalkEntry,
 };
-pub use agent::{SandboxAgent, SandboxAgentConfig, Token};
+pub use agent::{ExtraHeader, SandboxAgent, SandboxAgentConfig, Token};
 pub use registry::{Registry, SandboxError, SandboxInfo};
 
 /// Builds the provider of a remote-backed zone (what the daemon hands to

@@ -115,12 +115,18 @@ pub struct AgentServer {
 impl AgentServer {
     /// Starts a server (after checking the network namespace) and waits until it answers.
     pub fn start() -> AgentServer {
+        AgentServer::start_with_token(&random_hex())
+    }
+
+    /// Like [`AgentServer::start`], with the token a provider chose (what a provisioner passes
+    /// to `sandbox-agent server --token` inside a sandbox).
+    pub fn start_with_token(token: &str) -> AgentServer {
         let bin = agent_binary();
         let mut dir = tempfile::tempdir().expect("temp dir");
         let home = dir.path().join("home");
         std::fs::create_dir_all(&home).unwrap();
         std::fs::create_dir_all(dir.path().join("work")).unwrap();
-        let token = random_hex();
+        let token = token.to_string();
         for attempt in 1..=START_ATTEMPTS {
             let port = free_port();
             let log = std::fs::File::create(dir.path().join("server.log")).unwrap();

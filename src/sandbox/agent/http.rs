@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full};
-use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
+use hyper::header::{HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 use hyper::{Method, Request, StatusCode};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -94,6 +94,8 @@ pub(super) struct Transport {
     base: String,
     client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     auth: Option<HeaderValue>,
+    /// A proxy's own credential, sent beside `auth` (see `SandboxAgentConfig::extra_header`).
+    extra: Option<(HeaderName, HeaderValue)>,
     pub timeout: Duration,
     pub counters: Counters,
 }
@@ -104,6 +106,7 @@ impl Transport {
     pub fn new(
         url: &str,
         token: Option<&str>,
+        extra: Option<&super::ExtraHeader>,
         timeout: Duration,
         connect_timeout: Duration,
     ) -> RemoteResult<Transport> {
@@ -174,10 +177,29 @@ impl Transport {
             }
             None => None,
         };
+        let extra = match extra {
+            Some(header) => {
+                let invalid = |rule: &str| RemoteError::InvalidConfig {
+                    name: format!("sandbox extra header {:?}", header.name),
+                    rule: rule.to_string(),
+                };
+                let name = HeaderName::from_bytes(header.name.as_bytes())
+                    .map_err(|_| invalid("its name must be a valid HTTP header name"))?;
+                if name == AUTHORIZATION {
+                    return Err(invalid("it must not be Authorization (the token's header)"));
+                }
+                let mut value = HeaderValue::from_str(header.value.expose())
+                    .map_err(|_| invalid("its value must be printable ASCII"))?;
+                value.set_sensitive(true);
+                Some((name, value))
+            }
+            None => None,
+        };
         Ok(Transport {
             base,
             client,
             auth,
+            extra,
             timeout,
             counters: Counters::default(),
         })
@@ -205,6 +227,9 @@ impl Transport {
         let mut req = Request::builder().method(method).uri(&uri);
         if let Some(auth) = &self.auth {
             req = req.header(AUTHORIZATION, auth.clone());
+        }
+        if let Some((name, value)) = &self.extra {
+            req = req.header(name, value.clone());
         }
         let (data, sent) = match body {
             Some(body) => {
@@ -288,6 +313,9 @@ impl Transport {
         let mut req = Request::builder().method(Method::GET).uri(&uri);
         if let Some(auth) = &self.auth {
             req = req.header(AUTHORIZATION, auth.clone());
+        }
+        if let Some((name, value)) = &self.extra {
+            req = req.header(name, value.clone());
         }
         let req = req
             .body(Full::new(Bytes::new()))

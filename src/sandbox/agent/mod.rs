@@ -111,6 +111,10 @@ pub struct SandboxAgentConfig {
     pub max_listing_bytes: u64,
     /// Largest file downloaded.
     pub max_file_bytes: u64,
+    /// One more header sent with every request, for a proxy in front of the server that wants
+    /// its own credential beside the server's bearer token (Daytona's preview proxy). Its value
+    /// is never logged.
+    pub extra_header: Option<ExtraHeader>,
 }
 
 impl SandboxAgentConfig {
@@ -126,6 +130,7 @@ impl SandboxAgentConfig {
             max_answer_bytes: crate::config::Limits::default().sandbox_answer_bytes,
             max_listing_bytes: crate::config::Limits::default().sandbox_listing_bytes,
             max_file_bytes: crate::config::Limits::default().sandbox_file_bytes,
+            extra_header: None,
         }
     }
 
@@ -139,13 +144,37 @@ impl SandboxAgentConfig {
 }
 
 /// A bearer token. Its `Debug` output hides it; it is never logged or stored.
-#[derive(Clone)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Token(String);
 
 impl Token {
     /// Wraps a token.
     pub fn new(token: impl Into<String>) -> Token {
         Token(token.into())
+    }
+
+    /// Returns the secret itself, for the one place that puts it into a request.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A header sent with every request besides the bearer token (`x-daytona-preview-token: …`).
+/// `Debug` shows its name only.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ExtraHeader {
+    /// The header's name.
+    pub name: String,
+    /// The header's value, a secret.
+    pub value: Token,
+}
+
+impl std::fmt::Debug for ExtraHeader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExtraHeader")
+            .field("name", &self.name)
+            .field("value", &self.value)
+            .finish()
     }
 }
 
@@ -204,6 +233,7 @@ impl SandboxAgent {
         let http = Transport::new(
             &config.url,
             token.as_ref().map(|t| t.0.as_str()),
+            config.extra_header.as_ref(),
             config.request_timeout,
             config.connect_timeout,
         )?;

@@ -5,7 +5,7 @@
 //! hands back is a [`Handle`]: the URL and token of the `sandbox-agent` server inside, which is
 //! all the rest of sandfs (mirror, remote zones) ever sees. Providers:
 //! * `local`: a process tree in its own namespaces on this machine (see `local`);
-//! * `daytona`: Daytona's REST API (see `daytona`).
+//! * `daytona`: Daytona's REST API (see [`daytona`]).
 //!
 //! Failures are classified the same way for every provider ([`ProvisionError`]), because the
 //! session logic above acts on the class, not on the provider: a missing sandbox is recreated,
@@ -17,7 +17,9 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::core::provider::BoxFuture;
-use crate::sandbox::agent::Token;
+use crate::sandbox::agent::{ExtraHeader, SandboxAgentConfig, Token};
+
+pub mod daytona;
 
 /// What a new sandbox is made from.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -69,6 +71,29 @@ pub struct Handle {
     pub url: String,
     /// The server's bearer token (never logged; `Debug` masks it).
     pub token: Token,
+    /// A header the way to the server wants besides the token (a cloud preview proxy's own
+    /// credential, e.g. Daytona's `x-daytona-preview-token`); `None` locally. `Debug` masks it.
+    pub extra_header: Option<ExtraHeader>,
+}
+
+impl Handle {
+    /// Returns a handle to the server at `url` with `token` and no extra header.
+    pub fn new(id: impl Into<String>, url: impl Into<String>, token: Token) -> Handle {
+        Handle {
+            id: id.into(),
+            url: url.into(),
+            token,
+            extra_header: None,
+        }
+    }
+
+    /// Returns the `sandbox-agent` config that reaches this server (default timeouts and
+    /// limits; the token goes separately to [`crate::sandbox::SandboxAgent::with_token`]).
+    pub fn agent_config(&self) -> SandboxAgentConfig {
+        let mut config = SandboxAgentConfig::new(self.url.clone());
+        config.extra_header = self.extra_header.clone();
+        config
+    }
 }
 
 impl fmt::Debug for Handle {
@@ -77,6 +102,7 @@ impl fmt::Debug for Handle {
             .field("id", &self.id)
             .field("url", &self.url)
             .field("token", &self.token)
+            .field("extra_header", &self.extra_header)
             .finish()
     }
 }
@@ -186,11 +212,16 @@ mod tests {
 
     #[test]
     fn a_handle_never_prints_its_token() {
-        let h = Handle {
-            id: "x".into(),
-            url: "http://127.0.0.1:1".into(),
-            token: Token::new("s3cret"),
-        };
-        assert!(!format!("{h:?}").contains("s3cret"));
+        let mut h = Handle::new("x", "http://127.0.0.1:1", Token::new("s3cret"));
+        h.extra_header = Some(ExtraHeader {
+            name: "x-preview-token".into(),
+            value: Token::new("pr3view"),
+        });
+        let shown = format!("{h:?}");
+        assert!(
+            !shown.contains("s3cret") && !shown.contains("pr3view"),
+            "{shown}"
+        );
+        assert!(shown.contains("x-preview-token"), "{shown}");
     }
 }
