@@ -19,6 +19,8 @@ use serde::{Deserialize, Serialize};
 use crate::core::provider::BoxFuture;
 use crate::sandbox::agent::Token;
 
+pub mod local;
+
 /// What a new sandbox is made from.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SandboxSpec {
