@@ -4,6 +4,7 @@
 //! test checks with `std::fs` what the provider did, not only what the provider says.
 
 mod daemon;
+mod local;
 mod mirror;
 mod zone;
 

@@ -703,7 +703,15 @@ impl LocalProvisioner {
         let outer = Proc::of(child.id() as i32);
         // The tree outlives this provider (a daemon restart finds it again); a thread reaps
         // its first process whenever it ends.
-        std::thread::spawn(move || child.wait());
+        let exit = Arc::new(std::sync::Mutex::new(None::<String>));
+        let exit_seen = exit.clone();
+        std::thread::spawn(move || {
+            let status = child.wait();
+            *exit_seen.lock().unwrap() = Some(match status {
+                Ok(status) => status.to_string(),
+                Err(e) => e.to_string(),
+            });
+        });
         let outer = outer.ok_or_else(|| {
             fatal(
                 &what,
@@ -716,9 +724,14 @@ impl LocalProvisioner {
 
         let deadline = Instant::now() + self.start_timeout;
         let ended = || {
+            std::thread::sleep(Duration::from_millis(50));
+            let status = exit.lock().unwrap().clone().unwrap_or_default();
             fatal(
                 &what,
-                format!("the sandbox ended while starting: {}", log_tail(&log_path)),
+                format!(
+                    "the sandbox ended while starting ({status}): {}",
+                    log_tail(&log_path)
+                ),
             )
         };
         let init = loop {
@@ -848,8 +861,12 @@ impl LocalProvisioner {
             }
             let dir = self.layout.sandbox(&id);
             mkdir_private(&dir).map_err(|e| fatal(&what, e))?;
-            write_private(&dir.join("token"), random_hex(24).as_bytes())
-                .map_err(|e| fatal(&what, e))?;
+            // With its newline: `read` fails on a last line without one.
+            write_private(
+                &dir.join("token"),
+                format!("{}\n", random_hex(24)).as_bytes(),
+            )
+            .map_err(|e| fatal(&what, e))?;
             self.save(&meta)?;
             self.start(&mut meta).await
         }
