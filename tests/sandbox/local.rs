@@ -10,7 +10,9 @@ use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use sandfs::sandbox::provision::local::{FreezerKind, LocalConfig, LocalProvisioner, Proc};
+use sandfs::sandbox::provision::local::{
+    FreezerKind, LocalConfig, LocalProvisioner, Proc, RootMode,
+};
 use sandfs::sandbox::provision::{
     Handle, ProviderState, ProvisionError, Provisioner, SandboxSpec, SnapshotSpec, VolumeMount,
 };
@@ -23,6 +25,7 @@ struct Local {
     provider: Option<LocalProvisioner>,
     dir: tempfile::TempDir,
     freezer: FreezerKind,
+    root_mode: RootMode,
     made: std::sync::Mutex<Vec<String>>,
 }
 
@@ -38,6 +41,7 @@ impl Local {
             provider: None,
             dir,
             freezer,
+            root_mode: RootMode::Auto,
             made: Default::default(),
         };
         local.reopen();
@@ -49,6 +53,7 @@ impl Local {
         self.provider = None;
         let mut config = LocalConfig::new(self.state());
         config.freezer = self.freezer.clone();
+        config.root_mode = self.root_mode;
         config.start_timeout = Duration::from_secs(20);
         self.provider = Some(LocalProvisioner::open(config).expect("open the local provider"));
     }
@@ -540,4 +545,61 @@ async fn the_token_is_kept_private_and_never_in_the_hosts_ps() {
     // The log holds no token either.
     let log = std::fs::read_to_string(p.sandbox_dir(&handle.id).join("agent.log")).unwrap();
     assert!(!log.contains(&token));
+}
+
+#[tokio::test]
+async fn a_killed_tree_is_stopped_and_resume_starts_it_again_on_its_volume() {
+    for mode in [RootMode::Overlay, RootMode::Copy] {
+        let mut local = Local::new();
+        local.root_mode = mode;
+        local.reopen();
+        let p = local.p();
+        // The named volume does not exist yet: create refuses, and leaves nothing.
+        let err = p.create(&spec("phoenix", Some("v"))).await.unwrap_err();
+        assert!(matches!(err, ProvisionError::Missing { .. }), "{err}");
+        assert!(std::fs::read_dir(local.state().join("sandboxes"))
+            .unwrap()
+            .next()
+            .is_none());
+        p.create_volume("v").await.unwrap();
+        let handle = local.create(&spec("phoenix", Some("v"))).await;
+        let fs = client(&handle, Duration::from_secs(5));
+        fs.write("/home/work/f", "before".into()).await.unwrap();
+        let upper = p.volume_dir("v").join("upper");
+        assert!(upper.join("home/work/f").is_file(), "{mode:?}");
+        // In copy mode the volume holds the whole root; with overlayfs only the changes.
+        assert_eq!(
+            upper.join("usr").exists(),
+            mode == RootMode::Copy,
+            "{mode:?}"
+        );
+
+        // Kill the tree behind the provider's back (a reboot, the OOM killer).
+        let procs = p.processes(&handle.id);
+        for proc in &procs {
+            proc.signal(libc::SIGKILL);
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while procs.iter().any(Proc::alive) {
+            assert!(
+                Instant::now() < deadline,
+                "{mode:?}: still alive after SIGKILL"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(p.state(&handle.id).await.unwrap(), ProviderState::Stopped);
+        p.pause(&handle.id).await.unwrap();
+
+        let again = p.resume(&handle.id).await.unwrap();
+        let fs = client(&again, Duration::from_secs(5));
+        assert_eq!(
+            &fs.read("/home/work/f").await.unwrap()[..],
+            b"before",
+            "{mode:?}"
+        );
+        let procs = p.processes(&handle.id);
+        p.destroy(&handle.id, false).await.unwrap();
+        assert_gone(&local, &handle.id, &procs);
+        assert!(upper.join("home/work/f").is_file());
+    }
 }

@@ -180,31 +180,40 @@ impl Freezer {
     }
 
     /// Kills every process of sandbox `id` and waits until none is left.
+    ///
+    /// The pid namespace's init goes first (which kills every process in it) and `outer`, its
+    /// parent, is left to reap it and exit by itself: killed first, it would leave the init
+    /// to the host's init, which may not reap. `outer` is killed too if it lingers.
     pub fn kill(&self, id: &str, outer: Option<Proc>, init: Option<Proc>) -> Result<(), String> {
-        // Killing the init of a pid namespace kills every process in it.
         if let Some(init) = init {
             init.signal(libc::SIGKILL);
         }
-        if let Some(outer) = outer {
-            outer.signal(libc::SIGKILL);
-        }
-        if let Freezer::V2(_) = self {
-            let _ = self.write(id, "cgroup.kill", "1");
-        }
-        let deadline = Instant::now() + SETTLE;
+        let started = Instant::now();
+        let deadline = started + SETTLE;
         loop {
-            let left = self.members(id, outer, init);
+            let init_alive = init.is_some_and(|p| p.alive());
+            let left: Vec<Proc> = self
+                .members(id, None, init)
+                .into_iter()
+                .filter(|p| Some(*p) != outer)
+                .collect();
             for p in &left {
                 p.signal(libc::SIGKILL);
             }
-            // A v1-frozen task dies only once thawed; a stopped one gets SIGKILL anyway.
-            let _ = self.thaw(id, None, None);
+            // A v1-frozen task dies only once thawed; a stopped `outer` cannot reap.
+            let _ = self.thaw(id, outer, None);
             let outer_alive = outer.is_some_and(|p| p.alive());
-            if left.is_empty() && !outer_alive {
+            if outer_alive && (!init_alive || started.elapsed() > Duration::from_secs(2)) {
+                // Its child is gone (or it never had one): it should be exiting; make sure.
+                if init.is_none() || started.elapsed() > Duration::from_millis(500) {
+                    outer.unwrap().signal(libc::SIGKILL);
+                }
+            }
+            if left.is_empty() && !init_alive && !outer_alive {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                let pids: Vec<i32> = left.iter().map(|p| p.pid).collect();
+                let pids: Vec<i32> = left.iter().chain(outer.iter()).map(|p| p.pid).collect();
                 return Err(format!(
                     "sandbox {id}: processes {pids:?} still alive {SETTLE:?} after SIGKILL"
                 ));

@@ -477,6 +477,14 @@ fn teardown(
         .kill(id, tree.outer, tree.init)
         .map_err(|e| fatal(&what, e))?;
     freezer.remove(id).map_err(|e| fatal(&what, e))?;
+    if let Some(outer) = tree.outer {
+        // Give the reaping thread (when this process started the tree) a moment, so that a
+        // daemon or test that exits right after leaves no zombie to a non-reaping init.
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while tree::exists(outer) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
     if let Some(meta) = meta {
         if delete_volume && meta.owns_volume {
             remove_tree(&layout.volume(&meta.volume)).map_err(|e| fatal(&what, e))?;

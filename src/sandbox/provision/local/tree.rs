@@ -111,6 +111,13 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
 
+/// Returns whether `proc` still has an entry in `/proc`, zombie or not.
+pub fn exists(proc: Proc) -> bool {
+    stat_fields(proc.pid)
+        .and_then(|f| f.get(19)?.parse::<u64>().ok())
+        .is_some_and(|start| start == proc.start)
+}
+
 /// Returns every live process whose pid namespace is `ns` (as [`Proc::pid_ns`] names it).
 pub fn in_pid_ns(ns: &std::path::Path) -> Vec<Proc> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
