@@ -42,6 +42,10 @@
 //!   [`Provisioner::state`] work after a daemon restart), its token (mode 0600), the agent's
 //!   output, and the overlay's mount point.
 //!
+//! Known limits: the sandbox can read its pid 1's command line (bwrap's), which names the
+//! host paths of its snapshot, volume and sandbox dirs (not their contents); the parent cgroup
+//! `<cgroup root>/sandfs` is made once and left in place (empty).
+//!
 //! Every call is idempotent: pausing a paused sandbox, destroying a missing one succeed. A
 //! sandbox whose tree died (a reboot) is `Stopped`, and `resume` starts it again on its volume.
 //! Names (of sandboxes, snapshots, volumes) are refused unless they are plain names; a failed
