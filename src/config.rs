@@ -125,6 +125,12 @@ pub struct Limits {
     /// Largest file a git pull takes from a repository (libgit2 reads a blob whole); larger ones
     /// are skipped and reported.
     pub git_blob_bytes: u64,
+    /// Descriptors the daemon may hold open. The mount keeps one per inode the kernel caches, so
+    /// this bounds how large a tree stays cached (three quarters of it); past that, the least
+    /// recently used entries are dropped and looked up again. The daemon raises its limit to
+    /// this when the system allows (root, or a hard limit at least as high), else to its hard
+    /// limit, and says so.
+    pub open_files: u64,
 }
 
 impl Default for Limits {
@@ -138,6 +144,7 @@ impl Default for Limits {
             sandbox_listing_bytes: 256 << 20,
             sandbox_file_bytes: 4 << 30,
             git_blob_bytes: 256 << 20,
+            open_files: 262_144,
         }
     }
 }
@@ -853,6 +860,13 @@ fn resolve(
         if v < min {
             return Err(bad(key, format!("{v} must be at least {min}")));
         }
+    }
+
+    if !(256..=1 << 24).contains(&l.open_files) {
+        return Err(bad(
+            "limits.open_files",
+            format!("{} must be between 256 and 16777216", l.open_files),
+        ));
     }
 
     let runtime = runtime_dir();

@@ -67,7 +67,7 @@ pub fn run(settings: Settings, no_mount: bool) -> anyhow::Result<()> {
     }
     // Write-backs queued by the mount (this run's or a previous one's) go out in the background.
     crate::core::remote_zone::spawn_write_back_retries(&zones)?;
-    raise_fd_limit();
+    set_fd_limit(settings.limits.open_files);
     // Changes made beside sandfs are journaled (and reach the mount) as long as this lives.
     let watching = if settings.journal.watch {
         watch::Watcher::start(zones.clone())
@@ -177,17 +177,43 @@ async fn tend_sandboxes(state: Arc<AppState>, warm: Vec<String>) {
     }
 }
 
-/// The mount holds one descriptor per inode the kernel knows: lift the soft limit to the hard one.
-fn raise_fd_limit() {
-    let lim = rustix::process::getrlimit(rustix::process::Resource::Nofile);
-    if let Some(max) = lim.maximum {
-        let _ = rustix::process::setrlimit(
-            rustix::process::Resource::Nofile,
-            rustix::process::Rlimit {
-                current: Some(max),
-                maximum: Some(max),
+/// The mount holds one descriptor per inode the kernel caches: sets the descriptor limit to
+/// `limits.open_files`, raising the hard limit when allowed (the mount's budget follows it).
+fn set_fd_limit(want: u64) {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let lim = getrlimit(Resource::Nofile);
+    let hard = lim.maximum.unwrap_or(u64::MAX);
+    // The kernel's ceiling for any process.
+    let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .unwrap_or(hard);
+    let want = want.min(nr_open);
+    let set = |soft: u64, hard: u64| {
+        setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: Some(soft),
+                maximum: Some(hard),
             },
-        );
+        )
+    };
+    let got = if want <= hard {
+        set(want, hard).map(|_| want)
+    } else {
+        // Raising the hard limit needs privilege (CAP_SYS_RESOURCE); else the hard limit it is.
+        set(want, want)
+            .map(|_| want)
+            .or_else(|_| set(hard, hard).map(|_| hard))
+    };
+    match got {
+        Ok(n) if n < want => tracing::info!(
+            open_files = n,
+            wanted = want,
+            "the descriptor limit is below limits.open_files (raise the hard limit, e.g. LimitNOFILE= in the service); the mount caches up to three quarters of it"
+        ),
+        Ok(n) => tracing::debug!(open_files = n, "descriptor limit set"),
+        Err(e) => tracing::warn!(error = %e, "could not set the descriptor limit"),
     }
 }
 

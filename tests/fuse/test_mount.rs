@@ -360,7 +360,9 @@ fn more_files_than_the_fd_limit_can_be_looked_up_and_read() {
         .prefix("sandfs-fuse")
         .mount()
         .fd_limit(512)
+        .extra("\n[limits]\nopen_files = 512\n")
         .start();
+    assert_eq!(open_files_limit(m.pid()), (512, 512));
     let back = m.zone_dir("workspace");
     for d in 0..10 {
         fs::create_dir(back.join(format!("d{d}"))).unwrap();
@@ -381,6 +383,62 @@ fn more_files_than_the_fd_limit_can_be_looked_up_and_read() {
     // The daemon still works: it can open new files and answer the API.
     fs::write(m.ws().join("after.txt"), "ok").unwrap();
     assert_eq!(m.cli_ok(&["read", "/workspace/after.txt"]).trim_end(), "ok");
+}
+
+/// The soft and hard `Max open files` of process `pid`.
+fn open_files_limit(pid: u32) -> (u64, u64) {
+    let limits = fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .expect("a Max open files line");
+    let nums: Vec<u64> = line
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    (nums[0], nums[1])
+}
+
+#[test]
+fn the_descriptor_limit_is_raised_to_limits_open_files_when_allowed() {
+    // Started under a hard limit of 1024, as a service manager might: with CAP_SYS_RESOURCE the
+    // daemon lifts it to `limits.open_files` (default 262,144, within the kernel's nr_open), so
+    // a large tree stays in the kernel's cache; without it (this machine's container drops that
+    // capability) it keeps 1024 and says so.
+    // (`start` returns once the daemon answers; it sets its limit before it listens.)
+    let d = Daemon::options().fd_limit(1024).start();
+    let nr_open: u64 = fs::read_to_string("/proc/sys/fs/nr_open")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let want = 262_144.min(nr_open);
+    if has_cap_sys_resource() {
+        assert_eq!(open_files_limit(d.pid()), (want, want));
+    } else {
+        assert_eq!(open_files_limit(d.pid()), (1024, 1024));
+        assert!(
+            d.log_text().contains("below limits.open_files"),
+            "{}",
+            d.log_text()
+        );
+    }
+    // Under a hard limit above it, the soft limit is set to it (the test above relies on this).
+    let d = Daemon::options()
+        .fd_limit(4096)
+        .extra("\n[limits]\nopen_files = 2000\n")
+        .start();
+    assert_eq!(open_files_limit(d.pid()), (2000, 4096));
+}
+
+/// Whether this process holds CAP_SYS_RESOURCE (bit 24 of its effective set).
+fn has_cap_sys_resource() -> bool {
+    let status = fs::read_to_string("/proc/self/status").unwrap();
+    let eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .expect("a CapEff line");
+    u64::from_str_radix(eff.trim(), 16).unwrap() & (1 << 24) != 0
 }
 
 #[test]

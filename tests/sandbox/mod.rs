@@ -5,6 +5,7 @@
 
 mod daemon;
 mod daytona;
+mod local;
 mod mirror;
 mod zone;
 

@@ -21,6 +21,8 @@ use crate::sandbox::agent::{ExtraHeader, SandboxAgentConfig, Token};
 
 pub mod daytona;
 
+pub mod local;
+
 /// What a new sandbox is made from.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SandboxSpec {
