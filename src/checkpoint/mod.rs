@@ -1180,8 +1180,10 @@ impl Builder<'_> {
             };
             if let Some(id) = whole {
                 let id = id?;
-                // Still the version opened: what was read is that version's content whole.
-                if self.zones.seen(path).ok() == Some(seen) {
+                // Unchanged while it was read: what was read is that version's content whole
+                // (a file renamed over the path since has another identity, and is hashed
+                // again by whoever compares).
+                if Seen::of_local_file(&file).ok() == Some(seen) {
                     self.hashed
                         .borrow_mut()
                         .insert(path.to_string(), (id, seen));
