@@ -698,12 +698,23 @@ impl Checkpoints {
         }
         // The path must still hold what the pre-restore checkpoint recorded (or nothing;
         // nothing too when this restore removed it, a type change).
+        let path = vp.to_string();
+        let mut recheck = None;
         let expect = match old.get_path(Path::new(vp.rel())) {
             _ if w.removed_here => Seen::Absent,
             Ok(e) if e.kind() != Some(ObjectType::Tree) => {
-                match self.unchanged(repo, hashed, vp, e.id(), file_mode(e.filemode()))? {
-                    Some(seen) => seen,
-                    None => return Ok(Done::Conflict),
+                let (blob, mode) = (e.id(), file_mode(e.filemode()));
+                match hashed.get(&path) {
+                    // Read by the pre-restore checkpoint just now: the version it read is the
+                    // expectation, compared under the path lock as the file is replaced.
+                    Some((read, seen)) if *read == blob && *seen != Seen::Unknown => {
+                        recheck = Some((blob, mode));
+                        *seen
+                    }
+                    _ => match self.unchanged(repo, hashed, vp, blob, mode)? {
+                        Some(seen) => seen,
+                        None => return Ok(Done::Conflict),
+                    },
                 }
             }
             // Something new there, or a file or symlink in the place of a directory above
@@ -714,31 +725,39 @@ impl Checkpoints {
                 Err(e) => return Err(e),
             },
         };
-        let written = if w.mode == FileMode::Link {
-            let target = std::str::from_utf8(obj.content())
-                .map_err(|_| FsError::Internal(format!("checkpoint symlink {vp} is not UTF-8")))?;
-            self.zones.replace_entry(
-                &vp.to_string(),
-                Replacement::Symlink(target),
-                Some(expect),
-                origin,
-            )
-        } else {
-            let mut content = obj.content();
-            self.zones.replace_entry(
-                &vp.to_string(),
-                Replacement::File {
-                    content: &mut content,
-                    mode: if w.mode == FileMode::BlobExecutable {
-                        0o755
-                    } else {
-                        0o644
+        let put = |expect: Seen| {
+            if w.mode == FileMode::Link {
+                let target = std::str::from_utf8(obj.content()).map_err(|_| {
+                    FsError::Internal(format!("checkpoint symlink {vp} is not UTF-8"))
+                })?;
+                self.zones
+                    .replace_entry(&path, Replacement::Symlink(target), Some(expect), origin)
+            } else {
+                let mut content = obj.content();
+                let mode = if w.mode == FileMode::BlobExecutable {
+                    0o755
+                } else {
+                    0o644
+                };
+                self.zones.replace_entry(
+                    &path,
+                    Replacement::File {
+                        content: &mut content,
+                        mode,
                     },
-                },
-                Some(expect),
-                origin,
-            )
+                    Some(expect),
+                    origin,
+                )
+            }
         };
+        let mut written = put(expect);
+        // Another version than the one read: the same content still (written again, or
+        // touched)? Then it is replaced all the same.
+        if let (Err(FsError::Conflict { .. }), Some((blob, mode))) = (&written, recheck) {
+            if let Some(seen) = self.unchanged(repo, &Hashed::new(), vp, blob, mode)? {
+                written = put(seen);
+            }
+        }
         match written {
             Ok(_) => Ok(Done::Restored),
             Err(FsError::Conflict { .. })
@@ -1583,8 +1602,12 @@ mod tests {
         let (z, cps) = setup(t.path(), "");
         let n = 3 * PARALLEL_FROM;
         for i in 0..n {
-            z.write(&format!("/workspace/d{}/f{i}.txt", i % 5), &format!("{i}\n"), API)
-                .unwrap();
+            z.write(
+                &format!("/workspace/d{}/f{i}.txt", i % 5),
+                &format!("{i}\n"),
+                API,
+            )
+            .unwrap();
         }
         z.write_with_mode("/workspace/d0/run.sh", b"#!/bin/sh\n", 0o755, API)
             .unwrap();
@@ -1593,8 +1616,12 @@ mod tests {
         // Every file changed (one over the read-whole size, one losing its executable bit),
         // enough of them for the incremental checkpoint and the restore to use threads.
         for i in 0..n {
-            z.write(&format!("/workspace/d{}/f{i}.txt", i % 5), &format!("{i} changed\n"), API)
-                .unwrap();
+            z.write(
+                &format!("/workspace/d{}/f{i}.txt", i % 5),
+                &format!("{i} changed\n"),
+                API,
+            )
+            .unwrap();
         }
         let big = "x".repeat(READ_WHOLE_BYTES as usize + 10);
         z.write("/workspace/d1/f1.txt", &big, API).unwrap();
@@ -1627,6 +1654,52 @@ mod tests {
         // And back again.
         cps.restore(r.before, &[], API).unwrap();
         assert_eq!(state(t.path()), at_second);
+    }
+
+    #[test]
+    fn a_file_changed_after_the_pre_restore_checkpoint_read_it_is_a_conflict_unless_its_content_is_the_same(
+    ) {
+        for (beside, conflict) in [("mine\n", true), ("v2\n", false)] {
+            let t = tempfile::tempdir().unwrap();
+            let (z, cps) = setup(t.path(), "");
+            for i in 0..100 {
+                z.write(&format!("/workspace/a{i:03}.txt"), "v1\n", API)
+                    .unwrap();
+            }
+            let first = cps.create(ZoneId::Workspace, "first", API).unwrap();
+            for i in 0..100 {
+                z.write(&format!("/workspace/a{i:03}.txt"), "v2\n", API)
+                    .unwrap();
+            }
+            // Right before the first replacement (a000.txt, the first path), the file is
+            // written beside sandfs: other content, or the same content again.
+            let target = ws(t.path()).join("a000.txt");
+            let once = std::sync::atomic::AtomicBool::new(true);
+            *z.before_replace.lock().unwrap() = Some(Box::new(move || {
+                if once.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                    std::fs::write(&target, beside).unwrap();
+                }
+            }));
+            let r = cps.restore(first.id, &[], API).unwrap();
+            *z.before_replace.lock().unwrap() = None;
+            let a0 = std::fs::read_to_string(ws(t.path()).join("a000.txt")).unwrap();
+            if conflict {
+                assert_eq!(
+                    r.conflicts,
+                    vec!["/workspace/a000.txt".to_string()],
+                    "{r:?}"
+                );
+                assert_eq!(a0, "mine\n");
+                assert_eq!(r.restored.len(), 99);
+            } else {
+                assert!(r.conflicts.is_empty(), "{r:?}");
+                assert_eq!(a0, "v1\n");
+                assert_eq!(r.restored.len(), 100);
+            }
+            let a1 = std::fs::read_to_string(ws(t.path()).join("a001.txt")).unwrap();
+            assert_eq!(a1, "v1\n");
+        }
     }
 
     #[test]
