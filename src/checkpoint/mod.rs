@@ -48,6 +48,24 @@ const NOT_KEPT: &[u8] =
     b"\0sandfs checkpoint: content not kept (over checkpoints.max_file_bytes), size ";
 /// Patch text a diff returns at most.
 const MAX_PATCH_BYTES: usize = 4 << 20;
+/// Files at or under this size are read whole, hashed, and stored only if the store lacks them
+/// (no temp object file for content already kept); larger ones are streamed into the store.
+const READ_WHOLE_BYTES: u64 = 1 << 20;
+/// Paths from which a checkpoint looks at files, and a restore writes them, on several threads.
+const PARALLEL_FROM: usize = 64;
+/// At most this many threads (each with its own handle on the store).
+const MAX_THREADS: usize = 4;
+
+/// Threads for `n` independent per-file steps: one below [`PARALLEL_FROM`], else one per core
+/// (at most [`MAX_THREADS`]).
+fn threads_for(n: usize) -> usize {
+    if n < PARALLEL_FROM {
+        return 1;
+    }
+    std::thread::available_parallelism()
+        .map_or(1, |c| c.get())
+        .clamp(1, MAX_THREADS)
+}
 
 fn store_err(e: git2::Error) -> FsError {
     FsError::Internal(format!("checkpoint store: {}", e.message()))
@@ -568,10 +586,20 @@ impl Checkpoints {
                     }
                     if delta.status() == Delta::Typechange {
                         // Removed just above (a conflict there `continue`d).
-                        writes.push((vp, nf.id(), nf.mode(), true));
+                        writes.push(Write {
+                            vp,
+                            blob: nf.id(),
+                            mode: nf.mode(),
+                            removed_here: true,
+                        });
                     }
                 }
-                Delta::Added | Delta::Modified => writes.push((vp, nf.id(), nf.mode(), false)),
+                Delta::Added | Delta::Modified => writes.push(Write {
+                    vp,
+                    blob: nf.id(),
+                    mode: nf.mode(),
+                    removed_here: false,
+                }),
                 _ => {}
             }
         }
@@ -595,74 +623,53 @@ impl Checkpoints {
                     .delete(&format!("/{}/{dir}", zone.name()), false, origin);
             }
         }
-        for (vp, blob, mode, removed_here) in writes {
-            let obj = repo.find_blob(blob).map_err(store_err)?;
-            if mode != FileMode::Link && obj.content().starts_with(NOT_KEPT) {
-                res.not_kept.push(vp.to_string());
-                continue;
+        // The first file alone (a test kills the daemon right after it: one file put back, the
+        // rest not yet), then the rest on several threads.
+        let mut rest = &writes[..];
+        while let Some((w, tail)) = rest.split_first() {
+            rest = tail;
+            let done = self.write_one(repo, &old, hashed, w, origin)?;
+            res.note(&w.vp, done);
+            if done == Done::Restored {
+                gate::hold("restore-midway");
+                break;
             }
-            // The path must still hold what the pre-restore checkpoint recorded (or nothing;
-            // nothing too when this restore removed it, a type change).
-            let expect = match old.get_path(Path::new(vp.rel())) {
-                _ if removed_here => Seen::Absent,
-                Ok(e) if e.kind() != Some(ObjectType::Tree) => {
-                    match self.unchanged(repo, hashed, &vp, e.id(), file_mode(e.filemode()))? {
-                        Some(seen) => seen,
-                        None => {
-                            res.conflicts.push(vp.to_string());
-                            continue;
-                        }
-                    }
+        }
+        let threads = threads_for(rest.len());
+        if threads == 1 {
+            for w in rest {
+                res.note(&w.vp, self.write_one(repo, &old, hashed, w, origin)?);
+            }
+        } else {
+            let store = repo.path().to_path_buf();
+            let old_id = old.id();
+            let chunk = rest.len().div_ceil(threads);
+            let parts = std::thread::scope(|scope| {
+                let workers: Vec<_> = rest
+                    .chunks(chunk)
+                    .map(|part| {
+                        let store = &store;
+                        scope.spawn(move || -> FsResult<Vec<Done>> {
+                            let repo = Repository::open_bare(store).map_err(store_err)?;
+                            let old = repo.find_tree(old_id).map_err(store_err)?;
+                            // Each thread's journal rows go in at its end, in one transaction.
+                            self.zones.journal_batch(|| {
+                                part.iter()
+                                    .map(|w| self.write_one(&repo, &old, hashed, w, origin))
+                                    .collect()
+                            })
+                        })
+                    })
+                    .collect();
+                workers
+                    .into_iter()
+                    .map(|w| w.join().expect("a restore thread panicked"))
+                    .collect::<Vec<_>>()
+            });
+            for (part, done) in rest.chunks(chunk).zip(parts) {
+                for (w, d) in part.iter().zip(done?) {
+                    res.note(&w.vp, d);
                 }
-                // Something new there, or a file or symlink in the place of a directory above
-                // it (outside the paths asked for): left alone, a conflict.
-                _ => match self.zones.seen(&vp.to_string()) {
-                    Ok(Seen::Absent) => Seen::Absent,
-                    Ok(_) | Err(FsError::NotDir { .. }) => {
-                        res.conflicts.push(vp.to_string());
-                        continue;
-                    }
-                    Err(e) => return Err(e),
-                },
-            };
-            let written = if mode == FileMode::Link {
-                let target = std::str::from_utf8(obj.content()).map_err(|_| {
-                    FsError::Internal(format!("checkpoint symlink {vp} is not UTF-8"))
-                })?;
-                self.zones.replace_entry(
-                    &vp.to_string(),
-                    Replacement::Symlink(target),
-                    Some(expect),
-                    origin,
-                )
-            } else {
-                let mut content = obj.content();
-                self.zones.replace_entry(
-                    &vp.to_string(),
-                    Replacement::File {
-                        content: &mut content,
-                        mode: if mode == FileMode::BlobExecutable {
-                            0o755
-                        } else {
-                            0o644
-                        },
-                    },
-                    Some(expect),
-                    origin,
-                )
-            };
-            match written {
-                Ok(_) => {
-                    res.restored.push(vp.to_string());
-                    // A test kills the daemon here: one file put back, the rest not yet.
-                    if res.restored.len() == 1 {
-                        gate::hold("restore-midway");
-                    }
-                }
-                Err(FsError::Conflict { .. })
-                | Err(FsError::IsDir { .. })
-                | Err(FsError::NotDir { .. }) => res.conflicts.push(vp.to_string()),
-                Err(e) => return Err(e),
             }
         }
         // Empty directories the checkpoint holds.
@@ -672,6 +679,92 @@ impl Checkpoints {
                 .mkdir(&format!("/{}/{rel}", zone.name()), true, origin);
         }
         Ok(res)
+    }
+
+    /// Puts one file or symlink of a restore back, if the path still holds what the
+    /// pre-restore checkpoint (`old`) recorded there (or nothing).
+    fn write_one(
+        &self,
+        repo: &Repository,
+        old: &git2::Tree<'_>,
+        hashed: &Hashed,
+        w: &Write,
+        origin: Origin,
+    ) -> FsResult<Done> {
+        let vp = &w.vp;
+        let obj = repo.find_blob(w.blob).map_err(store_err)?;
+        if w.mode != FileMode::Link && obj.content().starts_with(NOT_KEPT) {
+            return Ok(Done::NotKept);
+        }
+        // The path must still hold what the pre-restore checkpoint recorded (or nothing;
+        // nothing too when this restore removed it, a type change).
+        let path = vp.to_string();
+        let mut recheck = None;
+        let expect = match old.get_path(Path::new(vp.rel())) {
+            _ if w.removed_here => Seen::Absent,
+            Ok(e) if e.kind() != Some(ObjectType::Tree) => {
+                let (blob, mode) = (e.id(), file_mode(e.filemode()));
+                match hashed.get(&path) {
+                    // Read by the pre-restore checkpoint just now: the version it read is the
+                    // expectation, compared under the path lock as the file is replaced.
+                    Some((read, seen)) if *read == blob && *seen != Seen::Unknown => {
+                        recheck = Some((blob, mode));
+                        *seen
+                    }
+                    _ => match self.unchanged(repo, hashed, vp, blob, mode)? {
+                        Some(seen) => seen,
+                        None => return Ok(Done::Conflict),
+                    },
+                }
+            }
+            // Something new there, or a file or symlink in the place of a directory above
+            // it (outside the paths asked for): left alone, a conflict.
+            _ => match self.zones.seen(&vp.to_string()) {
+                Ok(Seen::Absent) => Seen::Absent,
+                Ok(_) | Err(FsError::NotDir { .. }) => return Ok(Done::Conflict),
+                Err(e) => return Err(e),
+            },
+        };
+        let put = |expect: Seen| {
+            if w.mode == FileMode::Link {
+                let target = std::str::from_utf8(obj.content()).map_err(|_| {
+                    FsError::Internal(format!("checkpoint symlink {vp} is not UTF-8"))
+                })?;
+                self.zones
+                    .replace_entry(&path, Replacement::Symlink(target), Some(expect), origin)
+            } else {
+                let mut content = obj.content();
+                let mode = if w.mode == FileMode::BlobExecutable {
+                    0o755
+                } else {
+                    0o644
+                };
+                self.zones.replace_entry(
+                    &path,
+                    Replacement::File {
+                        content: &mut content,
+                        mode,
+                    },
+                    Some(expect),
+                    origin,
+                )
+            }
+        };
+        let mut written = put(expect);
+        // Another version than the one read: the same content still (written again, or
+        // touched)? Then it is replaced all the same.
+        if let (Err(FsError::Conflict { .. }), Some((blob, mode))) = (&written, recheck) {
+            if let Some(seen) = self.unchanged(repo, &Hashed::new(), vp, blob, mode)? {
+                written = put(seen);
+            }
+        }
+        match written {
+            Ok(_) => Ok(Done::Restored),
+            Err(FsError::Conflict { .. })
+            | Err(FsError::IsDir { .. })
+            | Err(FsError::NotDir { .. }) => Ok(Done::Conflict),
+            Err(e) => Err(e),
+        }
     }
 
     /// What is at `vp` if it still holds what `blob` (with `mode`) records: its identity for
@@ -746,6 +839,7 @@ impl Checkpoints {
             max: self.cfg.max_file_bytes,
             not_kept: std::cell::Cell::new(0),
             hashed: Default::default(),
+            prefetched: Default::default(),
         };
         if let Some(prev) = &parent {
             // Before the journal: a file still open for writing through the mount is journaled
@@ -835,6 +929,8 @@ struct Builder<'a> {
     max: u64,
     not_kept: std::cell::Cell<u64>,
     hashed: std::cell::RefCell<Hashed>,
+    /// What [`Builder::prefetch`] found at paths, taken by [`Builder::look`].
+    prefetched: std::cell::RefCell<HashMap<String, Option<Look>>>,
 }
 
 /// What goes into a tree at a path.
@@ -849,6 +945,7 @@ impl Builder<'_> {
     fn apply(&mut self, base: &git2::Tree<'_>, mut paths: Vec<String>) -> FsResult<Oid> {
         paths.sort();
         paths.dedup();
+        self.prefetch(&paths)?;
         // A directory is read whole: what lies beneath it in the list is covered.
         let mut puts: BTreeMap<String, Put> = BTreeMap::new();
         let mut removes: BTreeSet<String> = BTreeSet::new();
@@ -968,8 +1065,63 @@ impl Builder<'_> {
             .map_err(store_err)
     }
 
+    /// Looks at each of `paths` on several threads (each with its own handle on the store),
+    /// when there are enough of them: reading and hashing many changed files is most of an
+    /// incremental checkpoint. [`Builder::look`] then takes what was found.
+    fn prefetch(&self, paths: &[String]) -> FsResult<()> {
+        let threads = threads_for(paths.len());
+        if threads == 1 {
+            return Ok(());
+        }
+        let store = self.repo.path().to_path_buf();
+        let chunk = paths.len().div_ceil(threads);
+        let (zones, zone, filter, max) = (self.zones, self.zone, self.filter, self.max);
+        let found = std::thread::scope(|scope| {
+            let workers: Vec<_> = paths
+                .chunks(chunk)
+                .map(|part| {
+                    let store = &store;
+                    scope.spawn(move || -> FsResult<_> {
+                        let repo = Repository::open_bare(store).map_err(store_err)?;
+                        let b = Builder {
+                            zones,
+                            repo: &repo,
+                            zone,
+                            filter,
+                            max,
+                            not_kept: Default::default(),
+                            hashed: Default::default(),
+                            prefetched: Default::default(),
+                        };
+                        let mut found = Vec::with_capacity(part.len());
+                        for rel in part {
+                            if !rel.is_empty() {
+                                found.push((rel.clone(), b.look(rel)?));
+                            }
+                        }
+                        Ok((found, b.hashed.take(), b.not_kept.get()))
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .map(|w| w.join().expect("a checkpoint thread panicked"))
+                .collect::<FsResult<Vec<_>>>()
+        })?;
+        let mut pre = self.prefetched.borrow_mut();
+        for (looks, hashed, not_kept) in found {
+            pre.extend(looks);
+            self.hashed.borrow_mut().extend(hashed);
+            self.not_kept.set(self.not_kept.get() + not_kept);
+        }
+        Ok(())
+    }
+
     /// What is at `rel` now (`None`: nothing there, or nothing a checkpoint takes).
     fn look(&self, rel: &str) -> FsResult<Option<Look>> {
+        if let Some(found) = self.prefetched.borrow_mut().remove(rel) {
+            return Ok(found);
+        }
         let path = if rel.is_empty() {
             format!("/{}", self.zone.name())
         } else {
@@ -1024,15 +1176,33 @@ impl Builder<'_> {
                 return self.blob(path, size);
             }
             let odb = self.repo.odb().map_err(store_err)?;
-            let mut w = odb
-                .writer(size as usize, ObjectType::Blob)
-                .map_err(store_err)?;
-            let copied = std::io::copy(&mut (&mut file).take(size), &mut w)
-                .map_err(|e| FsError::from_io(path, "read", e))?;
-            if copied == size {
-                let id = w.finalize().map_err(store_err)?;
-                // Still the version opened: what was read is that version's content whole.
-                if self.zones.seen(path).ok() == Some(seen) {
+            let whole = if size <= READ_WHOLE_BYTES {
+                let mut buf = Vec::with_capacity(size as usize);
+                (&mut file)
+                    .take(size)
+                    .read_to_end(&mut buf)
+                    .map_err(|e| FsError::from_io(path, "read", e))?;
+                (buf.len() as u64 == size).then(|| {
+                    let id = Oid::hash_object(ObjectType::Blob, &buf).map_err(store_err)?;
+                    if !odb.exists(id) {
+                        odb.write(ObjectType::Blob, &buf).map_err(store_err)?;
+                    }
+                    Ok(id)
+                })
+            } else {
+                let mut w = odb
+                    .writer(size as usize, ObjectType::Blob)
+                    .map_err(store_err)?;
+                let copied = std::io::copy(&mut (&mut file).take(size), &mut w)
+                    .map_err(|e| FsError::from_io(path, "read", e))?;
+                (copied == size).then(|| w.finalize().map_err(store_err))
+            };
+            if let Some(id) = whole {
+                let id = id?;
+                // Unchanged while it was read: what was read is that version's content whole
+                // (a file renamed over the path since has another identity, and is hashed
+                // again by whoever compares).
+                if Seen::of_local_file(&file).ok() == Some(seen) {
                     self.hashed
                         .borrow_mut()
                         .insert(path.to_string(), (id, seen));
@@ -1087,6 +1257,36 @@ impl Builder<'_> {
 enum Look {
     Dir,
     Put(Put),
+}
+
+/// A file or symlink a restore puts back.
+struct Write {
+    vp: VPath,
+    blob: Oid,
+    mode: FileMode,
+    /// The restore removed what was there (a type change): the path must now be empty.
+    removed_here: bool,
+}
+
+/// What became of one [`Write`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Done {
+    Restored,
+    /// The checkpoint holds its size only.
+    NotKept,
+    /// Changed since the pre-restore checkpoint: left alone.
+    Conflict,
+}
+
+impl RestoreResult {
+    fn note(&mut self, vp: &VPath, done: Done) {
+        match done {
+            Done::Restored => &mut self.restored,
+            Done::NotKept => &mut self.not_kept,
+            Done::Conflict => &mut self.conflicts,
+        }
+        .push(vp.to_string());
+    }
 }
 
 /// The walk of [`Checkpoints::catch_up`] over one zone.
@@ -1397,6 +1597,112 @@ mod tests {
     }
 
     #[test]
+    fn many_changes_are_checkpointed_and_restored_on_several_threads_alike() {
+        let t = tempfile::tempdir().unwrap();
+        let (z, cps) = setup(t.path(), "");
+        let n = 3 * PARALLEL_FROM;
+        for i in 0..n {
+            z.write(
+                &format!("/workspace/d{}/f{i}.txt", i % 5),
+                &format!("{i}\n"),
+                API,
+            )
+            .unwrap();
+        }
+        z.write_with_mode("/workspace/d0/run.sh", b"#!/bin/sh\n", 0o755, API)
+            .unwrap();
+        let first = cps.create(ZoneId::Workspace, "first", API).unwrap();
+        let at_first = state(t.path());
+        // Every file changed (one over the read-whole size, one losing its executable bit),
+        // enough of them for the incremental checkpoint and the restore to use threads.
+        for i in 0..n {
+            z.write(
+                &format!("/workspace/d{}/f{i}.txt", i % 5),
+                &format!("{i} changed\n"),
+                API,
+            )
+            .unwrap();
+        }
+        let big = "x".repeat(READ_WHOLE_BYTES as usize + 10);
+        z.write("/workspace/d1/f1.txt", &big, API).unwrap();
+        z.write_with_mode("/workspace/d0/run.sh", b"#!/bin/sh\n", 0o644, API)
+            .unwrap();
+        let second = cps.create(ZoneId::Workspace, "second", API).unwrap();
+        let at_second = state(t.path());
+        let before = z.db().journal_last_id().unwrap();
+
+        let r = cps.restore(first.id, &[], API).unwrap();
+        assert!(r.conflicts.is_empty() && r.not_kept.is_empty(), "{r:?}");
+        assert_eq!(r.restored.len(), n + 1, "{r:?}");
+        assert_eq!(state(t.path()), at_first);
+        // The pre-restore checkpoint is the tree a checkpoint of the present had.
+        assert_eq!(cps.get(r.before).unwrap().tree, second.tree);
+        // Each thread's journal rows are in: every restored path once.
+        let mut journaled = z
+            .db()
+            .journal_zone_paths_since("workspace", before, 10_000)
+            .unwrap()
+            .unwrap();
+        journaled.sort();
+        let mut restored: Vec<String> = r
+            .restored
+            .iter()
+            .map(|p| p.trim_start_matches("/workspace/").to_string())
+            .collect();
+        restored.sort();
+        assert_eq!(journaled, restored);
+        // And back again.
+        cps.restore(r.before, &[], API).unwrap();
+        assert_eq!(state(t.path()), at_second);
+    }
+
+    #[test]
+    fn a_file_changed_after_the_pre_restore_checkpoint_read_it_is_a_conflict_unless_its_content_is_the_same(
+    ) {
+        for (beside, conflict) in [("mine\n", true), ("v2\n", false)] {
+            let t = tempfile::tempdir().unwrap();
+            let (z, cps) = setup(t.path(), "");
+            for i in 0..100 {
+                z.write(&format!("/workspace/a{i:03}.txt"), "v1\n", API)
+                    .unwrap();
+            }
+            let first = cps.create(ZoneId::Workspace, "first", API).unwrap();
+            for i in 0..100 {
+                z.write(&format!("/workspace/a{i:03}.txt"), "v2\n", API)
+                    .unwrap();
+            }
+            // Right before the first replacement (a000.txt, the first path), the file is
+            // written beside sandfs: other content, or the same content again.
+            let target = ws(t.path()).join("a000.txt");
+            let once = std::sync::atomic::AtomicBool::new(true);
+            *z.before_replace.lock().unwrap() = Some(Box::new(move || {
+                if once.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                    std::fs::write(&target, beside).unwrap();
+                }
+            }));
+            let r = cps.restore(first.id, &[], API).unwrap();
+            *z.before_replace.lock().unwrap() = None;
+            let a0 = std::fs::read_to_string(ws(t.path()).join("a000.txt")).unwrap();
+            if conflict {
+                assert_eq!(
+                    r.conflicts,
+                    vec!["/workspace/a000.txt".to_string()],
+                    "{r:?}"
+                );
+                assert_eq!(a0, "mine\n");
+                assert_eq!(r.restored.len(), 99);
+            } else {
+                assert!(r.conflicts.is_empty(), "{r:?}");
+                assert_eq!(a0, "v1\n");
+                assert_eq!(r.restored.len(), 100);
+            }
+            let a1 = std::fs::read_to_string(ws(t.path()).join("a001.txt")).unwrap();
+            assert_eq!(a1, "v1\n");
+        }
+    }
+
+    #[test]
     fn an_incremental_checkpoint_is_the_tree_a_full_walk_makes() {
         let t = tempfile::tempdir().unwrap();
         let (z, cps) = setup(t.path(), "");
@@ -1440,6 +1746,7 @@ mod tests {
             max: fresh.cfg.max_file_bytes,
             not_kept: std::cell::Cell::new(0),
             hashed: Default::default(),
+            prefetched: Default::default(),
         };
         let empty = repo
             .find_tree(repo.treebuilder(None).unwrap().write().unwrap())

@@ -26,6 +26,15 @@ fn io_err<'a>(vp: &'a VPath, op: &'static str) -> impl Fn(std::io::Error) -> FsE
     move |e| FsError::from_io(&vp.to_string(), op, e)
 }
 
+impl Seen {
+    /// The identity of the local file open as `file` now (what [`Opened::seen`] gave when it
+    /// was opened, if it has not changed since).
+    pub fn of_local_file(file: &std::fs::File) -> std::io::Result<Seen> {
+        let st = rustix::fs::fstat(file)?;
+        Ok(Seen::Entry(Identity(Fingerprint::of(&st))))
+    }
+}
+
 impl Fingerprint {
     /// The identity of the local entry whose stat is `st`.
     fn of(st: &Stat) -> Fingerprint {
