@@ -259,6 +259,9 @@ impl Default for JournalSection {
 pub struct McpSection {
     /// Offer the `git_push` tool. Pushing is a person's decision, so it is off by default.
     pub allow_push: bool,
+    /// Offer the `sandbox_create`, `sandbox_list` and `sandbox_destroy` tools. Making and
+    /// destroying sandboxes is a person's decision too: off by default.
+    pub allow_sandboxes: bool,
 }
 
 /// When a sandbox is attached (health-checked and connected).
