@@ -448,7 +448,7 @@ pub struct SandboxSettings {
     pub request_timeout: Duration,
     /// `Some` for a sandbox sandfs makes itself (`local`, `daytona`); its `url` is empty (the
     /// provider hands one out) and `idle_ttl` is its `idle_pause_minutes`.
-    pub provision: Option<ProvisionSettings>,
+    pub provision: Option<Box<ProvisionSettings>>,
 }
 
 impl SandboxSettings {
@@ -571,7 +571,7 @@ impl SandboxSettings {
         let provision = if provisioned {
             let p = Self::provision(s, key, &root)?;
             idle_ttl = p.idle_pause;
-            Some(p)
+            Some(Box::new(p))
         } else {
             None
         };

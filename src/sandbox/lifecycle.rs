@@ -60,7 +60,7 @@ impl Provisioned {
         map.clear();
         for s in sandboxes {
             if let Some(p) = &s.provision {
-                map.insert(s.name.clone(), p.clone());
+                map.insert(s.name.clone(), (**p).clone());
             }
         }
     }

@@ -162,7 +162,7 @@ fn a_mirror_push_creates_the_sandbox_and_the_cli_pauses_resumes_and_destroys_it(
         "{dev}"
     );
     let id = dev["provider_id"].as_str().expect("an id").to_string();
-    assert_eq!(sbx.ids(), [id.clone()]);
+    assert_eq!(sbx.ids(), std::slice::from_ref(&id));
     assert_eq!(sbx.state(&id), ProviderState::Running);
     assert_eq!(
         read_inside(&sbx, &id, "/workspace/src/hello.txt"),
