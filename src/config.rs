@@ -259,6 +259,9 @@ impl Default for JournalSection {
 pub struct McpSection {
     /// Offer the `git_push` tool. Pushing is a person's decision, so it is off by default.
     pub allow_push: bool,
+    /// Offer the `sandbox_create`, `sandbox_list` and `sandbox_destroy` tools. Making and
+    /// destroying sandboxes is a person's decision too: off by default.
+    pub allow_sandboxes: bool,
 }
 
 /// When a sandbox is attached (health-checked and connected).
@@ -292,11 +295,13 @@ impl SandboxMode {
 }
 
 /// `[sandboxes.<name>]`.
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct SandboxSection {
     pub provider: String,
-    pub url: String,
+    /// `sandbox-agent` only (required there).
+    #[serde(default)]
+    pub url: Option<String>,
     pub token_env: Option<String>,
     pub root: Option<String>,
     #[serde(default)]
@@ -305,18 +310,127 @@ pub struct SandboxSection {
     pub retries: Option<u32>,
     pub retry_backoff_ms: Option<u64>,
     pub request_timeout_secs: Option<u64>,
+    /// Provisioned (`local`, `daytona`): a snapshot id to start from.
+    #[serde(default)]
+    pub snapshot: Option<String>,
+    /// Provisioned: what the snapshot is built from (a directory locally, an image on daytona).
+    #[serde(default)]
+    pub snapshot_base: Option<String>,
+    /// Provisioned: shell commands run once in a sandbox made from `snapshot_base`.
+    #[serde(default)]
+    pub snapshot_setup: Option<Vec<String>>,
+    /// Provisioned: a named volume that outlives the sandbox.
+    #[serde(default)]
+    pub volume: Option<String>,
+    /// Provisioned: where the volume appears inside the sandbox (default: `root`).
+    #[serde(default)]
+    pub volume_path: Option<String>,
+    /// Provisioned: minutes without use before the sandbox is paused (fractions allowed).
+    #[serde(default)]
+    pub idle_pause_minutes: Option<f64>,
+    /// Provisioned: minutes a paused sandbox is kept before it is destroyed (fractions allowed).
+    #[serde(default)]
+    pub paused_ttl_minutes: Option<f64>,
+    /// `local`: the static `sandbox-agent` binary bound into the sandbox.
+    #[serde(default)]
+    pub agent_bin: Option<PathBuf>,
+    /// `daytona`: the API's base URL.
+    #[serde(default)]
+    pub api_url: Option<String>,
+    /// `daytona`: the variable holding the API key (sent only to `api_url`'s host).
+    #[serde(default)]
+    pub api_key_env: Option<String>,
 }
 
-/// The only provider so far.
+/// A sandbox sandfs reaches but does not own (someone else started its sandbox-agent).
 pub const PROVIDER_SANDBOX_AGENT: &str = "sandbox-agent";
+/// A sandbox sandfs makes on this machine (`sandbox::provision::local`).
+pub const PROVIDER_LOCAL: &str = "local";
+/// A sandbox sandfs makes through Daytona's API (`sandbox::provision::daytona`).
+pub const PROVIDER_DAYTONA: &str = "daytona";
 /// The remote directory mirrored to when a sandbox names none.
 pub const DEFAULT_SANDBOX_ROOT: &str = "/workspace";
+
+/// Which provider makes a provisioned sandbox, with that provider's own keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProvisionKind {
+    /// `provider = "local"`.
+    Local {
+        /// `agent_bin`; `None`: `sandbox-agent` on the daemon's `PATH`.
+        agent_bin: Option<PathBuf>,
+    },
+    /// `provider = "daytona"`.
+    Daytona {
+        /// `api_url`; `None`: the provider's default.
+        api_url: Option<String>,
+        /// `api_key_env`: the NAME of the variable holding the key.
+        api_key_env: String,
+    },
+}
+
+impl ProvisionKind {
+    /// Returns the provider's name, as in `provider = "..."`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ProvisionKind::Local { .. } => PROVIDER_LOCAL,
+            ProvisionKind::Daytona { .. } => PROVIDER_DAYTONA,
+        }
+    }
+}
+
+/// What a provisioned sandbox is made from and how long it lives unused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProvisionSettings {
+    pub kind: ProvisionKind,
+    /// A snapshot id to start from.
+    pub snapshot: Option<String>,
+    /// The snapshot to build (`snapshot_base`, `snapshot_setup`) when no id is given.
+    pub snapshot_base: Option<String>,
+    pub snapshot_setup: Vec<String>,
+    /// A named volume and where it appears inside the sandbox.
+    pub volume: Option<String>,
+    pub volume_path: String,
+    /// Time without use after which the sandbox is paused (0: never).
+    pub idle_pause: Duration,
+    /// Time a paused sandbox is kept before it is destroyed (0: never).
+    pub paused_ttl: Duration,
+}
+
+/// Checks a provider-side name (snapshot, volume): 1 to 64 of letters, digits, `.`, `_`, `-`,
+/// not starting with `.` or `-`.
+pub fn check_plain_name(value: &str) -> Result<(), String> {
+    let ok = !value.is_empty()
+        && value.len() <= 64
+        && !value.starts_with(['.', '-'])
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{value:?} must be 1 to 64 letters, digits, '.', '_' or '-', not starting with '.' or '-'"
+        ))
+    }
+}
+
+/// Converts `minutes` (the key `key`, fractions allowed) to a duration of at most a week.
+fn minutes(key: &str, value: Option<f64>, default: f64) -> Result<Duration, (String, String)> {
+    let m = value.unwrap_or(default);
+    if !m.is_finite() || !(0.0..=10_080.0).contains(&m) {
+        return Err((
+            key.to_string(),
+            format!("{m} must be between 0 and 10080 (a week); 0 never does it"),
+        ));
+    }
+    Ok(Duration::from_millis((m * 60_000.0).round() as u64))
+}
 
 /// One sandbox, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SandboxSettings {
     pub name: String,
-    /// Always `sandbox-agent` for now.
+    /// `sandbox-agent`, `local` or `daytona`.
     pub provider: String,
     pub url: String,
     /// The NAME of the environment variable holding the token (never the token).
@@ -332,6 +446,9 @@ pub struct SandboxSettings {
     pub retry_backoff: Duration,
     /// Longest time one request may take.
     pub request_timeout: Duration,
+    /// `Some` for a sandbox sandfs makes itself (`local`, `daytona`); its `url` is empty (the
+    /// provider hands one out) and `idle_ttl` is its `idle_pause_minutes`.
+    pub provision: Option<Box<ProvisionSettings>>,
 }
 
 impl SandboxSettings {
@@ -345,26 +462,76 @@ impl SandboxSettings {
         if let Err(rule) = check_sandbox_name(name) {
             return Err((key.to_string(), rule));
         }
-        if s.provider != PROVIDER_SANDBOX_AGENT {
-            return bad(
-                "provider",
-                format!(
-                    "{:?} is not a known provider (known: {PROVIDER_SANDBOX_AGENT})",
-                    s.provider
-                ),
-            );
-        }
-        let url = s.url.trim_end_matches('/');
-        let host = url
-            .strip_prefix("http://")
-            .or_else(|| url.strip_prefix("https://"))
-            .unwrap_or("");
-        if host.is_empty() || host.starts_with('/') {
-            return bad(
-                "url",
-                format!("{:?} must be an http(s):// URL with a host", s.url),
-            );
-        }
+        let provisioned = match s.provider.as_str() {
+            PROVIDER_SANDBOX_AGENT => false,
+            PROVIDER_LOCAL | PROVIDER_DAYTONA => true,
+            other => {
+                return bad(
+                    "provider",
+                    format!(
+                        "{other:?} is not a known provider (known: {PROVIDER_SANDBOX_AGENT}, {PROVIDER_LOCAL}, {PROVIDER_DAYTONA})"
+                    ),
+                )
+            }
+        };
+        let url = if provisioned {
+            for (field, present) in [
+                ("url", s.url.is_some()),
+                ("token_env", s.token_env.is_some()),
+                ("idle_ttl_minutes", s.idle_ttl_minutes.is_some()),
+            ] {
+                if present {
+                    return bad(
+                        field,
+                        format!(
+                            "is for provider = \"{PROVIDER_SANDBOX_AGENT}\"; a {} sandbox gets its URL and token from its provider (idle time: idle_pause_minutes)",
+                            s.provider
+                        ),
+                    );
+                }
+            }
+            String::new()
+        } else {
+            for (field, present) in [
+                ("snapshot", s.snapshot.is_some()),
+                ("snapshot_base", s.snapshot_base.is_some()),
+                ("snapshot_setup", s.snapshot_setup.is_some()),
+                ("volume", s.volume.is_some()),
+                ("volume_path", s.volume_path.is_some()),
+                ("idle_pause_minutes", s.idle_pause_minutes.is_some()),
+                ("paused_ttl_minutes", s.paused_ttl_minutes.is_some()),
+                ("agent_bin", s.agent_bin.is_some()),
+                ("api_url", s.api_url.is_some()),
+                ("api_key_env", s.api_key_env.is_some()),
+            ] {
+                if present {
+                    return bad(
+                        field,
+                        format!(
+                            "is for a sandbox sandfs makes itself (provider = \"{PROVIDER_LOCAL}\" or \"{PROVIDER_DAYTONA}\"), not for provider = \"{PROVIDER_SANDBOX_AGENT}\""
+                        ),
+                    );
+                }
+            }
+            let Some(raw) = &s.url else {
+                return bad(
+                    "url",
+                    format!("is required with provider = \"{PROVIDER_SANDBOX_AGENT}\""),
+                );
+            };
+            let url = raw.trim_end_matches('/');
+            let host = url
+                .strip_prefix("http://")
+                .or_else(|| url.strip_prefix("https://"))
+                .unwrap_or("");
+            if host.is_empty() || host.starts_with('/') {
+                return bad(
+                    "url",
+                    format!("{raw:?} must be an http(s):// URL with a host"),
+                );
+            }
+            url.to_string()
+        };
         if let Some(var) = &s.token_env {
             if !is_env_name(var) {
                 // Never echo the value: it may be a token pasted where its variable's name belongs.
@@ -400,6 +567,14 @@ impl SandboxSettings {
                 format!("{ttl} must be at most 10080 (a week); 0 never detaches"),
             );
         }
+        let mut idle_ttl = Duration::from_secs(ttl * 60);
+        let provision = if provisioned {
+            let p = Self::provision(s, key, &root)?;
+            idle_ttl = p.idle_pause;
+            Some(Box::new(p))
+        } else {
+            None
+        };
         let retries = s.retries.unwrap_or(3);
         if retries > 20 {
             return bad("retries", format!("{retries} must be at most 20"));
@@ -421,14 +596,139 @@ impl SandboxSettings {
         Ok(SandboxSettings {
             name: name.to_string(),
             provider: s.provider.clone(),
-            url: url.to_string(),
+            url,
             token_env: s.token_env.clone(),
             root,
             mode: s.mode,
-            idle_ttl: Duration::from_secs(ttl * 60),
+            idle_ttl,
             retries,
             retry_backoff: Duration::from_millis(backoff),
             request_timeout: Duration::from_secs(timeout),
+            provision,
+        })
+    }
+
+    /// Validates the keys of a provisioned sandbox (`provider = "local"` or `"daytona"`).
+    fn provision(
+        s: &SandboxSection,
+        key: &str,
+        root: &str,
+    ) -> Result<ProvisionSettings, (String, String)> {
+        let field = |f: &str| format!("{key}.{f}");
+        let bad = |f: &str, rule: String| Err((field(f), rule));
+        let kind = if s.provider == PROVIDER_LOCAL {
+            for (f, present) in [
+                ("api_url", s.api_url.is_some()),
+                ("api_key_env", s.api_key_env.is_some()),
+            ] {
+                if present {
+                    return bad(
+                        f,
+                        format!(
+                            "is for provider = \"{PROVIDER_DAYTONA}\", not \"{PROVIDER_LOCAL}\""
+                        ),
+                    );
+                }
+            }
+            if let Some(bin) = &s.agent_bin {
+                if !bin.is_absolute() {
+                    return bad(
+                        "agent_bin",
+                        format!("{} must be an absolute path", bin.display()),
+                    );
+                }
+            }
+            ProvisionKind::Local {
+                agent_bin: s.agent_bin.clone(),
+            }
+        } else {
+            if s.agent_bin.is_some() {
+                return bad(
+                    "agent_bin",
+                    format!("is for provider = \"{PROVIDER_LOCAL}\"; a {PROVIDER_DAYTONA} snapshot must provide sandbox-agent"),
+                );
+            }
+            let Some(var) = &s.api_key_env else {
+                return bad(
+                    "api_key_env",
+                    format!("is required with provider = \"{PROVIDER_DAYTONA}\": the NAME of the variable holding the API key"),
+                );
+            };
+            if !is_env_name(var) {
+                return bad(
+                    "api_key_env",
+                    "must be the NAME of an environment variable (letters, digits, _), not a key"
+                        .into(),
+                );
+            }
+            if let Some(url) = &s.api_url {
+                match Endpoint::parse(url) {
+                    Some(end) if end.scheme == "https" || end.plain_http_allowed(&[]) => {}
+                    Some(_) => {
+                        return bad(
+                            "api_url",
+                            format!("{url:?} must be https: the API key is sent to it (plain http only to a loopback host)"),
+                        )
+                    }
+                    None => return bad("api_url", format!("{url:?} must be an https:// URL with a host")),
+                }
+            }
+            ProvisionKind::Daytona {
+                api_url: s.api_url.clone(),
+                api_key_env: var.clone(),
+            }
+        };
+        for (f, v) in [("snapshot", &s.snapshot), ("volume", &s.volume)] {
+            if let Some(v) = v {
+                check_plain_name(v).map_err(|rule| (field(f), rule))?;
+            }
+        }
+        if s.snapshot.is_some() && s.snapshot_base.is_some() {
+            return bad(
+                "snapshot_base",
+                "names what to build a snapshot from; `snapshot` names one already built: set one of them".into(),
+            );
+        }
+        if s.snapshot_setup.is_some() && s.snapshot_base.is_none() {
+            return bad(
+                "snapshot_setup",
+                "is run in a sandbox made from snapshot_base: set that too".into(),
+            );
+        }
+        if let Some(base) = &s.snapshot_base {
+            if base.is_empty() || base.contains('\0') {
+                return bad("snapshot_base", "must not be empty or hold NUL".into());
+            }
+        }
+        let setup = s.snapshot_setup.clone().unwrap_or_default();
+        if setup.iter().any(|c| c.contains('\0')) {
+            return bad("snapshot_setup", "a command must not hold NUL".into());
+        }
+        let volume_path = s.volume_path.clone().unwrap_or_else(|| root.to_string());
+        if s.volume_path.is_some() && s.volume.is_none() {
+            return bad(
+                "volume_path",
+                "is where `volume` appears inside the sandbox: set that too".into(),
+            );
+        }
+        if !volume_path.starts_with('/')
+            || volume_path.contains('\0')
+            || volume_path.split('/').any(|c| c == "." || c == "..")
+        {
+            return bad(
+                "volume_path",
+                format!("{volume_path:?} must be an absolute path without `.` or `..`"),
+            );
+        }
+        Ok(ProvisionSettings {
+            kind,
+            snapshot: s.snapshot.clone(),
+            snapshot_base: s.snapshot_base.clone(),
+            snapshot_setup: setup,
+            volume: s.volume.clone(),
+            volume_path,
+            idle_pause: minutes(&field("idle_pause_minutes"), s.idle_pause_minutes, 30.0)?,
+            paused_ttl: minutes(&field("paused_ttl_minutes"), s.paused_ttl_minutes, 1440.0)?,
         })
     }
 }
@@ -1045,6 +1345,18 @@ fn remote_backing(
             )
         })?
         .clone();
+    if sandbox.provision.is_some() {
+        // The zone's provider is built before the registry that owns provisioned sandboxes'
+        // lifecycles; until it can ask the registry for a handle, such a zone is refused here
+        // rather than failing on every call.
+        return Err((
+            key("sandbox"),
+            format!(
+                "{name:?} is a sandbox sandfs makes itself (provider = {:?}); a zone can be served only from an attached one (provider = \"{PROVIDER_SANDBOX_AGENT}\") so far — mirror into it with `sandfs mirror push {name}`",
+                sandbox.provider
+            ),
+        ));
+    }
     let path = section.path.clone().unwrap_or_else(|| sandbox.root.clone());
     if !path.starts_with('/') || path.contains('\0') || path.split('/').any(|c| c == "..") {
         return Err((

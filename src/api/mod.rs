@@ -72,9 +72,13 @@ impl AppState {
         Ok(Arc::new(AppState {
             git: Arc::new(crate::git::Git::new(zones.clone(), &settings)),
             checkpoints,
-            sandboxes: Arc::new(crate::sandbox::Registry::new(zones.clone()).with_policy(
-                crate::sandbox::registry::AddPolicy::from_settings(&settings),
-            )),
+            sandboxes: Arc::new(
+                crate::sandbox::Registry::new(zones.clone())
+                    .with_policy(crate::sandbox::registry::AddPolicy::from_settings(
+                        &settings,
+                    ))
+                    .with_provision_dir(settings.state_dir.join("provision")),
+            ),
             zones,
             metrics: Metrics::new(),
             settings,

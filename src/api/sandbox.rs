@@ -1,4 +1,5 @@
-//! The sandbox routes: `/v1/sandboxes` (list, add, remove, check) and `/v1/mirror` (push, pull).
+//! The sandbox routes: `/v1/sandboxes` (list, add, remove, check; and for the sandboxes sandfs
+//! makes itself: create, pause, resume, destroy, snapshot) and `/v1/mirror` (push, pull).
 //!
 //! Handlers hand the work to the [`Registry`](crate::sandbox::Registry), which serialises runs
 //! per sandbox. Push and pull can stream their progress like the git routes: with
@@ -20,7 +21,9 @@ use super::AppState;
 use crate::core::ZoneId;
 use crate::sandbox::mirror::{MirrorProgress, ProgressFn};
 use crate::sandbox::registry::{AddRequest, MirrorRequest};
-use crate::sandbox::{Registry, SandboxError, SandboxInfo};
+use crate::sandbox::{
+    CreateRequest, DestroyRequest, Registry, SandboxError, SandboxInfo, SnapshotInfo,
+};
 
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
@@ -28,6 +31,11 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/v1/sandboxes/add", post(add))
         .route("/v1/sandboxes/remove", post(remove))
         .route("/v1/sandboxes/check", post(check))
+        .route("/v1/sandboxes/create", post(create))
+        .route("/v1/sandboxes/pause", post(pause))
+        .route("/v1/sandboxes/resume", post(resume))
+        .route("/v1/sandboxes/destroy", post(destroy))
+        .route("/v1/sandboxes/snapshot", post(snapshot))
         .route("/v1/mirror/push", post(push))
         .route("/v1/mirror/pull", post(pull))
 }
@@ -70,6 +78,41 @@ async fn check(
     JsonBody(r): JsonBody<NameReq>,
 ) -> Result<Json<SandboxInfo>, ApiError> {
     Ok(Json(app.sandboxes.check(&r.name).await?))
+}
+
+async fn create(
+    State(app): State<Arc<AppState>>,
+    JsonBody(r): JsonBody<CreateRequest>,
+) -> Result<Json<SandboxInfo>, ApiError> {
+    Ok(Json(app.sandboxes.create(&r).await?))
+}
+
+async fn pause(
+    State(app): State<Arc<AppState>>,
+    JsonBody(r): JsonBody<NameReq>,
+) -> Result<Json<SandboxInfo>, ApiError> {
+    Ok(Json(app.sandboxes.pause(&r.name).await?))
+}
+
+async fn resume(
+    State(app): State<Arc<AppState>>,
+    JsonBody(r): JsonBody<NameReq>,
+) -> Result<Json<SandboxInfo>, ApiError> {
+    Ok(Json(app.sandboxes.resume(&r.name).await?))
+}
+
+async fn destroy(
+    State(app): State<Arc<AppState>>,
+    JsonBody(r): JsonBody<DestroyRequest>,
+) -> Result<Json<SandboxInfo>, ApiError> {
+    Ok(Json(app.sandboxes.destroy(&r).await?))
+}
+
+async fn snapshot(
+    State(app): State<Arc<AppState>>,
+    JsonBody(r): JsonBody<NameReq>,
+) -> Result<Json<SnapshotInfo>, ApiError> {
+    Ok(Json(app.sandboxes.snapshot(&r.name).await?))
 }
 
 /// Runs a mirror operation, as one JSON answer or streamed as NDJSON when asked.

@@ -18,8 +18,22 @@ use crate::config::Settings;
 use crate::core::{system_clock, Zone, ZoneId, Zones};
 use crate::state::Db;
 
-/// How often idle sandboxes are looked for (and detached once past their idle TTL).
+/// How often idle sandboxes are looked for (and detached once past their idle TTL), unless a
+/// provisioned sandbox's idle pause or paused TTL asks for more often ([`cleanup_every`]).
 pub const SANDBOX_CLEANUP_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Returns how often the sandbox cleanup runs: every [`SANDBOX_CLEANUP_EVERY`], or a quarter of
+/// the shortest idle pause or paused TTL of a provisioned sandbox (at least every half second),
+/// so that a short one is kept to within a quarter of its length.
+pub fn cleanup_every(sandboxes: &[crate::config::SandboxSettings]) -> Duration {
+    sandboxes
+        .iter()
+        .filter_map(|s| s.provision.as_ref())
+        .flat_map(|p| [p.idle_pause, p.paused_ttl])
+        .filter(|d| !d.is_zero())
+        .map(|d| (d / 4).max(Duration::from_millis(500)))
+        .fold(SANDBOX_CLEANUP_EVERY, Duration::min)
+}
 
 /// How often the daemon collects garbage (old journal rows, discarded refs, temp files).
 pub const GC_EVERY: std::time::Duration = std::time::Duration::from_secs(60 * 60);
@@ -158,8 +172,11 @@ async fn catch_up_checkpoints(state: &Arc<AppState>) {
     }
 }
 
-/// Attaches the `warm` sandboxes, then detaches idle ones every [`SANDBOX_CLEANUP_EVERY`].
+/// Reconciles the provisioned sandboxes with their providers, attaches the `warm` sandboxes,
+/// then detaches idle ones, pauses idle provisioned ones and destroys those paused past their
+/// TTL, every [`cleanup_every`].
 async fn tend_sandboxes(state: Arc<AppState>, warm: Vec<String>) {
+    state.sandboxes.reconcile().await;
     for name in warm {
         let reg = state.sandboxes.clone();
         tokio::spawn(async move {
@@ -169,11 +186,12 @@ async fn tend_sandboxes(state: Arc<AppState>, warm: Vec<String>) {
             }
         });
     }
-    let mut every = tokio::time::interval(SANDBOX_CLEANUP_EVERY);
+    let mut every = tokio::time::interval(cleanup_every(&state.settings.sandboxes));
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         every.tick().await;
         state.sandboxes.cleanup();
+        state.sandboxes.tend_provisioned().await;
     }
 }
 

@@ -11,7 +11,9 @@
 //! `INTERNAL`.
 //!
 //! Pushing is a person's decision: the `git_push` tool exists only when the config says
-//! `[mcp] allow_push = true`; without it no tool reaches `/v1/git/push`.
+//! `[mcp] allow_push = true`; without it no tool reaches `/v1/git/push`. Likewise making and
+//! destroying sandboxes (`sandbox_create`, `sandbox_list`, `sandbox_destroy`) needs
+//! `[mcp] allow_sandboxes = true`.
 //!
 //! Owns the MCP tools and their descriptions. Reaches the daemon only through `client`; may
 //! import `core`'s types besides (`tests/rules` checks the imports).
@@ -28,6 +30,9 @@ use serde_json::{json, Value};
 use crate::client::encode;
 use crate::client::{Client, ClientError};
 pub use params::*;
+
+/// The tools offered only with `[mcp] allow_sandboxes = true`.
+pub const SANDBOX_TOOLS: [&str; 3] = ["sandbox_create", "sandbox_destroy", "sandbox_list"];
 
 /// Why the MCP server stopped serving.
 #[derive(Debug, thiserror::Error)]
@@ -113,9 +118,20 @@ fn read_answer(bytes: &[u8]) -> CallToolResult {
 impl Server {
     /// Returns the server for the daemon behind `client`; `allow_push` adds the `git_push` tool.
     pub fn new(client: Client, allow_push: bool) -> Server {
+        Server::with_switches(client, allow_push, false)
+    }
+
+    /// Returns the server for the daemon behind `client`; `allow_push` adds the `git_push`
+    /// tool, `allow_sandboxes` the sandbox lifecycle tools.
+    pub fn with_switches(client: Client, allow_push: bool, allow_sandboxes: bool) -> Server {
         let mut tool_router = Server::tool_router();
         if !allow_push {
             tool_router.remove_route("git_push");
+        }
+        if !allow_sandboxes {
+            for tool in SANDBOX_TOOLS {
+                tool_router.remove_route(tool);
+            }
         }
         Server {
             client,
@@ -375,6 +391,36 @@ impl Server {
     async fn mirror_pull(&self, Parameters(p): Parameters<MirrorPullParams>) -> ToolResult {
         Ok(self.post("/v1/mirror/pull", &p).await)
     }
+
+    /// List the sandboxes with their sessions. Offered only because the daemon's config sets
+    /// [mcp] allow_sandboxes = true. Returns {sandboxes: [{name, provider, status (creating,
+    /// active, resuming, paused, error, destroyed), provider_id, root, last_accessed_at,
+    /// paused_at, idle_pause_s, paused_ttl_s, last_error, ...}]}.
+    #[tool(annotations(read_only_hint = true))]
+    async fn sandbox_list(&self, Parameters(_p): Parameters<SandboxListParams>) -> ToolResult {
+        Ok(match self.client.get_raw("/v1/sandboxes").await {
+            Ok(bytes) => answer(&bytes),
+            Err(e) => failure(e),
+        })
+    }
+
+    /// Create a sandbox the daemon's config defines with provider local or daytona, now (it is
+    /// otherwise made on its first mirror_push). Offered only because the daemon's config sets
+    /// [mcp] allow_sandboxes = true. Returns the sandbox as sandbox_list shows it (status
+    /// active). Errors: CONFLICT (it already has a sandbox), INVALID_ARGUMENT (an attached
+    /// sandbox, or a bad snapshot or volume name), NOT_FOUND, SANDBOX_UNAVAILABLE.
+    #[tool(annotations(destructive_hint = false, open_world_hint = true))]
+    async fn sandbox_create(&self, Parameters(p): Parameters<SandboxCreateParams>) -> ToolResult {
+        Ok(self.post("/v1/sandboxes/create", &p).await)
+    }
+
+    /// Destroy a sandbox the daemon made (provider local or daytona); its files are lost unless
+    /// on a kept volume. Offered only because the daemon's config sets [mcp] allow_sandboxes =
+    /// true. Returns the sandbox (status destroyed); the next mirror_push makes a new one.
+    #[tool(annotations(destructive_hint = true, open_world_hint = true))]
+    async fn sandbox_destroy(&self, Parameters(p): Parameters<SandboxDestroyParams>) -> ToolResult {
+        Ok(self.post("/v1/sandboxes/destroy", &p).await)
+    }
 }
 
 #[tool_handler(router = self.tool_router)]
@@ -439,6 +485,16 @@ mod tests {
         with_push.push("git_push");
         with_push.sort();
         assert_eq!(names(true), with_push);
+    }
+
+    #[test]
+    fn sandbox_tools_are_offered_only_when_allowed() {
+        let mut all: Vec<String> =
+            Server::with_switches(Client::new("/nonexistent.sock"), false, true).tool_names();
+        all.sort();
+        let mut want: Vec<&str> = TOOLS.iter().chain(SANDBOX_TOOLS.iter()).copied().collect();
+        want.sort();
+        assert_eq!(all, want);
     }
 
     #[test]

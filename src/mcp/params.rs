@@ -351,3 +351,33 @@ pub struct RestoreParams {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub paths: Vec<String>,
 }
+
+/// `sandbox_list` (offered only with `[mcp] allow_sandboxes = true`).
+#[derive(Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxListParams {}
+
+/// `sandbox_create` (offered only with `[mcp] allow_sandboxes = true`).
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxCreateParams {
+    /// The sandbox's name, as configured in the daemon (provider local or daytona)
+    pub name: String,
+    /// A snapshot id to start from instead of the configured one
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
+    /// A volume (made when missing) instead of the configured one
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume: Option<String>,
+}
+
+/// `sandbox_destroy` (offered only with `[mcp] allow_sandboxes = true`).
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxDestroyParams {
+    /// The sandbox's name
+    pub name: String,
+    /// Keep the volume made for the sandbox (default false)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_volume: Option<bool>,
+}

@@ -5,12 +5,14 @@
 //! far only provider is [`agent::SandboxAgent`], for any sandbox running the open-source
 //! `sandbox-agent` server (with `--token` and `--no-telemetry`). [`mirror`] keeps a zone and a sandbox directory in step;
 //! [`registry`] names the sandboxes, keeps their sessions (in the state database) and
-//! serialises the runs against each.
+//! serialises the runs against each; for the sandboxes sandfs makes itself ([`provision`]) it
+//! also drives their lifecycle (create, pause, resume, destroy; `lifecycle`).
 //!
 //! May import `core`, `state` and `config`; never an adapter or `git` (`tests/rules` checks the
 //! imports).
 
 pub mod agent;
+mod lifecycle;
 pub mod mirror;
 pub mod provision;
 pub mod registry;
@@ -21,6 +23,7 @@ pub use crate::core::provider::{
     WalkEntry,
 };
 pub use agent::{ExtraHeader, SandboxAgent, SandboxAgentConfig, Token};
+pub use lifecycle::{CreateRequest, DestroyRequest, SnapshotInfo};
 pub use registry::{Registry, SandboxError, SandboxInfo};
 
 /// Builds the provider of a remote-backed zone (what the daemon hands to

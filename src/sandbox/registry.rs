@@ -77,6 +77,13 @@ pub enum SandboxError {
         name: String,
         source: Box<MirrorError>,
     },
+    #[error("sandbox {name:?}: {source}")]
+    Provision {
+        name: String,
+        source: Box<super::provision::ProvisionError>,
+    },
+    #[error("sandbox {name:?} {rule}")]
+    Lifecycle { name: String, rule: String },
     #[error(transparent)]
     State(#[from] StateError),
 }
@@ -99,6 +106,17 @@ impl SandboxError {
                 MirrorError::Remote(e) => e.code(),
                 MirrorError::Local { .. } | MirrorError::State(_) => ErrorCode::Internal,
             },
+            SandboxError::Provision { source, .. } => {
+                use super::provision::ProvisionError as P;
+                match source.as_ref() {
+                    P::Missing { .. } => ErrorCode::NotFound,
+                    P::Down { .. } => ErrorCode::SandboxUnavailable,
+                    P::Auth { .. } => ErrorCode::AuthFailed,
+                    P::Invalid { .. } => ErrorCode::InvalidArgument,
+                    P::Fatal { .. } => ErrorCode::Internal,
+                }
+            }
+            SandboxError::Lifecycle { .. } => ErrorCode::Conflict,
             SandboxError::State(_) => ErrorCode::Internal,
         }
     }
@@ -197,6 +215,24 @@ pub struct SandboxInfo {
     pub last_error: Option<String>,
     /// Whether a connection is held now.
     pub attached: bool,
+    /// Provisioned (`local`, `daytona`): the provider's id of the sandbox it runs now.
+    #[serde(default)]
+    pub provider_id: Option<String>,
+    /// Provisioned: the volume it was made with.
+    #[serde(default)]
+    pub volume: Option<String>,
+    /// Provisioned: the snapshot it was made from.
+    #[serde(default)]
+    pub snapshot: Option<String>,
+    /// Provisioned: when it was paused.
+    #[serde(default)]
+    pub paused_at: Option<i64>,
+    /// Provisioned: seconds without use before it is paused (0: never).
+    #[serde(default)]
+    pub idle_pause_s: u64,
+    /// Provisioned: seconds a paused sandbox is kept before it is destroyed (0: forever).
+    #[serde(default)]
+    pub paused_ttl_s: u64,
 }
 
 /// A mirror run to do.
@@ -222,30 +258,39 @@ pub struct MirrorRequest {
 }
 
 /// One sandbox's lock and attached provider.
-struct Session {
-    attached: tokio::sync::Mutex<Option<Attached>>,
+pub(super) struct Session {
+    pub(super) attached: tokio::sync::Mutex<Option<Attached>>,
 }
 
-struct Attached {
-    remote: Arc<SandboxAgent>,
-    /// The definition it was built from; a changed one is reconnected.
-    url: String,
-    token_env: Option<String>,
-    request_timeout_s: u64,
+pub(super) struct Attached {
+    pub(super) remote: Arc<SandboxAgent>,
+    /// The definition it was built from; a changed one is reconnected. For a provisioned
+    /// sandbox, the URL its provider handed out.
+    pub(super) url: String,
+    pub(super) token_env: Option<String>,
+    pub(super) request_timeout_s: u64,
 }
 
 /// The named sandboxes and their sessions.
 pub struct Registry {
-    zones: Arc<Zones>,
-    sessions: Mutex<HashMap<String, Arc<Session>>>,
+    pub(super) zones: Arc<Zones>,
+    pub(super) sessions: Mutex<HashMap<String, Arc<Session>>>,
     policy: AddPolicy,
+    /// What makes the provisioned sandboxes (see `lifecycle`).
+    pub(super) provisioned: super::lifecycle::Provisioned,
 }
 
-fn info(r: SandboxRow, attached: bool) -> SandboxInfo {
+fn info(r: SandboxRow, attached: Option<String>) -> SandboxInfo {
+    let provisioned = r.provider != PROVIDER_SANDBOX_AGENT;
     SandboxInfo {
         name: r.name,
         provider: r.provider,
-        url: r.url,
+        // A provisioned sandbox's URL is the one its provider handed out, while attached.
+        url: if provisioned {
+            attached.clone().unwrap_or_default()
+        } else {
+            r.url
+        },
         token_env: r.token_env,
         root: r.root,
         mode: r.mode,
@@ -255,7 +300,13 @@ fn info(r: SandboxRow, attached: bool) -> SandboxInfo {
         last_accessed_at: r.last_accessed_at,
         resume_fail_count: r.resume_fail_count,
         last_error: r.last_error,
-        attached,
+        attached: attached.is_some(),
+        provider_id: r.provider_id,
+        volume: r.volume,
+        snapshot: r.snapshot,
+        paused_at: r.paused_at,
+        idle_pause_s: if provisioned { r.idle_ttl_s } else { 0 },
+        paused_ttl_s: r.paused_ttl_s,
     }
 }
 
@@ -277,6 +328,11 @@ fn row_of(s: &SandboxSettings, origin: &str, now_ms: i64) -> SandboxRow {
         last_accessed_at: None,
         resume_fail_count: 0,
         last_error: None,
+        provider_id: None,
+        volume: None,
+        snapshot: None,
+        paused_at: None,
+        paused_ttl_s: s.provision.as_ref().map_or(0, |p| p.paused_ttl.as_secs()),
     }
 }
 
@@ -288,7 +344,15 @@ impl Registry {
             zones,
             sessions: Mutex::new(HashMap::new()),
             policy: AddPolicy::default(),
+            provisioned: Default::default(),
         }
+    }
+
+    /// Sets the directory provisioned sandboxes keep their provider state in
+    /// (`<state_dir>/provision`).
+    pub fn with_provision_dir(mut self, dir: std::path::PathBuf) -> Registry {
+        self.provisioned.dir = Some(dir);
+        self
     }
 
     /// Sets what sandboxes added at run time may name.
@@ -297,7 +361,7 @@ impl Registry {
         self
     }
 
-    fn now(&self) -> i64 {
+    pub(super) fn now(&self) -> i64 {
         self.zones.now_ms()
     }
 
@@ -309,13 +373,16 @@ impl Registry {
         for s in sandboxes {
             db.put_sandbox(&row_of(s, ORIGIN_CONFIG, now))?;
         }
+        self.provisioned.set_settings(sandboxes);
         let names: Vec<&str> = sandboxes.iter().map(|s| s.name.as_str()).collect();
         for gone in db.drop_config_sandboxes_except(&names)? {
             tracing::info!(sandbox = %gone, "sandbox no longer in the config file: forgotten");
         }
         // A new daemon holds no connection: sessions left attached by the last one are paused.
+        // A provisioned sandbox may still run: `reconcile` asks its provider.
         for r in db.sandboxes()? {
-            if r.status == ACTIVE || r.status == RESUMING {
+            if r.provider == PROVIDER_SANDBOX_AGENT && (r.status == ACTIVE || r.status == RESUMING)
+            {
                 db.set_sandbox_status(&r.name, PAUSED, None, None, None)?;
             }
         }
@@ -326,7 +393,7 @@ impl Registry {
             .collect())
     }
 
-    fn session(&self, name: &str) -> Arc<Session> {
+    pub(super) fn session(&self, name: &str) -> Arc<Session> {
         let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
         sessions
             .entry(name.to_string())
@@ -338,7 +405,7 @@ impl Registry {
             .clone()
     }
 
-    fn row(&self, name: &str) -> Result<SandboxRow, SandboxError> {
+    pub(super) fn row(&self, name: &str) -> Result<SandboxRow, SandboxError> {
         self.zones
             .db()
             .sandbox(name)?
@@ -347,13 +414,16 @@ impl Registry {
             })
     }
 
-    fn is_attached(&self, name: &str) -> bool {
+    /// Returns the URL of the attached connection of `name`, if one is held.
+    fn attached_url(&self, name: &str) -> Option<String> {
         let sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
-        sessions
-            .get(name)
-            .and_then(|s| s.attached.try_lock().ok().map(|a| a.is_some()))
-            // Locked: a run holds it, so it is attached.
-            .unwrap_or_else(|| sessions.contains_key(name))
+        let session = sessions.get(name)?;
+        let url = match session.attached.try_lock() {
+            Ok(a) => a.as_ref().map(|a| a.url.clone()),
+            // Locked: a run holds it, so it is attached (its URL is not read while it runs).
+            Err(_) => Some(String::new()),
+        };
+        url
     }
 
     /// Returns every sandbox with its session.
@@ -364,7 +434,7 @@ impl Registry {
             .sandboxes()?
             .into_iter()
             .map(|r| {
-                let attached = self.is_attached(&r.name);
+                let attached = self.attached_url(&r.name);
                 info(r, attached)
             })
             .collect())
@@ -373,7 +443,7 @@ impl Registry {
     /// Returns one sandbox with its session.
     pub fn get(&self, name: &str) -> Result<SandboxInfo, SandboxError> {
         let r = self.row(name)?;
-        let attached = self.is_attached(name);
+        let attached = self.attached_url(name);
         Ok(info(r, attached))
     }
 
@@ -391,7 +461,7 @@ impl Registry {
         };
         let section = SandboxSection {
             provider: req.provider.clone(),
-            url: req.url.clone(),
+            url: Some(req.url.clone()),
             token_env: req.token_env.clone(),
             root: req.root.clone(),
             mode,
@@ -399,6 +469,7 @@ impl Registry {
             retries: req.retries,
             retry_backoff_ms: req.retry_backoff_ms,
             request_timeout_secs: req.request_timeout_secs,
+            ..SandboxSection::default()
         };
         let settings =
             SandboxSettings::validate(&req.name, &section, "").map_err(|(key, rule)| {
@@ -445,7 +516,7 @@ impl Registry {
             .unwrap_or_else(|p| p.into_inner())
             .remove(name);
         tracing::info!(sandbox = %name, "sandbox removed");
-        Ok(info(r, false))
+        Ok(info(r, None))
     }
 
     /// Health-checks a sandbox now (attaching it), and returns its session.
@@ -459,12 +530,15 @@ impl Registry {
 
     /// Attaches `name` (under its lock): builds the provider when needed and health-checks it,
     /// with the recovery the module documents.
-    async fn attach(
+    pub(super) async fn attach(
         &self,
         name: &str,
         attached: &mut Option<Attached>,
     ) -> Result<(Arc<SandboxAgent>, SandboxRow), SandboxError> {
         let def = self.row(name)?;
+        if def.provider != PROVIDER_SANDBOX_AGENT {
+            return self.attach_provisioned(name, attached, def).await;
+        }
         let db = self.zones.db();
         let same = attached.as_ref().is_some_and(|a| {
             a.url == def.url
@@ -571,7 +645,7 @@ impl Registry {
     }
 
     /// Records a failed attach or run.
-    fn fail(&self, name: &str, status: &str, reason: &str, def: &SandboxRow) {
+    pub(super) fn fail(&self, name: &str, status: &str, reason: &str, def: &SandboxRow) {
         tracing::warn!(sandbox = %name, url = %def.url, status, "{reason}");
         if let Err(e) =
             self.zones
@@ -795,6 +869,10 @@ impl Registry {
                 *attached = None;
                 continue;
             };
+            if row.provider != PROVIDER_SANDBOX_AGENT {
+                // Paused for real by `tend_provisioned`, which also stops its provider's sandbox.
+                continue;
+            }
             let idle_ms = now - row.last_accessed_at.unwrap_or(row.created_at);
             if row.idle_ttl_s > 0 && idle_ms >= (row.idle_ttl_s as i64) * 1000 {
                 *attached = None;

@@ -79,6 +79,20 @@ impl Db {
         )?)
     }
 
+    /// Forgets every manifest of the mirrors into `sandbox` (a new sandbox holds none of what
+    /// was pushed to the one before); returns how many mirrors were forgotten.
+    pub fn forget_mirrors_of(&self, sandbox: &str) -> Result<usize, StateError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        tx.execute(
+            "DELETE FROM mirror_entries WHERE mirror_id IN (SELECT id FROM mirrors WHERE sandbox = ?1)",
+            [sandbox],
+        )?;
+        let n = tx.execute("DELETE FROM mirrors WHERE sandbox = ?1", [sandbox])?;
+        tx.commit()?;
+        Ok(n)
+    }
+
     /// Returns the mirror's id when it exists.
     pub fn find_mirror(
         &self,

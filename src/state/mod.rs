@@ -74,6 +74,8 @@ const MIGRATIONS: &[&str] = &[
     checkpoint::MIGRATION,
     // 7: checkpoints of a directory in a zone; restores, so that one a crash cut short is found.
     checkpoint::MIGRATION_RESTORES,
+    // 8: provisioned sandboxes: what their provider calls them, their volume and snapshot.
+    sandbox::MIGRATION_PROVISION,
 ];
 
 /// The state database.

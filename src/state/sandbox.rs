@@ -4,8 +4,12 @@
 //! environment variable — never a token —, remote root, mode, timings), where the definition
 //! came from (`config`: merged in from the config file at start; `added`: `sandfs sandbox add`)
 //! and the session: `status` (`creating, active, resuming, paused, error, destroyed`),
-//! `last_accessed_at`, `resume_fail_count` and `last_error`. Times come from the caller's
-//! clock; nothing in here reads "now".
+//! `last_accessed_at`, `resume_fail_count` and `last_error`. A sandbox sandfs makes itself
+//! (provider `local` or `daytona`) also keeps what its provider calls it (`provider_id`), the
+//! volume and snapshot it was made with, when it was paused (`paused_at`) and how long a paused
+//! one is kept (`paused_ttl_s`) — never its token, which lives in the daemon's memory only (a
+//! restarted daemon gets a fresh one by resuming). Times come from the caller's clock; nothing
+//! in here reads "now".
 
 use rusqlite::{params, OptionalExtension};
 
@@ -31,6 +35,13 @@ pub(super) const MIGRATION: &str = "CREATE TABLE sandboxes (
         last_error TEXT
     );";
 
+/// The columns of provisioned sandboxes (appended to the migrations in `state::MIGRATIONS`).
+pub(super) const MIGRATION_PROVISION: &str = "ALTER TABLE sandboxes ADD COLUMN provider_id TEXT;
+    ALTER TABLE sandboxes ADD COLUMN volume TEXT;
+    ALTER TABLE sandboxes ADD COLUMN snapshot TEXT;
+    ALTER TABLE sandboxes ADD COLUMN paused_at INTEGER;
+    ALTER TABLE sandboxes ADD COLUMN paused_ttl_s INTEGER NOT NULL DEFAULT 0;";
+
 /// One sandbox: its definition and its session.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SandboxRow {
@@ -54,11 +65,22 @@ pub struct SandboxRow {
     pub last_accessed_at: Option<i64>,
     pub resume_fail_count: u32,
     pub last_error: Option<String>,
+    /// Provisioned: the provider's id of the sandbox it runs now (none before the first create
+    /// and after a destroy).
+    pub provider_id: Option<String>,
+    /// Provisioned: the volume id it was made with.
+    pub volume: Option<String>,
+    /// Provisioned: the snapshot id it was made from.
+    pub snapshot: Option<String>,
+    /// Provisioned: when it was last paused (cleared when it runs again).
+    pub paused_at: Option<i64>,
+    /// Provisioned: seconds a paused sandbox is kept before it is destroyed (0: forever).
+    pub paused_ttl_s: u64,
 }
 
 const COLUMNS: &str = "name, provider, url, token_env, root, mode, idle_ttl_s, retries, \
     retry_backoff_ms, request_timeout_s, origin, status, created_at, last_accessed_at, \
-    resume_fail_count, last_error";
+    resume_fail_count, last_error, provider_id, volume, snapshot, paused_at, paused_ttl_s";
 
 fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SandboxRow> {
     Ok(SandboxRow {
@@ -78,26 +100,35 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SandboxRow> {
         last_accessed_at: r.get(13)?,
         resume_fail_count: r.get::<_, i64>(14)? as u32,
         last_error: r.get(15)?,
+        provider_id: r.get(16)?,
+        volume: r.get(17)?,
+        snapshot: r.get(18)?,
+        paused_at: r.get(19)?,
+        paused_ttl_s: r.get::<_, i64>(20)? as u64,
     })
 }
 
 impl Db {
     /// Inserts or replaces the definition of `def.name` (origin included), keeping the session
-    /// of an existing row (a changed URL or token variable resets it to `creating`, with no error).
+    /// of an existing row (a changed URL, token variable or provider resets it to `creating`,
+    /// with no error; what a provisioned sandbox runs on stays, for the start-up reconcile).
     pub fn put_sandbox(&self, def: &SandboxRow) -> Result<(), StateError> {
         let conn = self.lock();
         conn.execute(
             "INSERT INTO sandboxes (name, provider, url, token_env, root, mode, idle_ttl_s, retries,
                 retry_backoff_ms, request_timeout_s, origin, status, created_at, last_accessed_at,
-                resume_fail_count, last_error)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
+                resume_fail_count, last_error, provider_id, volume, snapshot, paused_at,
+                paused_ttl_s)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
+                ?18, ?19, ?20, ?21)
              ON CONFLICT(name) DO UPDATE SET
                 status = CASE WHEN url IS excluded.url AND token_env IS excluded.token_env
-                    THEN status ELSE excluded.status END,
+                    AND provider IS excluded.provider THEN status ELSE excluded.status END,
                 resume_fail_count = CASE WHEN url IS excluded.url AND token_env IS excluded.token_env
-                    THEN resume_fail_count ELSE 0 END,
+                    AND provider IS excluded.provider THEN resume_fail_count ELSE 0 END,
                 last_error = CASE WHEN url IS excluded.url AND token_env IS excluded.token_env
-                    THEN last_error ELSE NULL END,
+                    AND provider IS excluded.provider THEN last_error ELSE NULL END,
+                paused_ttl_s = excluded.paused_ttl_s,
                 provider = excluded.provider, url = excluded.url, token_env = excluded.token_env,
                 root = excluded.root, mode = excluded.mode, idle_ttl_s = excluded.idle_ttl_s,
                 retries = excluded.retries, retry_backoff_ms = excluded.retry_backoff_ms,
@@ -119,6 +150,11 @@ impl Db {
                 def.last_accessed_at,
                 def.resume_fail_count as i64,
                 def.last_error,
+                def.provider_id,
+                def.volume,
+                def.snapshot,
+                def.paused_at,
+                def.paused_ttl_s as i64,
             ],
         )?;
         Ok(())
@@ -169,6 +205,32 @@ impl Db {
         Ok(())
     }
 
+    /// Records what a provisioned sandbox runs on (all `None` after a destroy).
+    pub fn set_sandbox_provision(
+        &self,
+        name: &str,
+        provider_id: Option<&str>,
+        volume: Option<&str>,
+        snapshot: Option<&str>,
+    ) -> Result<(), StateError> {
+        let conn = self.lock();
+        conn.execute(
+            "UPDATE sandboxes SET provider_id = ?2, volume = ?3, snapshot = ?4 WHERE name = ?1",
+            params![name, provider_id, volume, snapshot],
+        )?;
+        Ok(())
+    }
+
+    /// Records when a provisioned sandbox was paused (`None`: it runs, or is gone).
+    pub fn set_sandbox_paused_at(&self, name: &str, at_ms: Option<i64>) -> Result<(), StateError> {
+        let conn = self.lock();
+        conn.execute(
+            "UPDATE sandboxes SET paused_at = ?2 WHERE name = ?1",
+            params![name, at_ms],
+        )?;
+        Ok(())
+    }
+
     /// Removes the sandbox `name`; false when there was none. Its mirrors' manifests stay.
     pub fn remove_sandbox(&self, name: &str) -> Result<bool, StateError> {
         let conn = self.lock();
@@ -212,6 +274,11 @@ mod tests {
             last_accessed_at: None,
             resume_fail_count: 0,
             last_error: None,
+            provider_id: None,
+            volume: None,
+            snapshot: None,
+            paused_at: None,
+            paused_ttl_s: 0,
         }
     }
 

@@ -49,6 +49,11 @@ const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/sandboxes/add"),
     ("post", "/v1/sandboxes/remove"),
     ("post", "/v1/sandboxes/check"),
+    ("post", "/v1/sandboxes/create"),
+    ("post", "/v1/sandboxes/pause"),
+    ("post", "/v1/sandboxes/resume"),
+    ("post", "/v1/sandboxes/destroy"),
+    ("post", "/v1/sandboxes/snapshot"),
     ("post", "/v1/mirror/push"),
     ("post", "/v1/mirror/pull"),
 ];

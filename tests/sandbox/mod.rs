@@ -7,6 +7,7 @@ mod daemon;
 mod daytona;
 mod local;
 mod mirror;
+mod provisioned;
 mod zone;
 
 use std::os::unix::ffi::OsStrExt as _;

@@ -66,7 +66,7 @@ pub fn require_loopback_only() {
 
 /// Returns the sandbox-agent binary: `$SANDBOX_AGENT_BIN`, else the one on `PATH`, else the
 /// places `.ci/install-deps test` installs it; checked to be version 0.4.2.
-fn agent_binary() -> PathBuf {
+pub fn agent_binary() -> PathBuf {
     let mut candidates: Vec<PathBuf> = Vec::new();
     if let Some(bin) = std::env::var_os("SANDBOX_AGENT_BIN") {
         candidates.push(bin.into());

@@ -1,7 +1,7 @@
 //! `sandfs mcp`: the MCP server on stdin/stdout, for agents that cannot use the mount.
 //!
 //! The subcommand only wires the config to [`crate::mcp`]: the socket (from `--socket`, else the
-//! config) and `[mcp] allow_push`. stdout belongs to the protocol, so every message of this
+//! config), `[mcp] allow_push` and `[mcp] allow_sandboxes`. stdout belongs to the protocol, so every message of this
 //! command goes to stderr.
 
 use std::path::{Path, PathBuf};
@@ -15,7 +15,8 @@ use crate::mcp::Server;
 ///
 /// Tools: read, write, edit, ls, glob, grep, stat, rm, mv, git_status, git_stage, staged_list,
 /// staged_show, mirror_push, mirror_pull; git_push only with `[mcp] allow_push = true` in the
-/// config. Each calls the running daemon (`sandfs serve`) through its socket.
+/// config; sandbox_create, sandbox_list, sandbox_destroy only with `[mcp] allow_sandboxes =
+/// true`. Each calls the running daemon (`sandfs serve`) through its socket.
 #[derive(Debug, clap::Args)]
 pub struct Args {}
 
@@ -28,7 +29,11 @@ pub fn run(config: Option<&Path>, socket: Option<PathBuf>, _args: &Args) -> Exit
         }
     };
     let client = Client::new(socket.unwrap_or(settings.socket));
-    let server = Server::new(client, settings.mcp.allow_push);
+    let server = Server::with_switches(
+        client,
+        settings.mcp.allow_push,
+        settings.mcp.allow_sandboxes,
+    );
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

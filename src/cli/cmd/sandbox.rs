@@ -1,4 +1,5 @@
-//! `sandfs sandbox`: name the remote sandboxes the daemon mirrors to, and see their sessions.
+//! `sandfs sandbox`: name the remote sandboxes the daemon mirrors to, see their sessions, and
+//! drive the lifecycle of those sandfs makes itself (`provider = "local"` or `"daytona"`).
 
 use serde_json::{json, Value};
 
@@ -6,8 +7,21 @@ use crate::cli::output::{decode, print_json, time};
 use crate::cli::{ClientError, Ctx, Outcome};
 use crate::sandbox::SandboxInfo;
 
-/// Add, list, check and remove remote sandboxes (sessions are kept by the daemon)
+/// Add, list, check and remove remote sandboxes; create, pause, resume and destroy the ones sandfs makes
+///
+/// Two kinds of sandbox: an attached one (provider = "sandbox-agent": a URL and token of a server
+/// someone else started; `add`, `remove`) and a provisioned one (provider = "local" or "daytona"
+/// in the config file's [sandboxes.NAME]: sandfs makes it on first use, pauses it when idle and
+/// destroys it after its paused TTL; `create`, `pause`, `resume`, `destroy`, `snapshot`).
+/// `sandfs mirror push NAME` works on both.
 #[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:
+  sandfs sandbox list
+  sandfs sandbox create dev              # make [sandboxes.dev] now instead of on first use
+  sandfs sandbox pause dev               # freeze it; its files stay
+  sandfs sandbox resume dev
+  sandfs sandbox destroy dev --keep-volume
+  sandfs sandbox add ci --url http://127.0.0.1:2468 --token-env CI_TOKEN")]
 pub struct Args {
     #[command(subcommand)]
     pub command: SandboxCommand,
@@ -55,6 +69,52 @@ pub enum SandboxCommand {
         /// The sandbox's name
         name: String,
     },
+    /// Create a provisioned sandbox now (it is otherwise made on its first use)
+    ///
+    /// NAME must be defined in the config file with provider = "local" or "daytona". Fails
+    /// when it already has a sandbox (resume or destroy that one); a failed create leaves
+    /// nothing behind and the status `error` with the reason.
+    Create {
+        /// The sandbox's name, as in [sandboxes.NAME]
+        name: String,
+        /// The provider; must match the config's (a check, not a choice)
+        #[arg(long, value_parser = ["local", "daytona"])]
+        provider: Option<String>,
+        /// Start from this snapshot id instead of the config's (see `sandbox snapshot`)
+        #[arg(long, value_name = "ID")]
+        snapshot: Option<String>,
+        /// Attach this volume (made when missing) instead of the config's
+        #[arg(long, value_name = "NAME")]
+        volume: Option<String>,
+    },
+    /// Pause a provisioned sandbox: its processes are frozen, its files kept
+    ///
+    /// The next use (mirror, check, resume) resumes it. The cleanup loop also pauses a sandbox
+    /// unused for its idle_pause_minutes, and destroys one paused for its paused_ttl_minutes.
+    Pause {
+        /// The sandbox's name
+        name: String,
+    },
+    /// Resume a paused provisioned sandbox (or create it, when it has none) and health-check it
+    Resume {
+        /// The sandbox's name
+        name: String,
+    },
+    /// Destroy a provisioned sandbox; its session stays (`destroyed`) and the next use makes a new one
+    Destroy {
+        /// The sandbox's name
+        name: String,
+        /// Keep the sandbox's volume (one named in the config is always kept)
+        #[arg(long)]
+        keep_volume: bool,
+    },
+    /// Build (or find) the snapshot of a provisioned sandbox's snapshot_base and snapshot_setup
+    ///
+    /// An unchanged base and setup give the same snapshot id, so it is built once.
+    Snapshot {
+        /// The sandbox's name
+        name: String,
+    },
 }
 
 /// Prints one sandbox for people.
@@ -63,11 +123,18 @@ fn show(s: &SandboxInfo) {
         .last_accessed_at
         .map(time)
         .unwrap_or_else(|| "never".into());
+    let place = match &s.provider_id {
+        Some(id) => format!("{} {id}", s.provider),
+        None if s.provider != crate::config::PROVIDER_SANDBOX_AGENT => {
+            format!("{} (none yet)", s.provider)
+        }
+        None => s.url.clone(),
+    };
     println!(
         "{:<16} {:<10} {}  root {}  ({}, {}{})  last used {}",
         s.name,
         s.status,
-        s.url,
+        place,
         s.root,
         s.mode,
         s.origin,
@@ -111,6 +178,40 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
         }
         SandboxCommand::Check { name } => {
             one(ctx, "/v1/sandboxes/check", json!({ "name": name })).await
+        }
+        SandboxCommand::Create {
+            name,
+            provider,
+            snapshot,
+            volume,
+        } => {
+            let body = json!({
+                "name": name, "provider": provider, "snapshot": snapshot, "volume": volume,
+            });
+            one(ctx, "/v1/sandboxes/create", body).await
+        }
+        SandboxCommand::Pause { name } => {
+            one(ctx, "/v1/sandboxes/pause", json!({ "name": name })).await
+        }
+        SandboxCommand::Resume { name } => {
+            one(ctx, "/v1/sandboxes/resume", json!({ "name": name })).await
+        }
+        SandboxCommand::Destroy { name, keep_volume } => {
+            let body = json!({ "name": name, "keep_volume": keep_volume });
+            one(ctx, "/v1/sandboxes/destroy", body).await
+        }
+        SandboxCommand::Snapshot { name } => {
+            let raw = ctx
+                .client
+                .post_raw("/v1/sandboxes/snapshot", &json!({ "name": name }))
+                .await?;
+            if ctx.json {
+                print_json(&raw);
+            } else {
+                let s: crate::sandbox::SnapshotInfo = decode(&raw)?;
+                println!("{}: snapshot {} ({})", s.name, s.snapshot, s.provider);
+            }
+            Ok(Outcome::Ok)
         }
         SandboxCommand::Remove { name } => {
             let raw = ctx
