@@ -1345,18 +1345,6 @@ fn remote_backing(
             )
         })?
         .clone();
-    if sandbox.provision.is_some() {
-        // The zone's provider is built before the registry that owns provisioned sandboxes'
-        // lifecycles; until it can ask the registry for a handle, such a zone is refused here
-        // rather than failing on every call.
-        return Err((
-            key("sandbox"),
-            format!(
-                "{name:?} is a sandbox sandfs makes itself (provider = {:?}); a zone can be served only from an attached one (provider = \"{PROVIDER_SANDBOX_AGENT}\") so far — mirror into it with `sandfs mirror push {name}`",
-                sandbox.provider
-            ),
-        ));
-    }
     let path = section.path.clone().unwrap_or_else(|| sandbox.root.clone());
     if !path.starts_with('/') || path.contains('\0') || path.split('/').any(|c| c == "..") {
         return Err((
