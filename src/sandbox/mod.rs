@@ -39,7 +39,11 @@ pub fn zone_provider(
 ) -> Result<std::sync::Arc<dyn RemoteFs>, String> {
     let s = &b.sandbox;
     if s.provision.is_some() {
-        return Ok(std::sync::Arc::new(ProvisionedZone::new(s, &b.path, slot.clone())));
+        return Ok(std::sync::Arc::new(ProvisionedZone::new(
+            s,
+            &b.path,
+            slot.clone(),
+        )));
     }
     let mut config = SandboxAgentConfig::new(s.url.clone());
     config.token_env = s.token_env.clone();

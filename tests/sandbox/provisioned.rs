@@ -414,6 +414,31 @@ fn a_failed_create_names_the_key_and_leaves_nothing_behind() {
 }
 
 #[test]
+fn a_zone_on_a_provisioned_sandbox_makes_nothing_before_its_first_use() {
+    let d = daemon(&format!(
+        "[zones.workspace]\nsandbox = \"dev\"\n{}",
+        local("dev", "")
+    ));
+    let sbx = Sandboxes::of(&d);
+    assert!(sbx.ids().is_empty(), "made at start: {:?}", sbx.ids());
+    assert!(listed(&d, "dev")["provider_id"].is_null());
+    d.ok(
+        "/v1/fs/write",
+        json!({"path": "/workspace/sub/a.txt", "content": "a\n"}),
+    );
+    let dev = listed(&d, "dev");
+    assert_eq!(dev["status"], "active", "{dev}");
+    let id = dev["provider_id"].as_str().unwrap().to_string();
+    assert_eq!(sbx.ids(), [id.clone()]);
+    assert_eq!(read_inside(&sbx, &id, "/workspace/sub/a.txt"), b"a\n");
+    // The zone is served from the sandbox: a mirror of it is refused, naming why.
+    let (code, msg) = d
+        .call("/v1/mirror/push", json!({"sandbox": "dev"}))
+        .unwrap_err();
+    assert_eq!(code, ErrorCode::ZoneUnavailable, "{msg}");
+}
+
+#[test]
 fn a_zone_served_from_a_provisioned_sandbox_makes_it_on_first_use_and_resumes_it() {
     require_loopback_only();
     let d = Daemon::options()
@@ -426,11 +451,8 @@ fn a_zone_served_from_a_provisioned_sandbox_makes_it_on_first_use_and_resumes_it
         .append_log()
         .start();
     let sbx = Sandboxes::of(&d);
-    // Nothing is made before the zone's first use.
-    assert!(sbx.ids().is_empty(), "made at start: {:?}", sbx.ids());
-    assert!(listed(&d, "dev")["provider_id"].is_null());
-
-    // A write through the API makes the sandbox, and the file is in it.
+    // The mount's first look at /workspace (the harness waits for it) made the sandbox, once.
+    // A write through the API goes into it.
     d.ok(
         "/v1/fs/write",
         json!({"path": "/workspace/hello.txt", "content": "hello\n"}),
@@ -482,6 +504,9 @@ fn a_zone_served_from_a_provisioned_sandbox_makes_it_on_first_use_and_resumes_it
     assert_eq!(dev["status"], "active", "{dev}");
     assert_eq!(dev["provider_id"].as_str(), Some(id.as_str()), "{dev}");
     let log = d.log_text();
-    assert!(log.contains("sandbox paused") && log.contains("idle"), "{log}");
+    assert!(
+        log.contains("sandbox paused") && log.contains("idle"),
+        "{log}"
+    );
     assert!(log.contains("sandbox resumed"), "{log}");
 }
