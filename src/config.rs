@@ -1692,6 +1692,14 @@ mod tests {
         ))
         .unwrap();
         assert!(matches!(&s.zones[1].backing, Backing::Remote(r) if r.path == "/srv"));
+        // A sandbox sandfs makes itself serves a zone too (made on the zone's first use).
+        let s =
+            load("[zones.workspace]\nsandbox = \"box\"\n[sandboxes.box]\nprovider = \"local\"\n")
+                .unwrap();
+        assert!(matches!(
+            &s.zones[1].backing,
+            Backing::Remote(r) if r.sandbox.provision.is_some() && r.path == DEFAULT_SANDBOX_ROOT
+        ));
         for (text, key, says) in [
             (
                 "[zones.workspace]\nsandbox = \"prod\"\n",

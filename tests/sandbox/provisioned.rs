@@ -429,7 +429,7 @@ fn a_zone_on_a_provisioned_sandbox_makes_nothing_before_its_first_use() {
     let dev = listed(&d, "dev");
     assert_eq!(dev["status"], "active", "{dev}");
     let id = dev["provider_id"].as_str().unwrap().to_string();
-    assert_eq!(sbx.ids(), [id.clone()]);
+    assert_eq!(sbx.ids(), std::slice::from_ref(&id));
     assert_eq!(read_inside(&sbx, &id, "/workspace/sub/a.txt"), b"a\n");
     // The zone is served from the sandbox: a mirror of it is refused, naming why.
     let (code, msg) = d
@@ -460,7 +460,7 @@ fn a_zone_served_from_a_provisioned_sandbox_makes_it_on_first_use_and_resumes_it
     let dev = listed(&d, "dev");
     assert_eq!(dev["status"], "active", "{dev}");
     let id = dev["provider_id"].as_str().unwrap().to_string();
-    assert_eq!(sbx.ids(), [id.clone()]);
+    assert_eq!(sbx.ids(), std::slice::from_ref(&id));
     assert_eq!(read_inside(&sbx, &id, "/workspace/hello.txt"), b"hello\n");
     // The mount reads it back and writes into the same sandbox.
     let ws = d.ws();
