@@ -1345,18 +1345,6 @@ fn remote_backing(
             )
         })?
         .clone();
-    if sandbox.provision.is_some() {
-        // The zone's provider is built before the registry that owns provisioned sandboxes'
-        // lifecycles; until it can ask the registry for a handle, such a zone is refused here
-        // rather than failing on every call.
-        return Err((
-            key("sandbox"),
-            format!(
-                "{name:?} is a sandbox sandfs makes itself (provider = {:?}); a zone can be served only from an attached one (provider = \"{PROVIDER_SANDBOX_AGENT}\") so far — mirror into it with `sandfs mirror push {name}`",
-                sandbox.provider
-            ),
-        ));
-    }
     let path = section.path.clone().unwrap_or_else(|| sandbox.root.clone());
     if !path.starts_with('/') || path.contains('\0') || path.split('/').any(|c| c == "..") {
         return Err((
@@ -1704,6 +1692,14 @@ mod tests {
         ))
         .unwrap();
         assert!(matches!(&s.zones[1].backing, Backing::Remote(r) if r.path == "/srv"));
+        // A sandbox sandfs makes itself serves a zone too (made on the zone's first use).
+        let s =
+            load("[zones.workspace]\nsandbox = \"box\"\n[sandboxes.box]\nprovider = \"local\"\n")
+                .unwrap();
+        assert!(matches!(
+            &s.zones[1].backing,
+            Backing::Remote(r) if r.sandbox.provision.is_some() && r.path == DEFAULT_SANDBOX_ROOT
+        ));
         for (text, key, says) in [
             (
                 "[zones.workspace]\nsandbox = \"prod\"\n",

@@ -53,11 +53,14 @@ pub const BLOCKING_THREADS: usize = 32;
 pub fn run(settings: Settings, no_mount: bool) -> anyhow::Result<()> {
     limit_malloc_arenas();
     let db = Arc::new(Db::open_in(&settings.state_dir)?);
+    // A zone served from a sandbox sandfs makes itself reaches it through the registry, which
+    // is built over the zones: the slot is filled once the registry holds the config's sandboxes.
+    let registry_slot = Arc::new(crate::sandbox::RegistrySlot::default());
     let zones = Arc::new(Zones::open_with(
         &settings,
         db.clone(),
         system_clock(),
-        &crate::sandbox::zone_provider,
+        &|b| crate::sandbox::zone_provider(b, &registry_slot),
     )?);
     for id in crate::core::ZoneId::ALL {
         match zones.zone(id) {
@@ -117,6 +120,7 @@ pub fn run(settings: Settings, no_mount: bool) -> anyhow::Result<()> {
         let state = AppState::new(zones, settings, mount.is_some())?;
         catch_up_checkpoints(&state).await;
         let warm = state.sandboxes.merge_config(&state.settings.sandboxes)?;
+        registry_slot.fill(&state.sandboxes, tokio::runtime::Handle::current());
         // The socket listens and the mount (when asked for) is up: tell systemd, if it is asking.
         // The variable stays set so STOPPING=1 can be sent later.
         if let Err(e) = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]) {

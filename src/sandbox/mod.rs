@@ -15,6 +15,7 @@ pub mod agent;
 mod lifecycle;
 pub mod mirror;
 pub mod provision;
+mod provisioned_zone;
 pub mod registry;
 
 pub use crate::core::provider::{
@@ -24,15 +25,26 @@ pub use crate::core::provider::{
 };
 pub use agent::{ExtraHeader, SandboxAgent, SandboxAgentConfig, Token};
 pub use lifecycle::{CreateRequest, DestroyRequest, SnapshotInfo};
+pub use provisioned_zone::{ProvisionedZone, RegistrySlot};
 pub use registry::{Registry, SandboxError, SandboxInfo};
 
 /// Builds the provider of a remote-backed zone (what the daemon hands to
 /// [`crate::core::Zones::open_with`]). Nothing is contacted yet: a sandbox that is down gives
-/// `SANDBOX_UNAVAILABLE` on use, not a daemon that cannot start.
+/// `SANDBOX_UNAVAILABLE` on use, not a daemon that cannot start. A sandbox sandfs makes itself
+/// is reached through the registry `slot` will hold ([`ProvisionedZone`]), made or resumed on
+/// the zone's first use.
 pub fn zone_provider(
     b: &crate::config::RemoteBacking,
+    slot: &std::sync::Arc<RegistrySlot>,
 ) -> Result<std::sync::Arc<dyn RemoteFs>, String> {
     let s = &b.sandbox;
+    if s.provision.is_some() {
+        return Ok(std::sync::Arc::new(ProvisionedZone::new(
+            s,
+            &b.path,
+            slot.clone(),
+        )));
+    }
     let mut config = SandboxAgentConfig::new(s.url.clone());
     config.token_env = s.token_env.clone();
     config.request_timeout = s.request_timeout.max(std::time::Duration::from_secs(1));

@@ -393,6 +393,12 @@ impl Registry {
             .collect())
     }
 
+    /// Records a use of `name` at `now_ms` (a call of a zone served from it), which keeps the
+    /// cleanup loop from taking it for idle.
+    pub(super) fn mark_used(&self, name: &str, now_ms: i64) -> Result<(), SandboxError> {
+        Ok(self.zones.db().touch_sandbox(name, now_ms)?)
+    }
+
     pub(super) fn session(&self, name: &str) -> Arc<Session> {
         let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
         sessions

@@ -205,6 +205,17 @@ impl Db {
         Ok(())
     }
 
+    /// Records a use of the sandbox `name` at `at_ms` (its status and counts unchanged).
+    pub fn touch_sandbox(&self, name: &str, at_ms: i64) -> Result<(), StateError> {
+        let conn = self.lock();
+        conn.execute(
+            "UPDATE sandboxes SET last_accessed_at = MAX(COALESCE(last_accessed_at, 0), ?2)
+             WHERE name = ?1",
+            params![name, at_ms],
+        )?;
+        Ok(())
+    }
+
     /// Records what a provisioned sandbox runs on (all `None` after a destroy).
     pub fn set_sandbox_provision(
         &self,

@@ -412,3 +412,101 @@ fn a_failed_create_names_the_key_and_leaves_nothing_behind() {
     let created = d.cli_json(&["sandbox", "create", "dev"]);
     assert_eq!(created["status"], "active", "{created}");
 }
+
+#[test]
+fn a_zone_on_a_provisioned_sandbox_makes_nothing_before_its_first_use() {
+    let d = daemon(&format!(
+        "[zones.workspace]\nsandbox = \"dev\"\n{}",
+        local("dev", "")
+    ));
+    let sbx = Sandboxes::of(&d);
+    assert!(sbx.ids().is_empty(), "made at start: {:?}", sbx.ids());
+    assert!(listed(&d, "dev")["provider_id"].is_null());
+    d.ok(
+        "/v1/fs/write",
+        json!({"path": "/workspace/sub/a.txt", "content": "a\n"}),
+    );
+    let dev = listed(&d, "dev");
+    assert_eq!(dev["status"], "active", "{dev}");
+    let id = dev["provider_id"].as_str().unwrap().to_string();
+    assert_eq!(sbx.ids(), std::slice::from_ref(&id));
+    assert_eq!(read_inside(&sbx, &id, "/workspace/sub/a.txt"), b"a\n");
+    // The zone is served from the sandbox: a mirror of it is refused, naming why.
+    let (code, msg) = d
+        .call("/v1/mirror/push", json!({"sandbox": "dev"}))
+        .unwrap_err();
+    assert_eq!(code, ErrorCode::ZoneUnavailable, "{msg}");
+}
+
+#[test]
+fn a_zone_served_from_a_provisioned_sandbox_makes_it_on_first_use_and_resumes_it() {
+    require_loopback_only();
+    let d = Daemon::options()
+        .prefix("sandfs-prov")
+        .mount()
+        .extra(&format!(
+            "[zones.workspace]\nsandbox = \"dev\"\nattr_ttl_ms = 200\n{}",
+            local("dev", "idle_pause_minutes = 0.05")
+        ))
+        .append_log()
+        .start();
+    let sbx = Sandboxes::of(&d);
+    // The mount's first look at /workspace (the harness waits for it) made the sandbox, once.
+    // A write through the API goes into it.
+    d.ok(
+        "/v1/fs/write",
+        json!({"path": "/workspace/hello.txt", "content": "hello\n"}),
+    );
+    let dev = listed(&d, "dev");
+    assert_eq!(dev["status"], "active", "{dev}");
+    let id = dev["provider_id"].as_str().unwrap().to_string();
+    assert_eq!(sbx.ids(), std::slice::from_ref(&id));
+    assert_eq!(read_inside(&sbx, &id, "/workspace/hello.txt"), b"hello\n");
+    // The mount reads it back and writes into the same sandbox.
+    let ws = d.ws();
+    assert_eq!(
+        std::fs::read_to_string(ws.join("hello.txt")).unwrap(),
+        "hello\n"
+    );
+    std::fs::write(ws.join("from-mount.txt"), "through the mount\n").unwrap();
+    assert_eq!(
+        read_inside(&sbx, &id, "/workspace/from-mount.txt"),
+        b"through the mount\n"
+    );
+
+    // Paused by hand, the next read through the API resumes the same sandbox.
+    d.cli_json(&["sandbox", "pause", "dev"]);
+    assert_eq!(listed(&d, "dev")["status"], "paused");
+    assert_eq!(sbx.state(&id), ProviderState::Paused);
+    let r = d.ok("/v1/fs/read", json!({"path": "/workspace/hello.txt"}));
+    assert_eq!(r["content"], "hello\n", "{r}");
+    let dev = listed(&d, "dev");
+    assert_eq!(dev["status"], "active", "{dev}");
+    assert_eq!(dev["provider_id"].as_str(), Some(id.as_str()), "{dev}");
+    assert_eq!(sbx.state(&id), ProviderState::Running);
+
+    // A zone in use keeps its sandbox running past the idle pause (3 s)...
+    let busy = Instant::now();
+    while busy.elapsed() < Duration::from_secs(6) {
+        d.ok("/v1/fs/read", json!({"path": "/workspace/hello.txt"}));
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let dev = listed(&d, "dev");
+    assert_eq!(dev["status"], "active", "paused while in use: {dev}");
+    // ...and an idle one gets it paused; the next use (through the mount) resumes it.
+    wait_status(&d, "dev", "paused", Duration::from_secs(15));
+    assert_eq!(sbx.state(&id), ProviderState::Paused);
+    assert_eq!(
+        std::fs::read_to_string(ws.join("from-mount.txt")).unwrap(),
+        "through the mount\n"
+    );
+    let dev = listed(&d, "dev");
+    assert_eq!(dev["status"], "active", "{dev}");
+    assert_eq!(dev["provider_id"].as_str(), Some(id.as_str()), "{dev}");
+    let log = d.log_text();
+    assert!(
+        log.contains("sandbox paused") && log.contains("idle"),
+        "{log}"
+    );
+    assert!(log.contains("sandbox resumed"), "{log}");
+}

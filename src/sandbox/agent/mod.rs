@@ -629,12 +629,10 @@ fn split_parent(path: &str) -> (&str, &str) {
     }
 }
 
-impl RemoteFs for SandboxAgent {
-    fn provider(&self) -> &'static str {
-        PROVIDER
-    }
-
-    fn caps(&self) -> Caps {
+impl SandboxAgent {
+    /// Returns what every connection to a sandbox-agent server implements natively (what
+    /// [`RemoteFs::caps`] answers), before one is made.
+    pub fn caps_of() -> Caps {
         Caps {
             exec: true,
             batch: true,
@@ -645,13 +643,29 @@ impl RemoteFs for SandboxAgent {
         }
     }
 
-    fn limits(&self) -> ProviderLimits {
+    /// Returns what a connection with these timeouts accepts (what [`RemoteFs::limits`]
+    /// answers), before one is made.
+    pub fn limits_of(request_timeout: Duration, exec_timeout: Duration) -> ProviderLimits {
         ProviderLimits {
             max_request_bytes: MAX_BODY_BYTES,
             max_exec_output_bytes: MAX_EXEC_OUTPUT_BYTES,
-            request_timeout: self.http.timeout,
-            exec_timeout: self.exec_timeout,
+            request_timeout,
+            exec_timeout: exec_timeout.min(MAX_EXEC_TIMEOUT),
         }
+    }
+}
+
+impl RemoteFs for SandboxAgent {
+    fn provider(&self) -> &'static str {
+        PROVIDER
+    }
+
+    fn caps(&self) -> Caps {
+        SandboxAgent::caps_of()
+    }
+
+    fn limits(&self) -> ProviderLimits {
+        SandboxAgent::limits_of(self.http.timeout, self.exec_timeout)
     }
 
     fn check(&self) -> BoxFuture<'_, RemoteResult<()>> {
