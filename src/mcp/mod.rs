@@ -510,11 +510,12 @@ mod tests {
     use super::*;
     use crate::core::ErrorCode;
 
-    const TOOLS: [&str; 19] = [
+    const TOOLS: [&str; 20] = [
         "checkpoint",
         "checkpoint_diff",
         "checkpoint_list",
         "edit",
+        "events",
         "git_stage",
         "git_status",
         "glob",
