@@ -20,6 +20,8 @@
 
 mod params;
 
+use std::ops::ControlFlow;
+
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig};
@@ -312,6 +314,64 @@ impl Server {
         })
     }
 
+    /// What changed since `since`: every change (API, mount, git, mirror, edits beside sandfs)
+    /// and checkpoint, in order, at most `limit` (default 200, at most 1000). Without `since`
+    /// only the cursor to start from is returned. Returns {events: [{kind (change, checkpoint),
+    /// cursor, ...the row}], cursor (resume from it: nothing repeated, nothing missed), more
+    /// (true when cut at the limit)}. Errors: INVALID_ARGUMENT (a cursor the journal no longer
+    /// keeps, or one from another daemon).
+    #[tool(annotations(read_only_hint = true, open_world_hint = false))]
+    async fn events(&self, Parameters(p): Parameters<EventsParams>) -> ToolResult {
+        let limit = p.limit.unwrap_or(200).clamp(1, 1000) as usize;
+        let mut route = "/v1/events?follow=false".to_string();
+        for (key, value) in [("since", &p.since), ("zone", &p.zone), ("path", &p.path)] {
+            if let Some(v) = value {
+                route.push_str(&format!("&{key}={}", encode(v)));
+            }
+        }
+        let mut events: Vec<Value> = Vec::new();
+        let mut cursor: Option<String> = None;
+        let mut more = false;
+        let mut failed: Option<Value> = None;
+        let read = self
+            .client
+            .get_lines(&route, |line| {
+                let Ok(v) = serde_json::from_slice::<Value>(line) else {
+                    return ControlFlow::Continue(());
+                };
+                match v.get("kind").and_then(Value::as_str) {
+                    Some("error") => {
+                        failed = Some(v);
+                        return ControlFlow::Break(());
+                    }
+                    Some("heartbeat") => {}
+                    _ if events.len() == limit => {
+                        more = true;
+                        return ControlFlow::Break(());
+                    }
+                    _ => events.push(v.clone()),
+                }
+                if let Some(c) = v.get("cursor").and_then(Value::as_str) {
+                    cursor = Some(c.to_string());
+                }
+                ControlFlow::Continue(())
+            })
+            .await;
+        Ok(match (read, failed) {
+            (Err(e), _) => failure(e),
+            (Ok(()), Some(err)) => CallToolResult::structured_error(json!({
+                "code": err.get("code").cloned().unwrap_or(json!("INTERNAL")),
+                "message": err.get("message").cloned().unwrap_or(Value::Null),
+                "path": null,
+            })),
+            (Ok(()), None) => CallToolResult::structured(json!({
+                "events": events,
+                "cursor": cursor,
+                "more": more,
+            })),
+        })
+    }
+
     /// What changed from checkpoint `from` to checkpoint `to`, or to now when `to` is left out.
     /// Returns {files: [{path, status (added, deleted, modified, type-changed), additions,
     /// deletions}], patch (git's unified format, cut at 4 MiB: truncated)}. Errors: NOT_FOUND,
@@ -450,11 +510,12 @@ mod tests {
     use super::*;
     use crate::core::ErrorCode;
 
-    const TOOLS: [&str; 19] = [
+    const TOOLS: [&str; 20] = [
         "checkpoint",
         "checkpoint_diff",
         "checkpoint_list",
         "edit",
+        "events",
         "git_stage",
         "git_status",
         "glob",

@@ -330,6 +330,25 @@ pub struct CheckpointListParams {
     pub limit: Option<u32>,
 }
 
+/// `events`.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EventsParams {
+    /// Resume after this cursor (the `cursor` of an earlier answer); left out: the newest
+    /// events are not sent, only the cursor to resume from
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<String>,
+    /// Only this zone's changes (workspace or cache)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    /// Only changes at or beneath this path (`/workspace/src`)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// At most this many events (default 200, at most 1000)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+}
+
 /// `checkpoint_diff`.
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

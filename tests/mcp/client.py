@@ -29,7 +29,7 @@ from mcp.client.stdio import stdio_client
 TOOLS = {
     "read", "write", "edit", "ls", "glob", "grep", "stat", "rm", "mv",
     "git_status", "git_stage", "staged_list", "staged_show", "mirror_push", "mirror_pull",
-    "checkpoint", "checkpoint_list", "checkpoint_diff", "restore",
+    "checkpoint", "checkpoint_list", "checkpoint_diff", "restore", "events",
 }
 
 
@@ -165,13 +165,13 @@ async def main():
             tools = {t.name: t for t in (await session.list_tools()).tools}
             names = set(tools)
             if mode == "push":
-                check(names == TOOLS | {"git_push"}, "tools are the 19 plus git_push", sorted(names))
+                check(names == TOOLS | {"git_push"}, "tools are the 20 plus git_push", sorted(names))
                 check(bool(tools["git_push"].description), "git_push is described")
                 print("PASS", flush=True)
                 return
             if mode != "tools":
                 raise SystemExit(f"unknown mode {mode!r}: tools, push, git, rewind or no-daemon")
-            check(names == TOOLS, "tools are the 19, no git_push", sorted(names))
+            check(names == TOOLS, "tools are the 20, no git_push", sorted(names))
             for t in tools.values():
                 check(len(t.description or "") > 80, f"{t.name} has a description for a model")
                 check(t.input_schema.get("type") == "object", f"{t.name} has an object input schema")
@@ -261,6 +261,24 @@ async def main():
             r = await call(session, "staged_list", {"state": "pushed"})
             check(r.structured_content == {"staged": []}, "staged_list filters by state")
             await call_error(session, "staged_show", {"id": "0123456789"}, "NOT_FOUND")
+
+            # events: a cursor now, then exactly what changed after it, resumable without repeats
+            r = await call(session, "events", {})
+            start = r.structured_content["cursor"]
+            check(r.structured_content["events"] == [] and isinstance(start, str),
+                  "events without since gives only a cursor", r.structured_content)
+            for i in range(3):
+                await call(session, "write", {"path": f"/workspace/ev/{i}.txt", "content": f"{i}\n"})
+            await call(session, "write", {"path": "/cache/ev-other.txt", "content": "x\n"})
+            r = await call(session, "events", {"since": start, "zone": "workspace", "limit": 2})
+            got = r.structured_content
+            check([e["path"] for e in got["events"]] == ["ev/0.txt", "ev/1.txt"]
+                  and got["more"] is True, "events gives the first two, in order, and says more", got)
+            r = await call(session, "events", {"since": got["cursor"], "zone": "workspace"})
+            rest = r.structured_content
+            check([e["path"] for e in rest["events"]] == ["ev/2.txt"] and rest["more"] is False,
+                  "resuming from the cursor gives the rest, nothing repeated", rest)
+            await call_error(session, "events", {"since": "bogus"}, "INVALID_ARGUMENT")
 
             # checkpoints: take one, change a file, see the change, go back, and undo that
             await call(session, "write", {"path": "/workspace/cp.txt", "content": "before\n"})

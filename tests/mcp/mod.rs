@@ -116,7 +116,10 @@ fn every_tool_answers_a_real_mcp_client() {
     let out = run_client(&d.socket, &d.config, "tools");
     let stdout = passed(&out);
     for line in [
-        "ok tools are the 19, no git_push",
+        "ok tools are the 20, no git_push",
+        "ok events gives the first two, in order, and says more",
+        "ok resuming from the cursor gives the rest, nothing repeated",
+        "ok events error code is INVALID_ARGUMENT",
         "ok read returns the text written",
         "ok a truncated read says how to go on",
         "ok edit error code is NOT_UNIQUE",
@@ -223,7 +226,7 @@ fn git_push_is_offered_only_when_the_config_allows_it() {
     assert!(
         stdout
             .lines()
-            .any(|l| l == "ok tools are the 19 plus git_push"),
+            .any(|l| l == "ok tools are the 20 plus git_push"),
         "{stdout}"
     );
 }
