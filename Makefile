@@ -4,7 +4,7 @@ CARGO ?= cargo
 # Where cargo builds (honours $CARGO_TARGET_DIR like cargo does).
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: run test lint build bench bench-api bench-fuse bench-agent bench-git bench-sandbox bench-memory bench-checkpoint
+.PHONY: run test lint build bench bench-api bench-fuse bench-agent bench-git bench-sandbox bench-memory bench-checkpoint bench-provision
 
 ## make run: install what is missing, build, and start the daemon on the embedded default
 run:
@@ -60,6 +60,10 @@ bench-git:
 ## make bench-checkpoint: checkpoints and restores of a 25,000-file tree against git add/write-tree and git checkout
 bench-checkpoint:
 	bash benches/checkpoint.sh
+
+## make bench-provision: local provisioned sandboxes (as root): create and resume to healthy, 20 at once, paused CPU
+bench-provision:
+	bash benches/provision.sh
 
 ## make bench-sandbox: mirror pushes into the real sandbox-agent against hand-made tar/curl uploads (root)
 bench-sandbox:

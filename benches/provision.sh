@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# Provisioned-sandbox benchmark (issue 15): bash benches/provision.sh   (or: make bench-provision)
+#
+# The local provider through the daemon (the release build, no mount) and the `sandfs` CLI (so a
+# process start is in every figure), as root (namespaces, cgroups):
+#   1. the first create, which builds the provider's default snapshot (a minimal root): one-time
+#   2. create from that existing snapshot to a healthy sandbox-agent (median of 5; target < 1 s)
+#   3. resume from paused to healthy (median of 5; target < 1 s)
+#   4. 20 sandboxes created at once: wall time, the daemon's RSS with all 20 up (target < 100 MB)
+#   5. the CPU the 20 sandboxes' processes use in 5 s while paused (target: none)
+# Everything it makes is destroyed at the end (and on exit).
+#
+# Environment: CARGO (default cargo); SANDFS_PROVISION_AGENT (default: sandbox-agent on PATH).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+repo=$PWD
+cargo=${CARGO:-cargo}
+n=20
+
+log() { printf '\n== %s\n' "$*" >&2; }
+die() { printf 'provision.sh: %s\n' "$*" >&2; exit 1; }
+
+[ "$(id -u)" = 0 ] || die "needs root (the local provider makes namespaces and cgroups)"
+for t in jq bwrap unshare; do
+  command -v "$t" >/dev/null 2>&1 || die "missing $t; install it with .ci/install-deps run"
+done
+agent=${SANDFS_PROVISION_AGENT:-$(command -v sandbox-agent || true)}
+[ -x "$agent" ] || die "no sandbox-agent binary; install it with .ci/install-deps test"
+
+log "building (release)"
+"$cargo" build --release --bin sandfs
+bin=$repo/target/release/sandfs
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/sandfs-provbench.XXXXXX")
+daemon_pid=""
+sf() { "$bin" --socket "$tmp/run/s.sock" "$@"; }
+cleanup() {
+  if [ -n "$daemon_pid" ] && kill -0 "$daemon_pid" 2>/dev/null; then
+    for i in $(seq "$n"); do sf sandbox destroy "s$i" >/dev/null 2>&1 || true; done
+    kill "$daemon_pid" 2>/dev/null || true
+    wait "$daemon_pid" 2>/dev/null || true
+  fi
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+mkdir -p "$tmp/run" "$tmp/ws" "$tmp/cache"
+{
+  printf "state_dir = '%s'\nsocket = '%s'\n\n[zones]\nmode = \"direct\"\n" "$tmp/state" "$tmp/run/s.sock"
+  printf "[zones.workspace]\ndir = '%s'\n[zones.cache]\ndir = '%s'\n" "$tmp/ws" "$tmp/cache"
+  for i in $(seq "$n"); do
+    printf '\n[sandboxes.s%s]\nprovider = "local"\nagent_bin = "%s"\nidle_pause_minutes = 0\n' "$i" "$agent"
+  done
+} >"$tmp/config.toml"
+RUST_LOG=warn "$bin" serve --config "$tmp/config.toml" --no-mount 2>"$tmp/daemon.log" &
+daemon_pid=$!
+for _ in $(seq 100); do [ -S "$tmp/run/s.sock" ] && break; sleep 0.05; done
+[ -S "$tmp/run/s.sock" ] || die "the daemon did not start: $(cat "$tmp/daemon.log")"
+
+ms() { echo $(( ($(date +%s%N) - $1) / 1000000 )); }
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+log "first create (builds the default snapshot once)"
+s=$(date +%s%N)
+sf sandbox create s1 >/dev/null
+snapshot_ms=$(ms "$s")
+sf sandbox destroy s1 >/dev/null
+
+log "create from the existing snapshot, then destroy (5 times)"
+creates=()
+for _ in 1 2 3 4 5; do
+  s=$(date +%s%N)
+  sf sandbox create s1 >/dev/null
+  creates+=("$(ms "$s")")
+  sf sandbox destroy s1 >/dev/null
+done
+create_ms=$(printf '%s\n' "${creates[@]}" | median)
+
+log "pause and resume (5 times)"
+sf sandbox create s1 >/dev/null
+resumes=()
+for _ in 1 2 3 4 5; do
+  sf sandbox pause s1 >/dev/null
+  s=$(date +%s%N)
+  sf sandbox resume s1 >/dev/null
+  resumes+=("$(ms "$s")")
+done
+resume_ms=$(printf '%s\n' "${resumes[@]}" | median)
+
+log "$n sandboxes at once"
+s=$(date +%s%N)
+pids=()
+for i in $(seq 2 "$n"); do
+  sf sandbox create "s$i" >"$tmp/create-$i.out" 2>&1 &
+  pids+=($!)
+done
+failed=0
+for p in "${pids[@]}"; do wait "$p" || failed=$((failed + 1)); done
+all_ms=$(ms "$s")
+[ "$failed" = 0 ] || die "$failed of the creates failed: $(cat "$tmp"/create-*.out)"
+active=$(sf --json sandbox list | jq '[.sandboxes[] | select(.status == "active")] | length')
+rss_kb=$(awk '/^VmRSS:/ {print $2}' "/proc/$daemon_pid/status")
+
+log "CPU of the $n sandboxes' processes while paused (5 s)"
+for i in $(seq "$n"); do sf sandbox pause "s$i" >/dev/null; done
+agents=$(pgrep -f 'sandbox-agent server' || true)
+ticks() {
+  local t=0
+  for p in $agents; do
+    [ -r "/proc/$p/stat" ] && t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat")))
+  done
+  echo "$t"
+}
+t0=$(ticks)
+sleep 5
+t1=$(ticks)
+paused_cpu_ms=$(( (t1 - t0) * 1000 / $(getconf CLK_TCK) ))
+nagents=$(echo "$agents" | wc -w)
+
+verdict() { awk -v v="$1" -v t="$2" 'BEGIN { print (v < t) ? "met" : "MISSED" }'; }
+printf '\nsandfs provisioned-sandbox benchmark (local provider), %s\n' "$(date -u +%Y-%m-%dT%H:%MZ)"
+printf '%s cores; through the CLI (a process start in each figure)\n\n' "$(nproc)"
+printf '| measure | sandfs | target | |\n|---|---|---|---|\n'
+printf '| first create, building the default snapshot (minimal root; one-time) | %s ms | reported | |\n' "$snapshot_ms"
+printf '| create from an existing snapshot to healthy (median of 5) | %s ms | < 1,000 ms | %s |\n' "$create_ms" "$(verdict "$create_ms" 1000)"
+printf '| resume from paused to healthy (median of 5) | %s ms | < 1,000 ms | %s |\n' "$resume_ms" "$(verdict "$resume_ms" 1000)"
+printf '| %s sandboxes created at once (%s active after) | %s ms | all up | %s |\n' "$n" "$active" "$all_ms" "$([ "$active" = "$n" ] && echo met || echo MISSED)"
+printf '| daemon RSS with %s sandboxes up | %s KB | < 100,000 KB | %s |\n' "$n" "$rss_kb" "$(verdict "$rss_kb" 100000)"
+printf '| CPU in 5 s of the %s processes of the paused sandboxes | %s ms | none | %s |\n' "$nagents" "$paused_cpu_ms" "$([ "$paused_cpu_ms" = 0 ] && echo met || echo MISSED)"
