@@ -567,8 +567,8 @@ pub(super) fn from_errno(errno: i32, path: &str) -> Option<RemoteError> {
 }
 
 /// Returns an error and its sources as one line (`client error (Connect): tcp connect error:
-/// Connection refused (os error 111)`).
-fn chain(err: &(dyn std::error::Error + 'static)) -> String {
+/// Connection refused (os error 111)`). Shared with the other HTTP clients of `sandbox`.
+pub(crate) fn chain(err: &(dyn std::error::Error + 'static)) -> String {
     let mut text = err.to_string();
     let mut source = err.source();
     while let Some(e) = source {

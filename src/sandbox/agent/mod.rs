@@ -27,7 +27,7 @@
 //! printed or stored.
 
 mod batch;
-mod http;
+pub(crate) mod http;
 mod walk;
 mod wire;
 

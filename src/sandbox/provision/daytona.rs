@@ -52,6 +52,7 @@ use super::{
     SnapshotSpec,
 };
 use crate::core::provider::{BoxFuture, RemoteError, RemoteFs as _};
+use crate::sandbox::agent::http::chain;
 use crate::sandbox::agent::{ExtraHeader, SandboxAgent, Token};
 
 /// Daytona's public API.
@@ -792,21 +793,6 @@ fn clip(text: &str) -> String {
         Some((at, _)) => format!("{}…", &text[..at]),
         None => text.to_string(),
     }
-}
-
-/// Returns an error and its sources as one line.
-fn chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(e) = source {
-        let part = e.to_string();
-        if !text.contains(&part) {
-            text.push_str(": ");
-            text.push_str(&part);
-        }
-        source = e.source();
-    }
-    text
 }
 
 /// The client bound to the API host: the only holder of the API key.
