@@ -349,9 +349,20 @@ async fn log(
 /// `/v1/events`): a path inside a zone names its zone, whatever `zone` says.
 fn journal_filter(zone: Option<&str>, path: Option<&str>) -> Result<JournalFilter, FsError> {
     let known = |z: &str| {
+        if z == crate::state::SANDBOX_ZONE {
+            return Ok(());
+        }
         crate::core::ZoneId::from_name(z)
             .map(|_| ())
-            .ok_or_else(|| FsError::invalid("zone", format!("{z:?} is not cache or workspace")))
+            .ok_or_else(|| {
+                FsError::invalid(
+                    "zone",
+                    format!(
+                        "{z:?} is not cache, workspace or {:?} (the sandboxes' lifecycle)",
+                        crate::state::SANDBOX_ZONE
+                    ),
+                )
+            })
     };
     if let Some(z) = zone {
         known(z)?;

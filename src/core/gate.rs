@@ -12,27 +12,52 @@
 //!
 //! Owns nothing but the wait; may import nothing of sandfs.
 
-/// Waits at gate `name` while a test holds it armed (debug builds only).
+/// The armed file of gate `name` and the file saying it is held, when a test armed it.
 #[cfg(debug_assertions)]
-pub fn hold(name: &str) {
+fn armed(name: &str) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
     use std::path::PathBuf;
     use std::sync::OnceLock;
-    use std::time::{Duration, Instant};
 
     static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
-    let Some(dir) = DIR.get_or_init(|| std::env::var_os("SANDFS_TEST_GATES").map(PathBuf::from))
-    else {
-        return;
-    };
+    let dir = DIR
+        .get_or_init(|| std::env::var_os("SANDFS_TEST_GATES").map(PathBuf::from))
+        .as_ref()?;
     let armed = dir.join(name);
     if !armed.exists() {
-        return;
+        return None;
     }
     let held = dir.join(format!("{name}.held"));
     let _ = std::fs::write(&held, std::process::id().to_string());
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while armed.exists() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
+    Some((armed, held))
+}
+
+/// How long a gate holds at most, so a broken test cannot wedge a daemon.
+#[cfg(debug_assertions)]
+const HOLD_AT_MOST: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Waits at gate `name` while a test holds it armed (debug builds only).
+#[cfg(debug_assertions)]
+pub fn hold(name: &str) {
+    let Some((armed, held)) = armed(name) else {
+        return;
+    };
+    let deadline = std::time::Instant::now() + HOLD_AT_MOST;
+    while armed.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let _ = std::fs::remove_file(&held);
+}
+
+/// [`hold`] for async code: waits without blocking the runtime's worker, so the daemon's other
+/// tasks (its API) go on while one task is held.
+#[cfg(debug_assertions)]
+pub async fn hold_async(name: &str) {
+    let Some((armed, held)) = armed(name) else {
+        return;
+    };
+    let deadline = std::time::Instant::now() + HOLD_AT_MOST;
+    while armed.exists() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     let _ = std::fs::remove_file(&held);
 }
@@ -41,3 +66,8 @@ pub fn hold(name: &str) {
 #[cfg(not(debug_assertions))]
 #[inline(always)]
 pub fn hold(_name: &str) {}
+
+/// [`hold`] for async code (debug builds only).
+#[cfg(not(debug_assertions))]
+#[inline(always)]
+pub async fn hold_async(_name: &str) {}

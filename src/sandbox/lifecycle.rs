@@ -18,7 +18,10 @@
 //! `idle_pause_minutes` and destroys one paused for its `paused_ttl_minutes`;
 //! [`Registry::reconcile`] (at start) adopts a running sandbox the last daemon left, marks a
 //! session whose sandbox is gone `destroyed`, and destroys local sandboxes no session owns.
-//! Each transition is logged with the sandbox's name.
+//! Each transition is logged with the sandbox's name and recorded in the journal (zone
+//! `sandboxes`, path = the name, op `sandbox-created`, `-resumed`, `-paused`, `-down`,
+//! `-destroyed`, `-gone`, `-adopted`, `-error`; the detail says which sandbox and why), so
+//! `GET /v1/events` and `sandfs log --zone sandboxes` show a sandbox's life beside the files'.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -41,7 +44,7 @@ use crate::config::{
     PROVIDER_SANDBOX_AGENT,
 };
 use crate::core::provider::RemoteFs;
-use crate::state::SandboxRow;
+use crate::state::{JournalEntry, Origin, SandboxRow, SANDBOX_ZONE};
 
 /// What makes the provisioned sandboxes: their settings (from the config file) and their
 /// providers, opened on first use.
@@ -133,6 +136,24 @@ fn is_provisioned(row: &SandboxRow) -> bool {
 }
 
 impl Registry {
+    /// Records a lifecycle transition of `name` in the journal. What it records has happened:
+    /// a journal failure is logged, never the operation's error.
+    fn journal_lifecycle(&self, name: &str, op: &str, detail: &str) {
+        let entry = JournalEntry {
+            time_ms: self.now(),
+            zone: SANDBOX_ZONE,
+            path: name,
+            op,
+            bytes: None,
+            to_path: None,
+            origin: Origin::INTERNAL,
+            detail: Some(detail),
+        };
+        if let Err(e) = self.zones.db().journal_append(&entry) {
+            tracing::warn!(sandbox = %name, op, "could not record in the journal: {e}");
+        }
+    }
+
     fn require_provisioned(&self, row: &SandboxRow, what: &str) -> Result<(), SandboxError> {
         if is_provisioned(row) {
             return Ok(());
@@ -282,16 +303,27 @@ impl Registry {
                 Ok(h) => {
                     if def.status != ACTIVE {
                         tracing::info!(sandbox = %name, id, from = %def.status, "sandbox resumed");
+                        self.journal_lifecycle(
+                            name,
+                            "sandbox-resumed",
+                            &format!("{id}, was {}", def.status),
+                        );
                     }
                     return Ok(h);
                 }
                 Err(ProvisionError::Missing { detail, .. }) => {
                     tracing::warn!(sandbox = %name, id, "the provider no longer has the sandbox ({detail}): creating it again");
+                    self.journal_lifecycle(
+                        name,
+                        "sandbox-gone",
+                        &format!("{id}: {detail}; creating it again"),
+                    );
                     db.set_sandbox_provision(name, None, None, None)?;
                 }
                 Err(e @ ProvisionError::Down { .. }) => {
                     let reason = e.to_string();
                     tracing::warn!(sandbox = %name, id, "cannot resume: {reason}; it stays paused");
+                    self.journal_lifecycle(name, "sandbox-down", &format!("{id}: {reason}"));
                     db.set_sandbox_status(name, PAUSED, Some(&reason), Some(true), None)?;
                     return Err(SandboxError::Unavailable {
                         name: name.to_string(),
@@ -301,6 +333,7 @@ impl Registry {
                 }
                 Err(e) => {
                     let e = provision_error(name, e);
+                    self.journal_lifecycle(name, "sandbox-error", &e.to_string());
                     self.fail(name, ERROR, &e.to_string(), def);
                     return Err(e);
                 }
@@ -372,10 +405,19 @@ impl Registry {
                     tracing::info!(sandbox = %name, mirrors = forgot, "a new sandbox: its mirrors' manifests are forgotten");
                 }
                 tracing::info!(sandbox = %name, id = %h.id, provider = p.kind(), "sandbox created");
+                let mut detail = format!("{} ({})", h.id, p.kind());
+                if let Some(s) = &snapshot {
+                    detail.push_str(&format!(", snapshot {s}"));
+                }
+                if let Some(v) = &volume {
+                    detail.push_str(&format!(", volume {v}"));
+                }
+                self.journal_lifecycle(name, "sandbox-created", &detail);
                 Ok(h)
             }
             Err(e) => {
                 let e = provision_error(name, e);
+                self.journal_lifecycle(name, "sandbox-error", &e.to_string());
                 self.fail(name, ERROR, &e.to_string(), def);
                 Err(e)
             }
@@ -488,6 +530,7 @@ impl Registry {
         db.set_sandbox_status(name, PAUSED, None, None, None)?;
         db.set_sandbox_paused_at(name, Some(self.now()))?;
         tracing::info!(sandbox = %name, id, why, "sandbox paused");
+        self.journal_lifecycle(name, "sandbox-paused", &format!("{id}: {why}"));
         Ok(())
     }
 
@@ -499,6 +542,7 @@ impl Registry {
         let reason = format!("its provider no longer has it: {detail}");
         db.set_sandbox_status(name, DESTROYED, Some(&reason), None, None)?;
         tracing::warn!(sandbox = %name, "sandbox gone: {reason}");
+        self.journal_lifecycle(name, "sandbox-gone", &reason);
         Ok(())
     }
 
@@ -538,6 +582,11 @@ impl Registry {
         db.set_sandbox_paused_at(name, None)?;
         db.set_sandbox_status(name, DESTROYED, None, Some(false), None)?;
         tracing::info!(sandbox = %name, id = ?def.provider_id, keep_volume, why, "sandbox destroyed");
+        let mut detail = format!("{}: {why}", def.provider_id.as_deref().unwrap_or("none"));
+        if let Some(v) = volume {
+            detail.push_str(&format!(", volume {v} kept"));
+        }
+        self.journal_lifecycle(name, "sandbox-destroyed", &detail);
         Ok(())
     }
 
@@ -571,8 +620,10 @@ impl Registry {
     }
 
     /// Pauses provisioned sandboxes unused for their idle pause and destroys those paused for
-    /// their paused TTL; returns `(name, "paused" | "destroyed")`. A sandbox whose lock is held
-    /// (a run in progress) is in use and left alone.
+    /// their paused TTL; an `active` one its provider reports stopped (killed outside sandfs)
+    /// is recorded `paused` (down) for the next use to resume, one it no longer has
+    /// `destroyed`. Returns `(name, "paused" | "destroyed" | "down" | "gone")`. A sandbox whose
+    /// lock is held (a run in progress) is in use and left alone.
     pub async fn tend_provisioned(&self) -> Vec<(String, &'static str)> {
         let mut done = Vec::new();
         let rows = match self.zones.db().sandboxes() {
@@ -595,6 +646,12 @@ impl Registry {
             };
             let now = self.now();
             let name = row.name.clone();
+            if row.status == ACTIVE {
+                if let Some(what) = self.probe_active(&row, &id, &mut attached).await {
+                    done.push((name, what));
+                    continue;
+                }
+            }
             if row.status == ACTIVE && row.idle_ttl_s > 0 {
                 let idle_ms = now - row.last_accessed_at.unwrap_or(row.created_at);
                 if idle_ms >= row.idle_ttl_s as i64 * 1000 {
@@ -624,6 +681,61 @@ impl Registry {
             }
         }
         done
+    }
+
+    /// Asks the provider whether the `active` sandbox `id` of `row` still runs (its lock held):
+    /// one stopped outside sandfs (its processes killed, the machine restarted) is recorded
+    /// `paused` with the reason, for the next use to resume (`"down"`); one the provider no
+    /// longer has is `destroyed` (`"gone"`). `None`: it runs, or the provider did not say.
+    async fn probe_active(
+        &self,
+        row: &SandboxRow,
+        id: &str,
+        attached: &mut Option<Attached>,
+    ) -> Option<&'static str> {
+        let name = row.name.as_str();
+        let (p, _) = self.provisioner(name).ok()?;
+        let state = match p.state(id).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::debug!(sandbox = %name, id, "cannot ask the provider for its state: {e}");
+                return None;
+            }
+        };
+        let db = self.zones.db();
+        match state {
+            ProviderState::Stopped | ProviderState::Paused => {
+                let reason = format!(
+                    "it was {} outside sandfs; the next use resumes it",
+                    if state == ProviderState::Stopped {
+                        "stopped"
+                    } else {
+                        "paused"
+                    }
+                );
+                tracing::warn!(sandbox = %name, id, "sandbox down: {reason}");
+                *attached = None;
+                self.journal_lifecycle(name, "sandbox-down", &format!("{id}: {reason}"));
+                let recorded = db
+                    .set_sandbox_status(name, PAUSED, Some(&reason), Some(false), None)
+                    .and_then(|()| db.set_sandbox_paused_at(name, Some(self.now())));
+                if let Err(e) = recorded {
+                    tracing::warn!(sandbox = %name, "cannot record the session: {e}");
+                }
+                Some("down")
+            }
+            ProviderState::Missing => {
+                *attached = None;
+                match self.mark_gone(name, "found missing by the cleanup loop") {
+                    Ok(()) => Some("gone"),
+                    Err(e) => {
+                        tracing::warn!(sandbox = %name, "cannot record the session: {e}");
+                        None
+                    }
+                }
+            }
+            _ => None,
+        }
     }
 
     /// Matches the sessions with what the providers hold, at daemon start: a running sandbox
@@ -670,6 +782,7 @@ impl Registry {
                 }
             };
             let mut id = row.provider_id.clone();
+            let mut adopted = false;
             if id.is_none() {
                 // Made for this name but never recorded (the daemon died inside create):
                 // adopt the first that runs.
@@ -678,8 +791,14 @@ impl Registry {
                     .find(|l| l.name.as_deref() == Some(&name) && l.state == ProviderState::Running)
                 {
                     tracing::info!(sandbox = %name, id = %l.id, "adopting a sandbox made for this name");
+                    self.journal_lifecycle(
+                        &name,
+                        "sandbox-adopted",
+                        &format!("{}: made for this name by a create cut short", l.id),
+                    );
                     let _ = db.set_sandbox_provision(&name, Some(&l.id), None, None);
                     id = Some(l.id.clone());
+                    adopted = true;
                 }
             }
             if let Some(id) = &id {
@@ -690,14 +809,44 @@ impl Registry {
                     }
                     Ok(ProviderState::Running) => {
                         tracing::info!(sandbox = %name, id, "running sandbox adopted");
+                        if row.status != ACTIVE && !adopted {
+                            self.journal_lifecycle(
+                                &name,
+                                "sandbox-adopted",
+                                &format!("{id}: running at daemon start, was {}", row.status),
+                            );
+                        }
                         db.set_sandbox_status(&name, ACTIVE, None, None, Some(self.now()))
                             .and_then(|()| db.set_sandbox_paused_at(&name, None))
                             .map_err(SandboxError::from)
                     }
-                    Ok(ProviderState::Paused | ProviderState::Stopped) => {
+                    Ok(state @ (ProviderState::Paused | ProviderState::Stopped)) => {
                         let at = row.paused_at.unwrap_or_else(|| self.now());
+                        if row.status != PAUSED {
+                            self.journal_lifecycle(
+                                &name,
+                                "sandbox-paused",
+                                &format!(
+                                    "{id}: {state:?} at daemon start, was {}; the next use resumes it",
+                                    row.status
+                                ),
+                            );
+                        }
                         db.set_sandbox_status(&name, PAUSED, None, None, None)
                             .and_then(|()| db.set_sandbox_paused_at(&name, Some(at)))
+                            .map_err(SandboxError::from)
+                    }
+                    Ok(other) if row.status == CREATING || row.status == RESUMING => {
+                        // Cut short by the last daemon's end, and not running now: the next
+                        // use resumes it (a local tree that never came up is started again).
+                        let reason = format!(
+                            "its {} was cut short (the provider reports {other:?}); the next use resumes it",
+                            if row.status == CREATING { "create" } else { "resume" }
+                        );
+                        tracing::warn!(sandbox = %name, id, "{reason}");
+                        self.journal_lifecycle(&name, "sandbox-paused", &format!("{id}: {reason}"));
+                        db.set_sandbox_status(&name, PAUSED, Some(&reason), None, None)
+                            .and_then(|()| db.set_sandbox_paused_at(&name, Some(self.now())))
                             .map_err(SandboxError::from)
                     }
                     Ok(other) => {
@@ -717,6 +866,14 @@ impl Registry {
             {
                 if row.provider == PROVIDER_LOCAL {
                     tracing::info!(sandbox = %name, id = %l.id, "destroying a stray sandbox made for this name");
+                    self.journal_lifecycle(
+                        &name,
+                        "sandbox-destroyed",
+                        &format!(
+                            "{}: made for this name by a create or destroy cut short",
+                            l.id
+                        ),
+                    );
                     if let Err(e) = p.destroy(&l.id, false).await {
                         tracing::warn!(sandbox = %name, id = %l.id, "cannot destroy it: {e}");
                     }

@@ -8,6 +8,11 @@ use serde::{Deserialize, Serialize};
 
 use super::{Db, StateError};
 
+/// The journal's zone for the lifecycle of provisioned sandboxes: such a row's path is the
+/// sandbox's name, its op `sandbox-created`, `sandbox-paused`, … and its detail the provider's id
+/// and why (`GET /v1/log?zone=sandboxes`).
+pub const SANDBOX_ZONE: &str = "sandboxes";
+
 /// Which adapter a change came through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]

@@ -19,7 +19,7 @@ use std::sync::{Mutex, MutexGuard};
 pub use checkpoint::{CheckpointRow, NewCheckpoint, RestoreRow};
 pub use events::{Cursor, Event, EventBatch, EventBounds};
 pub use git::{FileRow, RepoRow, StagedFileRow, StagedRow};
-pub use journal::{JournalEntry, JournalFilter, JournalRow, Origin, Via};
+pub use journal::{JournalEntry, JournalFilter, JournalRow, Origin, Via, SANDBOX_ZONE};
 pub use mirror::MirrorEntryRow;
 pub use sandbox::SandboxRow;
 

@@ -2,7 +2,9 @@
 //! makes, pauses, resumes and destroys real local sandboxes (bubblewrap namespaces, the real
 //! sandbox-agent inside with --token and --no-telemetry, a loopback-only network of its own),
 //! driven through the CLI; what happened is checked from the host with a second provider on
-//! the daemon's state directory. Every sandbox left is destroyed when the test's [`Sandboxes`]
+//! the daemon's state directory, and in the journal (`/v1/log?zone=sandboxes`). Daemons are
+//! also killed mid-create and mid-resume (at gates of the debug daemon), and sandboxes killed
+//! from outside. Every sandbox left is destroyed when the test's [`Sandboxes`]
 //! guard drops, also when the test panics or the daemon was killed.
 
 use std::path::PathBuf;
@@ -14,6 +16,9 @@ use sandfs::sandbox::provision::{ProviderState, Provisioner, SandboxSpec};
 use sandfs::sandbox::{RemoteFs, SandboxAgent};
 use serde_json::{json, Value};
 
+use sandfs::sandbox::provision::local::Proc;
+
+use crate::support::gates::Gates;
 use crate::support::sandbox_agent::{agent_binary, require_loopback_only};
 use crate::support::Daemon;
 
@@ -75,12 +80,78 @@ fn rt() -> tokio::runtime::Runtime {
 
 /// Starts a daemon (sandboxed zones, not mounted) with the sandboxes `sections`.
 fn daemon(sections: &str) -> Daemon {
+    daemon_with(sections, None)
+}
+
+/// [`daemon`], with the test gates `gates` armable.
+fn daemon_with(sections: &str, gates: Option<&Gates>) -> Daemon {
     require_loopback_only();
-    Daemon::options()
+    let mut o = Daemon::options()
         .prefix("sandfs-prov")
         .config(&format!("[zones]\nroot = \"root\"\n{sections}"))
-        .append_log()
-        .start()
+        .append_log();
+    if let Some(g) = gates {
+        let (key, dir) = g.env();
+        o = o.env(key, &dir);
+    }
+    o.start()
+}
+
+/// Runs the CLI with `args` on a thread (it may wait at a gate while the test kills the daemon).
+fn cli_in_thread(d: &Daemon, args: &[&str]) -> std::thread::JoinHandle<std::process::Output> {
+    let socket = d.socket.clone();
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    std::thread::spawn(move || {
+        std::process::Command::new(crate::support::BIN)
+            .arg("--socket")
+            .arg(socket)
+            .args(args)
+            .output()
+            .unwrap()
+    })
+}
+
+/// The lifecycle rows of sandbox `name` in the journal, oldest first: `(op, detail)`.
+fn lifecycle(d: &Daemon, name: &str) -> Vec<(String, String)> {
+    let log = d.get("/v1/log?zone=sandboxes&limit=1000");
+    let mut rows: Vec<(String, String)> = log["entries"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no entries in {log}"))
+        .iter()
+        .filter(|e| e["path"] == name)
+        .map(|e| {
+            assert_eq!(e["zone"], "sandboxes", "{e}");
+            (
+                e["op"].as_str().unwrap().to_string(),
+                e["detail"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    rows.reverse();
+    rows
+}
+
+/// Whether the journal has a row `op` for `name` whose detail contains `needle`.
+fn journaled(d: &Daemon, name: &str, op: &str, needle: &str) -> bool {
+    lifecycle(d, name)
+        .iter()
+        .any(|(o, detail)| o == op && detail.contains(needle))
+}
+
+/// Waits until `id`'s provider state is `want`.
+fn wait_state(sbx: &Sandboxes, id: &str, want: ProviderState, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let now = sbx.state(id);
+        if now == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "sandbox {id} is {now:?}, not {want:?}, after {within:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// `[sandboxes.<name>] provider = "local"` with the test's sandbox-agent and `extra` keys.
@@ -509,4 +580,170 @@ fn a_zone_served_from_a_provisioned_sandbox_makes_it_on_first_use_and_resumes_it
         "{log}"
     );
     assert!(log.contains("sandbox resumed"), "{log}");
+}
+
+#[test]
+fn a_daemon_killed_mid_create_and_mid_resume_is_reconciled_at_restart() {
+    let gates = Gates::new();
+    let mut d = daemon_with(&local("dev", ""), Some(&gates));
+    let sbx = Sandboxes::of(&d);
+    d.ok(
+        "/v1/fs/write",
+        json!({"path": "/workspace/a.txt", "content": "a"}),
+    );
+
+    // Mid-create: the provider has started the tree; the daemon has not recorded it.
+    gates.arm("local-sandbox-starting");
+    let create = cli_in_thread(&d, &["sandbox", "create", "dev"]);
+    gates.wait_held("local-sandbox-starting", Duration::from_secs(60));
+    let ids = sbx.ids();
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    let id = ids[0].clone();
+    let mid = listed(&d, "dev");
+    assert_eq!(mid["status"], "creating", "{mid}");
+    assert!(mid["provider_id"].is_null(), "not yet recorded: {mid}");
+    // The tree comes up on its own while the daemon waits.
+    wait_state(&sbx, &id, ProviderState::Running, Duration::from_secs(30));
+    d.crash();
+    gates.release("local-sandbox-starting");
+    let out = create.join().unwrap();
+    assert!(
+        !out.status.success(),
+        "the create's client saw the daemon die: {}{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        d.log_text()
+    );
+
+    d.respawn();
+    let dev = wait_status(&d, "dev", "active", Duration::from_secs(30));
+    assert_eq!(
+        dev["provider_id"].as_str(),
+        Some(id.as_str()),
+        "the sandbox made for the name is adopted, not made twice: {dev}"
+    );
+    assert!(
+        journaled(&d, "dev", "sandbox-adopted", &id),
+        "{:?}",
+        lifecycle(&d, "dev")
+    );
+    let pushed = d.cli_json(&["mirror", "push", "dev"]);
+    assert_eq!(pushed["files_sent"], 1, "{pushed}");
+    assert_eq!(
+        sbx.ids(),
+        std::slice::from_ref(&id),
+        "one sandbox, no stray"
+    );
+    assert_eq!(read_inside(&sbx, &id, "/workspace/a.txt"), b"a");
+
+    // Mid-resume: thawed by the provider, the session still `resuming`.
+    let paused = d.cli_json(&["sandbox", "pause", "dev"]);
+    assert_eq!(paused["status"], "paused", "{paused}");
+    assert_eq!(sbx.state(&id), ProviderState::Paused);
+    gates.arm("local-sandbox-thawed");
+    let resume = cli_in_thread(&d, &["sandbox", "resume", "dev"]);
+    gates.wait_held("local-sandbox-thawed", Duration::from_secs(60));
+    assert_eq!(listed(&d, "dev")["status"], "resuming");
+    assert_eq!(sbx.state(&id), ProviderState::Running, "thawed");
+    d.crash();
+    gates.release("local-sandbox-thawed");
+    let out = resume.join().unwrap();
+    assert!(
+        !out.status.success(),
+        "the resume's client saw the daemon die: {}{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        d.log_text()
+    );
+
+    d.respawn();
+    let dev = wait_status(&d, "dev", "active", Duration::from_secs(30));
+    assert_eq!(dev["provider_id"].as_str(), Some(id.as_str()), "{dev}");
+    assert!(
+        journaled(&d, "dev", "sandbox-adopted", "was resuming"),
+        "{:?}",
+        lifecycle(&d, "dev")
+    );
+    d.ok(
+        "/v1/fs/write",
+        json!({"path": "/workspace/b.txt", "content": "b"}),
+    );
+    let pushed = d.cli_json(&["mirror", "push", "dev"]);
+    assert_eq!(pushed["files_sent"], 1, "only the new file: {pushed}");
+    assert_eq!(read_inside(&sbx, &id, "/workspace/b.txt"), b"b");
+    assert_eq!(sbx.ids(), [id]);
+}
+
+#[test]
+fn a_sandbox_killed_from_outside_is_marked_down_then_resumed_on_next_use() {
+    // A short idle pause makes the cleanup loop run every 3 s; the sandbox is used again
+    // before it would be paused for idleness.
+    let d = daemon(&local("dev", "idle_pause_minutes = 0.2"));
+    let sbx = Sandboxes::of(&d);
+    d.ok(
+        "/v1/fs/write",
+        json!({"path": "/workspace/a.txt", "content": "a"}),
+    );
+    d.cli_json(&["mirror", "push", "dev"]);
+    let id = listed(&d, "dev")["provider_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(journaled(&d, "dev", "sandbox-created", &id));
+
+    // The server inside dies (the OOM killer, a crash): the whole tree ends with it.
+    let p = sbx.provider();
+    let agent: Vec<Proc> = p
+        .processes(&id)
+        .into_iter()
+        .filter(|proc| {
+            String::from_utf8_lossy(&proc.cmdline()).contains("sandbox-agent")
+                && !String::from_utf8_lossy(&proc.cmdline()).contains("/bin/sh")
+        })
+        .collect();
+    assert!(
+        !agent.is_empty(),
+        "no sandbox-agent among {:?}",
+        p.processes(&id)
+    );
+    for proc in &agent {
+        proc.signal(libc::SIGKILL);
+    }
+    drop(p);
+    wait_state(&sbx, &id, ProviderState::Stopped, Duration::from_secs(10));
+
+    let down = wait_status(&d, "dev", "paused", Duration::from_secs(10));
+    assert!(
+        down["last_error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("stopped outside sandfs"),
+        "{down}"
+    );
+    assert_eq!(down["attached"], false, "{down}");
+    assert_eq!(down["provider_id"].as_str(), Some(id.as_str()), "{down}");
+    assert!(journaled(&d, "dev", "sandbox-down", &id));
+
+    // The next use resumes it: the same sandbox, its volume as it was.
+    d.ok(
+        "/v1/fs/write",
+        json!({"path": "/workspace/b.txt", "content": "b"}),
+    );
+    let pushed = d.cli_json(&["mirror", "push", "dev"]);
+    assert_eq!(pushed["files_sent"], 1, "only the new file: {pushed}");
+    let dev = listed(&d, "dev");
+    assert_eq!(
+        (dev["status"].as_str(), dev["provider_id"].as_str()),
+        (Some("active"), Some(id.as_str())),
+        "{dev}"
+    );
+    assert_eq!(sbx.state(&id), ProviderState::Running);
+    assert_eq!(read_inside(&sbx, &id, "/workspace/a.txt"), b"a");
+    assert!(journaled(&d, "dev", "sandbox-resumed", "was paused"));
+    let ops: Vec<String> = lifecycle(&d, "dev").into_iter().map(|(op, _)| op).collect();
+    assert_eq!(
+        ops,
+        ["sandbox-created", "sandbox-down", "sandbox-resumed"],
+        "the journal tells the sandbox's life in order"
+    );
 }

@@ -10,6 +10,10 @@ use crate::state::JournalRow;
 pub struct Args {
     /// Only changes to this path or beneath it (e.g. /workspace/src)
     pub path: Option<String>,
+    /// Only rows of this zone: cache, workspace, or sandboxes (the provisioned sandboxes'
+    /// lifecycle: created, paused, down, resumed, destroyed, …)
+    #[arg(long)]
+    pub zone: Option<String>,
     /// Most entries to show
     #[arg(short = 'n', long, default_value_t = 50)]
     pub limit: usize,
@@ -24,6 +28,9 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
     let mut route = format!("/v1/log?limit={}", a.limit);
     if let Some(p) = &a.path {
         route.push_str(&format!("&path={}", encode(p)));
+    }
+    if let Some(z) = &a.zone {
+        route.push_str(&format!("&zone={}", encode(z)));
     }
     let raw = ctx.client.get_raw(&route).await?;
     if ctx.json {

@@ -733,6 +733,8 @@ impl LocalProvisioner {
         meta.pid = Some(outer.pid);
         meta.pid_start = Some(outer.start);
         self.save(meta)?;
+        // A test kills the daemon here: the tree runs on, not yet answered for.
+        crate::core::gate::hold_async("local-sandbox-starting").await;
 
         let deadline = Instant::now() + self.start_timeout;
         let ended = || {
@@ -1067,6 +1069,8 @@ impl Provisioner for LocalProvisioner {
             self.freezer
                 .thaw(id, Some(outer), Some(init))
                 .map_err(|e| fatal(&what, e))?;
+            // A test kills the daemon here: thawed, its resume not yet recorded.
+            crate::core::gate::hold_async("local-sandbox-thawed").await;
             let token = self.token(id)?;
             let port = self.open_bridge(&mut meta, init).await?;
             let deadline = Instant::now() + self.start_timeout;
