@@ -8,15 +8,22 @@
 #   3. resume from paused to healthy (median of 5; target < 1 s)
 #   4. 20 sandboxes created at once: wall time, the daemon's RSS with all 20 up (target < 100 MB)
 #   5. the CPU the 20 sandboxes' processes use in 5 s while paused (target: none)
+#   6. a snapshot of a spec with a few npm dependencies (snapshot_base = "minimal",
+#      snapshot_network = true, `npm install` of NPM_DEPS from npm's configured registry):
+#      the one-time build, the same spec again (reused), and a create from it to healthy.
+#      Needs node and npm on this machine and its registry reachable; otherwise the row says
+#      why it was not measured.
 # Everything it makes is destroyed at the end (and on exit).
 #
-# Environment: CARGO (default cargo); SANDFS_PROVISION_AGENT (default: sandbox-agent on PATH).
+# Environment: CARGO (default cargo); SANDFS_PROVISION_AGENT (default: sandbox-agent on PATH);
+# NPM_DEPS (default: "lodash express chalk@4 commander semver").
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 repo=$PWD
 cargo=${CARGO:-cargo}
 n=20
+npm_deps=${NPM_DEPS:-lodash express chalk@4 commander semver}
 
 log() { printf '\n== %s\n' "$*" >&2; }
 die() { printf 'provision.sh: %s\n' "$*" >&2; exit 1; }
@@ -37,7 +44,7 @@ daemon_pid=""
 sf() { "$bin" --socket "$tmp/run/s.sock" "$@"; }
 cleanup() {
   if [ -n "$daemon_pid" ] && kill -0 "$daemon_pid" 2>/dev/null; then
-    for i in $(seq "$n"); do sf sandbox destroy "s$i" >/dev/null 2>&1 || true; done
+    for i in $(seq "$n") npm; do sf sandbox destroy "s$i" >/dev/null 2>&1 || true; done
     kill "$daemon_pid" 2>/dev/null || true
     wait "$daemon_pid" 2>/dev/null || true
   fi
@@ -47,12 +54,26 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 mkdir -p "$tmp/run" "$tmp/ws" "$tmp/cache"
+# The npm registry this machine is configured with (never written anywhere but the temp config).
+registry=""
+npm_skip=""
+if ! command -v npm >/dev/null 2>&1 || ! command -v node >/dev/null 2>&1; then
+  npm_skip="node and npm are not installed (apt-get install nodejs npm)"
+else
+  registry=$(npm config get registry 2>/dev/null || true)
+  [ -n "$registry" ] || npm_skip="npm has no registry configured"
+fi
 {
   printf "state_dir = '%s'\nsocket = '%s'\n\n[zones]\nmode = \"direct\"\n" "$tmp/state" "$tmp/run/s.sock"
   printf "[zones.workspace]\ndir = '%s'\n[zones.cache]\ndir = '%s'\n" "$tmp/ws" "$tmp/cache"
   for i in $(seq "$n"); do
     printf '\n[sandboxes.s%s]\nprovider = "local"\nagent_bin = "%s"\nidle_pause_minutes = 0\n' "$i" "$agent"
   done
+  if [ -n "$registry" ]; then
+    printf '\n[sandboxes.snpm]\nprovider = "local"\nagent_bin = "%s"\nidle_pause_minutes = 0\n' "$agent"
+    printf 'snapshot_base = "minimal"\nsnapshot_network = true\n'
+    printf 'snapshot_setup = ["mkdir -p /opt/app && cd /opt/app && npm init -y >/dev/null && npm install --no-audit --no-fund --registry %s %s"]\n' "$registry" "$npm_deps"
+  fi
 } >"$tmp/config.toml"
 RUST_LOG=warn "$bin" serve --config "$tmp/config.toml" --no-mount 2>"$tmp/daemon.log" &
 daemon_pid=$!
@@ -119,6 +140,27 @@ t1=$(ticks)
 paused_cpu_ms=$(( (t1 - t0) * 1000 / $(getconf CLK_TCK) ))
 nagents=$(echo "$agents" | wc -w)
 
+log "a snapshot with npm dependencies ($npm_deps)"
+npm_snapshot_ms="" npm_again_ms="" npm_create_ms="" npm_modules=""
+if [ -z "$npm_skip" ]; then
+  s=$(date +%s%N)
+  if sf --json sandbox snapshot snpm >"$tmp/npm-snapshot.json" 2>"$tmp/npm-snapshot.err"; then
+    npm_snapshot_ms=$(ms "$s")
+    key=$(jq -r .snapshot "$tmp/npm-snapshot.json")
+    npm_modules=$(find "$tmp/state/provision/local/snapshots/$key/root/opt/app/node_modules" \
+      -mindepth 2 -maxdepth 3 -name package.json | wc -l)
+    s=$(date +%s%N)
+    sf sandbox snapshot snpm >/dev/null
+    npm_again_ms=$(ms "$s")
+    s=$(date +%s%N)
+    sf sandbox create snpm >/dev/null
+    npm_create_ms=$(ms "$s")
+    sf sandbox destroy snpm >/dev/null
+  else
+    npm_skip="the snapshot failed: $(tail -c 400 "$tmp/npm-snapshot.err" | tr '\n' ' ')"
+  fi
+fi
+
 verdict() { awk -v v="$1" -v t="$2" 'BEGIN { print (v < t) ? "met" : "MISSED" }'; }
 printf '\nsandfs provisioned-sandbox benchmark (local provider), %s\n' "$(date -u +%Y-%m-%dT%H:%MZ)"
 printf '%s cores; through the CLI (a process start in each figure)\n\n' "$(nproc)"
@@ -129,3 +171,10 @@ printf '| resume from paused to healthy (median of 5) | %s ms | < 1,000 ms | %s 
 printf '| %s sandboxes created at once (%s active after) | %s ms | all up | %s |\n' "$n" "$active" "$all_ms" "$([ "$active" = "$n" ] && echo met || echo MISSED)"
 printf '| daemon RSS with %s sandboxes up | %s KB | < 100,000 KB | %s |\n' "$n" "$rss_kb" "$(verdict "$rss_kb" 100000)"
 printf '| CPU in 5 s of the %s processes of the paused sandboxes | %s ms | none | %s |\n' "$nagents" "$paused_cpu_ms" "$([ "$paused_cpu_ms" = 0 ] && echo met || echo MISSED)"
+if [ -z "$npm_skip" ]; then
+  printf '| first snapshot of a spec with npm dependencies (%s: %s packages installed; one-time) | %s ms | reported | |\n' "$npm_deps" "$npm_modules" "$npm_snapshot_ms"
+  printf '| the same spec again (its snapshot reused) | %s ms | reported | |\n' "$npm_again_ms"
+  printf '| create from that snapshot to healthy | %s ms | < 1,000 ms | %s |\n' "$npm_create_ms" "$(verdict "$npm_create_ms" 1000)"
+else
+  printf '| first snapshot of a spec with npm dependencies | not measured: %s | reported | |\n' "$npm_skip"
+fi

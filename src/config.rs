@@ -319,6 +319,9 @@ pub struct SandboxSection {
     /// Provisioned: shell commands run once in a sandbox made from `snapshot_base`.
     #[serde(default)]
     pub snapshot_setup: Option<Vec<String>>,
+    /// Provisioned (local): the setup commands reach the host's network.
+    #[serde(default)]
+    pub snapshot_network: Option<bool>,
     /// Provisioned: a named volume that outlives the sandbox.
     #[serde(default)]
     pub volume: Option<String>,
@@ -387,6 +390,8 @@ pub struct ProvisionSettings {
     /// The snapshot to build (`snapshot_base`, `snapshot_setup`) when no id is given.
     pub snapshot_base: Option<String>,
     pub snapshot_setup: Vec<String>,
+    /// The setup commands reach the host's network (a sandbox never does).
+    pub snapshot_network: bool,
     /// A named volume and where it appears inside the sandbox.
     pub volume: Option<String>,
     pub volume_path: String,
@@ -496,6 +501,7 @@ impl SandboxSettings {
                 ("snapshot", s.snapshot.is_some()),
                 ("snapshot_base", s.snapshot_base.is_some()),
                 ("snapshot_setup", s.snapshot_setup.is_some()),
+                ("snapshot_network", s.snapshot_network.is_some()),
                 ("volume", s.volume.is_some()),
                 ("volume_path", s.volume_path.is_some()),
                 ("idle_pause_minutes", s.idle_pause_minutes.is_some()),
@@ -689,6 +695,18 @@ impl SandboxSettings {
                 "names what to build a snapshot from; `snapshot` names one already built: set one of them".into(),
             );
         }
+        if s.snapshot_network.is_some() && matches!(kind, ProvisionKind::Daytona { .. }) {
+            return bad(
+                "snapshot_network",
+                format!("is for provider = \"{PROVIDER_LOCAL}\" (a daytona snapshot is built with the network the image's build has)"),
+            );
+        }
+        if s.snapshot_network.is_some() && s.snapshot_setup.is_none() {
+            return bad(
+                "snapshot_network",
+                "says whether snapshot_setup's commands reach the network: set those too".into(),
+            );
+        }
         if s.snapshot_setup.is_some() && s.snapshot_base.is_none() {
             return bad(
                 "snapshot_setup",
@@ -725,6 +743,7 @@ impl SandboxSettings {
             snapshot: s.snapshot.clone(),
             snapshot_base: s.snapshot_base.clone(),
             snapshot_setup: setup,
+            snapshot_network: s.snapshot_network.unwrap_or(false),
             volume: s.volume.clone(),
             volume_path,
             idle_pause: minutes(&field("idle_pause_minutes"), s.idle_pause_minutes, 30.0)?,
@@ -1650,6 +1669,34 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("sandbox name"), "{e}");
+
+        // snapshot_network: local only, and only with setup commands to give the network to.
+        let s = load(
+            "[sandboxes.box]\nprovider = \"local\"\nsnapshot_base = \"minimal\"\nsnapshot_setup = [\"true\"]\nsnapshot_network = true\n",
+        )
+        .unwrap();
+        let p = s.sandboxes[0].provision.as_ref().unwrap();
+        assert!(p.snapshot_network);
+        let e = load("[sandboxes.box]\nprovider = \"local\"\nsnapshot_base = \"minimal\"\nsnapshot_network = true\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("sandboxes.box.snapshot_network") && e.contains("snapshot_setup"),
+            "{e}"
+        );
+        let e = load("[sandboxes.box]\nprovider = \"daytona\"\napi_key_env = \"K\"\nsnapshot_base = \"debian:12\"\nsnapshot_setup = [\"true\"]\nsnapshot_network = true\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("sandboxes.box.snapshot_network") && e.contains("\"local\""),
+            "{e}"
+        );
+        let e = load(
+            "[sandboxes.dev]\nprovider = \"sandbox-agent\"\nurl = \"http://x\"\nsnapshot_network = true\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("snapshot_network"), "{e}");
     }
 
     #[test]

@@ -362,6 +362,7 @@ impl Registry {
                 None => match &settings.snapshot_base {
                     Some(base) => Some(
                         p.snapshot(&SnapshotSpec {
+                            network: settings.snapshot_network,
                             base: base.clone(),
                             setup: settings.snapshot_setup.clone(),
                         })
@@ -606,6 +607,7 @@ impl Registry {
         };
         let id = p
             .snapshot(&SnapshotSpec {
+                network: settings.snapshot_network,
                 base,
                 setup: settings.snapshot_setup.clone(),
             })

@@ -451,6 +451,7 @@ async fn an_unchanged_snapshot_spec_reuses_its_snapshot() {
     let (config, _key) = test_config(&cloud.url());
     let d = Daytona::new(config).unwrap();
     let spec = SnapshotSpec {
+        network: false,
         base: "debian:12".into(),
         setup: vec!["apt-get update".into(), "apt-get install -y ripgrep".into()],
     };
@@ -468,6 +469,7 @@ async fn an_unchanged_snapshot_spec_reuses_its_snapshot() {
 
     // A changed spec is a new snapshot; a bare image is sent as its name.
     let bare = SnapshotSpec {
+        network: false,
         base: "debian:12".into(),
         setup: vec![],
     };
@@ -480,6 +482,7 @@ async fn an_unchanged_snapshot_spec_reuses_its_snapshot() {
     // A bad spec is refused before anything is sent.
     let n = cloud.calls().await.len();
     let bad = SnapshotSpec {
+        network: false,
         base: "debian:12".into(),
         setup: vec!["true\nUSER root".into()],
     };

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use sandfs::sandbox::provision::local::{
-    FreezerKind, LocalConfig, LocalProvisioner, Proc, RootMode,
+    FreezerKind, LocalConfig, LocalProvisioner, Proc, RootMode, MINIMAL_BASE,
 };
 use sandfs::sandbox::provision::{
     Handle, ProviderState, ProvisionError, Provisioner, SandboxSpec, SnapshotSpec, VolumeMount,
@@ -316,6 +316,7 @@ async fn an_unchanged_snapshot_spec_is_reused_not_rebuilt() {
     let local = Local::new();
     let p = local.p();
     let snap = SnapshotSpec {
+        network: false,
         base: String::new(),
         setup: vec![
             "head -c 16 /dev/urandom | od -An -tx1 > /stamp".into(),
@@ -343,6 +344,7 @@ async fn an_unchanged_snapshot_spec_is_reused_not_rebuilt() {
 
     // A failing setup command is named in the error and leaves no snapshot behind.
     let bad = SnapshotSpec {
+        network: false,
         base: String::new(),
         setup: vec!["true".into(), "echo broken >&2; exit 3".into()],
     };
@@ -358,6 +360,62 @@ async fn an_unchanged_snapshot_spec_is_reused_not_rebuilt() {
     s.snapshot = Some("sandfs-0000000000000000".into());
     let err = p.create(&s).await.unwrap_err();
     assert!(matches!(err, ProvisionError::Missing { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn a_snapshot_setup_shares_the_hosts_network_only_when_its_spec_asks_and_never_the_sandbox() {
+    let local = Local::new();
+    let p = local.p();
+    let host_net = std::fs::read_link("/proc/self/ns/net").unwrap();
+    let host_net = host_net.to_string_lossy().into_owned();
+    // The setup records which network namespace it ran in; "minimal" names the minimal root.
+    let setup = vec![
+        "readlink /proc/self/ns/net > /setup-netns".to_string(),
+        // Tools reached through Debian's alternatives work in the minimal root.
+        "echo a b | awk '{ print $2 }' > /awk-says".to_string(),
+    ];
+    let mut keys = Vec::new();
+    for network in [false, true] {
+        let spec = SnapshotSpec {
+            network,
+            base: MINIMAL_BASE.into(),
+            setup: setup.clone(),
+        };
+        let key = p.snapshot(&spec).await.unwrap();
+        let seen = std::fs::read_to_string(p.snapshot_dir(&key).join("root/setup-netns")).unwrap();
+        assert_eq!(
+            seen.trim() == host_net,
+            network,
+            "network = {network}: the setup ran in {seen:?}, the host is in {host_net:?}"
+        );
+        let awk = std::fs::read_to_string(p.snapshot_dir(&key).join("root/awk-says")).unwrap();
+        assert_eq!(awk, "b\n");
+        let etc = p.snapshot_dir(&key).join("root/etc");
+        assert!(etc.join("ssl/certs").is_dir(), "CA certificates are there");
+        assert!(
+            !etc.join("ssl/private").exists(),
+            "the host's private keys never are"
+        );
+        keys.push(key);
+    }
+    assert_ne!(keys[0], keys[1], "the switch is part of the key");
+
+    // A sandbox made from the snapshot built with the network still has only its own loopback.
+    let mut s = spec("netsnap", None);
+    s.snapshot = Some(keys[1].clone());
+    let handle = local.create(&s).await;
+    let fs = client(&handle, Duration::from_secs(5));
+    let (code, out, _) = sh(&fs, "readlink /proc/self/ns/net; cat /proc/net/dev").await;
+    assert_eq!(code, Some(0));
+    let mut lines = out.lines();
+    assert_ne!(lines.next(), Some(host_net.as_str()), "{out}");
+    // /proc/net/dev: two header lines, then `name: counters` per interface.
+    let interfaces: Vec<&str> = lines
+        .skip(2)
+        .filter_map(|l| l.split(':').next())
+        .map(str::trim)
+        .collect();
+    assert_eq!(interfaces, ["lo"], "{out}");
 }
 
 #[tokio::test]
@@ -496,6 +554,7 @@ async fn bad_names_and_paths_are_refused_naming_the_key_and_rule() {
     }
     let err = p
         .snapshot(&SnapshotSpec {
+            network: false,
             base: "relative/dir".into(),
             setup: vec![],
         })

@@ -1179,6 +1179,7 @@ mod tests {
     #[test]
     fn a_dockerfile_is_built_only_with_setup_and_refuses_line_breaks() {
         let mut spec = SnapshotSpec {
+            network: false,
             base: "debian:12".into(),
             setup: vec![],
         };

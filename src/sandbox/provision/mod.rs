@@ -49,10 +49,16 @@ pub struct VolumeMount {
 /// What a snapshot holds: a base and the commands that install dependencies into it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SnapshotSpec {
-    /// The base: an image name (daytona) or a directory to copy as the root (local).
+    /// The base: an image name (daytona), or for local a host directory to copy as the root
+    /// or `minimal` (the host's `/usr` read-only and a few `/etc` files).
     pub base: String,
     /// Shell commands run once, in order, in a sandbox made from `base`.
     pub setup: Vec<String>,
+    /// The setup commands reach the host's network (to download dependencies); a sandbox made
+    /// from the snapshot never does. Local provider (a cloud provider's builds have their
+    /// network anyway). Part of the key only when set, so older keys stay as they were.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub network: bool,
 }
 
 impl SnapshotSpec {
@@ -202,6 +208,7 @@ mod tests {
     #[test]
     fn an_unchanged_snapshot_spec_keeps_its_key_and_any_change_moves_it() {
         let a = SnapshotSpec {
+            network: false,
             base: "debian:12".into(),
             setup: vec!["apt-get install -y ripgrep".into()],
         };
@@ -210,6 +217,14 @@ mod tests {
         b.setup.push("true".into());
         assert_ne!(a.key(), b.key());
         assert!(a.key().starts_with("sandfs-") && a.key().len() == 23);
+        // The network switch moves the key only when on: keys made before it existed hold.
+        let mut c = a.clone();
+        c.network = true;
+        assert_ne!(a.key(), c.key());
+        assert_eq!(
+            serde_json::to_string(&a).unwrap(),
+            r#"{"base":"debian:12","setup":["apt-get install -y ripgrep"]}"#
+        );
     }
 
     #[test]

@@ -11,6 +11,10 @@
 //! read-only host binds (`/usr` for the minimal root). User namespaces cannot be made again
 //! inside (`--disable-userns`). The environment is cleared.
 //!
+//! One exception to the loopback-only network: a snapshot's setup commands share the host's
+//! network when its spec asks (`snapshot_network = true`, to download dependencies); they run
+//! before any sandbox-agent exists, and no sandbox made from the snapshot gets that network.
+//!
 //! The overlay is mounted in the `unshare`d mount namespace, never in the host's: it goes away
 //! with the last process of the sandbox, so a killed daemon leaves no mount behind.
 
@@ -48,7 +52,14 @@ pub struct Jail {
     pub hostname: String,
     /// Kill the tree when the starting process dies (for one-off commands).
     pub die_with_parent: bool,
+    /// Share the host's network (a snapshot's setup that downloads dependencies, when asked):
+    /// no network namespace of its own, and the host's `/etc/resolv.conf` bound read-only.
+    /// Never for a sandbox's tree, whose server must stay on a loopback-only network.
+    pub host_network: bool,
 }
+
+/// The resolver configuration a setup with the host's network reads.
+const RESOLV_CONF: &str = "/etc/resolv.conf";
 
 /// The default `PATH` inside.
 pub const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -66,7 +77,6 @@ impl Jail {
             "0",
             "--disable-userns",
             "--unshare-pid",
-            "--unshare-net",
             "--unshare-ipc",
             "--unshare-uts",
             "--unshare-cgroup-try",
@@ -77,6 +87,9 @@ impl Jail {
         ]);
         if self.die_with_parent {
             arg(&["--die-with-parent"]);
+        }
+        if !self.host_network {
+            arg(&["--unshare-net"]);
         }
         let root = match &self.root {
             Root::Overlay { mountpoint, .. } => mountpoint,
@@ -90,6 +103,9 @@ impl Jail {
         arg(&["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/run"]);
         for (src, dest) in &self.ro_files {
             arg(&["--ro-bind", &src.to_string_lossy(), dest]);
+        }
+        if self.host_network && Path::new(RESOLV_CONF).is_file() {
+            arg(&["--ro-bind", RESOLV_CONF, RESOLV_CONF]);
         }
         for dir in &self.dirs {
             arg(&["--dir", dir]);

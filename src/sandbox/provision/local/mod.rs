@@ -368,9 +368,17 @@ fn copy_tree(from: &Path, to: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// The base that names the minimal root (`snapshot_base = "minimal"`); an empty base is the same.
+pub const MINIMAL_BASE: &str = "minimal";
+
+/// Whether a snapshot's base is the minimal root rather than a host directory.
+fn is_minimal(base: &str) -> bool {
+    base.is_empty() || base == MINIMAL_BASE
+}
+
 /// Builds the minimal root in `root`: the host's `/usr` (and any of `/bin`, `/lib*`, `/sbin`
 /// that is a directory rather than a link into it) bound read-only, and copies of the few
-/// `/etc` files programs need; no other host file. Returns the binds.
+/// `/etc` files and directories programs need; no other host file. Returns the binds.
 fn minimal_root(root: &Path) -> Result<Vec<PathBuf>, String> {
     let err = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
     let mut binds = vec![PathBuf::from("/usr")];
@@ -404,17 +412,27 @@ fn minimal_root(root: &Path) -> Result<Vec<PathBuf>, String> {
         "ld.so.cache",
         "ld.so.conf",
         "host.conf",
+        "ssl/openssl.cnf",
     ] {
         let host = Path::new("/etc").join(file);
         if host.is_file() {
-            std::fs::copy(&host, root.join("etc").join(file)).map_err(|e| err(&host, e))?;
+            let dest = root.join("etc").join(file);
+            if let Some(dir) = dest.parent() {
+                std::fs::create_dir_all(dir).map_err(|e| err(dir, e))?;
+            }
+            std::fs::copy(&host, &dest).map_err(|e| err(&host, e))?;
         }
     }
-    let conf_d = Path::new("/etc/ld.so.conf.d");
-    if conf_d.is_dir() {
-        let dest = root.join("etc/ld.so.conf.d");
-        std::fs::create_dir_all(&dest).map_err(|e| err(&dest, e))?;
-        copy_tree(conf_d, &dest)?;
+    // The loader's configuration, Debian's alternatives (`/usr/bin/awk` is a link through
+    // `/etc/alternatives`) and the CA certificates (links into `/usr/share`): small, and
+    // without them common tools fail inside. Never `/etc/ssl/private`.
+    for dir in ["ld.so.conf.d", "alternatives", "ssl/certs"] {
+        let host = Path::new("/etc").join(dir);
+        if host.is_dir() {
+            let dest = root.join("etc").join(dir);
+            std::fs::create_dir_all(&dest).map_err(|e| err(&dest, e))?;
+            copy_tree(&host, &dest)?;
+        }
     }
     Ok(binds)
 }
@@ -688,6 +706,7 @@ impl LocalProvisioner {
             env,
             hostname: meta.name.clone(),
             die_with_parent: false,
+            host_network: false,
         })
     }
 
@@ -904,13 +923,13 @@ impl LocalProvisioner {
 
     async fn snapshot_inner(&self, spec: &SnapshotSpec) -> ProvisionResult<String> {
         let key = spec.key();
-        if !spec.base.is_empty() {
+        if !is_minimal(&spec.base) {
             let base = Path::new(&spec.base);
             if !base.is_absolute() || !base.is_dir() {
                 return Err(invalid(
                     "snapshot.base",
                     format!(
-                        "{:?} must be an absolute host directory (or empty for the minimal root)",
+                        "{:?} must be an absolute host directory, or {MINIMAL_BASE:?} for the minimal root (the host's /usr read-only)",
                         spec.base
                     ),
                 ));
@@ -943,7 +962,7 @@ impl LocalProvisioner {
         mkdir_private(&root).map_err(|e| fatal(&what, e))?;
         std::fs::set_permissions(&root, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .map_err(|e| fatal(&what, e))?;
-        let ro_binds = if spec.base.is_empty() {
+        let ro_binds = if is_minimal(&spec.base) {
             minimal_root(&root).map_err(|e| fatal(&what, e))?
         } else {
             copy_tree(Path::new(&spec.base), &root).map_err(|e| fatal(&what, e))?;
@@ -958,6 +977,7 @@ impl LocalProvisioner {
             env: vec![("HOME".into(), "/root".into())],
             hostname: "snapshot".into(),
             die_with_parent: true,
+            host_network: spec.network,
         };
         for (i, command) in spec.setup.iter().enumerate() {
             let log_path = build.join("setup.log");
