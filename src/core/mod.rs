@@ -480,7 +480,10 @@ impl Zones {
             origin,
             detail,
         };
-        if let Err(e) = self.db.journal_append(&entry) {
+        // The mount and the watcher record one row per system call: theirs go in together.
+        if matches!(origin.via, Via::Fuse | Via::Watcher) {
+            self.db.journal_append_deferred(&entry);
+        } else if let Err(e) = self.db.journal_append(&entry) {
             tracing::error!(path = %vp, op, via = ?origin.via, error = %e, "could not record in the journal");
         }
     }

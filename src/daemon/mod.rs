@@ -53,6 +53,7 @@ pub const BLOCKING_THREADS: usize = 32;
 pub fn run(settings: Settings, no_mount: bool) -> anyhow::Result<()> {
     limit_malloc_arenas();
     let db = Arc::new(Db::open_in(&settings.state_dir)?);
+    Db::start_flusher(&db);
     // A zone served from a sandbox sandfs makes itself reaches it through the registry, which
     // is built over the zones: the slot is filled once the registry holds the config's sandboxes.
     let registry_slot = Arc::new(crate::sandbox::RegistrySlot::default());

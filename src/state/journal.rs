@@ -6,7 +6,9 @@
 use rusqlite::params;
 use serde::{Deserialize, Serialize};
 
-use super::{Db, StateError};
+use std::sync::atomic::Ordering;
+
+use super::{Db, StateError, DEFERRED_MAX_ROWS};
 
 /// The journal's zone for the lifecycle of provisioned sandboxes: such a row's path is the
 /// sandbox's name, its op `sandbox-created`, `sandbox-paused`, … and its detail the provider's id
@@ -100,7 +102,71 @@ pub struct JournalFilter {
     pub limit: usize,
 }
 
+/// A row appended deferred ([`Db::journal_append_deferred`]), owned until it goes in.
+#[derive(Debug)]
+pub(super) struct Deferred {
+    time_ms: i64,
+    zone: String,
+    path: String,
+    op: String,
+    bytes: Option<u64>,
+    to_path: Option<String>,
+    origin: Origin,
+    detail: Option<String>,
+}
+
+/// Inserts deferred rows in one transaction, in the order they were appended.
+pub(super) fn insert_deferred(
+    conn: &mut rusqlite::Connection,
+    rows: &[Deferred],
+) -> Result<(), StateError> {
+    let tx = conn.transaction()?;
+    for r in rows {
+        insert(
+            &tx,
+            &JournalEntry {
+                time_ms: r.time_ms,
+                zone: &r.zone,
+                path: &r.path,
+                op: &r.op,
+                bytes: r.bytes,
+                to_path: r.to_path.as_deref(),
+                origin: r.origin,
+                detail: r.detail.as_deref(),
+            },
+        )?;
+    }
+    tx.commit()?;
+    Ok(())
+}
+
 impl Db {
+    /// Appends one row to the journal later, together with others (see the module docs of
+    /// `state`): for the mount's and the watcher's changes, one per system call. Every read of
+    /// the database sees the row; a crash may lose it before it is written.
+    pub fn journal_append_deferred(&self, e: &JournalEntry<'_>) {
+        let n = {
+            let mut d = self.deferred.lock().unwrap_or_else(|p| p.into_inner());
+            d.push(Deferred {
+                time_ms: e.time_ms,
+                zone: e.zone.to_string(),
+                path: e.path.to_string(),
+                op: e.op.to_string(),
+                bytes: e.bytes,
+                to_path: e.to_path.map(str::to_string),
+                origin: e.origin,
+                detail: e.detail.map(str::to_string),
+            });
+            self.deferred_n.store(d.len(), Ordering::Release);
+            d.len()
+        };
+        if n == 1 {
+            self.deferred_wake.notify_one();
+        } else if n >= DEFERRED_MAX_ROWS {
+            drop(self.lock());
+        }
+    }
+
     /// Appends one row to the journal.
     pub fn journal_append(&self, e: &JournalEntry<'_>) -> Result<i64, StateError> {
         let conn = self.lock();

@@ -1,7 +1,13 @@
 //! The state database: SQLite (bundled), WAL, schema migrations by `user_version`.
 //!
 //! [`Db`] owns one connection behind a mutex (writes are short; WAL lets readers of other
-//! connections proceed). Migrations are an ordered list of SQL batches; `user_version` records how
+//! connections proceed). Journal rows of the busiest writers (the mount, the watcher) may be
+//! appended deferred ([`Db::journal_append_deferred`]): they wait in memory and go in together,
+//! one transaction, when the connection is next taken for anything (so every read sees them,
+//! in order), when enough have gathered, or a few milliseconds later (the flusher thread of
+//! [`Db::start_flusher`]). A crash loses the rows still waiting, never a file: the start-up
+//! catch-up (`Checkpoints::catch_up`) journals again whatever changed since the last
+//! checkpoint. Migrations are an ordered list of SQL batches; `user_version` records how
 //! many have run, so opening an older database upgrades it in place and a newer one is refused.
 //!
 //! Owns the SQLite database. May import only `config` (`tests/rules` checks the imports).
@@ -14,7 +20,9 @@ mod mirror;
 mod sandbox;
 
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::time::Duration;
 
 pub use checkpoint::{CheckpointRow, NewCheckpoint, RestoreRow};
 pub use events::{Cursor, Event, EventBatch, EventBounds};
@@ -85,7 +93,19 @@ pub struct Db {
     /// Counts the journal rows and checkpoints appended, so followers of the events
     /// ([`Db::subscribe`]) wake when there is something new instead of polling.
     appended: tokio::sync::watch::Sender<u64>,
+    /// Journal rows appended deferred, oldest first, not yet in the database.
+    deferred: Mutex<Vec<journal::Deferred>>,
+    /// How many rows `deferred` holds (read without its lock on every [`Db::lock`]).
+    deferred_n: AtomicUsize,
+    /// Wakes the flusher when `deferred` gets its first row.
+    deferred_wake: Condvar,
 }
+
+/// Deferred journal rows past this many go in at once, by the appender.
+const DEFERRED_MAX_ROWS: usize = 512;
+
+/// How long the flusher lets deferred rows gather before it writes them.
+const DEFERRED_GATHER: Duration = Duration::from_millis(5);
 
 impl Db {
     /// Opens (creating if needed) `dir/state.db` and runs pending migrations.
@@ -141,7 +161,58 @@ impl Db {
             conn: Mutex::new(conn),
             path,
             appended: tokio::sync::watch::Sender::new(0),
+            deferred: Mutex::default(),
+            deferred_n: AtomicUsize::new(0),
+            deferred_wake: Condvar::new(),
         })
+    }
+
+    /// Starts the thread that writes deferred journal rows a few milliseconds after they were
+    /// appended (without it they go in when the connection is next used or enough gathered).
+    /// It ends when the last `Arc` of the database is dropped.
+    pub fn start_flusher(db: &Arc<Db>) {
+        let weak: Weak<Db> = Arc::downgrade(db);
+        let spawned = std::thread::Builder::new()
+            .name("sandfs-journal".into())
+            .spawn(move || loop {
+                {
+                    let Some(db) = weak.upgrade() else { return };
+                    let rows = db.deferred.lock().unwrap_or_else(|p| p.into_inner());
+                    if rows.is_empty() {
+                        // Wakes for the first row, or once a second to see whether the
+                        // database is still there.
+                        let _ = db
+                            .deferred_wake
+                            .wait_timeout(rows, Duration::from_secs(1))
+                            .unwrap_or_else(|p| p.into_inner());
+                        continue;
+                    }
+                }
+                std::thread::sleep(DEFERRED_GATHER);
+                let Some(db) = weak.upgrade() else { return };
+                drop(db.lock());
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(
+                "cannot start the journal's flusher thread (rows go in on the next use): {e}"
+            );
+        }
+    }
+
+    /// Writes the deferred journal rows through `conn` (held), in one transaction.
+    fn flush_deferred(&self, conn: &mut rusqlite::Connection) {
+        let rows = {
+            let mut d = self.deferred.lock().unwrap_or_else(|p| p.into_inner());
+            self.deferred_n.store(0, Ordering::Release);
+            std::mem::take(&mut *d)
+        };
+        if rows.is_empty() {
+            return;
+        }
+        match journal::insert_deferred(conn, &rows) {
+            Ok(()) => self.announce(),
+            Err(e) => tracing::error!(rows = rows.len(), "could not record in the journal: {e}"),
+        }
     }
 
     /// Returns the database's file path (or `:memory:`).
@@ -167,9 +238,21 @@ impl Db {
         self.appended.send_modify(|n| *n = n.wrapping_add(1));
     }
 
+    /// Takes the connection, after writing any deferred journal rows through it (so whatever
+    /// is read or written next comes after them).
     pub(crate) fn lock(&self) -> MutexGuard<'_, rusqlite::Connection> {
         // A panic while holding the lock leaves the connection usable: SQLite rolls back.
-        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+        let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        if self.deferred_n.load(Ordering::Acquire) > 0 {
+            self.flush_deferred(&mut conn);
+        }
+        conn
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        drop(self.lock());
     }
 }
 
@@ -190,5 +273,76 @@ mod tests {
         drop(db);
         let err = Db::open(&p).err().unwrap().to_string();
         assert!(err.contains("999") && err.contains("newer"), "{err}");
+    }
+
+    fn row<'a>(path: &'a str, via: Via) -> JournalEntry<'a> {
+        JournalEntry {
+            time_ms: 1,
+            zone: "workspace",
+            path,
+            op: "write",
+            bytes: None,
+            to_path: None,
+            origin: Origin {
+                via,
+                pid: None,
+                uid: None,
+            },
+            detail: None,
+        }
+    }
+
+    fn paths(db: &Db) -> Vec<String> {
+        let mut rows = db
+            .journal_query(&JournalFilter {
+                limit: 10_000,
+                ..JournalFilter::default()
+            })
+            .unwrap();
+        rows.reverse();
+        rows.into_iter().map(|r| r.path).collect()
+    }
+
+    #[test]
+    fn deferred_rows_are_seen_by_every_read_in_order_and_written_by_the_flusher_or_on_drop() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("s.db");
+        let db = Arc::new(Db::open(&p).unwrap());
+        db.journal_append_deferred(&row("a", Via::Fuse));
+        db.journal_append(&row("b", Via::Api)).unwrap();
+        db.journal_append_deferred(&row("c", Via::Watcher));
+        // A read takes the connection: the deferred rows go in first, in the order appended.
+        assert_eq!(paths(&db), ["a", "b", "c"]);
+
+        // More than a batch goes in by the appender itself.
+        for i in 0..DEFERRED_MAX_ROWS {
+            db.journal_append_deferred(&row(&format!("m{i}"), Via::Fuse));
+        }
+        assert_eq!(db.deferred_n.load(Ordering::Acquire), 0);
+
+        // The flusher writes a lone row within milliseconds and wakes the followers.
+        Db::start_flusher(&db);
+        let mut followers = db.subscribe();
+        followers.mark_unchanged();
+        db.journal_append_deferred(&row("late", Via::Fuse));
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !followers.has_changed().unwrap() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the flusher did not run"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(db.deferred_n.load(Ordering::Acquire), 0);
+
+        // Rows still waiting when the database closes are written, not lost.
+        let other = Db::open(&p).unwrap();
+        other.journal_append_deferred(&row("last", Via::Fuse));
+        drop(other);
+        drop(db);
+        let db = Db::open(&p).unwrap();
+        let all = paths(&db);
+        assert_eq!(all.len(), 3 + DEFERRED_MAX_ROWS + 2);
+        assert_eq!(all[all.len() - 2..], ["late", "last"]);
     }
 }
