@@ -8,10 +8,17 @@
 //!
 //! The descriptors are budgeted: the kernel keeps inodes as long as their dentries stay cached
 //! (our TTLs are long), and each pins one fd here. When the table passes its high-water mark
-//! (three quarters of `RLIMIT_NOFILE`), the table asks for the least recently looked-up entries (files
-//! before directories) to
-//! be dropped from the kernel's cache (`inval_entry` on the name they were last seen under, sent by
-//! the invalidation thread); the kernel then forgets them and their fds close.
+//! (three quarters of `RLIMIT_NOFILE`), the table asks for entries to be dropped from the kernel's
+//! cache (`inval_entry` on the name they were last seen under, sent by the invalidation thread);
+//! the kernel then forgets them and their fds close.
+//!
+//! Which entries: files before directories, and among them the ones that came in last. Not the
+//! least recently looked up: the kernel sends no LOOKUP for an entry it still caches, so "least
+//! recently looked up" means "still cached and in use", and a tree larger than the budget walked
+//! again and again (`git status`, `find`, `rg` on every run) would lose exactly the entries that
+//! hit, and miss on every one. Dropping the newest keeps the first entries cached across runs:
+//! each later walk finds that part of the tree in the kernel's cache (scan-resistant, the way
+//! a cache that protects what it holds against one pass over more than it can hold is).
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
@@ -47,8 +54,8 @@ pub struct Inode {
     pub backing: Mutex<Option<Arc<fuser::BackingId>>>,
     /// Where the kernel last looked it up: (parent inode, name), for evicting it.
     seen_as: Mutex<(u64, OsString)>,
-    /// The table's clock at the last lookup (least recently used are evicted first).
-    used: AtomicU64,
+    /// The table's clock when the entry came in (the newest are evicted first).
+    born: u64,
 }
 
 impl std::ops::Deref for Inode {
@@ -114,13 +121,13 @@ impl Inodes {
         self.live.read().expect("not poisoned").len()
     }
 
-    /// The entries to drop from the kernel's cache, least recently looked up first (files before
-    /// directories), to bring the table down to its low-water mark: (parent inode, name). Ends the
-    /// eviction request.
+    /// The entries to drop from the kernel's cache, the newest first (files before directories;
+    /// see the module docs), to bring the table down to its low-water mark: (parent inode,
+    /// name). Ends the eviction request.
     pub fn evict_plan(&self) -> Vec<(u64, OsString)> {
         let live = self.live.read().expect("not poisoned");
         let excess = live.len().saturating_sub(self.low);
-        let mut plan: Vec<((bool, u64), u64, OsString)> = Vec::new();
+        let mut plan: Vec<((bool, std::cmp::Reverse<u64>), u64, OsString)> = Vec::new();
         if excess > 0 {
             plan = live
                 .values()
@@ -130,7 +137,7 @@ impl Inodes {
                     // Directories last: dropping one drops everything cached beneath it (its
                     // listing, its children, the names known not to exist in it).
                     let dir = i.kind == FileType::Directory;
-                    ((dir, i.used.load(Ordering::Relaxed)), parent, name)
+                    ((dir, std::cmp::Reverse(i.born)), parent, name)
                 })
                 .collect();
             plan.sort_unstable_by_key(|(key, _, _)| *key);
@@ -162,7 +169,7 @@ impl Inodes {
                 nlookup: AtomicU64::new(1),
                 backing: Mutex::new(None),
                 seen_as: Mutex::new((ROOT_INO, OsString::from(zone.name()))),
-                used: AtomicU64::new(0),
+                born: 0,
             }),
         );
     }
@@ -212,7 +219,6 @@ impl Inodes {
         let mut live = self.live.write().expect("not poisoned");
         if let Some(existing) = live.get(&ino) {
             existing.nlookup.fetch_add(1, Ordering::Relaxed);
-            existing.used.store(now, Ordering::Relaxed);
             *existing.seen_as.lock().expect("not poisoned") = (parent, name.to_owned());
             return existing.clone();
         }
@@ -222,7 +228,7 @@ impl Inodes {
             nlookup: AtomicU64::new(1),
             backing: Mutex::new(None),
             seen_as: Mutex::new((parent, name.to_owned())),
-            used: AtomicU64::new(now),
+            born: now,
         });
         live.insert(ino, inode.clone());
         let pressure = live.len() > self.high;
@@ -259,5 +265,78 @@ impl Inodes {
                 live.remove(&ino);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustix::fs::{Mode, OFlags};
+
+    /// Looks up `n` new files of `dir` (as the kernel would, one LOOKUP each), from `from` on.
+    fn look_up(t: &Inodes, dir: &std::path::Path, from: usize, n: usize) {
+        for i in from..from + n {
+            let name = format!("f{i}");
+            let path = dir.join(&name);
+            std::fs::write(&path, b"x").unwrap();
+            let fd =
+                rustix::fs::open(&path, OFlags::PATH | OFlags::NOFOLLOW, Mode::empty()).unwrap();
+            let st = rustix::fs::fstat(&fd).unwrap();
+            t.remember(
+                ZoneId::Workspace,
+                fd,
+                &st,
+                zone_ino(ZoneId::Workspace),
+                OsStr::new(&name),
+            );
+        }
+    }
+
+    #[test]
+    fn over_budget_the_newest_files_are_dropped_so_a_repeated_walk_keeps_its_first_part_cached() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = Inodes::with_budget(90);
+        // A first walk over more than the budget: 120 files.
+        look_up(&t, dir.path(), 0, 120);
+        let plan = t.evict_plan();
+        // Down to the low-water mark (60), newest first.
+        assert_eq!(plan.len(), 60);
+        let names: Vec<String> = plan
+            .iter()
+            .map(|(_, n)| n.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names[0], "f119");
+        assert!(
+            names.iter().all(|n| n[1..].parse::<usize>().unwrap() >= 60),
+            "{names:?}"
+        );
+        for (_, name) in &plan {
+            let i: usize = name.to_string_lossy()[1..].parse().unwrap();
+            // The kernel forgets what it was told to drop.
+            let st = rustix::fs::stat(dir.path().join(name)).unwrap();
+            let ino = t.known_number(st.st_dev, st.st_ino).unwrap();
+            t.forget(ino, 1);
+            assert!(i >= 60);
+        }
+        // A second walk: the first 60 are still live (the kernel would not even look them up);
+        // looking the first of them up again does not make it newer.
+        let st = rustix::fs::stat(dir.path().join("f0")).unwrap();
+        assert!(t.is_live(st.st_dev, st.st_ino));
+        let fd = rustix::fs::open(dir.path().join("f0"), OFlags::PATH, Mode::empty()).unwrap();
+        t.remember(
+            ZoneId::Workspace,
+            fd,
+            &st,
+            zone_ino(ZoneId::Workspace),
+            OsStr::new("f0"),
+        );
+        look_up(&t, dir.path(), 120, 40);
+        let again: Vec<String> = t
+            .evict_plan()
+            .into_iter()
+            .map(|(_, n)| n.to_string_lossy().into_owned())
+            .collect();
+        assert!(!again.contains(&"f0".to_string()), "{again:?}");
+        assert_eq!(again.first().map(String::as_str), Some("f159"));
     }
 }

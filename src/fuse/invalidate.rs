@@ -89,7 +89,8 @@ impl Evictor {
     }
 }
 
-/// Drops the least recently used entries from the kernel's cache; it then forgets their inodes.
+/// Drops entries from the kernel's cache (the newest files first, see [`Inodes::evict_plan`]); it
+/// then forgets their inodes.
 fn evict(inodes: &Inodes, notifier: &Notifier) {
     let plan: Vec<(u64, OsString)> = inodes.evict_plan();
     let n = plan.len();
@@ -99,7 +100,7 @@ fn evict(inodes: &Inodes, notifier: &Notifier) {
     tracing::debug!(
         evicted = n,
         live = inodes.live_count(),
-        "inode table over its fd budget: dropped least recently used entries from the kernel's cache"
+        "inode table over its fd budget: dropped the newest entries from the kernel's cache"
     );
 }
 
