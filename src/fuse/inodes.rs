@@ -6,6 +6,13 @@
 //! `(st_dev, st_ino)` and kept for the life of the mount, so hard links share an inode and a file
 //! looked up again after `forget` gets the number it had before.
 //!
+//! A backing file's number is its own `st_ino` where that is free (not one of the fixed numbers
+//! below [`FIRST_FREE`], not taken by a file of another device), else one from a range no
+//! filesystem hands out ([`SPILL_BASE`] up). So the numbers are the same after a remount, and
+//! the same as on the backing directory, as bindfs's are: git's index, which records each file's
+//! inode number, stays valid, where new numbers at every mount made the first `git status` after
+//! it re-read and hash every file.
+//!
 //! The descriptors are budgeted: the kernel keeps inodes as long as their dentries stay cached
 //! (our TTLs are long), and each pins one fd here. When the table passes its high-water mark
 //! (three quarters of `RLIMIT_NOFILE`), the table asks for entries to be dropped from the kernel's
@@ -33,6 +40,13 @@ use crate::core::ZoneId;
 
 /// The top-level directory holding the zones.
 pub const ROOT_INO: u64 = 1;
+
+/// Numbers below this are the mount's own (the root, the zone roots, spare).
+pub const FIRST_FREE: u64 = 16;
+
+/// Where numbers for files whose `st_ino` cannot be used start (2^62: far above what
+/// filesystems hand out).
+pub const SPILL_BASE: u64 = 1 << 62;
 
 /// Returns the fixed inode number of a zone root.
 pub fn zone_ino(z: ZoneId) -> u64 {
@@ -73,6 +87,8 @@ pub type PressureHook = Box<dyn Fn() + Send + Sync>;
 pub struct Inodes {
     live: RwLock<HashMap<u64, Arc<Inode>>>,
     numbers: Mutex<HashMap<(u64, u64), u64>>,
+    /// The numbers handed out, by the backing file they stand for, and the set of them.
+    taken: Mutex<std::collections::HashSet<u64>>,
     next: AtomicU64,
     clock: AtomicU64,
     /// Live inodes above this ask for eviction; eviction goes down to `low`.
@@ -102,7 +118,8 @@ impl Inodes {
         Inodes {
             live: RwLock::default(),
             numbers: Mutex::default(),
-            next: AtomicU64::new(16),
+            taken: Mutex::default(),
+            next: AtomicU64::new(SPILL_BASE),
             clock: AtomicU64::new(0),
             high,
             low: high / 3 * 2,
@@ -186,7 +203,14 @@ impl Inodes {
             .lock()
             .expect("not poisoned")
             .entry((dev, backing_ino))
-            .or_insert_with(|| self.next.fetch_add(1, Ordering::Relaxed))
+            .or_insert_with(|| {
+                let mut taken = self.taken.lock().expect("not poisoned");
+                if (FIRST_FREE..SPILL_BASE).contains(&backing_ino) && taken.insert(backing_ino) {
+                    backing_ino
+                } else {
+                    self.next.fetch_add(1, Ordering::Relaxed)
+                }
+            })
     }
 
     /// Returns the number of a backing file if the kernel may know it.
@@ -290,6 +314,22 @@ mod tests {
                 OsStr::new(&name),
             );
         }
+    }
+
+    #[test]
+    fn a_file_keeps_its_backing_inode_number_unless_another_device_or_a_fixed_number_has_it() {
+        let t = Inodes::with_budget(100);
+        assert_eq!(t.number_of(7, 5_931_015), 5_931_015);
+        assert_eq!(t.number_of(7, 5_931_015), 5_931_015, "stable");
+        // The same st_ino on another device, and numbers the mount keeps for itself, spill.
+        let other = t.number_of(8, 5_931_015);
+        assert!(other >= SPILL_BASE, "{other}");
+        let small = t.number_of(7, 2);
+        assert!(small >= SPILL_BASE && small != other, "{small}");
+        assert_eq!(t.number_of(8, 5_931_015), other);
+        // A second table (a remount) gives the same numbers to the same files.
+        let again = Inodes::with_budget(100);
+        assert_eq!(again.number_of(7, 5_931_015), 5_931_015);
     }
 
     #[test]
