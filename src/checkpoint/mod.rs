@@ -16,10 +16,14 @@
 //! left as they are by a restore.
 //!
 //! A restore checkpoints the present first, so it is undone by restoring that checkpoint:
-//! nothing is ever lost. It changes files through the core (`Zones::replace_entry`,
-//! `remove_entry`), so the mount is invalidated, the journal records each change and the path
-//! locks hold; a file whose content is no longer what the pre-restore checkpoint recorded (it
-//! changed while the restore ran) is left alone and reported as a conflict.
+//! nothing is ever lost. It changes files through the core (`Zones::overwrite_file`,
+//! `replace_entry`, `remove_entry`), so the mount is invalidated, the journal records each change
+//! and the path locks hold; a file whose content is no longer what the pre-restore checkpoint
+//! recorded (it changed while the restore ran) is left alone and reported as a conflict. A plain
+//! file (one link, not open for writing through the mount) is rewritten in place, as `git
+//! checkout` rewrites files: a reader meanwhile may see it partly written, and a crash midway
+//! leaves it so until the restore is finished at the next start. Anything else is replaced by a
+//! temp file and a rename.
 //!
 //! Owns the object store and the snapshot and restore algorithms. May import `core`, `state` and
 //! `config`; no adapter.
@@ -739,6 +743,14 @@ impl Checkpoints {
                 } else {
                     0o644
                 };
+                // A plain file the restore has seen is rewritten in place (no inode made or
+                // freed, no rename); anything else is replaced by a temp file and a rename.
+                if let Some(done) = self
+                    .zones
+                    .overwrite_file(&path, content, mode, expect, origin)?
+                {
+                    return Ok(done);
+                }
                 self.zones.replace_entry(
                     &path,
                     Replacement::File {
@@ -1654,6 +1666,62 @@ mod tests {
         // And back again.
         cps.restore(r.before, &[], API).unwrap();
         assert_eq!(state(t.path()), at_second);
+    }
+
+    #[test]
+    fn a_restore_rewrites_a_plain_file_in_place_and_replaces_one_open_for_writing_through_the_mount(
+    ) {
+        use std::os::unix::fs::MetadataExt;
+        let t = tempfile::tempdir().unwrap();
+        let (z, cps) = setup(t.path(), "");
+        z.write("/workspace/a.txt", "v1\n", API).unwrap();
+        z.write("/workspace/open.txt", "v1\n", API).unwrap();
+        z.write_with_mode("/workspace/run.sh", b"#!/bin/sh\n", 0o755, API)
+            .unwrap();
+        let first = cps.create(ZoneId::Workspace, "first", API).unwrap();
+        let at_first = state(t.path());
+        let ws = ws(t.path());
+        // Changed beside sandfs: content, and the executable bit.
+        std::fs::write(ws.join("a.txt"), "v2, longer\n").unwrap();
+        std::fs::write(ws.join("open.txt"), "v2\n").unwrap();
+        std::fs::write(ws.join("run.sh"), "#!/bin/sh\nexit 1\n").unwrap();
+        std::fs::set_permissions(ws.join("run.sh"), std::fs::Permissions::from_mode(0o644))
+            .unwrap();
+        for p in ["a.txt", "open.txt", "run.sh"] {
+            z.record_beside(&VPath::new(ZoneId::Workspace, p).unwrap(), "write");
+        }
+        let ino = |p: &str| std::fs::symlink_metadata(ws.join(p)).unwrap().ino();
+        let (a, run, open) = (ino("a.txt"), ino("run.sh"), ino("open.txt"));
+        // open.txt is open for writing through the mount: not rewritten under its writer.
+        let md = std::fs::symlink_metadata(ws.join("open.txt")).unwrap();
+        z.own().writer_opened(md.dev(), md.ino(), None);
+
+        let r = cps.restore(first.id, &[], API).unwrap();
+        assert!(r.conflicts.is_empty(), "{r:?}");
+        assert_eq!(r.restored.len(), 3, "{r:?}");
+        assert_eq!(state(t.path()), at_first);
+        assert_eq!(
+            (ino("a.txt"), ino("run.sh")),
+            (a, run),
+            "rewritten in place"
+        );
+        assert_ne!(ino("open.txt"), open, "replaced by a new file");
+        // The in-place rewrites are sandfs's own changes (the watcher skips them) and journaled.
+        for p in ["a.txt", "run.sh"] {
+            assert!(z.own().is_own_change(&ws.join(p)), "{p}");
+        }
+        let rows = z
+            .db()
+            .journal_zone_paths_since("workspace", 0, 100)
+            .unwrap()
+            .unwrap();
+        assert!(rows.iter().any(|p| p == "a.txt"), "{rows:?}");
+        // And undone.
+        cps.restore(r.before, &[], API).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(ws.join("a.txt")).unwrap(),
+            "v2, longer\n"
+        );
     }
 
     #[test]

@@ -602,6 +602,43 @@ impl Zones {
         }
     }
 
+    /// Overwrites the regular file at `path` in place with `content` (the same inode, truncated
+    /// and written; see `LocalZone::overwrite`) and permission bits `mode` (masked), if it is
+    /// still `expect` (compared under the path lock): `CONFLICT` when it changed. For a restore,
+    /// which rewrites many files whose versions it has just read. `None`, with nothing changed,
+    /// when the file cannot be overwritten in place (not a local regular file with one link, or
+    /// open for writing through the mount): the caller uses [`Zones::replace_entry`].
+    pub fn overwrite_file(
+        &self,
+        path: &str,
+        content: &[u8],
+        mode: u32,
+        expect: Seen,
+        origin: Origin,
+    ) -> FsResult<Option<WriteResult>> {
+        let vp = path::parse_entry(path)?;
+        self.check_writable(&vp)?;
+        let Zone::Local(z) = self.zone(vp.zone()) else {
+            return Ok(None);
+        };
+        if !matches!(expect, Seen::Entry(_)) {
+            return Ok(None);
+        }
+        let mode = foreign::mask_mode(mode, self.umask);
+        let _guard = self.locks.lock(&vp);
+        self.before_replace();
+        if !z.overwrite(&vp, content, mode, expect, &|st| self.own.has_writer(st))? {
+            return Ok(None);
+        }
+        let bytes = content.len() as u64;
+        self.record(&vp, "write", Some(bytes), None, origin);
+        Ok(Some(WriteResult {
+            path: vp.to_string(),
+            bytes,
+            created: false,
+        }))
+    }
+
     /// Removes the file or symlink at `path` only if it is still what the caller saw (compared
     /// under the path lock, right before the removal): a pull's deletion never removes a write
     /// acknowledged after its check. A directory gives `IS_DIR`; a changed entry `CONFLICT`.

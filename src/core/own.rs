@@ -136,6 +136,14 @@ impl OwnChanges {
         }
     }
 
+    /// True when the file `st` describes is open for writing through the mount.
+    pub fn has_writer(&self, st: &Stat) -> bool {
+        self.writers
+            .lock()
+            .expect("not poisoned")
+            .contains_key(&(st.st_dev, st.st_ino))
+    }
+
     /// True when `st` is as sandfs left it, or the file is open for writing through the mount.
     pub fn is_own(&self, st: &Stat) -> bool {
         let key = (st.st_dev, st.st_ino);

@@ -3,6 +3,7 @@
 //! never follow a symlink in the last component. Replacements are a temp file or symlink made
 //! beside the destination and renamed over it, so readers never see a torn file; a
 //! compare-and-swap stats the name right before the rename or unlink, under the caller's lock.
+//! The one exception is a restore's rewrite of a plain file in place ([`LocalZone::overwrite`]).
 
 use std::ffi::{CStr, CString};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -78,6 +79,55 @@ fn check_seen(
         }
     }
     Ok(now)
+}
+
+impl LocalZone {
+    /// Overwrites the regular file at `vp` in place: the same inode, truncated and written
+    /// with `content`, its permission bits set to `mode`, only if it is still `expect` (compared
+    /// by name before it is opened and on the opened descriptor before any byte changes). No new
+    /// inode, no rename: what a restore of many files does (as `git checkout` rewrites files),
+    /// where a temp file and a rename per file cost an inode allocation and an eviction each.
+    /// A reader of the file meanwhile may see it partly written. Returns `false`, changing
+    /// nothing, when the entry cannot be overwritten so (not a regular file with one link,
+    /// `busy` says it is open for writing elsewhere, or it cannot be opened for writing): the
+    /// caller replaces it instead.
+    pub fn overwrite(
+        &self,
+        vp: &VPath,
+        content: &[u8],
+        mode: u32,
+        expect: Seen,
+        busy: &dyn Fn(&Stat) -> bool,
+    ) -> FsResult<bool> {
+        use std::io::Write;
+        let parent = self.open_parent(vp)?;
+        let name = vp.name().expect("entry");
+        let Some(st) = check_seen(&parent, name, vp, Some(expect))? else {
+            return Ok(false);
+        };
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile
+            || st.st_nlink != 1
+            || busy(&st)
+        {
+            return Ok(false);
+        }
+        let flags =
+            OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::NOCTTY | OFlags::NONBLOCK | OFlags::CLOEXEC;
+        let Ok(fd) = rustix::fs::openat(&parent, name, flags, Mode::empty()) else {
+            return Ok(false);
+        };
+        let now = rustix::fs::fstat(&fd).map_err(errno_err(vp, "stat"))?;
+        if Seen::Entry(Identity(Fingerprint::of(&now))) != expect {
+            return Err(super::changed(vp));
+        }
+        rustix::fs::ftruncate(&fd, 0).map_err(errno_err(vp, "truncate"))?;
+        let mut file = std::fs::File::from(fd);
+        file.write_all(content).map_err(io_err(vp, "write"))?;
+        if now.st_mode & 0o7777 != mode {
+            rustix::fs::fchmod(&file, Mode::from_raw_mode(mode)).map_err(errno_err(vp, "chmod"))?;
+        }
+        Ok(true)
+    }
 }
 
 /// Syncs a directory given by an `O_PATH` fd (reopened for reading: `fsync` needs a real fd).
