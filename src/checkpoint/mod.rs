@@ -11,7 +11,7 @@
 //!
 //! What is kept: regular files (content and the executable bit, as git keeps modes), symlinks
 //! (their targets), and empty directories (as empty trees). What is not: paths matching
-//! `checkpoints.exclude` or the zone's top `.gitignore` (with `checkpoints.gitignore`), and the
+//! `checkpoints.exclude` or the zone's `.gitignore` files (with `checkpoints.gitignore`), and the
 //! content of files over `checkpoints.max_file_bytes`, recorded by size only (a marker blob) and
 //! left as they are by a restore.
 //!
@@ -896,10 +896,18 @@ impl Checkpoints {
     }
 }
 
-/// What checkpoints leave out: `checkpoints.exclude` and the zone's top `.gitignore`.
+/// The largest `.gitignore` a checkpoint reads (past this, the rest of the file is not read).
+const GITIGNORE_MAX_BYTES: u64 = 1 << 20;
+
+/// What checkpoints leave out: `checkpoints.exclude`, and what the zone's `.gitignore` files
+/// ignore (with `checkpoints.gitignore`): the top one and one in any directory, each for the
+/// paths beneath its own directory, the deepest that has a say deciding, as in git.
 struct Filter {
     exclude: Gitignore,
-    gitignore: Option<Gitignore>,
+    /// The zone's root, opened; `None` without `checkpoints.gitignore`.
+    root: Option<(std::path::PathBuf, std::os::fd::OwnedFd)>,
+    /// The `.gitignore` of each directory asked about so far (`None`: it has none).
+    dirs: Mutex<HashMap<String, Option<Arc<Gitignore>>>>,
 }
 
 impl Filter {
@@ -914,22 +922,109 @@ impl Filter {
         let exclude = b
             .build()
             .map_err(|e| FsError::invalid("checkpoints.exclude", e.to_string()))?;
-        let gitignore = cfg.gitignore.then(|| {
-            let (g, _) = Gitignore::new(root.join(".gitignore"));
-            g
-        });
-        Ok(Filter { exclude, gitignore })
+        let root = if cfg.gitignore {
+            let fd = rustix::fs::open(
+                root,
+                rustix::fs::OFlags::PATH
+                    | rustix::fs::OFlags::DIRECTORY
+                    | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )
+            .map_err(|e| FsError::Internal(format!("{}: {e}", root.display())))?;
+            Some((root.to_path_buf(), fd))
+        } else {
+            None
+        };
+        Ok(Filter {
+            exclude,
+            root,
+            dirs: Mutex::default(),
+        })
+    }
+
+    /// The `.gitignore` of directory `dir` (relative to the zone; `""` the root), read once.
+    fn gitignore_of(&self, dir: &str) -> Option<Arc<Gitignore>> {
+        let (root, fd) = self.root.as_ref()?;
+        if let Some(known) = self.dirs.lock().expect("not poisoned").get(dir) {
+            return known.clone();
+        }
+        let read = read_gitignore(fd, root, dir).map(Arc::new);
+        self.dirs
+            .lock()
+            .expect("not poisoned")
+            .insert(dir.to_string(), read.clone());
+        read
     }
 
     fn skips(&self, rel: &str, dir: bool) -> bool {
-        self.exclude
+        if self
+            .exclude
             .matched_path_or_any_parents(rel, dir)
             .is_ignore()
-            || self
-                .gitignore
-                .as_ref()
-                .is_some_and(|g| g.matched_path_or_any_parents(rel, dir).is_ignore())
+        {
+            return true;
+        }
+        if self.root.is_none() {
+            return false;
+        }
+        // Each directory above `rel`, from the root down: the deepest `.gitignore` with a match
+        // for the path (or a directory on the way to it) decides.
+        let mut ignored = false;
+        let mut at: usize = 0;
+        loop {
+            let base = &rel[..at.saturating_sub(1)];
+            let below = &rel[at..];
+            if let Some(g) = self.gitignore_of(base) {
+                let m = g.matched_path_or_any_parents(below, dir);
+                if m.is_ignore() {
+                    ignored = true;
+                } else if m.is_whitelist() {
+                    ignored = false;
+                }
+            }
+            match rel[at..].find('/') {
+                Some(i) => at += i + 1,
+                None => return ignored,
+            }
+        }
     }
+}
+
+/// Reads `dir/.gitignore` beneath the zone's root `fd` (at `root`): never through a symlink
+/// (a repository's `.gitignore` may be a link to anything, `/dev/zero` included), only a regular
+/// file, at most [`GITIGNORE_MAX_BYTES`]. Returns its matcher, rooted at `dir`.
+fn read_gitignore(fd: &std::os::fd::OwnedFd, root: &Path, dir: &str) -> Option<Gitignore> {
+    use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
+    let rel = if dir.is_empty() {
+        ".gitignore".to_string()
+    } else {
+        format!("{dir}/.gitignore")
+    };
+    let file = rustix::fs::openat2(
+        fd,
+        rel.as_str(),
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )
+    .ok()?;
+    let st = rustix::fs::fstat(&file).ok()?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+        return None;
+    }
+    let mut text = Vec::new();
+    std::fs::File::from(file)
+        .take(GITIGNORE_MAX_BYTES)
+        .read_to_end(&mut text)
+        .ok()?;
+    let base = root.join(dir);
+    let from = base.join(".gitignore");
+    let mut b = GitignoreBuilder::new(&base);
+    for line in String::from_utf8_lossy(&text).lines() {
+        // A line git would not take is skipped, as git skips it.
+        let _ = b.add_line(Some(from.clone()), line);
+    }
+    b.build().ok()
 }
 
 /// Builds trees from what is in a zone.
@@ -1571,6 +1666,57 @@ mod tests {
 
     fn ws(dir: &Path) -> std::path::PathBuf {
         dir.join("z/workspace")
+    }
+
+    #[test]
+    fn gitignore_files_in_any_directory_are_read_beneath_the_zone_and_never_through_a_link() {
+        let t = tempfile::tempdir().unwrap();
+        let (z, cps) = setup(t.path(), "");
+        z.write("/workspace/.gitignore", "*.log\nbuild/\n", API)
+            .unwrap();
+        z.write("/workspace/sub/.gitignore", "secret.txt\n!keep.log\n", API)
+            .unwrap();
+        for f in [
+            "secret.txt",
+            "a.log",
+            "build/x.txt",
+            "sub/secret.txt",
+            "sub/keep.log",
+            "sub/other.log",
+            "sub/deeper/x.txt",
+            "evil/y.txt",
+        ] {
+            z.write(&format!("/workspace/{f}"), "x\n", API).unwrap();
+        }
+        // Hostile ones: a link to an endless file, and a FIFO nobody writes to.
+        std::os::unix::fs::symlink("/dev/zero", ws(t.path()).join("sub/deeper/.gitignore"))
+            .unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            ws(t.path()).join("evil/.gitignore"),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o644),
+            0,
+        )
+        .unwrap();
+        let f = Filter::new(&ws(t.path()), &cps.cfg).unwrap();
+        for (path, skipped) in [
+            ("a.log", true),
+            ("build/x.txt", true),
+            ("secret.txt", false),
+            ("sub/secret.txt", true),
+            ("sub/keep.log", false),
+            ("sub/other.log", true),
+            ("sub/deeper/x.txt", false),
+            ("evil/y.txt", false),
+        ] {
+            assert_eq!(f.skips(path, false), skipped, "{path}");
+        }
+        // A checkpoint leaves out what they ignore.
+        let cp = cps.create(ZoneId::Workspace, "ignored", API).unwrap();
+        // Kept: the two .gitignore files, secret.txt, sub/keep.log, sub/deeper/x.txt,
+        // evil/y.txt and the link (a FIFO is not kept).
+        assert_eq!(cp.files, 7, "{cp:?}");
     }
 
     #[test]
