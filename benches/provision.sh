@@ -126,7 +126,7 @@ rss_kb=$(awk '/^VmRSS:/ {print $2}' "/proc/$daemon_pid/status")
 
 log "CPU of the $n sandboxes' processes while paused (5 s)"
 for i in $(seq "$n"); do sf sandbox pause "s$i" >/dev/null; done
-agents=$(pgrep -f 'sandbox-agent server' || true)
+agents=$(pgrep -f 'sandbox-agent server .*--no-telemetry' || true)
 ticks() {
   local t=0
   for p in $agents; do

@@ -51,7 +51,7 @@ pub use search::{
 pub use store::{Identity, Seen};
 
 use crate::config::{Backing, Limits, Settings};
-use crate::state::{Db, JournalEntry, Origin, Via};
+use crate::state::{Db, JournalEntry, Origin, OwnedEntry, Via};
 use locks::PathLocks;
 use remote_zone::{Connector, RemoteZone};
 use zone::LocalZone;
@@ -447,29 +447,6 @@ impl Zones {
         origin: Origin,
         detail: Option<&str>,
     ) {
-        let batched = JOURNAL_BATCH.with(|b| {
-            let mut b = b.borrow_mut();
-            let Some(rows) = b.as_mut() else {
-                return false;
-            };
-            rows.push(Pending {
-                time_ms: self.now_ms(),
-                zone: vp.zone().name(),
-                path: vp.rel().to_string(),
-                op: op.to_string(),
-                bytes,
-                to_path: to.map(|t| t.rel().to_string()),
-                origin,
-                detail: detail.map(str::to_string),
-            });
-            true
-        });
-        if batched {
-            if JOURNAL_BATCH.with(|b| b.borrow().as_ref().is_some_and(|r| r.len() >= BATCH_ROWS)) {
-                self.flush_journal_batch();
-            }
-            return;
-        }
         let entry = JournalEntry {
             time_ms: self.now_ms(),
             zone: vp.zone().name(),
@@ -480,6 +457,20 @@ impl Zones {
             origin,
             detail,
         };
+        let batched = JOURNAL_BATCH.with(|b| {
+            let mut b = b.borrow_mut();
+            let Some(rows) = b.as_mut() else {
+                return false;
+            };
+            rows.push(OwnedEntry::of(&entry));
+            true
+        });
+        if batched {
+            if JOURNAL_BATCH.with(|b| b.borrow().as_ref().is_some_and(|r| r.len() >= BATCH_ROWS)) {
+                self.flush_journal_batch();
+            }
+            return;
+        }
         // The mount and the watcher record one row per system call: theirs go in together.
         if matches!(origin.via, Via::Fuse | Via::Watcher) {
             self.db.journal_append_deferred(&entry);
@@ -515,21 +506,8 @@ impl Zones {
         let Some(rows) = rows.filter(|r| !r.is_empty()) else {
             return;
         };
-        let entries: Vec<JournalEntry<'_>> = rows
-            .iter()
-            .map(|p| JournalEntry {
-                time_ms: p.time_ms,
-                zone: p.zone,
-                path: &p.path,
-                op: &p.op,
-                bytes: p.bytes,
-                to_path: p.to_path.as_deref(),
-                origin: p.origin,
-                detail: p.detail.as_deref(),
-            })
-            .collect();
-        if let Err(e) = self.db.journal_append_many(&entries) {
-            tracing::error!(rows = entries.len(), error = %e, "could not record in the journal");
+        if let Err(e) = self.db.journal_append_many(&rows) {
+            tracing::error!(rows = rows.len(), error = %e, "could not record in the journal");
         }
     }
 
@@ -550,21 +528,9 @@ impl Zones {
 /// Journal rows a [`Zones::journal_batch`] holds at most before it writes them.
 const BATCH_ROWS: usize = 1024;
 
-/// A journal row waiting for its batch to be written.
-struct Pending {
-    time_ms: i64,
-    zone: &'static str,
-    path: String,
-    op: String,
-    bytes: Option<u64>,
-    to_path: Option<String>,
-    origin: Origin,
-    detail: Option<String>,
-}
-
 thread_local! {
     /// The rows of this thread's [`Zones::journal_batch`], when one runs.
-    static JOURNAL_BATCH: std::cell::RefCell<Option<Vec<Pending>>> =
+    static JOURNAL_BATCH: std::cell::RefCell<Option<Vec<OwnedEntry>>> =
         const { std::cell::RefCell::new(None) };
 }
 

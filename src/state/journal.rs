@@ -102,9 +102,10 @@ pub struct JournalFilter {
     pub limit: usize,
 }
 
-/// A row appended deferred ([`Db::journal_append_deferred`]), owned until it goes in.
-#[derive(Debug)]
-pub(super) struct Deferred {
+/// A [`JournalEntry`] that owns its text: a row held in memory until it goes in (deferred by
+/// [`Db::journal_append_deferred`], or batched by the core).
+#[derive(Debug, Clone)]
+pub struct OwnedEntry {
     time_ms: i64,
     zone: String,
     path: String,
@@ -115,29 +116,53 @@ pub(super) struct Deferred {
     detail: Option<String>,
 }
 
-/// Inserts deferred rows in one transaction, in the order they were appended.
-pub(super) fn insert_deferred(
+impl OwnedEntry {
+    pub fn of(e: &JournalEntry<'_>) -> OwnedEntry {
+        OwnedEntry {
+            time_ms: e.time_ms,
+            zone: e.zone.to_string(),
+            path: e.path.to_string(),
+            op: e.op.to_string(),
+            bytes: e.bytes,
+            to_path: e.to_path.map(str::to_string),
+            origin: e.origin,
+            detail: e.detail.map(str::to_string),
+        }
+    }
+
+    pub fn entry(&self) -> JournalEntry<'_> {
+        JournalEntry {
+            time_ms: self.time_ms,
+            zone: &self.zone,
+            path: &self.path,
+            op: &self.op,
+            bytes: self.bytes,
+            to_path: self.to_path.as_deref(),
+            origin: self.origin,
+            detail: self.detail.as_deref(),
+        }
+    }
+}
+
+/// Inserts rows in one transaction, in order.
+fn insert_all<'a>(
     conn: &mut rusqlite::Connection,
-    rows: &[Deferred],
+    rows: impl IntoIterator<Item = JournalEntry<'a>>,
 ) -> Result<(), StateError> {
     let tx = conn.transaction()?;
-    for r in rows {
-        insert(
-            &tx,
-            &JournalEntry {
-                time_ms: r.time_ms,
-                zone: &r.zone,
-                path: &r.path,
-                op: &r.op,
-                bytes: r.bytes,
-                to_path: r.to_path.as_deref(),
-                origin: r.origin,
-                detail: r.detail.as_deref(),
-            },
-        )?;
+    for e in rows {
+        insert(&tx, &e)?;
     }
     tx.commit()?;
     Ok(())
+}
+
+/// Inserts deferred rows in one transaction, in the order they were appended.
+pub(super) fn insert_deferred(
+    conn: &mut rusqlite::Connection,
+    rows: &[OwnedEntry],
+) -> Result<(), StateError> {
+    insert_all(conn, rows.iter().map(OwnedEntry::entry))
 }
 
 impl Db {
@@ -147,16 +172,7 @@ impl Db {
     pub fn journal_append_deferred(&self, e: &JournalEntry<'_>) {
         let n = {
             let mut d = self.deferred.lock().unwrap_or_else(|p| p.into_inner());
-            d.push(Deferred {
-                time_ms: e.time_ms,
-                zone: e.zone.to_string(),
-                path: e.path.to_string(),
-                op: e.op.to_string(),
-                bytes: e.bytes,
-                to_path: e.to_path.map(str::to_string),
-                origin: e.origin,
-                detail: e.detail.map(str::to_string),
-            });
+            d.push(OwnedEntry::of(e));
             self.deferred_n.store(d.len(), Ordering::Release);
             d.len()
         };
@@ -178,13 +194,9 @@ impl Db {
     }
 
     /// Appends rows to the journal in one transaction.
-    pub fn journal_append_many(&self, rows: &[JournalEntry<'_>]) -> Result<(), StateError> {
+    pub fn journal_append_many(&self, rows: &[OwnedEntry]) -> Result<(), StateError> {
         let mut conn = self.lock();
-        let tx = conn.transaction()?;
-        for e in rows {
-            insert(&tx, e)?;
-        }
-        tx.commit()?;
+        insert_all(&mut conn, rows.iter().map(OwnedEntry::entry))?;
         drop(conn);
         self.announce();
         Ok(())

@@ -27,7 +27,7 @@ use std::time::Duration;
 pub use checkpoint::{CheckpointRow, NewCheckpoint, RestoreRow};
 pub use events::{Cursor, Event, EventBatch, EventBounds};
 pub use git::{FileRow, RepoRow, StagedFileRow, StagedRow};
-pub use journal::{JournalEntry, JournalFilter, JournalRow, Origin, Via, SANDBOX_ZONE};
+pub use journal::{JournalEntry, JournalFilter, JournalRow, Origin, OwnedEntry, Via, SANDBOX_ZONE};
 pub use mirror::MirrorEntryRow;
 pub use sandbox::SandboxRow;
 
@@ -94,7 +94,7 @@ pub struct Db {
     /// ([`Db::subscribe`]) wake when there is something new instead of polling.
     appended: tokio::sync::watch::Sender<u64>,
     /// Journal rows appended deferred, oldest first, not yet in the database.
-    deferred: Mutex<Vec<journal::Deferred>>,
+    deferred: Mutex<Vec<journal::OwnedEntry>>,
     /// How many rows `deferred` holds (read without its lock on every [`Db::lock`]).
     deferred_n: AtomicUsize,
     /// Wakes the flusher when `deferred` gets its first row.

@@ -47,18 +47,6 @@ fn checkpoint(m: &Daemon, message: &str) -> i64 {
 }
 
 /// Runs the CLI against `m` on another thread (a call the test will cut short).
-fn cli_in_thread(m: &Daemon, args: Vec<String>) -> std::thread::JoinHandle<std::process::Output> {
-    let socket = m.socket.clone();
-    std::thread::spawn(move || {
-        std::process::Command::new(crate::support::BIN)
-            .arg("--socket")
-            .arg(socket)
-            .args(args)
-            .output()
-            .unwrap()
-    })
-}
-
 fn listing(m: &Daemon) -> Value {
     m.get("/v1/checkpoints?limit=100")
 }
@@ -73,7 +61,7 @@ fn a_restore_killed_half_way_is_finished_at_restart_reported_and_can_be_undone()
     m.write("/workspace/new.txt", "made after v1\n");
 
     gates.arm("restore-midway");
-    let restore = cli_in_thread(&m, vec!["restore".into(), target.to_string()]);
+    let restore = m.cli_in_thread(&["restore", &target.to_string()]);
     gates.wait_held("restore-midway", Duration::from_secs(30));
     // Half way: some files are back at v1, others still v2.
     let mid = contents(&m);
@@ -160,10 +148,7 @@ fn a_checkpoint_killed_before_its_row_leaves_none_and_the_next_one_works() {
     write_all(&m, "v2");
 
     gates.arm("checkpoint-stored");
-    let cut = cli_in_thread(
-        &m,
-        vec!["checkpoint".into(), "-m".into(), "cut short".into()],
-    );
+    let cut = m.cli_in_thread(&["checkpoint", "-m", "cut short"]);
     gates.wait_held("checkpoint-stored", Duration::from_secs(30));
     m.crash();
     gates.release("checkpoint-stored");

@@ -97,20 +97,6 @@ fn daemon_with(sections: &str, gates: Option<&Gates>) -> Daemon {
     o.start()
 }
 
-/// Runs the CLI with `args` on a thread (it may wait at a gate while the test kills the daemon).
-fn cli_in_thread(d: &Daemon, args: &[&str]) -> std::thread::JoinHandle<std::process::Output> {
-    let socket = d.socket.clone();
-    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    std::thread::spawn(move || {
-        std::process::Command::new(crate::support::BIN)
-            .arg("--socket")
-            .arg(socket)
-            .args(args)
-            .output()
-            .unwrap()
-    })
-}
-
 /// The lifecycle rows of sandbox `name` in the journal, oldest first: `(op, detail)`.
 fn lifecycle(d: &Daemon, name: &str) -> Vec<(String, String)> {
     let log = d.get("/v1/log?zone=sandboxes&limit=1000");
@@ -594,7 +580,7 @@ fn a_daemon_killed_mid_create_and_mid_resume_is_reconciled_at_restart() {
 
     // Mid-create: the provider has started the tree; the daemon has not recorded it.
     gates.arm("local-sandbox-starting");
-    let create = cli_in_thread(&d, &["sandbox", "create", "dev"]);
+    let create = d.cli_in_thread(&["sandbox", "create", "dev"]);
     gates.wait_held("local-sandbox-starting", Duration::from_secs(60));
     let ids = sbx.ids();
     assert_eq!(ids.len(), 1, "{ids:?}");
@@ -641,7 +627,7 @@ fn a_daemon_killed_mid_create_and_mid_resume_is_reconciled_at_restart() {
     assert_eq!(paused["status"], "paused", "{paused}");
     assert_eq!(sbx.state(&id), ProviderState::Paused);
     gates.arm("local-sandbox-thawed");
-    let resume = cli_in_thread(&d, &["sandbox", "resume", "dev"]);
+    let resume = d.cli_in_thread(&["sandbox", "resume", "dev"]);
     gates.wait_held("local-sandbox-thawed", Duration::from_secs(60));
     assert_eq!(listed(&d, "dev")["status"], "resuming");
     assert_eq!(sbx.state(&id), ProviderState::Running, "thawed");

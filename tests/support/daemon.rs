@@ -397,6 +397,20 @@ impl Daemon {
         self.cli_stdin(args, None)
     }
 
+    /// Runs the CLI on a thread: it may wait at a gate while the test kills the daemon.
+    pub fn cli_in_thread(&self, args: &[&str]) -> std::thread::JoinHandle<Output> {
+        let socket = self.socket.clone();
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        std::thread::spawn(move || {
+            Command::new(BIN)
+                .arg("--socket")
+                .arg(socket)
+                .args(args)
+                .output()
+                .unwrap()
+        })
+    }
+
     /// Runs the CLI with bytes on stdin.
     pub fn cli_stdin(&self, args: &[&str], stdin: Option<&[u8]>) -> Output {
         let mut cmd = Command::new(BIN);
