@@ -15,10 +15,10 @@
 //! replies are the mount's.
 
 use std::ffi::{OsStr, OsString};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat, StatVfs, Timespec, Timestamps};
@@ -31,38 +31,142 @@ use crate::state::Origin;
 /// The result of a node operation: a kernel errno on failure.
 pub type NodeResult<T> = Result<T, Errno>;
 
-/// A backing inode of a local zone: an `O_PATH` descriptor that follows it through renames.
+/// A backing inode of a local zone, and how it is reached again.
+///
+/// Directories, and anything with more than one link, are *pinned*: an `O_PATH` descriptor that
+/// follows them through renames. A regular file or symlink with one link is held by *name*:
+/// its parent (a pinned directory node) and its name there, and reopened beneath the parent's
+/// descriptor when an operation needs it, checked against its backing `(st_dev, st_ino)`
+/// (`ESTALE` when another file has the name now). So a tree larger than the process's
+/// descriptor limit can stay in the kernel's cache whole: only its directories cost a
+/// descriptor. A node held by name is pinned ([`Node::pin`]) before the mount removes or
+/// replaces its name, and when it gets a second link, so it stays reachable as long as it lives.
 #[derive(Debug)]
 pub struct Node {
     pub zone: ZoneId,
-    pub fd: OwnedFd,
     pub kind: FileType,
     pub dev: u64,
+    /// The backing inode number.
+    pub ino: u64,
+    fd: OnceLock<OwnedFd>,
+    /// Where a node not pinned lives: its parent directory node and its name there.
+    at: Mutex<Option<(Arc<Node>, OsString)>>,
+}
+
+/// A node's descriptor: its pinned one, or one opened for the operation.
+#[derive(Debug)]
+pub enum NodeFd<'a> {
+    Pinned(BorrowedFd<'a>),
+    Opened(OwnedFd),
+}
+
+impl AsFd for NodeFd<'_> {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            NodeFd::Pinned(fd) => *fd,
+            NodeFd::Opened(fd) => fd.as_fd(),
+        }
+    }
+}
+
+/// Returns `/proc/self/fd/N`, which reopens the backing file with new flags.
+pub fn proc_path(fd: &impl AsFd) -> String {
+    format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd())
 }
 
 impl Node {
-    /// A node for `fd`, whose stat is `st`.
+    /// A pinned node for `fd`, whose stat is `st`.
     pub fn new(zone: ZoneId, fd: OwnedFd, st: &Stat) -> Node {
         Node {
             zone,
-            fd,
             kind: FileType::from_raw_mode(st.st_mode),
             dev: st.st_dev,
+            ino: st.st_ino,
+            fd: OnceLock::from(fd),
+            at: Mutex::new(None),
         }
     }
 
-    /// Returns `/proc/self/fd/N`, which reopens the backing file with new flags.
-    pub fn proc_path(&self) -> String {
-        format!("/proc/self/fd/{}", self.fd.as_raw_fd())
+    /// A node held by its name in `dir` (whose stat is `st`; see [`Node`]).
+    pub(crate) fn named(dir: &Arc<Node>, name: &OsStr, st: &Stat) -> Node {
+        Node {
+            zone: dir.zone,
+            kind: FileType::from_raw_mode(st.st_mode),
+            dev: st.st_dev,
+            ino: st.st_ino,
+            fd: OnceLock::new(),
+            at: Mutex::new(Some((dir.clone(), name.to_owned()))),
+        }
+    }
+
+    /// True when the node holds a descriptor.
+    pub fn is_pinned(&self) -> bool {
+        self.fd.get().is_some()
+    }
+
+    fn place(&self) -> Option<(Arc<Node>, OsString)> {
+        self.at.lock().expect("not poisoned").clone()
+    }
+
+    fn check(&self, st: &Stat) -> NodeResult<()> {
+        if (st.st_dev, st.st_ino) == (self.dev, self.ino) {
+            Ok(())
+        } else {
+            Err(Errno::STALE)
+        }
+    }
+
+    /// The node's descriptor: the pinned one, or an `O_PATH` one opened beneath its parent now.
+    pub fn fd(&self) -> NodeResult<NodeFd<'_>> {
+        if let Some(fd) = self.fd.get() {
+            return Ok(NodeFd::Pinned(fd.as_fd()));
+        }
+        let Some((dir, name)) = self.place() else {
+            return Err(Errno::STALE);
+        };
+        let fd = rustix::fs::openat(
+            dir.fd()?,
+            &name,
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        self.check(&rustix::fs::fstat(&fd)?)?;
+        Ok(NodeFd::Opened(fd))
+    }
+
+    /// Pins the node (see [`Node`]); true when it was not pinned before.
+    pub fn pin(&self) -> NodeResult<bool> {
+        if self.is_pinned() {
+            return Ok(false);
+        }
+        let NodeFd::Opened(fd) = self.fd()? else {
+            return Ok(false);
+        };
+        let newly = self.fd.set(fd).is_ok();
+        *self.at.lock().expect("not poisoned") = None;
+        Ok(newly)
+    }
+
+    /// Notes that a node held by name is now `name` in `dir` (a rename, or a lookup under
+    /// another name); pinned nodes follow by themselves.
+    pub fn moved(&self, dir: &Arc<Node>, name: &OsStr) {
+        let mut at = self.at.lock().expect("not poisoned");
+        if at.is_some() && !self.is_pinned() {
+            *at = Some((dir.clone(), name.to_owned()));
+        }
     }
 
     /// The node's current attributes (symlinks not followed).
     pub fn stat(&self) -> NodeResult<Stat> {
-        rustix::fs::statat(
-            &self.fd,
-            "",
-            AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
-        )
+        if let Some(fd) = self.fd.get() {
+            return rustix::fs::statat(fd, "", AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW);
+        }
+        let Some((dir, name)) = self.place() else {
+            return Err(Errno::STALE);
+        };
+        let st = rustix::fs::statat(dir.fd()?, &name, AtFlags::SYMLINK_NOFOLLOW)?;
+        self.check(&st)?;
+        Ok(st)
     }
 }
 
@@ -193,7 +297,7 @@ fn timespec(t: Option<SetTime>) -> Timespec {
 
 /// The backing key of `name` in `dir`, if it exists.
 fn key_at(dir: &Node, name: &OsStr) -> Option<BackingKey> {
-    rustix::fs::statat(&dir.fd, name, AtFlags::SYMLINK_NOFOLLOW)
+    rustix::fs::statat(dir.fd().ok()?, name, AtFlags::SYMLINK_NOFOLLOW)
         .ok()
         .map(|st| (st.st_dev, st.st_ino))
 }
@@ -217,12 +321,17 @@ impl Zones {
         }))
     }
 
-    /// The virtual path a node has now (from the kernel's view of its descriptor).
+    /// The virtual path a node has now: from the kernel's view of its descriptor when pinned,
+    /// else its parent's path and its name.
     pub fn node_vpath(&self, node: &Node) -> Option<VPath> {
+        if !node.is_pinned() {
+            let (dir, name) = node.place()?;
+            return self.child_vpath(&dir, &name);
+        }
         let Zone::Local(z) = self.zone(node.zone) else {
             return None;
         };
-        let real = std::fs::read_link(node.proc_path()).ok()?;
+        let real = std::fs::read_link(proc_path(&node.fd().ok()?)).ok()?;
         let rel = real.strip_prefix(z.root()).ok()?;
         VPath::new(node.zone, rel.to_str()?).ok()
     }
@@ -266,28 +375,36 @@ impl Zones {
         self.node_check_links(node.zone, &st, op, || self.node_vpath(node))
     }
 
-    /// Opens `name` in `dir` as a new node (`O_PATH`, not following a final symlink).
+    /// Looks `name` up in `dir` as a new node (not following a final symlink): held by name
+    /// when it is a regular file or a symlink with one link, else pinned (see [`Node`]).
     pub fn node_lookup(
         &self,
-        dir: &Node,
+        dir: &Arc<Node>,
         name: &OsStr,
         press: &dyn Fn(),
-    ) -> NodeResult<(OwnedFd, Stat)> {
+    ) -> NodeResult<(Node, Stat)> {
+        let dfd = dir.fd()?;
+        let st = rustix::fs::statat(&dfd, name, AtFlags::SYMLINK_NOFOLLOW)?;
+        let kind = FileType::from_raw_mode(st.st_mode);
+        if matches!(kind, FileType::RegularFile | FileType::Symlink) && st.st_nlink == 1 {
+            return Ok((Node::named(dir, name, &st), st));
+        }
         let fd = with_fds(press, || {
             rustix::fs::openat(
-                &dir.fd,
+                &dfd,
                 name,
                 OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
                 Mode::empty(),
             )
         })?;
         let st = rustix::fs::fstat(&fd)?;
-        Ok((fd, st))
+        Ok((Node::new(dir.zone, fd, &st), st))
     }
 
     /// Opens the node's file with `flags` (through `/proc/self/fd`, so with the new flags).
     pub fn node_open(&self, node: &Node, flags: OFlags, press: &dyn Fn()) -> NodeResult<OwnedFd> {
-        let path = node.proc_path();
+        let fd = with_fds(press, || node.fd())?;
+        let path = proc_path(&fd);
         with_fds(press, || {
             rustix::fs::open(path.as_str(), flags | OFlags::CLOEXEC, Mode::empty())
         })
@@ -295,7 +412,7 @@ impl Zones {
 
     /// The target of a symlink node.
     pub fn node_readlink(&self, node: &Node) -> NodeResult<Vec<u8>> {
-        rustix::fs::readlinkat(&node.fd, "", Vec::new()).map(|t| t.into_bytes())
+        rustix::fs::readlinkat(node.fd()?, "", Vec::new()).map(|t| t.into_bytes())
     }
 
     /// The entries of a directory node, `.` and `..` included, with their backing inode numbers.
@@ -331,7 +448,7 @@ impl Zones {
             let _as = AsCaller::new(who);
             make()?;
             if let Some(mode) = mode.filter(|m| m & self.umask != 0) {
-                rustix::fs::chmodat(&dir.fd, name, Mode::from_raw_mode(mode), AtFlags::empty())?;
+                rustix::fs::chmodat(dir.fd()?, name, Mode::from_raw_mode(mode), AtFlags::empty())?;
             }
         }
         made();
@@ -354,7 +471,7 @@ impl Zones {
         let perm = mode & 0o7777;
         let make = || {
             rustix::fs::mknodat(
-                &dir.fd,
+                dir.fd()?,
                 name,
                 FileType::from_raw_mode(mode),
                 Mode::from_raw_mode(perm),
@@ -374,7 +491,7 @@ impl Zones {
         made: impl FnOnce(),
     ) -> NodeResult<()> {
         let perm = mode & 0o7777;
-        let make = || rustix::fs::mkdirat(&dir.fd, name, Mode::from_raw_mode(perm));
+        let make = || rustix::fs::mkdirat(dir.fd()?, name, Mode::from_raw_mode(perm));
         self.node_make(who, dir, name, "mkdir", Some(perm), make, made)
     }
 
@@ -387,7 +504,7 @@ impl Zones {
         target: &Path,
         made: impl FnOnce(),
     ) -> NodeResult<()> {
-        let make = || rustix::fs::symlinkat(target, &dir.fd, name);
+        let make = || rustix::fs::symlinkat(target, dir.fd()?, name);
         self.node_make(who, dir, name, "symlink", None, make, made)
     }
 
@@ -411,7 +528,7 @@ impl Zones {
             } else {
                 AtFlags::empty()
             };
-            rustix::fs::unlinkat(&dir.fd, name, flags)?;
+            rustix::fs::unlinkat(dir.fd()?, name, flags)?;
             gone
         };
         removed(gone);
@@ -449,7 +566,7 @@ impl Zones {
                 RenameMode::Exchange => rustix::fs::RenameFlags::EXCHANGE,
             };
             let replaced = key_at(new_dir, new_name).filter(|_| mode != RenameMode::Exchange);
-            rustix::fs::renameat_with(&dir.fd, name, &new_dir.fd, new_name, flags)?;
+            rustix::fs::renameat_with(dir.fd()?, name, new_dir.fd()?, new_name, flags)?;
             replaced
         };
         moved(replaced);
@@ -486,12 +603,14 @@ impl Zones {
                 .map_err(|_| Errno::PERM)?;
         }
         let vp = self.child_vpath(new_dir, new_name);
+        // With a second link it can no longer be held by one name.
+        node.pin()?;
         {
             let _lock = vp.as_ref().map(|v| self.locks.lock(v));
             rustix::fs::linkat(
                 rustix::fs::CWD,
-                node.proc_path().as_str(),
-                &new_dir.fd,
+                proc_path(&node.fd()?).as_str(),
+                new_dir.fd()?,
                 new_name,
                 AtFlags::SYMLINK_FOLLOW,
             )?;
@@ -525,7 +644,7 @@ impl Zones {
             let _lock = vp.as_ref().map(|v| self.locks.lock(v));
             let _as = AsCaller::new(who);
             match rustix::fs::openat(
-                &dir.fd,
+                dir.fd()?,
                 name,
                 base | OFlags::CREATE | OFlags::EXCL,
                 Mode::from_raw_mode(want),
@@ -538,11 +657,11 @@ impl Zones {
                 }
                 Err(Errno::EXIST) if !excl => {
                     let fd =
-                        rustix::fs::openat(&dir.fd, name, base - OFlags::TRUNC, Mode::empty())?;
+                        rustix::fs::openat(dir.fd()?, name, base - OFlags::TRUNC, Mode::empty())?;
                     let st = rustix::fs::fstat(&fd)?;
                     self.node_check_links(dir.zone, &st, "create", || vp.clone())?;
                     if base.contains(OFlags::TRUNC) {
-                        rustix::fs::openat(&dir.fd, name, base, Mode::empty())?
+                        rustix::fs::openat(dir.fd()?, name, base, Mode::empty())?
                     } else {
                         fd
                     }
@@ -583,13 +702,13 @@ impl Zones {
             let _lock = change.size.and(vp.as_ref()).map(|v| self.locks.lock(v));
             if let Some(mode) = change.mode {
                 rustix::fs::chmod(
-                    node.proc_path().as_str(),
+                    proc_path(&node.fd()?).as_str(),
                     Mode::from_raw_mode(mode & 0o7777),
                 )?;
             }
             if change.uid.is_some() || change.gid.is_some() {
                 rustix::fs::chownat(
-                    &node.fd,
+                    node.fd()?,
                     "",
                     change.uid.map(rustix::fs::Uid::from_raw),
                     change.gid.map(rustix::fs::Gid::from_raw),
@@ -612,7 +731,7 @@ impl Zones {
                 };
                 if node.kind == FileType::Symlink {
                     rustix::fs::utimensat(
-                        &node.fd,
+                        node.fd()?,
                         "",
                         &ts,
                         AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
@@ -620,7 +739,7 @@ impl Zones {
                 } else {
                     rustix::fs::utimensat(
                         rustix::fs::CWD,
-                        node.proc_path().as_str(),
+                        proc_path(&node.fd()?).as_str(),
                         &ts,
                         AtFlags::empty(),
                     )?;
@@ -654,7 +773,8 @@ impl Zones {
             "removexattr"
         };
         self.node_check_links_now(node, op)?;
-        let path = node.proc_path();
+        let fd = node.fd()?;
+        let path = proc_path(&fd);
         match value {
             Some((v, flags)) => rustix::fs::setxattr(
                 path.as_str(),
@@ -676,7 +796,7 @@ impl Zones {
         if node.kind == FileType::Symlink {
             return Err(Errno::NODATA);
         }
-        rustix::fs::getxattr(node.proc_path().as_str(), name, buf)
+        rustix::fs::getxattr(proc_path(&node.fd()?).as_str(), name, buf)
     }
 
     /// Lists extended attribute names into `buf` (their size when `buf` is empty).
@@ -684,12 +804,12 @@ impl Zones {
         if node.kind == FileType::Symlink {
             return Ok(0);
         }
-        rustix::fs::listxattr(node.proc_path().as_str(), buf)
+        rustix::fs::listxattr(proc_path(&node.fd()?).as_str(), buf)
     }
 
     /// The filesystem statistics of the node's backing filesystem.
     pub fn node_statfs(&self, node: &Node) -> NodeResult<StatVfs> {
-        rustix::fs::statvfs(node.proc_path().as_str())
+        rustix::fs::statvfs(proc_path(&node.fd()?).as_str())
     }
 
     /// Syncs a directory node.

@@ -33,14 +33,13 @@ fn zones_with(dir: &Path, extra: &str) -> Zones {
     .unwrap()
 }
 
-fn root(z: &Zones) -> Node {
+fn root(z: &Zones) -> Arc<Node> {
     let (fd, st) = z.node_zone_root(ZoneId::Workspace).unwrap().unwrap();
-    Node::new(ZoneId::Workspace, fd, &st)
+    Arc::new(Node::new(ZoneId::Workspace, fd, &st))
 }
 
-fn child(z: &Zones, dir: &Node, name: &str) -> Node {
-    let (fd, st) = z.node_lookup(dir, OsStr::new(name), &|| {}).unwrap();
-    Node::new(dir.zone, fd, &st)
+fn child(z: &Zones, dir: &Arc<Node>, name: &str) -> Arc<Node> {
+    Arc::new(z.node_lookup(dir, OsStr::new(name), &|| {}).unwrap().0)
 }
 
 fn caller() -> Caller {
@@ -265,4 +264,58 @@ fn a_node_change_waits_for_the_path_lock_an_api_replacement_holds() {
     assert!(!dir.path().join("z/workspace/f").exists());
     let ops: Vec<String> = journal(&z).into_iter().map(|r| r.0).collect();
     assert_eq!(ops, vec!["write".to_string(), "delete".to_string()]);
+}
+
+#[test]
+fn a_file_with_one_link_is_held_by_name_and_checked_so_a_reused_name_is_never_another_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws_dir = dir.path().join("z/workspace");
+    std::fs::create_dir_all(ws_dir.join("d")).unwrap();
+    std::fs::write(ws_dir.join("d/f"), "one").unwrap();
+    std::fs::write(ws_dir.join("d/g"), "two").unwrap();
+    let z = zones_with(dir.path(), "[zones.workspace]\nallow_hardlinks = true\n");
+    let ws = root(&z);
+    let d = child(&z, &ws, "d");
+    let f = child(&z, &d, "f");
+    // Directories hold a descriptor; a file with one link does not, and still answers.
+    assert!(d.is_pinned() && !f.is_pinned());
+    assert_eq!(f.stat().unwrap().st_size, 3);
+    assert_eq!(z.node_vpath(&f).unwrap().to_string(), "/workspace/d/f");
+    let read = |n: &Node| {
+        let fd = z.node_open(n, OFlags::RDONLY, &|| {}).unwrap();
+        std::io::read_to_string(std::fs::File::from(fd)).unwrap()
+    };
+    assert_eq!(read(&f), "one");
+    // Moved behind the mount's back and another file put under its name: never that file.
+    std::fs::rename(ws_dir.join("d/f"), ws_dir.join("d/moved")).unwrap();
+    std::fs::rename(ws_dir.join("d/g"), ws_dir.join("d/f")).unwrap();
+    assert_eq!(f.stat().err(), Some(Errno::STALE));
+    assert_eq!(
+        z.node_open(&f, OFlags::RDONLY, &|| {}).err(),
+        Some(Errno::STALE)
+    );
+    assert_eq!(f.fd().err(), Some(Errno::STALE));
+    // Told where it is now (a lookup or a rename through the mount), it answers again.
+    f.moved(&d, OsStr::new("moved"));
+    assert_eq!(read(&f), "one");
+    assert_eq!(z.node_vpath(&f).unwrap().to_string(), "/workspace/d/moved");
+    // Pinned, it follows its file through renames by itself, and stays after its name is gone.
+    assert!(f.pin().unwrap());
+    assert!(f.is_pinned() && !f.pin().unwrap());
+    std::fs::rename(ws_dir.join("d/moved"), ws_dir.join("moved2")).unwrap();
+    assert_eq!(z.node_vpath(&f).unwrap().to_string(), "/workspace/moved2");
+    std::fs::remove_file(ws_dir.join("moved2")).unwrap();
+    assert_eq!(f.stat().unwrap().st_nlink, 0);
+    // A second link pins a file first; a multiply-linked file is looked up pinned.
+    let g = child(&z, &d, "f");
+    assert!(!g.is_pinned());
+    z.node_link(&caller(), &g, &d, OsStr::new("h"), || {})
+        .unwrap();
+    assert!(g.is_pinned());
+    assert!(child(&z, &d, "h").is_pinned());
+    // A symlink with one link is held by name too, and read by it.
+    std::os::unix::fs::symlink("target", ws_dir.join("l")).unwrap();
+    let l = child(&z, &ws, "l");
+    assert!(!l.is_pinned());
+    assert_eq!(z.node_readlink(&l).unwrap(), b"target");
 }

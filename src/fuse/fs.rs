@@ -283,18 +283,36 @@ impl SandFs {
         }
         let p = self.inode(parent)?;
         let name = plain_name(name)?;
-        let (fd, st) = self
+        let (node, st) = self
             .zones
-            .node_lookup(&p, name, &self.press())
+            .node_lookup(&p.node, name, &self.press())
             .map_err(errno)?;
-        let inode = self.inodes.remember(p.zone, fd, &st, parent.0, name);
+        let inode = self.inodes.remember(node, &st, parent.0, &p.node, name);
         Ok((inode.clone(), attr_of(inode.ino, &st)))
     }
 
     /// Notes a change the mount made to `name` in `dir` (and to `dir`), so the watcher leaves
     /// the kernel's view of them alone.
     fn mark(&self, dir: &Inode, name: Option<&OsStr>) {
-        self.zones.own().note_entry(&dir.fd, name);
+        if let Ok(fd) = dir.fd() {
+            self.zones.own().note_entry(fd, name);
+        }
+    }
+
+    /// Pins the live inode named `name` in `dir`, if it is held by name, before the mount removes
+    /// or replaces that name: an open file must stay reachable after its name is gone.
+    fn pin_victim(&self, dir: &Inode, name: &OsStr) {
+        let Some((dev, backing)) = self.zones.node_key_at(dir, name) else {
+            return;
+        };
+        if let Some(i) = self
+            .inodes
+            .known_number(dev, backing)
+            .and_then(|n| self.inodes.get(n))
+            .filter(|i| !i.node.is_pinned())
+        {
+            let _ = i.node.pin();
+        }
     }
 
     /// Returns the current virtual path of an inode (from the kernel's view of its fd).
@@ -551,12 +569,22 @@ impl fuser::Filesystem for SandFs {
         self.inodes.forget(ino.0, nlookup);
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         if let Some(t) = self.tree(ino.0) {
             return reply!(reply, t.getattr(ino.0), |attr| reply.attr(&t.ttl(), &attr));
         }
         if ino.0 == ROOT_INO {
             return reply.attr(&TTL, &self.root_attr());
+        }
+        // `fstat` on an open file: the file itself, even when its name has gone.
+        let open = fh
+            .and_then(|fh| self.handle(fh).ok())
+            .filter(|h| h.inode.ino == ino.0);
+        if let Some(f) = open.as_ref().and_then(|h| h.file.get()) {
+            let res = node_io::stat(f)
+                .map_err(errno)
+                .map(|st| attr_of(ino.0, &st));
+            return reply!(reply, res, |attr| reply.attr(&TTL, &attr));
         }
         let res = self
             .inode(ino)
@@ -696,6 +724,7 @@ impl fuser::Filesystem for SandFs {
         let res = (|| {
             let p = self.dir_for_change(parent)?;
             let name = plain_name(name)?;
+            self.pin_victim(&p, name);
             self.zones
                 .node_remove(&SandFs::caller(req), &p, name, false, |gone| {
                     self.mark(&p, None);
@@ -806,6 +835,9 @@ impl fuser::Filesystem for SandFs {
                 RenameMode::Replace
             };
             let who = SandFs::caller(req);
+            if mode == RenameMode::Replace {
+                self.pin_victim(&np, newname);
+            }
             self.zones
                 .node_rename(&who, &p, name, &np, newname, mode, |replaced| {
                     if let Some(k) = replaced {
@@ -819,7 +851,7 @@ impl fuser::Filesystem for SandFs {
             for (dir, n, kernel_dir) in [(&np, newname, newparent.0), (&p, name, parent.0)] {
                 if let Some((dev, backing)) = self.zones.node_key_at(dir, n) {
                     if let Some(ino) = self.inodes.known_number(dev, backing) {
-                        self.inodes.seen_as(ino, kernel_dir, n);
+                        self.inodes.seen_as(ino, kernel_dir, &dir.node, n);
                     }
                 }
             }

@@ -30,7 +30,7 @@
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use rustix::fs::{FileType, Stat};
@@ -48,6 +48,10 @@ pub const FIRST_FREE: u64 = 16;
 /// filesystems hand out).
 pub const SPILL_BASE: u64 = 1 << 62;
 
+/// Live inodes held by name cost no descriptor, only memory (a few hundred bytes each): above
+/// this many in all, entries are evicted as for the descriptor budget.
+pub const MAX_LIVE: usize = 1 << 20;
+
 /// Returns the fixed inode number of a zone root.
 pub fn zone_ino(z: ZoneId) -> u64 {
     match z {
@@ -61,7 +65,7 @@ pub fn zone_ino(z: ZoneId) -> u64 {
 #[derive(Debug)]
 pub struct Inode {
     pub ino: u64,
-    pub node: Node,
+    pub node: Arc<Node>,
     nlookup: AtomicU64,
     /// The kernel wants one backing file per inode for passthrough: registered at the first open
     /// and kept for the inode's life, so later opens need neither a reopen nor an ioctl.
@@ -70,6 +74,8 @@ pub struct Inode {
     seen_as: Mutex<(u64, OsString)>,
     /// The table's clock when the entry came in (the newest are evicted first).
     born: u64,
+    /// Counted in [`Inodes::pinned`] (it came in holding a descriptor).
+    counted: bool,
 }
 
 impl std::ops::Deref for Inode {
@@ -86,14 +92,18 @@ pub type PressureHook = Box<dyn Fn() + Send + Sync>;
 /// The table of live inodes.
 pub struct Inodes {
     live: RwLock<HashMap<u64, Arc<Inode>>>,
+    /// Live inodes holding a descriptor (what the budget counts).
+    pinned: AtomicUsize,
     numbers: Mutex<HashMap<(u64, u64), u64>>,
     /// The numbers handed out, by the backing file they stand for, and the set of them.
     taken: Mutex<std::collections::HashSet<u64>>,
     next: AtomicU64,
     clock: AtomicU64,
-    /// Live inodes above this ask for eviction; eviction goes down to `low`.
+    /// Pinned inodes above this ask for eviction; eviction goes down to `low`.
     high: usize,
     low: usize,
+    /// Live inodes of any kind above this ask for eviction too (memory; down to 2/3 of it).
+    max_live: usize,
     evicting: AtomicBool,
     on_pressure: OnceLock<PressureHook>,
 }
@@ -117,12 +127,14 @@ impl Inodes {
         let high = high.max(64);
         Inodes {
             live: RwLock::default(),
+            pinned: AtomicUsize::new(0),
             numbers: Mutex::default(),
             taken: Mutex::default(),
             next: AtomicU64::new(SPILL_BASE),
             clock: AtomicU64::new(0),
             high,
             low: high / 3 * 2,
+            max_live: MAX_LIVE.max(high),
             evicting: AtomicBool::new(false),
             on_pressure: OnceLock::new(),
         }
@@ -143,12 +155,13 @@ impl Inodes {
     /// name). Ends the eviction request.
     pub fn evict_plan(&self) -> Vec<(u64, OsString)> {
         let live = self.live.read().expect("not poisoned");
-        let excess = live.len().saturating_sub(self.low);
+        let pinned_excess = self.pinned.load(Ordering::Relaxed).saturating_sub(self.low);
+        let live_excess = live.len().saturating_sub(self.max_live / 3 * 2);
         let mut plan: Vec<((bool, std::cmp::Reverse<u64>), u64, OsString)> = Vec::new();
-        if excess > 0 {
+        if pinned_excess + live_excess > 0 {
             plan = live
                 .values()
-                .filter(|i| i.ino > 3)
+                .filter(|i| i.ino > 3 && (live_excess > 0 || i.node.is_pinned()))
                 .map(|i| {
                     let (parent, name) = i.seen_as.lock().expect("not poisoned").clone();
                     // Directories last: dropping one drops everything cached beneath it (its
@@ -158,16 +171,23 @@ impl Inodes {
                 })
                 .collect();
             plan.sort_unstable_by_key(|(key, _, _)| *key);
-            plan.truncate(excess);
+            plan.truncate(pinned_excess.max(live_excess));
         }
         self.evicting.store(false, Ordering::Release);
         plan.into_iter().map(|(_, p, n)| (p, n)).collect()
     }
 
-    /// Notes that the kernel now knows `ino` as `name` in `parent` (after a rename).
-    pub fn seen_as(&self, ino: u64, parent: u64, name: &OsStr) {
+    /// Returns the number of live inodes holding a descriptor.
+    pub fn pinned_count(&self) -> usize {
+        self.pinned.load(Ordering::Relaxed)
+    }
+
+    /// Notes that the kernel now knows `ino` as `name` in `parent`, whose node is `dir` (after
+    /// a rename).
+    pub fn seen_as(&self, ino: u64, parent: u64, dir: &Arc<Node>, name: &OsStr) {
         if let Some(i) = self.get(ino) {
             *i.seen_as.lock().expect("not poisoned") = (parent, name.to_owned());
+            i.node.moved(dir, name);
         }
     }
 
@@ -182,11 +202,12 @@ impl Inodes {
             ino,
             Arc::new(Inode {
                 ino,
-                node: Node::new(zone, fd, st),
+                node: Arc::new(Node::new(zone, fd, st)),
                 nlookup: AtomicU64::new(1),
                 backing: Mutex::new(None),
                 seen_as: Mutex::new((ROOT_INO, OsString::from(zone.name()))),
                 born: 0,
+                counted: false,
             }),
         );
     }
@@ -228,14 +249,15 @@ impl Inodes {
             .is_some_and(|n| self.live.read().expect("not poisoned").contains_key(&n))
     }
 
-    /// Records one kernel lookup of the backing file behind `fd` (whose stat is `st`), found as
-    /// `name` in `parent`; returns its inode. A second fd for an inode already live is dropped.
+    /// Records one kernel lookup of `node` (whose stat is `st`), found as `name` in `parent`
+    /// (whose node is `dir`); returns its inode. A second node for an inode already live is
+    /// dropped, and the live one learns the name (see [`Node::moved`]).
     pub fn remember(
         &self,
-        zone: ZoneId,
-        fd: OwnedFd,
+        node: Node,
         st: &Stat,
         parent: u64,
+        dir: &Arc<Node>,
         name: &OsStr,
     ) -> Arc<Inode> {
         let ino = self.number_of(st.st_dev, st.st_ino);
@@ -244,18 +266,26 @@ impl Inodes {
         if let Some(existing) = live.get(&ino) {
             existing.nlookup.fetch_add(1, Ordering::Relaxed);
             *existing.seen_as.lock().expect("not poisoned") = (parent, name.to_owned());
+            existing.node.moved(dir, name);
             return existing.clone();
         }
+        let counted = node.is_pinned();
         let inode = Arc::new(Inode {
             ino,
-            node: Node::new(zone, fd, st),
+            node: Arc::new(node),
             nlookup: AtomicU64::new(1),
             backing: Mutex::new(None),
             seen_as: Mutex::new((parent, name.to_owned())),
             born: now,
+            counted,
         });
         live.insert(ino, inode.clone());
-        let pressure = live.len() > self.high;
+        let pinned = if counted {
+            self.pinned.fetch_add(1, Ordering::Relaxed) + 1
+        } else {
+            self.pinned.load(Ordering::Relaxed)
+        };
+        let pressure = pinned > self.high || live.len() > self.max_live;
         drop(live);
         if pressure {
             self.press();
@@ -286,6 +316,9 @@ impl Inodes {
                 Ordering::Relaxed,
             );
             if prev <= n {
+                if inode.counted {
+                    self.pinned.fetch_sub(1, Ordering::Relaxed);
+                }
                 live.remove(&ino);
             }
         }
@@ -297,20 +330,27 @@ mod tests {
     use super::*;
     use rustix::fs::{Mode, OFlags};
 
-    /// Looks up `n` new files of `dir` (as the kernel would, one LOOKUP each), from `from` on.
+    /// A pinned node of `path`.
+    fn pinned(path: &std::path::Path) -> (Node, Stat) {
+        let fd = rustix::fs::open(path, OFlags::PATH | OFlags::NOFOLLOW, Mode::empty()).unwrap();
+        let st = rustix::fs::fstat(&fd).unwrap();
+        (Node::new(ZoneId::Workspace, fd, &st), st)
+    }
+
+    /// Looks up `n` new files of `dir` (as the kernel would, one LOOKUP each), from `from` on,
+    /// each holding a descriptor (as files with a second link do).
     fn look_up(t: &Inodes, dir: &std::path::Path, from: usize, n: usize) {
+        let parent = Arc::new(pinned(dir).0);
         for i in from..from + n {
             let name = format!("f{i}");
             let path = dir.join(&name);
             std::fs::write(&path, b"x").unwrap();
-            let fd =
-                rustix::fs::open(&path, OFlags::PATH | OFlags::NOFOLLOW, Mode::empty()).unwrap();
-            let st = rustix::fs::fstat(&fd).unwrap();
+            let (node, st) = pinned(&path);
             t.remember(
-                ZoneId::Workspace,
-                fd,
+                node,
                 &st,
                 zone_ino(ZoneId::Workspace),
+                &parent,
                 OsStr::new(&name),
             );
         }
@@ -362,12 +402,12 @@ mod tests {
         // looking the first of them up again does not make it newer.
         let st = rustix::fs::stat(dir.path().join("f0")).unwrap();
         assert!(t.is_live(st.st_dev, st.st_ino));
-        let fd = rustix::fs::open(dir.path().join("f0"), OFlags::PATH, Mode::empty()).unwrap();
+        let (node, st) = pinned(&dir.path().join("f0"));
         t.remember(
-            ZoneId::Workspace,
-            fd,
+            node,
             &st,
             zone_ino(ZoneId::Workspace),
+            &Arc::new(pinned(dir.path()).0),
             OsStr::new("f0"),
         );
         look_up(&t, dir.path(), 120, 40);
@@ -378,5 +418,37 @@ mod tests {
             .collect();
         assert!(!again.contains(&"f0".to_string()), "{again:?}");
         assert_eq!(again.first().map(String::as_str), Some("f159"));
+    }
+
+    #[test]
+    fn files_held_by_name_cost_no_descriptor_so_only_pinned_inodes_count_against_the_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = Inodes::with_budget(64);
+        let parent = Arc::new(pinned(dir.path()).0);
+        for i in 0..300 {
+            let name = format!("n{i}");
+            std::fs::write(dir.path().join(&name), b"x").unwrap();
+            let st = rustix::fs::lstat(dir.path().join(&name)).unwrap();
+            let node = Node::named(&parent, OsStr::new(&name), &st);
+            assert!(!node.is_pinned());
+            t.remember(
+                node,
+                &st,
+                zone_ino(ZoneId::Workspace),
+                &parent,
+                OsStr::new(&name),
+            );
+        }
+        assert_eq!(t.live_count(), 300);
+        assert_eq!(t.pinned_count(), 0);
+        assert!(t.evict_plan().is_empty(), "nothing to evict for 300 names");
+        // Pinned ones count, and only they are planned for eviction.
+        look_up(&t, dir.path(), 0, 100);
+        assert_eq!(t.pinned_count(), 100);
+        let plan = t.evict_plan();
+        assert_eq!(plan.len(), 100 - 42);
+        assert!(plan
+            .iter()
+            .all(|(_, n)| n.to_string_lossy().starts_with('f')));
     }
 }

@@ -100,6 +100,7 @@ fn evict(inodes: &Inodes, notifier: &Notifier) {
     tracing::debug!(
         evicted = n,
         live = inodes.live_count(),
+        pinned = inodes.pinned_count(),
         "inode table over its fd budget: dropped the newest entries from the kernel's cache"
     );
 }
