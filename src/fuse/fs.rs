@@ -75,7 +75,8 @@ type DirEntries = Vec<(OsString, FileType, u64)>;
 
 /// An open directory: a snapshot of its entries, taken by the first `readdir` (and again when the
 /// caller rewinds to offset 0). Not at opendir: the kernel serves a cached listing without asking
-/// (`FOPEN_CACHE_DIR`), and then the directory is never read.
+/// (`FOPEN_CACHE_DIR`), and then the directory is never read. Only when a zone is served from
+/// a sandbox: otherwise the kernel sends no `OPENDIR` at all (see [`SandFs::no_opendir`]).
 struct DirHandle {
     ino: u64,
     entries: Mutex<Option<Arc<DirEntries>>>,
@@ -87,6 +88,14 @@ pub struct SandFs {
     pub(super) inodes: Arc<Inodes>,
     handles: RwLock<HashMap<u64, Arc<Handle>>>,
     dirs: Mutex<HashMap<u64, Arc<DirHandle>>>,
+    /// When every zone is local, `OPENDIR` is answered `ENOSYS` once and the kernel sends no
+    /// `OPENDIR` or `RELEASEDIR` again (two round trips per directory listed), caching listings
+    /// as with `FOPEN_CACHE_DIR | FOPEN_KEEP_CACHE`. Not with a sandbox zone, whose listings
+    /// must be asked for again after its TTL.
+    no_opendir: bool,
+    /// The snapshots `readdir` answers from without an open directory, by directory inode, from
+    /// offset 0 until the end is sent.
+    listings: Mutex<HashMap<u64, Arc<DirEntries>>>,
     next_fh: AtomicU64,
     passthrough: AtomicBool,
     want_passthrough: bool,
@@ -154,6 +163,9 @@ impl SandFs {
     pub fn new(zones: Arc<Zones>, want_passthrough: bool) -> std::io::Result<SandFs> {
         let inodes = Arc::new(Inodes::new());
         let zones_for_remote = zones.clone();
+        let all_local = ZoneId::ALL
+            .iter()
+            .all(|id| matches!(zones.zone(*id), crate::core::Zone::Local(_)));
         for id in ZoneId::ALL {
             if let Some(root) = zones.node_zone_root(id) {
                 let (fd, st) = root?;
@@ -165,6 +177,8 @@ impl SandFs {
             inodes,
             handles: RwLock::new(HashMap::new()),
             dirs: Mutex::new(HashMap::new()),
+            no_opendir: all_local,
+            listings: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             passthrough: AtomicBool::new(false),
             want_passthrough,
@@ -450,8 +464,24 @@ impl SandFs {
         }
     }
 
-    /// The snapshot of an open directory to answer a `readdir` at `offset` from.
-    fn dir_snapshot(&self, fh: FileHandle, offset: u64) -> Res<Arc<DirEntries>> {
+    /// The snapshot of directory `ino` (open as `fh`, or 0) to answer a `readdir` at `offset`
+    /// from.
+    fn dir_snapshot(&self, fh: FileHandle, ino: u64, offset: u64) -> Res<Arc<DirEntries>> {
+        if fh.0 == 0 {
+            let mut listings = self.listings.lock().expect("not poisoned");
+            if offset != 0 {
+                if let Some(e) = listings.get(&ino) {
+                    return Ok(e.clone());
+                }
+            }
+            let e = Arc::new(self.list_dir(ino)?);
+            // Bounded: a reader that stops halfway leaves its snapshot behind.
+            if listings.len() >= 1024 {
+                listings.clear();
+            }
+            listings.insert(ino, e.clone());
+            return Ok(e);
+        }
         let d = self
             .dirs
             .lock()
@@ -467,6 +497,13 @@ impl SandFs {
                 *slot = Some(e.clone());
                 Ok(e)
             }
+        }
+    }
+
+    /// Drops the snapshot of a directory listed without an open directory once its end was sent.
+    fn listed(&self, fh: FileHandle, ino: u64, full: bool) {
+        if fh.0 == 0 && !full {
+            self.listings.lock().expect("not poisoned").remove(&ino);
         }
     }
 
@@ -505,6 +542,13 @@ impl fuser::Filesystem for SandFs {
                 | InitFlags::FUSE_READDIRPLUS_AUTO
                 | InitFlags::FUSE_PARALLEL_DIROPS,
         );
+        if self.no_opendir
+            && config
+                .add_capabilities(InitFlags::FUSE_NO_OPENDIR_SUPPORT)
+                .is_err()
+        {
+            self.no_opendir = false;
+        }
         if self.want_passthrough {
             match config.add_capabilities(InitFlags::FUSE_PASSTHROUGH) {
                 Ok(()) => match config.set_max_stack_depth(2) {
@@ -1071,6 +1115,9 @@ impl fuser::Filesystem for SandFs {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        if self.no_opendir {
+            return reply.error(Errno::ENOSYS);
+        }
         if ino.0 != ROOT_INO && self.tree(ino.0).is_none() {
             if let Err(e) = self.inode(ino) {
                 return reply.error(e);
@@ -1099,20 +1146,23 @@ impl fuser::Filesystem for SandFs {
     fn readdir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        dir: INodeNo,
         fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let d = match self.dir_snapshot(fh, offset) {
+        let d = match self.dir_snapshot(fh, dir.0, offset) {
             Ok(d) => d,
             Err(e) => return reply.error(e),
         };
+        let mut full = false;
         for (i, (name, kind, ino)) in d.iter().enumerate().skip(offset as usize) {
             if reply.add(INodeNo(*ino), (i + 1) as u64, fuse_kind(*kind), name) {
+                full = true;
                 break;
             }
         }
+        self.listed(fh, dir.0, full);
         reply.ok();
     }
 
@@ -1124,10 +1174,11 @@ impl fuser::Filesystem for SandFs {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        let d = match self.dir_snapshot(fh, offset) {
+        let d = match self.dir_snapshot(fh, ino.0, offset) {
             Ok(d) => d,
             Err(e) => return reply.error(e),
         };
+        let mut sent_all = true;
         for (i, (name, _, _)) in d.iter().enumerate().skip(offset as usize) {
             let full = if name == "." || name == ".." {
                 // The kernel takes no reference for these; answer with attributes only.
@@ -1204,9 +1255,11 @@ impl fuser::Filesystem for SandFs {
                 }
             };
             if full {
+                sent_all = false;
                 break;
             }
         }
+        self.listed(fh, ino.0, !sent_all);
         reply.ok();
     }
 
