@@ -20,10 +20,10 @@ test:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
 	bash fuzz/run.sh
-	rm -f $(TARGET_DIR)/tmp/pjdfstest-summary.txt
+	rm -f $(TARGET_DIR)/tmp/pjdfstest-summary*.txt
 	$(CARGO) test --all-targets --no-run
 	CARGO="$(CARGO)" .ci/netns .ci/test-areas; status=$$?; \
-	  cat $(TARGET_DIR)/tmp/pjdfstest-summary.txt 2>/dev/null || echo "pjdfstest: no summary (the FUSE tests did not reach it)"; \
+	  cat $(TARGET_DIR)/tmp/pjdfstest-summary-*.txt 2>/dev/null || echo "pjdfstest: no summary (the FUSE tests did not reach it)"; \
 	  exit $$status
 
 build:

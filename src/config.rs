@@ -106,6 +106,24 @@ pub struct ZoneSection {
     pub path: Option<String>,
     /// How long a remote zone's attributes and listings are trusted (milliseconds).
     pub attr_ttl_ms: Option<u64>,
+    /// How the mount does file I/O in this zone (local zones only).
+    pub io: Option<IoMode>,
+}
+
+/// `zones.<zone>.io`: how the mount serves file reads and writes in a local zone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum IoMode {
+    /// Each `open` is a request to the daemon, whose reply hands the kernel the backing file
+    /// (kernel passthrough, Linux 6.9+): reads and writes then go to the backing file without
+    /// the daemon, at native speed for large files. Without passthrough, the daemon serves them.
+    #[default]
+    Passthrough,
+    /// Reads are served from the kernel's page cache, kept across opens; when every zone is local,
+    /// writable and cached, the kernel sends no `OPEN` or `RELEASE` at all
+    /// (`FUSE_NO_OPEN_SUPPORT`): opening and closing a file costs no request, and a file read
+    /// before costs none to read again. Cold reads and all writes go through the daemon.
+    Cached,
 }
 
 /// `[limits]`.
@@ -944,6 +962,7 @@ pub struct ZoneSettings {
     pub backing: Backing,
     pub read_only: bool,
     pub allow_hardlinks: bool,
+    pub io: IoMode,
 }
 
 /// A validated, resolved configuration.
@@ -1218,12 +1237,14 @@ fn resolve(
             backing: cache,
             read_only: z.cache.read_only,
             allow_hardlinks: z.cache.allow_hardlinks,
+            io: z.cache.io.unwrap_or_default(),
         },
         ZoneSettings {
             id: ZoneId::Workspace,
             backing: workspace,
             read_only: z.workspace.read_only,
             allow_hardlinks: z.workspace.allow_hardlinks,
+            io: z.workspace.io.unwrap_or_default(),
         },
     ];
     let mut git = file.git;
@@ -1344,6 +1365,13 @@ fn remote_backing(
         return Err((
             key("allow_hardlinks"),
             "applies to local zones only; a remote zone never reads local files".into(),
+        ));
+    }
+    if section.io.is_some() {
+        return Err((
+            key("io"),
+            "applies to local zones only; a remote zone's file I/O always goes through the daemon"
+                .into(),
         ));
     }
     let sandbox = sandboxes

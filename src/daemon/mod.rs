@@ -104,7 +104,15 @@ pub fn run(settings: Settings, no_mount: bool) -> anyhow::Result<()> {
     let mount = if no_mount {
         None
     } else {
-        Some(crate::fuse::mount(zones.clone(), &settings.mount, 4)?)
+        let io = crate::core::ZoneId::ALL.map(|id| {
+            settings
+                .zones
+                .iter()
+                .find(|z| z.id == id)
+                .map(|z| z.io)
+                .unwrap_or_default()
+        });
+        Some(crate::fuse::mount(zones.clone(), &settings.mount, 4, io)?)
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -200,7 +208,7 @@ async fn tend_sandboxes(state: Arc<AppState>, warm: Vec<String>) {
     }
 }
 
-/// The mount holds one descriptor per inode the kernel caches: sets the descriptor limit to
+/// The mount holds one descriptor per directory (and multiply-linked file) the kernel caches: sets the descriptor limit to
 /// `limits.open_files`, raising the hard limit when allowed (the mount's budget follows it).
 fn set_fd_limit(want: u64) {
     use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};

@@ -23,6 +23,7 @@ use rustix::fs::{FileType, OFlags, Stat};
 
 use super::inodes::{zone_ino, Inode, Inodes, ROOT_INO};
 use super::remote::{RemoteTree, REMOTE_FH_BASE};
+use crate::config::IoMode;
 use crate::core::node::{io as node_io, AttrChange, Caller, RenameMode, SetTime};
 use crate::core::{VPath, ZoneId, Zones};
 use crate::state::{Origin, Via};
@@ -96,6 +97,17 @@ pub struct SandFs {
     /// The snapshots `readdir` answers from without an open directory, by directory inode, from
     /// offset 0 until the end is sent.
     listings: Mutex<HashMap<u64, Arc<DirEntries>>>,
+    /// Zones whose files are served from the page cache without passthrough
+    /// ([`IoMode::Cached`]), by zone index.
+    cached: [bool; 2],
+    /// When every zone is local, writable and cached, `OPEN` is answered `ENOSYS` once and the
+    /// kernel sends no `OPEN` or `RELEASE` again: reads and writes then come with file handle 0
+    /// and are served by [`SandFs::io_handle`].
+    no_open: bool,
+    /// Files written with file handle 0, by inode: opened at the first write, ended (journaled,
+    /// no longer counted as open for writing) at the next `FLUSH`, which the kernel sends at
+    /// each `close` after writing the data back.
+    implicit: Mutex<HashMap<u64, Arc<Handle>>>,
     next_fh: AtomicU64,
     passthrough: AtomicBool,
     want_passthrough: bool,
@@ -160,12 +172,19 @@ fn plain_name(name: &OsStr) -> Res<&OsStr> {
 }
 
 impl SandFs {
-    pub fn new(zones: Arc<Zones>, want_passthrough: bool) -> std::io::Result<SandFs> {
+    /// The file system over `zones`; `io` is each zone's I/O mode, by zone index.
+    pub fn new(zones: Arc<Zones>, io: [IoMode; 2]) -> std::io::Result<SandFs> {
         let inodes = Arc::new(Inodes::new());
         let zones_for_remote = zones.clone();
         let all_local = ZoneId::ALL
             .iter()
             .all(|id| matches!(zones.zone(*id), crate::core::Zone::Local(_)));
+        let cached = io.map(|m| m == IoMode::Cached);
+        let no_open = all_local
+            && cached.iter().all(|c| *c)
+            && ZoneId::ALL
+                .iter()
+                .all(|id| zones.node_writable(*id).is_ok());
         for id in ZoneId::ALL {
             if let Some(root) = zones.node_zone_root(id) {
                 let (fd, st) = root?;
@@ -179,9 +198,12 @@ impl SandFs {
             dirs: Mutex::new(HashMap::new()),
             no_opendir: all_local,
             listings: Mutex::new(HashMap::new()),
+            cached,
+            no_open,
+            implicit: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             passthrough: AtomicBool::new(false),
-            want_passthrough,
+            want_passthrough: !no_open,
             started: SystemTime::now(),
             remote: ZoneId::ALL
                 .map(|id| RemoteTree::new(zones_for_remote.clone(), id).map(Arc::new)),
@@ -549,6 +571,16 @@ impl fuser::Filesystem for SandFs {
         {
             self.no_opendir = false;
         }
+        if self.no_open
+            && config
+                .add_capabilities(InitFlags::FUSE_NO_OPEN_SUPPORT)
+                .is_err()
+        {
+            tracing::info!(
+                "the kernel cannot skip OPEN (FUSE_NO_OPEN_SUPPORT); cached zones send OPEN"
+            );
+            self.no_open = false;
+        }
         if self.want_passthrough {
             match config.add_capabilities(InitFlags::FUSE_PASSTHROUGH) {
                 Ok(()) => match config.set_max_stack_depth(2) {
@@ -565,7 +597,9 @@ impl fuser::Filesystem for SandFs {
         tracing::info!(
             passthrough = self.passthrough.load(Ordering::Relaxed),
             "FUSE session started; file I/O uses {}",
-            if self.passthrough.load(Ordering::Relaxed) {
+            if self.no_open {
+                "the page cache, with no OPEN requests (every zone io = \"cached\")"
+            } else if self.passthrough.load(Ordering::Relaxed) {
                 "kernel passthrough"
             } else {
                 "reads and writes served by the daemon"
@@ -934,6 +968,10 @@ impl fuser::Filesystem for SandFs {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        if self.no_open {
+            // Once: the kernel then opens every file without asking (see `io_handle`).
+            return reply.error(Errno::ENOSYS);
+        }
         if let Some(t) = self.tree(ino.0) {
             let write = SandFs::is_write(flags.0);
             let trunc = write && flags.0 & libc::O_TRUNC != 0;
@@ -954,7 +992,8 @@ impl fuser::Filesystem for SandFs {
         }
         // A file read through passthrough before: the kernel already has its backing file, so
         // there is nothing to open here (our own descriptor is opened if a later call needs it).
-        if !write && i.kind == FileType::RegularFile && self.passthrough.load(Ordering::Relaxed) {
+        let passthrough = self.passthrough.load(Ordering::Relaxed) && !self.cached[i.zone.index()];
+        if !write && i.kind == FileType::RegularFile && passthrough {
             let known = i.backing.lock().expect("not poisoned").clone();
             if let Some(b) = known {
                 let fh = self.new_handle(req, &i, None, oflags, false, Some(b.clone()));
@@ -982,7 +1021,7 @@ impl fuser::Filesystem for SandFs {
             Err(e) => return reply.error(e),
         };
         let file = std::fs::File::from(fd);
-        let backing = (self.passthrough.load(Ordering::Relaxed) && i.kind == FileType::RegularFile)
+        let backing = (passthrough && i.kind == FileType::RegularFile)
             .then(|| SandFs::shared_backing(&i, || reply.open_backing(file.as_fd())))
             .flatten();
         let fh = self.new_handle(req, &i, Some(file), oflags, write, backing.clone());
@@ -1003,7 +1042,7 @@ impl fuser::Filesystem for SandFs {
     fn read(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         size: u32,
@@ -1014,7 +1053,7 @@ impl fuser::Filesystem for SandFs {
         if let Some(t) = self.tree_fh(fh.0) {
             return reply!(reply, t.read(fh.0, offset, size), |buf| reply.data(&buf));
         }
-        let res = self.handle(fh).and_then(|h| {
+        let res = self.io_handle(_req, ino, fh, false).and_then(|h| {
             let mut buf = vec![0u8; size as usize];
             let n = node_io::read_at(h.file(self)?, &mut buf, offset).map_err(errno)?;
             buf.truncate(n);
@@ -1026,7 +1065,7 @@ impl fuser::Filesystem for SandFs {
     fn write(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
@@ -1040,26 +1079,53 @@ impl fuser::Filesystem for SandFs {
             let res = t.write(fh.0, offset, data, append, SandFs::origin(_req));
             return reply!(reply, res, |n| reply.written(n));
         }
-        let res = self.handle(fh).and_then(|h| {
-            let append = flags.0 & libc::O_APPEND != 0;
-            let n = node_io::write_at(h.file(self)?, data, offset, append).map_err(errno)?;
-            h.written.fetch_add(n as u64, Ordering::Relaxed);
-            h.dirty.store(true, Ordering::Relaxed);
-            Ok(n as u32)
-        });
+        let append = flags.0 & libc::O_APPEND != 0;
+        let res = if fh.0 == 0 && append {
+            // The implicit writer writes at offsets; an appending write opens its own file.
+            self.io_handle(_req, ino, fh, true).and_then(|h| {
+                let f =
+                    std::fs::File::from(self.reopen(&h.inode, OFlags::WRONLY | OFlags::APPEND)?);
+                let n = node_io::write_at(&f, data, offset, true).map_err(errno)?;
+                h.written.fetch_add(n as u64, Ordering::Relaxed);
+                h.dirty.store(true, Ordering::Relaxed);
+                Ok(n as u32)
+            })
+        } else {
+            self.io_handle(_req, ino, fh, true).and_then(|h| {
+                let n = node_io::write_at(h.file(self)?, data, offset, append).map_err(errno)?;
+                h.written.fetch_add(n as u64, Ordering::Relaxed);
+                h.dirty.store(true, Ordering::Relaxed);
+                Ok(n as u32)
+            })
+        };
         reply!(reply, res, |n| reply.written(n))
     }
 
     fn flush(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
         if let Some(t) = self.tree_fh(fh.0) {
             return reply!(reply, t.flush(fh.0), |()| reply.ok());
+        }
+        if self.no_open {
+            // A close of a file opened without OPEN: its written data are back on the backing
+            // file by now (the kernel writes dirty pages before it sends FLUSH). A file created
+            // on such a connection has a handle, but the kernel sends no RELEASE for it: it
+            // ends here too (a later write through a duplicate descriptor reopens the file).
+            let h = if fh.0 == 0 {
+                self.implicit.lock().expect("not poisoned").remove(&ino.0)
+            } else {
+                self.handles.write().expect("not poisoned").remove(&fh.0)
+            };
+            if let Some(h) = h {
+                self.end_handle(&h);
+            }
+            return reply.ok();
         }
         reply!(reply, self.handle(fh), |_| reply.ok())
     }
@@ -1079,20 +1145,7 @@ impl fuser::Filesystem for SandFs {
         }
         let h = self.handles.write().expect("not poisoned").remove(&fh.0);
         if let Some(h) = h {
-            let st = h
-                .writer_key
-                .is_some()
-                .then(|| h.file.get().and_then(|f| node_io::stat(f).ok()))
-                .flatten();
-            // Journaled before the handle ends: a checkpoint that no longer finds the file open
-            // for writing finds its journal row (`OwnChanges::open_writer_paths`).
-            if h.dirty.load(Ordering::Relaxed) {
-                let size = st.as_ref().map(|st| st.st_size as u64);
-                self.zones.node_record_write(&h.inode, size, h.origin);
-            }
-            if let Some((dev, ino)) = h.writer_key {
-                self.zones.own().writer_closed(dev, ino, st.as_ref());
-            }
+            self.end_handle(&h);
         }
         reply.ok();
     }
@@ -1100,7 +1153,7 @@ impl fuser::Filesystem for SandFs {
     fn fsync(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
@@ -1109,11 +1162,10 @@ impl fuser::Filesystem for SandFs {
             return reply!(reply, t.fsync(fh.0), |()| reply.ok());
         }
         let res = self
-            .handle(fh)
+            .io_handle(_req, ino, fh, false)
             .and_then(|h| node_io::sync(h.file(self)?, datasync).map_err(errno));
         reply!(reply, res, |()| reply.ok())
     }
-
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         if self.no_opendir {
             return reply.error(Errno::ENOSYS);
@@ -1472,11 +1524,10 @@ impl fuser::Filesystem for SandFs {
             Err(e) => reply.error(e),
             Ok((inode, attr, fd)) => {
                 let file = std::fs::File::from(fd);
-                let backing = self
-                    .passthrough
-                    .load(Ordering::Relaxed)
-                    .then(|| SandFs::shared_backing(&inode, || reply.open_backing(file.as_fd())))
-                    .flatten();
+                let backing = (self.passthrough.load(Ordering::Relaxed)
+                    && !self.cached[inode.zone.index()])
+                .then(|| SandFs::shared_backing(&inode, || reply.open_backing(file.as_fd())))
+                .flatten();
                 let oflags = SandFs::open_flags(flags);
                 let fh = self.new_handle(req, &inode, Some(file), oflags, true, backing);
                 self.mark_dirty(fh);
@@ -1489,6 +1540,14 @@ impl fuser::Filesystem for SandFs {
                         FileHandle(fh),
                         FopenFlags::FOPEN_NOFLUSH,
                         b,
+                    ),
+                    // Without OPEN the kernel sends no RELEASE: the FLUSH at close ends the file.
+                    None if self.no_open => reply.created(
+                        &TTL,
+                        &attr,
+                        Generation(0),
+                        FileHandle(fh),
+                        FopenFlags::FOPEN_KEEP_CACHE,
                     ),
                     None => reply.created(
                         &TTL,
@@ -1504,8 +1563,8 @@ impl fuser::Filesystem for SandFs {
 
     fn fallocate(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
+        req: &Request,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         length: u64,
@@ -1515,7 +1574,7 @@ impl fuser::Filesystem for SandFs {
         if self.tree_fh(fh.0).is_some() {
             return reply.error(Errno::ENOTSUP);
         }
-        let res = self.handle(fh).and_then(|h| {
+        let res = self.io_handle(req, ino, fh, true).and_then(|h| {
             node_io::allocate(h.file(self)?, mode, offset, length).map_err(errno)?;
             h.dirty.store(true, Ordering::Relaxed);
             Ok(())
@@ -1525,8 +1584,8 @@ impl fuser::Filesystem for SandFs {
 
     fn lseek(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
+        req: &Request,
+        ino: INodeNo,
         fh: FileHandle,
         offset: i64,
         whence: i32,
@@ -1536,18 +1595,18 @@ impl fuser::Filesystem for SandFs {
             return reply.error(Errno::ENOTSUP);
         }
         let res = self
-            .handle(fh)
+            .io_handle(req, ino, fh, false)
             .and_then(|h| node_io::seek(h.file(self)?, offset, whence).map_err(errno));
         reply!(reply, res, |p| reply.offset(p as i64))
     }
 
     fn copy_file_range(
         &self,
-        _req: &Request,
-        _ino_in: INodeNo,
+        req: &Request,
+        ino_in: INodeNo,
         fh_in: FileHandle,
         offset_in: u64,
-        _ino_out: INodeNo,
+        ino_out: INodeNo,
         fh_out: FileHandle,
         offset_out: u64,
         len: u64,
@@ -1557,8 +1616,8 @@ impl fuser::Filesystem for SandFs {
         if self.tree_fh(fh_in.0).is_some() || self.tree_fh(fh_out.0).is_some() {
             return reply.error(Errno::EXDEV);
         }
-        let res = self.handle(fh_in).and_then(|i| {
-            let o = self.handle(fh_out)?;
+        let res = self.io_handle(req, ino_in, fh_in, false).and_then(|i| {
+            let o = self.io_handle(req, ino_out, fh_out, true)?;
             let n = node_io::copy_range(i.file(self)?, offset_in, o.file(self)?, offset_out, len)
                 .map_err(errno)?;
             o.dirty.store(true, Ordering::Relaxed);
@@ -1569,6 +1628,107 @@ impl fuser::Filesystem for SandFs {
 }
 
 impl SandFs {
+    /// Ends an open file: journals its writes, and it no longer counts as open for writing.
+    fn end_handle(&self, h: &Handle) {
+        let st = h
+            .writer_key
+            .is_some()
+            .then(|| h.file.get().and_then(|f| node_io::stat(f).ok()))
+            .flatten();
+        // Journaled before the handle ends: a checkpoint that no longer finds the file open
+        // for writing finds its journal row (`OwnChanges::open_writer_paths`).
+        if h.dirty.load(Ordering::Relaxed) {
+            let size = st.as_ref().map(|st| st.st_size as u64);
+            self.zones.node_record_write(&h.inode, size, h.origin);
+        }
+        if let Some((dev, ino)) = h.writer_key {
+            self.zones.own().writer_closed(dev, ino, st.as_ref());
+        }
+    }
+
+    /// The open file a read or write with file handle `fh` uses. Handle 0 is a file the kernel
+    /// opened without asking ([`SandFs::no_open`]): a write uses the inode's implicit writer
+    /// (opened now if it has none); a read opens the file for this request only, so files read
+    /// once cost no descriptor afterwards. Either way the zone's rules are checked here, where
+    /// `open` would have checked them.
+    fn io_handle(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        write: bool,
+    ) -> Res<Arc<Handle>> {
+        if !self.no_open {
+            return self.handle(fh);
+        }
+        if fh.0 != 0 {
+            // A created file's handle, unless its FLUSH ended it (see `flush`).
+            if let Ok(h) = self.handle(fh) {
+                return Ok(h);
+            }
+        }
+        if write {
+            if let Some(h) = self.implicit.lock().expect("not poisoned").get(&ino.0) {
+                return Ok(h.clone());
+            }
+        }
+        let i = self.inode(ino)?;
+        if i.kind != FileType::RegularFile {
+            return Err(Errno::EBADF);
+        }
+        if write {
+            self.writable(i.zone)?;
+        }
+        self.check_links_now(&i, if write { "write" } else { "read" })?;
+        let flags = if write {
+            OFlags::WRONLY
+        } else {
+            OFlags::RDONLY
+        };
+        let file = std::fs::File::from(self.reopen(&i, flags)?);
+        // Again on what was opened: a link made outside since the check above.
+        let st = node_io::stat(&file).map_err(errno)?;
+        self.zones
+            .node_check_links(i.zone, &st, if write { "write" } else { "read" }, || {
+                self.vpath(&i)
+            })
+            .map_err(errno)?;
+        if !write {
+            return Ok(Arc::new(Handle {
+                file: OnceLock::from(file),
+                flags,
+                inode: i,
+                backing: None,
+                writable: false,
+                origin: SandFs::origin(req),
+                written: AtomicU64::new(0),
+                dirty: AtomicBool::new(false),
+                writer_key: None,
+            }));
+        }
+        let mut implicit = self.implicit.lock().expect("not poisoned");
+        if let Some(h) = implicit.get(&ino.0) {
+            return Ok(h.clone());
+        }
+        let writer_key = (st.st_dev, st.st_ino);
+        self.zones
+            .own()
+            .writer_opened(writer_key.0, writer_key.1, self.zones.node_vpath(&i));
+        let h = Arc::new(Handle {
+            file: OnceLock::from(file),
+            flags,
+            inode: i,
+            backing: None,
+            writable: true,
+            origin: SandFs::origin(req),
+            written: AtomicU64::new(0),
+            dirty: AtomicBool::new(false),
+            writer_key: Some(writer_key),
+        });
+        implicit.insert(ino.0, h.clone());
+        Ok(h)
+    }
+
     /// Returns the inode's passthrough backing file, registering `open` as it when it has none.
     fn shared_backing(
         inode: &Inode,

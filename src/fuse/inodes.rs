@@ -1,10 +1,15 @@
-//! The inode table: FUSE inode numbers ↔ open `O_PATH` descriptors of backing files.
+//! The inode table: FUSE inode numbers ↔ backing files ([`Node`]s).
 //!
-//! Every inode the kernel knows about holds an `O_PATH | O_NOFOLLOW` fd of its backing file, opened
-//! one name at a time beneath its parent's fd (the kernel resolves paths in the mount; we only ever
-//! open a single component), so no lookup can leave a zone. Numbers are assigned per backing
-//! `(st_dev, st_ino)` and kept for the life of the mount, so hard links share an inode and a file
-//! looked up again after `forget` gets the number it had before.
+//! Every inode the kernel knows about holds a [`Node`] of its backing file, found one name at a
+//! time beneath its parent (the kernel resolves paths in the mount; we only ever look up a single
+//! component), so no lookup can leave a zone. A directory, or a file with more than one link, is
+//! *pinned*: it holds an `O_PATH | O_NOFOLLOW` fd. A regular file or symlink with one link is
+//! *held by name*: its pinned parent and its name, reopened beneath the parent when an
+//! operation needs it and checked against the `(st_dev, st_ino)` it was looked up as, so a name
+//! reused by another file gives `ESTALE`, never that file. Before the mount removes, replaces or
+//! links a name, its file is pinned, so it stays reachable while the kernel holds it. Numbers are
+//! assigned per backing `(st_dev, st_ino)` and kept for the life of the mount, so hard links share
+//! an inode and a file looked up again after `forget` gets the number it had before.
 //!
 //! A backing file's number is its own `st_ino` where that is free (not one of the fixed numbers
 //! below [`FIRST_FREE`], not taken by a file of another device), else one from a range no
@@ -14,10 +19,12 @@
 //! it re-read and hash every file.
 //!
 //! The descriptors are budgeted: the kernel keeps inodes as long as their dentries stay cached
-//! (our TTLs are long), and each pins one fd here. When the table passes its high-water mark
-//! (three quarters of `RLIMIT_NOFILE`), the table asks for entries to be dropped from the kernel's
-//! cache (`inval_entry` on the name they were last seen under, sent by the invalidation thread);
-//! the kernel then forgets them and their fds close.
+//! (our TTLs are long), and each pinned one holds one fd here; files held by name hold none, so
+//! a tree of any number of files under a few thousand directories stays cached whole. When the
+//! pinned entries pass the high-water mark (three quarters of `RLIMIT_NOFILE`), or all entries
+//! pass [`MAX_LIVE`] (memory), the table asks for entries to be dropped from the kernel's cache
+//! (`inval_entry` on the name they were last seen under, sent by the invalidation thread); the
+//! kernel then forgets them and their fds close.
 //!
 //! Which entries: files before directories, and among them the ones that came in last. Not the
 //! least recently looked up: the kernel sends no LOOKUP for an entry it still caches, so "least

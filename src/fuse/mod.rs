@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use fuser::{Config, MountOption, SessionACL};
 
+use crate::config::IoMode;
 use crate::core::{ListenerId, Zones};
 
 pub use fs::TTL;
@@ -211,10 +212,15 @@ pub fn is_mounted(path: &Path) -> bool {
         .unwrap_or(false)
 }
 
-/// Mounts the zones at `mountpoint`.
-pub fn mount(zones: Arc<Zones>, mountpoint: &Path, threads: usize) -> Result<Mount, MountError> {
+/// Mounts the zones at `mountpoint`; `io` is each zone's I/O mode, by zone index.
+pub fn mount(
+    zones: Arc<Zones>,
+    mountpoint: &Path,
+    threads: usize,
+    io: [IoMode; 2],
+) -> Result<Mount, MountError> {
     prepare_mountpoint(mountpoint)?;
-    let fs = fs::SandFs::new(zones.clone(), true).map_err(|e| MountError::Mount {
+    let fs = fs::SandFs::new(zones.clone(), io).map_err(|e| MountError::Mount {
         path: mountpoint.display().to_string(),
         source: e,
     })?;
@@ -246,7 +252,7 @@ pub fn mount(zones: Arc<Zones>, mountpoint: &Path, threads: usize) -> Result<Mou
     let evictor = match invalidate::Evictor::start(inodes, session.notifier()) {
         Ok(e) => Some(e),
         Err(e) => {
-            tracing::warn!(error = %e, "cannot start the eviction thread; the mount keeps one descriptor per inode the kernel holds");
+            tracing::warn!(error = %e, "cannot start the eviction thread; the mount keeps one descriptor per directory the kernel holds, past the budget");
             None
         }
     };

@@ -254,6 +254,45 @@ fn a_file_hard_linked_from_outside_the_zone_is_never_read_or_changed_through_the
     assert_eq!(fs::read_to_string(&outside).unwrap(), "secret\n");
 }
 
+/// The cached I/O mode opens files without asking the daemon, so the hard-link rule holds at
+/// the first read or write instead of at open: neither gets through, and nothing changes.
+#[test]
+fn a_file_hard_linked_from_outside_is_never_read_or_written_through_a_cached_mount() {
+    let m = Daemon::mounted(CACHED);
+    let outside = m.dir.path().join("outside.txt");
+    fs::write(&outside, "secret\n").unwrap();
+    fs::hard_link(&outside, m.zone_dir("workspace").join("h.txt")).unwrap();
+    let h = m.ws().join("h.txt");
+    let e = fs::read(&h).expect_err("read");
+    assert_eq!(e.raw_os_error(), Some(libc::EACCES), "read: {e}");
+    let mut f = fs::OpenOptions::new().write(true).open(&h).unwrap();
+    let e = std::io::Write::write_all(&mut f, b"x").expect_err("write");
+    assert_eq!(e.raw_os_error(), Some(libc::EACCES), "write: {e}");
+    drop(f);
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("echo x >> h.txt")
+        .current_dir(m.ws())
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "the append succeeded");
+    let e = fs::write(&h, "replaced").expect_err("write with O_TRUNC");
+    assert_eq!(e.raw_os_error(), Some(libc::EACCES), "O_TRUNC: {e}");
+    assert_eq!(fs::read_to_string(&outside).unwrap(), "secret\n");
+    // A file of the zone's own, read and rewritten: served, and its page cache follows.
+    fs::write(m.ws().join("own.txt"), "mine").unwrap();
+    assert_eq!(fs::read_to_string(m.ws().join("own.txt")).unwrap(), "mine");
+    fs::write(m.ws().join("own.txt"), "mine, again").unwrap();
+    assert_eq!(
+        fs::read_to_string(m.ws().join("own.txt")).unwrap(),
+        "mine, again"
+    );
+    assert_eq!(
+        fs::read_to_string(m.zone_dir("workspace").join("own.txt")).unwrap(),
+        "mine, again"
+    );
+}
+
 #[test]
 fn xattrs_round_trip() {
     let m = Daemon::mounted("");
@@ -486,9 +525,21 @@ fn concurrent_readers_and_writers_see_whole_files() {
     }
 }
 
+/// Both zones in the cached I/O mode: the kernel sends no OPEN, reads come from its page cache.
+const CACHED: &str = "[zones.cache]\nio = \"cached\"\n[zones.workspace]\nio = \"cached\"\n";
+
 #[test]
 fn changes_on_the_backing_dir_show_through_the_mount_within_100ms() {
-    let m = Daemon::mounted("");
+    changes_beside_show_within_100ms("");
+}
+
+#[test]
+fn changes_on_the_backing_dir_show_through_a_cached_mount_within_100ms() {
+    changes_beside_show_within_100ms(CACHED);
+}
+
+fn changes_beside_show_within_100ms(extra: &str) {
+    let m = Daemon::mounted(extra);
     let ws = m.ws();
     let back = m.zone_dir("workspace");
     fs::write(ws.join("seen.txt"), "old").unwrap();
@@ -542,7 +593,16 @@ fn changes_on_the_backing_dir_show_through_the_mount_within_100ms() {
 
 #[test]
 fn mount_changes_land_in_the_journal_with_the_caller() {
-    let m = Daemon::mounted("");
+    changes_land_in_the_journal("");
+}
+
+#[test]
+fn cached_mount_changes_land_in_the_journal_with_the_caller() {
+    changes_land_in_the_journal(CACHED);
+}
+
+fn changes_land_in_the_journal(extra: &str) {
+    let m = Daemon::mounted(extra);
     let child = Command::new("sh")
         .arg("-c")
         .arg(format!(
@@ -633,6 +693,19 @@ fn sigterm_unmounts_and_a_crash_is_recovered_on_restart() {
 
 #[test]
 fn pjdfstest_passes_on_the_mounted_workspace() {
+    pjdfstest("passthrough", "");
+}
+
+#[test]
+fn pjdfstest_passes_on_a_cached_mount() {
+    pjdfstest(
+        "cached",
+        "[zones.cache]\nio = \"cached\"\n[zones.workspace]\nio = \"cached\"\nallow_hardlinks = true\n",
+    );
+}
+
+/// Runs pjdfstest on the workspace of a mount with `extra` config (`io`: its I/O mode).
+fn pjdfstest(io: &str, extra: &str) {
     assert!(
         rustix::process::getuid().is_root(),
         "pjdfstest switches users and must run as root (CI and `make test` do)"
@@ -642,7 +715,11 @@ fn pjdfstest_passes_on_the_mounted_workspace() {
         "pjdfstest is not installed; run `cargo install pjdfstest --version 0.2.2` (make test does this)"
     );
     // pjdfstest makes hard links (link(2) is POSIX); a zone that refuses them answers EPERM.
-    let m = Daemon::mounted("[zones.workspace]\nallow_hardlinks = true\n");
+    let m = Daemon::mounted(if extra.is_empty() {
+        "[zones.workspace]\nallow_hardlinks = true\n"
+    } else {
+        extra
+    });
     let dir = m.ws().join("pjd");
     fs::create_dir(&dir).unwrap();
     fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
@@ -667,10 +744,10 @@ fn pjdfstest_passes_on_the_mounted_workspace() {
         .to_string();
     // The CI log shows the suite's own summary line (`make test` prints this file after the run:
     // cargo hides the output of passing tests).
-    println!("pjdfstest {summary}");
+    println!("pjdfstest ({io} I/O) {summary}");
     let _ = fs::write(
-        concat!(env!("CARGO_TARGET_TMPDIR"), "/pjdfstest-summary.txt"),
-        format!("pjdfstest on the mounted workspace: {summary}\n"),
+        format!("{}/pjdfstest-summary-{io}.txt", env!("CARGO_TARGET_TMPDIR")),
+        format!("pjdfstest on the mounted workspace, {io} I/O: {summary}\n"),
     );
     let failed: Vec<&str> = text.lines().filter(|l| l.contains("FAILED")).collect();
     assert!(
@@ -777,11 +854,20 @@ fn locks_exclude_other_processes() {
 
 #[test]
 fn fsx_random_io_with_mmap_and_truncate_verifies_100k_operations() {
+    fsx("");
+}
+
+#[test]
+fn fsx_verifies_100k_operations_on_a_cached_mount() {
+    fsx(CACHED);
+}
+
+fn fsx(extra: &str) {
     assert!(
         which("fsx"),
         "fsx is not installed; install it with `cargo install --locked fsx --version 0.3.2` (make test does this)"
     );
-    let m = Daemon::mounted("");
+    let m = Daemon::mounted(extra);
     let conf = m.dir.path().join("fsx.toml");
     // Every operation fsx knows on Linux, data verified against its in-memory copy on each read.
     fs::write(

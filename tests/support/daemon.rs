@@ -263,10 +263,13 @@ impl Daemon {
                 .env("HOME", self.dir.path().join("home"))
                 .env("GIT_CONFIG_NOSYSTEM", "1");
         }
-        cmd.env("RUST_LOG", "info")
-            .envs(self.opts.env.iter().map(|(k, v)| (k, v)))
-            .stdout(Stdio::null())
-            .stderr(log);
+        cmd.env(
+            "RUST_LOG",
+            std::env::var("SANDFS_TEST_LOG").unwrap_or_else(|_| "info".into()),
+        )
+        .envs(self.opts.env.iter().map(|(k, v)| (k, v)))
+        .stdout(Stdio::null())
+        .stderr(log);
         if let Some(n) = self.opts.fd_limit {
             let lim = rustix::process::Rlimit {
                 current: Some(n),

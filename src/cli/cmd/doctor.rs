@@ -271,14 +271,14 @@ fn passthrough() -> Check {
 fn fd_limit() -> Check {
     const C: &str = "open files";
     let lim = rustix::process::getrlimit(rustix::process::Resource::Nofile);
-    // The daemon raises its soft limit to the hard one; the mount keeps one fd per known inode.
+    // The daemon raises its soft limit to the hard one; the mount keeps one fd per known directory.
     match lim.maximum {
         None => ok(C, "no hard limit"),
         Some(n) if n >= 65_536 => ok(C, format!("hard limit {n}")),
         Some(n) => warn(
             C,
             format!(
-                "hard limit {n}: the mount keeps one descriptor per file the kernel caches, so it caches at most ~{} files and looks the rest up again",
+                "hard limit {n}: the mount keeps one descriptor per directory the kernel caches, so it caches at most ~{} directories and looks the rest up again",
                 n / 4 * 3
             ),
             "raise it (`ulimit -Hn 1048576`, LimitNOFILE= in the systemd unit, or /etc/security/limits.conf)",
