@@ -61,6 +61,7 @@
 #   SANDFS_AGENT_UNTAR_ENTRIES entries in the untar tarball (default 4179; quick 400)
 #   SANDFS_AGENT_AUTO_CHECKPOINT_MS  [checkpoints] auto_quiet_ms for the daemon (0: off; default:
 #                              the daemon's default)
+#   SANDFS_AGENT_IO            zones.<zone>.io for both zones: passthrough (the default) or cached
 #   SANDFS_BENCH_STRICT=1      exit 1 when a goal is missed (default: only a wrong result fails)
 #   SANDFS_BIN                 use this sandfs binary instead of building target/release/sandfs
 #   CARGO                      cargo command (default cargo)
@@ -282,6 +283,14 @@ mount = '$mnt'
 mode = "sandboxed"
 root = '$zones'
 EOF
+io=${SANDFS_AGENT_IO:-}
+case "$io" in
+  '') ;;
+  passthrough | cached)
+    printf '\n[zones.cache]\nio = "%s"\n\n[zones.workspace]\nio = "%s"\n' "$io" "$io" >>"$tmp/config.toml"
+    ;;
+  *) die "SANDFS_AGENT_IO=$io: must be passthrough or cached" ;;
+esac
 quiet_ms=2000 # the daemon's default auto_quiet_ms
 if [ -n "${SANDFS_AGENT_AUTO_CHECKPOINT_MS:-}" ]; then
   quiet_ms=$SANDFS_AGENT_AUTO_CHECKPOINT_MS

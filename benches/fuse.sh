@@ -29,6 +29,7 @@
 #   SANDFS_FUSE_RUNTIME  seconds per random-read run (default 4)
 #   SANDFS_FUSE_FILES    files in the metadata tree (default 10000)
 #   SANDFS_FUSE_ONLY     comma-separated subset of: io,meta,rg (default: all)
+#   SANDFS_FUSE_IO       zones.<zone>.io of the mount: passthrough (default) or cached
 #   SANDFS_BENCH_STRICT  1: exit 1 when a target is missed (default: only a wrong result fails)
 #   SANDFS_BIN           use this sandfs binary instead of building target/release/sandfs
 #   SANDFS_FUSE_AUTO_CHECKPOINT_MS  [checkpoints] auto_quiet_ms for the daemon (0: automatic
@@ -45,6 +46,7 @@ size=${SANDFS_FUSE_SIZE:-1g}
 runtime=${SANDFS_FUSE_RUNTIME:-4}
 nfiles=${SANDFS_FUSE_FILES:-10000}
 only=${SANDFS_FUSE_ONLY:-io,meta,rg}
+io=${SANDFS_FUSE_IO:-passthrough}
 strict=${SANDFS_BENCH_STRICT:-0}
 cargo=${CARGO:-cargo}
 literal='unsafe impl'
@@ -53,6 +55,7 @@ regex='impl<[^>]*> (Drop|Clone|Default) for'
 me=fuse.sh
 # shellcheck source=benches/lib.sh
 . benches/lib.sh
+[[ $io == passthrough || $io == cached ]] || die "SANDFS_FUSE_IO=$io: must be passthrough or cached"
 want() { [[ ",$only," == *",$1,"* ]]; }
 
 # --- tools ---------------------------------------------------------------------------------------
@@ -173,9 +176,11 @@ mode = "direct"
 
 [zones.workspace]
 dir = '$backing'
+io = "$io"
 
 [zones.cache]
 dir = '$tmpfs'
+io = "$io"
 EOF
 if [ -n "${SANDFS_FUSE_AUTO_CHECKPOINT_MS:-}" ]; then
   printf '\n[checkpoints]\nauto_quiet_ms = %s\n' "$SANDFS_FUSE_AUTO_CHECKPOINT_MS" >>"$tmp/config.toml"

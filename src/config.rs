@@ -1558,6 +1558,22 @@ mod tests {
     }
 
     #[test]
+    fn io_modes_parse_per_zone_and_a_misspelled_one_names_the_choices() {
+        let s = load("[zones.workspace]\nio = \"cached\"\n").unwrap();
+        assert_eq!(
+            (s.zones[0].io, s.zones[1].io),
+            (IoMode::Passthrough, IoMode::Cached)
+        );
+        let e = load("[zones.cache]\nio = \"fast\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("fast") && e.contains("passthrough") && e.contains("cached"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn unknown_keys_are_named() {
         let e = load("[zones]\nmode = \"sandboxed\"\nrooot = \"x\"\n")
             .unwrap_err()
@@ -1809,6 +1825,11 @@ mod tests {
             (
                 "[zones.workspace]\nsandbox = \"dev\"\nallow_hardlinks = true\n",
                 "zones.workspace.allow_hardlinks",
+                "local zones only",
+            ),
+            (
+                "[zones.workspace]\nsandbox = \"dev\"\nio = \"cached\"\n",
+                "zones.workspace.io",
                 "local zones only",
             ),
         ] {

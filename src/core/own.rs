@@ -42,6 +42,11 @@ pub struct OwnChanges {
     /// the file had when last opened: its writes are journaled when the kernel releases the
     /// last handle, which it does after `close` returned, so a checkpoint looks at these too.
     writers: Mutex<HashMap<(u64, u64), Writers>>,
+    /// Written through the mount with no handle the kernel closes (the cached I/O mode sends no
+    /// `OPEN` or `RELEASE`), and not journaled yet, with the virtual path: a checkpoint looks at
+    /// these as at open writers. Unlike those, they do not make every change to the file look
+    /// like sandfs's own: each write is noted ([`OwnChanges::note`]) instead.
+    pending: Mutex<HashMap<(u64, u64), Option<VPath>>>,
     /// Backing paths sandfs removed (by the API, git or a mirror pull), and when: a later change
     /// beside sandfs to their directory must not make their removal look like someone else's.
     removed: Mutex<HashMap<PathBuf, Instant>>,
@@ -112,14 +117,45 @@ impl OwnChanges {
     /// written, perhaps, but not journaled until released. A checkpoint reads this before the
     /// journal (a release journals, then ends its handle here), so it misses no write.
     pub fn open_writer_paths(&self, zone: ZoneId) -> Vec<String> {
-        self.writers
+        let mut paths: Vec<String> = self
+            .writers
             .lock()
             .expect("not poisoned")
             .values()
             .filter_map(|(_, p)| p.as_ref())
             .filter(|p| p.zone() == zone)
             .map(|p| p.rel().to_string())
-            .collect()
+            .collect();
+        paths.extend(
+            self.pending
+                .lock()
+                .expect("not poisoned")
+                .values()
+                .flatten()
+                .filter(|p| p.zone() == zone)
+                .map(|p| p.rel().to_string()),
+        );
+        paths
+    }
+
+    /// Counts a file written through the mount without a handle as written but not journaled
+    /// yet, at `path`.
+    pub fn write_pending(&self, dev: u64, ino: u64, path: Option<VPath>) {
+        self.pending
+            .lock()
+            .expect("not poisoned")
+            .insert((dev, ino), path);
+    }
+
+    /// Ends [`OwnChanges::write_pending`] once the writes are journaled; `st`: the file after.
+    pub fn write_done(&self, dev: u64, ino: u64, st: Option<&Stat>) {
+        if let Some(st) = st {
+            self.note(st);
+        }
+        self.pending
+            .lock()
+            .expect("not poisoned")
+            .remove(&(dev, ino));
     }
 
     /// Ends a handle counted by [`OwnChanges::writer_opened`]; `st` is the file's state after it.

@@ -11,7 +11,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use fuser::{
     AccessFlags, BackingId, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FopenFlags,
@@ -47,9 +47,76 @@ struct Handle {
     dirty: AtomicBool,
     /// The backing file's `(st_dev, st_ino)` when open for writing (counted in [`OwnChanges`]).
     writer_key: Option<(u64, u64)>,
+    /// An implicit writer ([`SandFs::io_handle`]): its backing `(st_dev, st_ino)`, and when it
+    /// last wrote (milliseconds on [`now_ms`]'s clock).
+    implicit: Option<((u64, u64), AtomicU64)>,
+}
+
+/// Milliseconds since the first call, on a monotonic clock.
+fn now_ms() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_millis() as u64
+}
+
+/// How long an implicit writer may go without writing before it ends (journaled).
+const IMPLICIT_IDLE_MS: u64 = 200;
+
+/// Files written with file handle 0, by inode (see [`SandFs::implicit`]).
+type Implicit = Mutex<HashMap<u64, Arc<Handle>>>;
+
+/// Ends an implicit writer: journals its writes, and notes the file as sandfs left it.
+fn end_implicit(zones: &Zones, h: &Handle) {
+    let st = h.file.get().and_then(|f| node_io::stat(f).ok());
+    if h.dirty.load(Ordering::Relaxed) {
+        let size = st.as_ref().map(|st| st.st_size as u64);
+        zones.node_record_write(&h.inode, size, h.origin);
+    }
+    if let Some(((dev, ino), _)) = &h.implicit {
+        zones.own().write_done(*dev, *ino, st.as_ref());
+    }
+}
+
+/// Ends the implicit writers idle for [`IMPLICIT_IDLE_MS`], every 100 ms, until the file system
+/// is gone (then ends the rest).
+fn end_idle_writers(zones: Arc<Zones>, implicit: std::sync::Weak<Implicit>) {
+    loop {
+        std::thread::sleep(Duration::from_millis(100));
+        let Some(map) = implicit.upgrade() else {
+            return;
+        };
+        let now = now_ms();
+        let idle: Vec<Arc<Handle>> = {
+            let mut m = map.lock().expect("not poisoned");
+            let keys: Vec<u64> = m
+                .iter()
+                .filter(|(_, h)| {
+                    h.implicit.as_ref().is_some_and(|(_, t)| {
+                        now.saturating_sub(t.load(Ordering::Relaxed)) >= IMPLICIT_IDLE_MS
+                    })
+                })
+                .map(|(k, _)| *k)
+                .collect();
+            keys.iter().filter_map(|k| m.remove(k)).collect()
+        };
+        for h in idle {
+            end_implicit(&zones, &h);
+        }
+    }
 }
 
 impl Handle {
+    /// Counts a change made through the handle. An implicit writer also notes when, and the
+    /// file as it left it: the watcher then takes a change by anyone else for theirs.
+    fn wrote(&self, zones: &Zones) {
+        self.dirty.store(true, Ordering::Relaxed);
+        if let Some((_, touched)) = &self.implicit {
+            touched.store(now_ms(), Ordering::Relaxed);
+            if let Some(st) = self.file.get().and_then(|f| node_io::stat(f).ok()) {
+                zones.own().note(&st);
+            }
+        }
+    }
+
     /// The daemon's descriptor of the file, opened now if the handle has none yet.
     fn file(&self, fs: &SandFs) -> Res<&std::fs::File> {
         if let Some(f) = self.file.get() {
@@ -104,10 +171,11 @@ pub struct SandFs {
     /// kernel sends no `OPEN` or `RELEASE` again: reads and writes then come with file handle 0
     /// and are served by [`SandFs::io_handle`].
     no_open: bool,
-    /// Files written with file handle 0, by inode: opened at the first write, ended (journaled,
-    /// no longer counted as open for writing) at the next `FLUSH`, which the kernel sends at
-    /// each `close` after writing the data back.
-    implicit: Mutex<HashMap<u64, Arc<Handle>>>,
+    /// Files written with file handle 0 (and files created on such a connection), by inode:
+    /// opened at the first write, ended (journaled) once idle for [`IMPLICIT_IDLE_MS`] by the
+    /// thread [`end_idle_writers`]. `FLUSH` is answered `ENOSYS`, so the kernel sends none
+    /// (another round trip per `close`), and sends no `RELEASE` either.
+    implicit: Arc<Implicit>,
     next_fh: AtomicU64,
     passthrough: AtomicBool,
     want_passthrough: bool,
@@ -185,6 +253,13 @@ impl SandFs {
             && ZoneId::ALL
                 .iter()
                 .all(|id| zones.node_writable(*id).is_ok());
+        let implicit: Arc<Implicit> = Arc::default();
+        if no_open {
+            let (z, weak) = (zones.clone(), Arc::downgrade(&implicit));
+            std::thread::Builder::new()
+                .name("sandfs-writers".into())
+                .spawn(move || end_idle_writers(z, weak))?;
+        }
         for id in ZoneId::ALL {
             if let Some(root) = zones.node_zone_root(id) {
                 let (fd, st) = root?;
@@ -200,7 +275,7 @@ impl SandFs {
             listings: Mutex::new(HashMap::new()),
             cached,
             no_open,
-            implicit: Mutex::new(HashMap::new()),
+            implicit,
             next_fh: AtomicU64::new(1),
             passthrough: AtomicBool::new(false),
             want_passthrough: !no_open,
@@ -404,6 +479,7 @@ impl SandFs {
                 written: AtomicU64::new(0),
                 dirty: AtomicBool::new(false),
                 writer_key,
+                implicit: None,
             }),
         );
         fh
@@ -1087,14 +1163,14 @@ impl fuser::Filesystem for SandFs {
                     std::fs::File::from(self.reopen(&h.inode, OFlags::WRONLY | OFlags::APPEND)?);
                 let n = node_io::write_at(&f, data, offset, true).map_err(errno)?;
                 h.written.fetch_add(n as u64, Ordering::Relaxed);
-                h.dirty.store(true, Ordering::Relaxed);
+                h.wrote(&self.zones);
                 Ok(n as u32)
             })
         } else {
             self.io_handle(_req, ino, fh, true).and_then(|h| {
                 let n = node_io::write_at(h.file(self)?, data, offset, append).map_err(errno)?;
                 h.written.fetch_add(n as u64, Ordering::Relaxed);
-                h.dirty.store(true, Ordering::Relaxed);
+                h.wrote(&self.zones);
                 Ok(n as u32)
             })
         };
@@ -1104,7 +1180,7 @@ impl fuser::Filesystem for SandFs {
     fn flush(
         &self,
         _req: &Request,
-        ino: INodeNo,
+        _ino: INodeNo,
         fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
@@ -1113,19 +1189,8 @@ impl fuser::Filesystem for SandFs {
             return reply!(reply, t.flush(fh.0), |()| reply.ok());
         }
         if self.no_open {
-            // A close of a file opened without OPEN: its written data are back on the backing
-            // file by now (the kernel writes dirty pages before it sends FLUSH). A file created
-            // on such a connection has a handle, but the kernel sends no RELEASE for it: it
-            // ends here too (a later write through a duplicate descriptor reopens the file).
-            let h = if fh.0 == 0 {
-                self.implicit.lock().expect("not poisoned").remove(&ino.0)
-            } else {
-                self.handles.write().expect("not poisoned").remove(&fh.0)
-            };
-            if let Some(h) = h {
-                self.end_handle(&h);
-            }
-            return reply.ok();
+            // Once: the kernel then sends no FLUSH at `close` (implicit writers end when idle).
+            return reply.error(Errno::ENOSYS);
         }
         reply!(reply, self.handle(fh), |_| reply.ok())
     }
@@ -1524,6 +1589,27 @@ impl fuser::Filesystem for SandFs {
             Err(e) => reply.error(e),
             Ok((inode, attr, fd)) => {
                 let file = std::fs::File::from(fd);
+                if self.no_open {
+                    // No RELEASE will end it: the created file, when opened for writing, is the
+                    // inode's implicit writer (so a file created read-only can still be written
+                    // through the descriptor that created it).
+                    if SandFs::is_write(flags) {
+                        let h = match node_io::stat(&file) {
+                            Ok(st) => {
+                                self.add_implicit(req, inode, file, SandFs::open_flags(flags), &st)
+                            }
+                            Err(e) => return reply.error(errno(e)),
+                        };
+                        h.wrote(&self.zones);
+                    }
+                    return reply.created(
+                        &TTL,
+                        &attr,
+                        Generation(0),
+                        FileHandle(0),
+                        FopenFlags::FOPEN_KEEP_CACHE,
+                    );
+                }
                 let backing = (self.passthrough.load(Ordering::Relaxed)
                     && !self.cached[inode.zone.index()])
                 .then(|| SandFs::shared_backing(&inode, || reply.open_backing(file.as_fd())))
@@ -1576,7 +1662,7 @@ impl fuser::Filesystem for SandFs {
         }
         let res = self.io_handle(req, ino, fh, true).and_then(|h| {
             node_io::allocate(h.file(self)?, mode, offset, length).map_err(errno)?;
-            h.dirty.store(true, Ordering::Relaxed);
+            h.wrote(&self.zones);
             Ok(())
         });
         reply!(reply, res, |()| reply.ok())
@@ -1620,10 +1706,26 @@ impl fuser::Filesystem for SandFs {
             let o = self.io_handle(req, ino_out, fh_out, true)?;
             let n = node_io::copy_range(i.file(self)?, offset_in, o.file(self)?, offset_out, len)
                 .map_err(errno)?;
-            o.dirty.store(true, Ordering::Relaxed);
+            o.wrote(&self.zones);
             Ok(n as u32)
         });
         reply!(reply, res, |n| reply.written(n))
+    }
+}
+
+impl Drop for SandFs {
+    /// Journals what the implicit writers wrote (the kernel sends no `RELEASE` for them).
+    fn drop(&mut self) {
+        let rest: Vec<Arc<Handle>> = self
+            .implicit
+            .lock()
+            .expect("not poisoned")
+            .drain()
+            .map(|(_, h)| h)
+            .collect();
+        for h in rest {
+            end_implicit(&self.zones, &h);
+        }
     }
 }
 
@@ -1704,29 +1806,45 @@ impl SandFs {
                 written: AtomicU64::new(0),
                 dirty: AtomicBool::new(false),
                 writer_key: None,
+                implicit: None,
             }));
         }
+        Ok(self.add_implicit(req, i, file, flags, &st))
+    }
+
+    /// Registers `file` (opened with `flags`, `st` its attributes) as the implicit writer of
+    /// `inode`; the one registered first wins.
+    fn add_implicit(
+        &self,
+        req: &Request,
+        inode: Arc<Inode>,
+        file: std::fs::File,
+        flags: OFlags,
+        st: &Stat,
+    ) -> Arc<Handle> {
         let mut implicit = self.implicit.lock().expect("not poisoned");
-        if let Some(h) = implicit.get(&ino.0) {
-            return Ok(h.clone());
+        if let Some(h) = implicit.get(&inode.ino) {
+            return h.clone();
         }
-        let writer_key = (st.st_dev, st.st_ino);
+        let key = (st.st_dev, st.st_ino);
         self.zones
             .own()
-            .writer_opened(writer_key.0, writer_key.1, self.zones.node_vpath(&i));
+            .write_pending(key.0, key.1, self.zones.node_vpath(&inode));
+        let ino = inode.ino;
         let h = Arc::new(Handle {
             file: OnceLock::from(file),
             flags,
-            inode: i,
+            inode,
             backing: None,
             writable: true,
             origin: SandFs::origin(req),
             written: AtomicU64::new(0),
             dirty: AtomicBool::new(false),
-            writer_key: Some(writer_key),
+            writer_key: None,
+            implicit: Some((key, AtomicU64::new(now_ms()))),
         });
-        implicit.insert(ino.0, h.clone());
-        Ok(h)
+        implicit.insert(ino, h.clone());
+        h
     }
 
     /// Returns the inode's passthrough backing file, registering `open` as it when it has none.
