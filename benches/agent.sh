@@ -7,7 +7,8 @@
 #   bindfs  Debian's bindfs (C, libfuse) mounted over it
 #   sandfs  `sandfs serve` (the release build) with a private config: [zones] mode = "sandboxed",
 #           root = bench-data/agent/data/zones, so the backing directory is its /workspace zone;
-#           kernel FUSE passthrough when the kernel allows it (the daemon logs which)
+#           the I/O mode of SANDFS_AGENT_IO (the daemon's default, cached, unless set; the daemon
+#           logs which)
 # Trees, inside the workspace, built once and reused while their inputs stay the same:
 #   registry  this machine's cargo registry sources ($CARGO_HOME/registry/src/*/*), crates copied in
 #             name order up to SANDFS_AGENT_MAX_FILES files; `git init`, one commit (fixed author
@@ -61,7 +62,8 @@
 #   SANDFS_AGENT_UNTAR_ENTRIES entries in the untar tarball (default 4179; quick 400)
 #   SANDFS_AGENT_AUTO_CHECKPOINT_MS  [checkpoints] auto_quiet_ms for the daemon (0: off; default:
 #                              the daemon's default)
-#   SANDFS_AGENT_IO            zones.<zone>.io for both zones: passthrough (the default) or cached
+#   SANDFS_AGENT_IO            zones.<zone>.io for both zones: cached or passthrough (default: the
+#                              daemon's, cached)
 #   SANDFS_BENCH_STRICT=1      exit 1 when a goal is missed (default: only a wrong result fails)
 #   SANDFS_BIN                 use this sandfs binary instead of building target/release/sandfs
 #   CARGO                      cargo command (default cargo)

@@ -5,7 +5,8 @@
 #   native  the backing directory itself (bench-data/fuse/backing, and a tmpfs for metadata)
 #   bindfs  Debian's bindfs (C, libfuse) mounted over it
 #   sandfs  `sandfs serve` with that directory as its workspace zone and the tmpfs as its cache zone
-#           ([zones] mode = "direct"), mounted with kernel FUSE passthrough when the kernel allows it
+#           ([zones] mode = "direct"), in the I/O mode of SANDFS_FUSE_IO (cached unless set;
+#           passthrough: kernel FUSE passthrough when the kernel allows it)
 # Workloads:
 #   1. fio (benches/fio/*.fio), 1 GiB file, bs=1M: sequential write (fsync at the end), sequential
 #      read cold (caches dropped before each run) and warm (invalidate=0), random 4 KiB read warm.
@@ -29,7 +30,7 @@
 #   SANDFS_FUSE_RUNTIME  seconds per random-read run (default 4)
 #   SANDFS_FUSE_FILES    files in the metadata tree (default 10000)
 #   SANDFS_FUSE_ONLY     comma-separated subset of: io,meta,rg (default: all)
-#   SANDFS_FUSE_IO       zones.<zone>.io of the mount: passthrough (default) or cached
+#   SANDFS_FUSE_IO       zones.<zone>.io of the mount: cached (the daemon's default) or passthrough
 #   SANDFS_BENCH_STRICT  1: exit 1 when a target is missed (default: only a wrong result fails)
 #   SANDFS_BIN           use this sandfs binary instead of building target/release/sandfs
 #   SANDFS_FUSE_AUTO_CHECKPOINT_MS  [checkpoints] auto_quiet_ms for the daemon (0: automatic
@@ -46,7 +47,7 @@ size=${SANDFS_FUSE_SIZE:-1g}
 runtime=${SANDFS_FUSE_RUNTIME:-4}
 nfiles=${SANDFS_FUSE_FILES:-10000}
 only=${SANDFS_FUSE_ONLY:-io,meta,rg}
-io=${SANDFS_FUSE_IO:-passthrough}
+io=${SANDFS_FUSE_IO:-cached}
 strict=${SANDFS_BENCH_STRICT:-0}
 cargo=${CARGO:-cargo}
 literal='unsafe impl'

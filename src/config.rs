@@ -117,12 +117,12 @@ pub enum IoMode {
     /// Each `open` is a request to the daemon, whose reply hands the kernel the backing file
     /// (kernel passthrough, Linux 6.9+): reads and writes then go to the backing file without
     /// the daemon, at native speed for large files. Without passthrough, the daemon serves them.
-    #[default]
     Passthrough,
-    /// Reads are served from the kernel's page cache, kept across opens; when every zone is local,
-    /// writable and cached, the kernel sends no `OPEN` or `RELEASE` at all
-    /// (`FUSE_NO_OPEN_SUPPORT`): opening and closing a file costs no request, and a file read
+    /// The default. Reads are served from the kernel's page cache, kept across opens; when every
+    /// zone is local, writable and cached, the kernel sends no `OPEN`, `RELEASE` or `FLUSH` at
+    /// all (`FUSE_NO_OPEN_SUPPORT`): opening and closing a file costs no request, and a file read
     /// before costs none to read again. Cold reads and all writes go through the daemon.
+    #[default]
     Cached,
 }
 
@@ -1560,6 +1560,11 @@ mod tests {
     #[test]
     fn io_modes_parse_per_zone_and_a_misspelled_one_names_the_choices() {
         let s = load("[zones.workspace]\nio = \"cached\"\n").unwrap();
+        assert_eq!(
+            (s.zones[0].io, s.zones[1].io),
+            (IoMode::Cached, IoMode::Cached)
+        );
+        let s = load("[zones.cache]\nio = \"passthrough\"\n").unwrap();
         assert_eq!(
             (s.zones[0].io, s.zones[1].io),
             (IoMode::Passthrough, IoMode::Cached)

@@ -410,12 +410,21 @@ impl SandFs {
         }
     }
 
-    /// Pins the live inode named `name` in `dir`, if it is held by name, before the mount removes
-    /// or replaces that name: an open file must stay reachable after its name is gone.
+    /// Before the mount removes or replaces the name `name` in `dir`: ends the implicit writer of
+    /// the live inode it names, and pins that inode if it is held by name (an open file must stay
+    /// reachable after its name is gone).
     fn pin_victim(&self, dir: &Inode, name: &OsStr) {
         let Some((dev, backing)) = self.zones.node_key_at(dir, name) else {
             return;
         };
+        // Its implicit writer ends first: journaled under the name it is leaving, and its
+        // descriptor no longer keeps a removed file's space allocated.
+        if let Some(n) = self.inodes.known_number(dev, backing) {
+            let h = self.implicit.lock().expect("not poisoned").remove(&n);
+            if let Some(h) = h {
+                end_implicit(&self.zones, &h);
+            }
+        }
         if let Some(i) = self
             .inodes
             .known_number(dev, backing)

@@ -175,7 +175,8 @@ fn hard_links_share_an_inode_and_symlinks_resolve() {
 
 #[test]
 fn a_file_hard_linked_from_outside_the_zone_is_never_read_or_changed_through_the_mount() {
-    let m = Daemon::mounted("");
+    // Passthrough: the rule holds at open (the cached mode's test is below).
+    let m = Daemon::mounted(PASSTHROUGH);
     // The attacker's setup: a file outside the zone, hard-linked into the backing dir.
     let outside = m.dir.path().join("outside.txt");
     fs::write(&outside, "secret\n").unwrap();
@@ -525,12 +526,16 @@ fn concurrent_readers_and_writers_see_whole_files() {
     }
 }
 
-/// Both zones in the cached I/O mode: the kernel sends no OPEN, reads come from its page cache.
+/// Both zones in the cached I/O mode (the default, spelled out): the kernel sends no OPEN, reads
+/// come from its page cache.
 const CACHED: &str = "[zones.cache]\nio = \"cached\"\n[zones.workspace]\nio = \"cached\"\n";
+/// Both zones in the passthrough I/O mode.
+const PASSTHROUGH: &str =
+    "[zones.cache]\nio = \"passthrough\"\n[zones.workspace]\nio = \"passthrough\"\n";
 
 #[test]
 fn changes_on_the_backing_dir_show_through_the_mount_within_100ms() {
-    changes_beside_show_within_100ms("");
+    changes_beside_show_within_100ms(PASSTHROUGH);
 }
 
 #[test]
@@ -593,7 +598,7 @@ fn changes_beside_show_within_100ms(extra: &str) {
 
 #[test]
 fn mount_changes_land_in_the_journal_with_the_caller() {
-    changes_land_in_the_journal("");
+    changes_land_in_the_journal(PASSTHROUGH);
 }
 
 #[test]
@@ -640,7 +645,7 @@ fn changes_land_in_the_journal(extra: &str) {
             .collect();
         let all = wanted.iter().all(|w| {
             ops.contains(&(w.0.to_string(), w.1.to_string()))
-                || (w.0 == "write" && !extra.is_empty() && moved(&ops))
+                || (w.0 == "write" && extra == CACHED && moved(&ops))
         });
         if all || start.elapsed() > Duration::from_secs(2) {
             break (v, ops);
@@ -650,7 +655,7 @@ fn changes_land_in_the_journal(extra: &str) {
     for want in wanted {
         assert!(
             ops.contains(&(want.0.to_string(), want.1.to_string()))
-                || (want.0 == "write" && !extra.is_empty() && moved(&ops)),
+                || (want.0 == "write" && extra == CACHED && moved(&ops)),
             "{want:?} missing from {ops:?}"
         );
     }
@@ -710,7 +715,10 @@ fn sigterm_unmounts_and_a_crash_is_recovered_on_restart() {
 
 #[test]
 fn pjdfstest_passes_on_the_mounted_workspace() {
-    pjdfstest("passthrough", "");
+    pjdfstest(
+        "passthrough",
+        "[zones.cache]\nio = \"passthrough\"\n[zones.workspace]\nio = \"passthrough\"\nallow_hardlinks = true\n",
+    );
 }
 
 #[test]
@@ -732,11 +740,7 @@ fn pjdfstest(io: &str, extra: &str) {
         "pjdfstest is not installed; run `cargo install pjdfstest --version 0.2.2` (make test does this)"
     );
     // pjdfstest makes hard links (link(2) is POSIX); a zone that refuses them answers EPERM.
-    let m = Daemon::mounted(if extra.is_empty() {
-        "[zones.workspace]\nallow_hardlinks = true\n"
-    } else {
-        extra
-    });
+    let m = Daemon::mounted(extra);
     let dir = m.ws().join("pjd");
     fs::create_dir(&dir).unwrap();
     fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
@@ -786,7 +790,8 @@ fn check<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value
 
 #[test]
 fn doctor_passes_here_and_names_what_to_fix() {
-    let mut m = Daemon::mounted("");
+    // In the passthrough I/O mode, so that the daemon's use of passthrough can be checked.
+    let mut m = Daemon::mounted(PASSTHROUGH);
     let status: serde_json::Value = serde_json::from_str(&m.cli_ok(&["--json", "status"])).unwrap();
     assert_eq!(status["mounted"], true, "{status}");
     let (code, report) = m.doctor();
@@ -871,7 +876,7 @@ fn locks_exclude_other_processes() {
 
 #[test]
 fn fsx_random_io_with_mmap_and_truncate_verifies_100k_operations() {
-    fsx("");
+    fsx(PASSTHROUGH);
 }
 
 #[test]
