@@ -47,9 +47,10 @@ struct Handle {
     dirty: AtomicBool,
     /// The backing file's `(st_dev, st_ino)` when open for writing (counted in [`OwnChanges`]).
     writer_key: Option<(u64, u64)>,
-    /// An implicit writer ([`SandFs::io_handle`]): its backing `(st_dev, st_ino)`, and when it
-    /// last wrote (milliseconds on [`now_ms`]'s clock).
-    implicit: Option<((u64, u64), AtomicU64)>,
+    /// An implicit writer ([`SandFs::io_handle`]): its backing `(st_dev, st_ino)`, when it last
+    /// wrote (milliseconds on [`now_ms`]'s clock), and the file's size after that write
+    /// (`u64::MAX`: not known).
+    implicit: Option<((u64, u64), AtomicU64, AtomicU64)>,
 }
 
 /// Milliseconds since the first call, on a monotonic clock.
@@ -64,16 +65,18 @@ const IMPLICIT_IDLE_MS: u64 = 200;
 /// Files written with file handle 0, by inode (see [`SandFs::implicit`]).
 type Implicit = Mutex<HashMap<u64, Arc<Handle>>>;
 
-/// Ends an implicit writer: journals its writes, and notes the file as sandfs left it.
+/// Ends an implicit writer: journals its writes. The file as each write left it was noted then
+/// ([`Handle::wrote`]); its state now is not noted, as a change beside the mount since the last
+/// write must stay someone else's.
 fn end_implicit(zones: &Zones, h: &Handle) {
-    let st = h.file.get().and_then(|f| node_io::stat(f).ok());
+    let Some(((dev, ino), _, size)) = &h.implicit else {
+        return;
+    };
     if h.dirty.load(Ordering::Relaxed) {
-        let size = st.as_ref().map(|st| st.st_size as u64);
+        let size = Some(size.load(Ordering::Relaxed)).filter(|s| *s != u64::MAX);
         zones.node_record_write(&h.inode, size, h.origin);
     }
-    if let Some(((dev, ino), _)) = &h.implicit {
-        zones.own().write_done(*dev, *ino, st.as_ref());
-    }
+    zones.own().write_done(*dev, *ino, None);
 }
 
 /// Ends the implicit writers idle for [`IMPLICIT_IDLE_MS`], every 100 ms, until the file system
@@ -90,7 +93,7 @@ fn end_idle_writers(zones: Arc<Zones>, implicit: std::sync::Weak<Implicit>) {
             let keys: Vec<u64> = m
                 .iter()
                 .filter(|(_, h)| {
-                    h.implicit.as_ref().is_some_and(|(_, t)| {
+                    h.implicit.as_ref().is_some_and(|(_, t, _)| {
                         now.saturating_sub(t.load(Ordering::Relaxed)) >= IMPLICIT_IDLE_MS
                     })
                 })
@@ -109,10 +112,11 @@ impl Handle {
     /// file as it left it: the watcher then takes a change by anyone else for theirs.
     fn wrote(&self, zones: &Zones) {
         self.dirty.store(true, Ordering::Relaxed);
-        if let Some((_, touched)) = &self.implicit {
+        if let Some((_, touched, size)) = &self.implicit {
             touched.store(now_ms(), Ordering::Relaxed);
             if let Some(st) = self.file.get().and_then(|f| node_io::stat(f).ok()) {
                 zones.own().note(&st);
+                size.store(st.st_size as u64, Ordering::Relaxed);
             }
         }
     }
@@ -1850,7 +1854,7 @@ impl SandFs {
             written: AtomicU64::new(0),
             dirty: AtomicBool::new(false),
             writer_key: None,
-            implicit: Some((key, AtomicU64::new(now_ms()))),
+            implicit: Some((key, AtomicU64::new(now_ms()), AtomicU64::new(u64::MAX))),
         });
         implicit.insert(ino, h.clone());
         h

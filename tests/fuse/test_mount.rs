@@ -666,6 +666,50 @@ fn changes_land_in_the_journal(extra: &str) {
         .all(|e| e["via"] == "fuse" && e["pid"].as_u64().unwrap() > 0));
 }
 
+/// In the cached mode a write is journaled once the file has been idle for 200 ms: a change
+/// beside the mount inside that window must still be journaled as the watcher's and shown.
+#[test]
+fn a_change_beside_right_after_a_cached_write_stays_someone_elses() {
+    let m = Daemon::mounted(CACHED);
+    let (ws, back) = (m.ws(), m.zone_dir("workspace"));
+    fs::write(ws.join("r.txt"), "mine\n").unwrap();
+    fs::write(back.join("r.txt"), "theirs, longer\n").unwrap();
+    let start = Instant::now();
+    let rows = loop {
+        let log: serde_json::Value = serde_json::from_str(&m.cli_ok(&["--json", "log"])).unwrap();
+        let rows: Vec<(String, String)> = log["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["path"] == "r.txt")
+            .map(|e| {
+                (
+                    e["op"].as_str().unwrap().into(),
+                    e["via"].as_str().unwrap().into(),
+                )
+            })
+            .collect();
+        let both = rows.iter().any(|r| r.1 == "watcher")
+            && rows.iter().any(|r| r.1 == "fuse" && r.0 == "write");
+        if both || start.elapsed() > Duration::from_secs(3) {
+            break rows;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        rows.iter().any(|r| r.1 == "watcher"),
+        "the change beside the mount was taken for the mount's own: {rows:?}"
+    );
+    assert!(
+        rows.iter().any(|r| r.0 == "write" && r.1 == "fuse"),
+        "the mount's write was not journaled: {rows:?}"
+    );
+    assert_eq!(
+        fs::read_to_string(ws.join("r.txt")).unwrap(),
+        "theirs, longer\n"
+    );
+}
+
 #[test]
 fn read_only_zones_refuse_writes_with_erofs() {
     let m = Daemon::mounted("[zones.cache]\nread_only = true\n");
