@@ -3,6 +3,14 @@
 //! Each callback resolves its inode(s) from [`Inodes`], performs one system call beneath the
 //! backing fd, and answers with the errno of that call. Mutations are recorded in the core's journal
 //! with the calling pid and uid; data writes are recorded once per open file, at release.
+//!
+//! Two I/O modes per zone (`zones.<zone>.io`, [`IoMode`]). Passthrough: `OPEN` hands the kernel
+//! the backing file. Cached (the default): when every zone is local, writable and cached, the
+//! first `OPEN`, `OPENDIR` and `FLUSH` are answered `ENOSYS` and the kernel sends none again (nor
+//! `RELEASE`); reads come from the page cache, and reads and writes that reach the daemon carry
+//! handle 0 ([`SandFs::io_handle`]: the file is reopened beneath its parent and the zone's rules
+//! checked there). Without a close to hear of, a written file's writes are journaled once it has
+//! gone [`IMPLICIT_IDLE_MS`] without one.
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};

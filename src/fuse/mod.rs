@@ -1,11 +1,11 @@
 //! The FUSE mount: the zones as a real filesystem, a thin adapter over the same backing dirs.
 //!
 //! `<mount>/cache` and `<mount>/workspace` are the zones; `fs` answers the kernel, `inodes` maps
-//! inode numbers to backing fds, `invalidate` keeps the kernel's caches honest. Mounting handles a
+//! inode numbers to backing files, `invalidate` keeps the kernel's caches honest. Mounting handles a
 //! stale mount left by a crash (lazy unmount, then mount again); dropping a [`Mount`] unmounts.
 //!
-//! Owns the kernel's business only: decoding requests, inode numbers, handles, TTLs, passthrough
-//! and invalidation. Every operation on a zone is the core's. May import `core`, `state` and
+//! Owns the kernel's business only: decoding requests, inode numbers, handles, TTLs, the I/O
+//! modes (passthrough, or the page cache with no `OPEN`) and invalidation. Every operation on a zone is the core's. May import `core`, `state` and
 //! `config`; never `api`, `git`, `sandbox` or `daemon` (`tests/rules` checks the imports).
 
 mod fs;
