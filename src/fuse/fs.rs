@@ -458,6 +458,17 @@ impl SandFs {
             .map_err(errno)
     }
 
+    /// Opens a regular file with `flags` and checks the zone's hard-link rule again on what was
+    /// opened (a link made outside since the caller's check); `op` names the operation refused.
+    fn reopen_checked(&self, inode: &Inode, flags: OFlags, op: &str) -> Res<(std::fs::File, Stat)> {
+        let file = std::fs::File::from(self.reopen(inode, flags)?);
+        let st = node_io::stat(&file).map_err(errno)?;
+        self.zones
+            .node_check_links(inode.zone, &st, op, || self.vpath(inode))
+            .map_err(errno)?;
+        Ok((file, st))
+    }
+
     fn handle(&self, fh: FileHandle) -> Res<Arc<Handle>> {
         self.handles
             .read()
@@ -1101,17 +1112,11 @@ impl fuser::Filesystem for SandFs {
             if write {
                 self.writable(i.zone)?;
             }
-            let fd = self.reopen(&i, oflags)?;
-            // Again on what was opened: a link made outside since the check above.
             if i.kind == FileType::RegularFile {
-                let file = std::fs::File::from(fd);
-                let st = node_io::stat(&file).map_err(errno)?;
-                self.zones
-                    .node_check_links(i.zone, &st, "open", || self.vpath(&i))
-                    .map_err(errno)?;
+                let (file, _) = self.reopen_checked(&i, oflags, "open")?;
                 return Ok(OwnedFd::from(file));
             }
-            Ok(fd)
+            self.reopen(&i, oflags)
         })();
         let fd = match res {
             Ok(fd) => fd,
@@ -1802,20 +1807,14 @@ impl SandFs {
         if write {
             self.writable(i.zone)?;
         }
-        self.check_links_now(&i, if write { "write" } else { "read" })?;
+        let op = if write { "write" } else { "read" };
+        self.check_links_now(&i, op)?;
         let flags = if write {
             OFlags::WRONLY
         } else {
             OFlags::RDONLY
         };
-        let file = std::fs::File::from(self.reopen(&i, flags)?);
-        // Again on what was opened: a link made outside since the check above.
-        let st = node_io::stat(&file).map_err(errno)?;
-        self.zones
-            .node_check_links(i.zone, &st, if write { "write" } else { "read" }, || {
-                self.vpath(&i)
-            })
-            .map_err(errno)?;
+        let (file, st) = self.reopen_checked(&i, flags, op)?;
         if !write {
             return Ok(Arc::new(Handle {
                 file: OnceLock::from(file),

@@ -6,6 +6,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::support::daemon::JournalRow;
 use crate::support::mount::mounted;
 use crate::support::tools::which;
 use crate::support::Daemon;
@@ -627,43 +628,35 @@ fn changes_land_in_the_journal(extra: &str) {
     // A cached mount journals a write once the file has been idle for 200 ms (the kernel tells
     // it of no close): wait up to 2 s for it. By then the file may have moved: the row names
     // the file where it is when journaled.
-    let moved = |ops: &[(String, String)]| ops.contains(&("write".into(), "jd/k.txt".into()));
+    let moved = |rows: &[JournalRow]| rows.iter().any(|r| (&*r.1, &*r.2) == ("write", "jd/k.txt"));
+    let has = |rows: &[JournalRow], (op, path): (&str, &str)| {
+        rows.iter().any(|r| (&*r.1, &*r.2) == (op, path))
+            || (op == "write" && extra == CACHED && moved(rows))
+    };
+    let rows = journal_until(&m, Duration::from_secs(2), |rows| {
+        wanted.iter().all(|w| has(rows, *w))
+    });
+    for want in wanted {
+        assert!(has(&rows, want), "{want:?} missing from {rows:?}");
+    }
+    assert!(rows.iter().all(|r| r.0 == "fuse" && r.3 > 0), "{rows:?}");
+}
+
+/// Polls the journal every 50 ms until `done` holds of its rows or `limit` has passed; returns
+/// the last rows read.
+fn journal_until(
+    m: &Daemon,
+    limit: Duration,
+    done: impl Fn(&[JournalRow]) -> bool,
+) -> Vec<JournalRow> {
     let start = Instant::now();
-    let (v, ops) = loop {
-        let log = m.cli_ok(&["--json", "log"]);
-        let v: serde_json::Value = serde_json::from_str(&log).unwrap();
-        let ops: Vec<(String, String)> = v["entries"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|e| {
-                (
-                    e["op"].as_str().unwrap().to_string(),
-                    e["path"].as_str().unwrap().to_string(),
-                )
-            })
-            .collect();
-        let all = wanted.iter().all(|w| {
-            ops.contains(&(w.0.to_string(), w.1.to_string()))
-                || (w.0 == "write" && extra == CACHED && moved(&ops))
-        });
-        if all || start.elapsed() > Duration::from_secs(2) {
-            break (v, ops);
+    loop {
+        let rows = m.journal(200);
+        if done(&rows) || start.elapsed() > limit {
+            return rows;
         }
         std::thread::sleep(Duration::from_millis(50));
-    };
-    for want in wanted {
-        assert!(
-            ops.contains(&(want.0.to_string(), want.1.to_string()))
-                || (want.0 == "write" && extra == CACHED && moved(&ops)),
-            "{want:?} missing from {ops:?}"
-        );
     }
-    assert!(v["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .all(|e| e["via"] == "fuse" && e["pid"].as_u64().unwrap() > 0));
 }
 
 /// In the cached mode a write is journaled once the file has been idle for 200 ms: a change
@@ -674,34 +667,17 @@ fn a_change_beside_right_after_a_cached_write_stays_someone_elses() {
     let (ws, back) = (m.ws(), m.zone_dir("workspace"));
     fs::write(ws.join("r.txt"), "mine\n").unwrap();
     fs::write(back.join("r.txt"), "theirs, longer\n").unwrap();
-    let start = Instant::now();
-    let rows = loop {
-        let log: serde_json::Value = serde_json::from_str(&m.cli_ok(&["--json", "log"])).unwrap();
-        let rows: Vec<(String, String)> = log["entries"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|e| e["path"] == "r.txt")
-            .map(|e| {
-                (
-                    e["op"].as_str().unwrap().into(),
-                    e["via"].as_str().unwrap().into(),
-                )
-            })
-            .collect();
-        let both = rows.iter().any(|r| r.1 == "watcher")
-            && rows.iter().any(|r| r.1 == "fuse" && r.0 == "write");
-        if both || start.elapsed() > Duration::from_secs(3) {
-            break rows;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let theirs = |r: &JournalRow| r.2 == "r.txt" && r.0 == "watcher";
+    let mine = |r: &JournalRow| r.2 == "r.txt" && r.0 == "fuse" && r.1 == "write";
+    let rows = journal_until(&m, Duration::from_secs(3), |rows| {
+        rows.iter().any(theirs) && rows.iter().any(mine)
+    });
     assert!(
-        rows.iter().any(|r| r.1 == "watcher"),
+        rows.iter().any(theirs),
         "the change beside the mount was taken for the mount's own: {rows:?}"
     );
     assert!(
-        rows.iter().any(|r| r.0 == "write" && r.1 == "fuse"),
+        rows.iter().any(mine),
         "the mount's write was not journaled: {rows:?}"
     );
     assert_eq!(

@@ -129,24 +129,6 @@ fn errno<T: std::fmt::Debug>(r: std::io::Result<T>) -> i32 {
         .unwrap()
 }
 
-/// Journal rows (via, op, path, pid), newest first.
-fn journal(m: &Mounted) -> Vec<(String, String, String, u64)> {
-    let log: Value = serde_json::from_str(&m.cli_ok(&["--json", "log", "--limit", "200"])).unwrap();
-    log["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| {
-            (
-                e["via"].as_str().unwrap_or_default().to_string(),
-                e["op"].as_str().unwrap_or_default().to_string(),
-                e["path"].as_str().unwrap_or_default().to_string(),
-                e["pid"].as_u64().unwrap_or_default(),
-            )
-        })
-        .collect()
-}
-
 #[test]
 fn read_only_is_refused_alike_by_the_api_mcp_and_the_mount() {
     let m = Mounted::mounted("[zones.cache]\nread_only = true\n");
@@ -195,12 +177,12 @@ fn read_only_is_refused_alike_by_the_api_mcp_and_the_mount() {
     // The setup's write beside sandfs is journaled by the watcher once it has been quiet (on a
     // loaded machine, before this check); no refused change may be.
     assert!(
-        journal(&m)
+        m.journal(200)
             .iter()
             .filter(|r| r.0 != "watcher")
             .all(|r| r.2 != "r.txt" && r.2 != "d"),
         "a refused change was journaled: {:?}",
-        journal(&m)
+        m.journal(200)
     );
 }
 
@@ -276,7 +258,7 @@ fn every_change_is_journaled_with_who_made_it_through_the_api_mcp_and_the_mount(
 
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let rows = journal(&m);
+        let rows = m.journal(200);
         let row = |path: &str| rows.iter().find(|r| r.2 == path).cloned();
         if let (Some(api_row), Some(mcp_row), Some(fuse_row), Some(beside_row)) = (
             row("by-api.txt"),
@@ -298,7 +280,7 @@ fn every_change_is_journaled_with_who_made_it_through_the_api_mcp_and_the_mount(
             );
             // Each change once: the watcher does not journal what sandfs did itself.
             std::thread::sleep(Duration::from_millis(600));
-            let rows = journal(&m);
+            let rows = m.journal(200);
             for p in ["by-api.txt", "by-mcp.txt", "by-fuse.txt"] {
                 assert!(
                     !rows.iter().any(|r| r.2 == p && r.0 == "watcher"),
@@ -402,7 +384,7 @@ fn a_rename_through_the_mount_waits_for_an_api_edit_holding_the_path_lock() {
         !backing.join("held.txt").exists(),
         "nothing was left at the old name"
     );
-    let rows = journal(&m);
+    let rows = m.journal(200);
     let pos = |op: &str, path: &str| {
         rows.iter()
             .position(|(_, o, p, _)| o == op && p == path)
@@ -433,7 +415,7 @@ fn a_checkpoint_holds_every_writers_changes_and_a_restore_puts_them_back_through
     // The watcher journals a change beside sandfs once it has settled (250 ms).
     let settled = |path: &str| {
         let deadline = Instant::now() + Duration::from_secs(10);
-        while !journal(&m).iter().any(|r| r.2 == path) {
+        while !m.journal(200).iter().any(|r| r.2 == path) {
             assert!(Instant::now() < deadline, "{path} not journaled");
             std::thread::sleep(Duration::from_millis(50));
         }

@@ -184,6 +184,9 @@ pub struct Daemon {
     api: OnceLock<Api>,
 }
 
+/// A journal row: (via, op, path, pid).
+pub type JournalRow = (String, String, String, u64);
+
 impl Daemon {
     /// How to start a daemon: sandboxed zones under the temp dir, no mount, the test's
     /// environment; change what the test needs and call [`Options::start`].
@@ -434,6 +437,27 @@ impl Daemon {
             s.write_all(bytes).unwrap();
         }
         child.wait_with_output().unwrap()
+    }
+
+    /// The journal's newest rows, at most `limit`, newest first.
+    pub fn journal(&self, limit: usize) -> Vec<JournalRow> {
+        let log: Value =
+            serde_json::from_str(&self.cli_ok(&["--json", "log", "--limit", &limit.to_string()]))
+                .unwrap();
+        log["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                let s = |k: &str| e[k].as_str().unwrap_or_default().to_string();
+                (
+                    s("via"),
+                    s("op"),
+                    s("path"),
+                    e["pid"].as_u64().unwrap_or_default(),
+                )
+            })
+            .collect()
     }
 
     /// Runs the CLI and expects success; returns stdout.
