@@ -4,7 +4,7 @@ CARGO ?= cargo
 # Where cargo builds (honours $CARGO_TARGET_DIR like cargo does).
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: run test lint build bench bench-api bench-fuse bench-agent bench-git bench-sandbox bench-memory bench-checkpoint bench-provision
+.PHONY: run test lint build bench bench-api bench-fuse bench-agent bench-rtt bench-git bench-sandbox bench-memory bench-checkpoint bench-provision
 
 ## make run: install what is missing, build, and start the daemon on the embedded default
 run:
@@ -52,6 +52,11 @@ bench-fuse:
 ## cold, with the FUSE requests per workload by opcode (root; SANDFS_AGENT_QUICK=1: a small version)
 bench-agent:
 	bash benches/agent.sh
+
+## make bench-rtt: the cost of one FUSE request through /dev/fuse and over io_uring (sandfs's two
+## transports), bindfs and native beside them, 1 and 2 clients (root)
+bench-rtt:
+	bash benches/rtt.sh
 
 ## make bench-git: git pull/stage/status on a 10,000-file repository against git clone --depth 1
 bench-git:

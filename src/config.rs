@@ -48,6 +48,8 @@ pub struct ConfigFile {
     pub socket: Option<PathBuf>,
     pub mount: Option<PathBuf>,
     #[serde(default)]
+    pub fuse: FuseSection,
+    #[serde(default)]
     pub zones: ZonesSection,
     #[serde(default)]
     pub limits: Limits,
@@ -124,6 +126,30 @@ pub enum IoMode {
     /// before costs none to read again. Cold reads and all writes go through the daemon.
     #[default]
     Cached,
+}
+
+/// `[fuse]`: how the mount talks to the kernel.
+#[derive(Debug, Clone, Copy, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct FuseSection {
+    /// How the kernel hands the mount's requests to the daemon.
+    #[serde(default)]
+    pub transport: Transport,
+}
+
+/// `fuse.transport`: how requests travel between the kernel and the daemon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+pub enum Transport {
+    /// The default. FUSE over io_uring (Linux 6.14+ with the `fuse` module's `enable_uring`
+    /// parameter on): one ring per CPU; a request is copied into a buffer the daemon registered
+    /// and answered by one `io_uring_enter`, instead of a `read` and a `write` of `/dev/fuse`.
+    /// When the kernel does not offer it, the mount uses `device` and logs why.
+    #[default]
+    #[serde(rename = "io_uring")]
+    IoUring,
+    /// Every request is read from and answered through `/dev/fuse`.
+    #[serde(rename = "device")]
+    Device,
 }
 
 /// `[limits]`.
@@ -973,6 +999,7 @@ pub struct Settings {
     pub state_dir: PathBuf,
     pub socket: PathBuf,
     pub mount: PathBuf,
+    pub mount_transport: Transport,
     pub zones: Vec<ZoneSettings>,
     pub limits: Limits,
     pub allowed_uids: Vec<u32>,
@@ -1319,6 +1346,7 @@ fn resolve(
         state_dir,
         socket,
         mount,
+        mount_transport: file.fuse.transport,
         zones,
         limits: l,
         allowed_uids: file.api.allowed_uids,
@@ -1576,6 +1604,26 @@ mod tests {
             e.contains("fast") && e.contains("passthrough") && e.contains("cached"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn the_transport_defaults_to_io_uring_and_a_misspelled_one_names_the_choices() {
+        assert_eq!(load("").unwrap().mount_transport, Transport::IoUring);
+        assert_eq!(
+            load(DEFAULT_CONFIG).unwrap().mount_transport,
+            Transport::IoUring
+        );
+        let s = load("[fuse]\ntransport = \"device\"\n").unwrap();
+        assert_eq!(s.mount_transport, Transport::Device);
+        let e = load("[fuse]\ntransport = \"uring\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("uring") && e.contains("io_uring") && e.contains("device"),
+            "{e}"
+        );
+        let e = load("[fuse]\nthreads = 3\n").unwrap_err().to_string();
+        assert!(e.contains("threads"), "{e}");
     }
 
     #[test]

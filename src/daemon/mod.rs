@@ -112,7 +112,13 @@ pub fn run(settings: Settings, no_mount: bool) -> anyhow::Result<()> {
                 .map(|z| z.io)
                 .unwrap_or_default()
         });
-        Some(crate::fuse::mount(zones.clone(), &settings.mount, 4, io)?)
+        Some(crate::fuse::mount(
+            zones.clone(),
+            &settings.mount,
+            4,
+            io,
+            settings.mount_transport,
+        )?)
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

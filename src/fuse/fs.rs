@@ -32,6 +32,7 @@ use rustix::fs::{FileType, OFlags, Stat};
 use super::inodes::{zone_ino, Inode, Inodes, ROOT_INO};
 use super::remote::{RemoteTree, REMOTE_FH_BASE};
 use crate::config::IoMode;
+use crate::config::Transport;
 use crate::core::node::{io as node_io, AttrChange, Caller, RenameMode, SetTime};
 use crate::core::{VPath, ZoneId, Zones};
 use crate::state::{Origin, Via};
@@ -69,6 +70,9 @@ fn now_ms() -> u64 {
 
 /// How long an implicit writer may go without writing before it ends (journaled).
 const IMPLICIT_IDLE_MS: u64 = 200;
+
+/// `max_write` over io_uring: every ring entry holds a payload buffer this large.
+const URING_MAX_WRITE: u32 = 1 << 20;
 
 /// Files written with file handle 0, by inode (see [`SandFs::implicit`]).
 type Implicit = Mutex<HashMap<u64, Arc<Handle>>>;
@@ -191,6 +195,8 @@ pub struct SandFs {
     next_fh: AtomicU64,
     passthrough: AtomicBool,
     want_passthrough: bool,
+    /// Ask the kernel for FUSE over io_uring (`mount_transport = "io_uring"`).
+    want_uring: bool,
     started: SystemTime,
     /// The zones served from a sandbox, by zone index.
     remote: [Option<Arc<RemoteTree>>; 2],
@@ -252,8 +258,13 @@ fn plain_name(name: &OsStr) -> Res<&OsStr> {
 }
 
 impl SandFs {
-    /// The file system over `zones`; `io` is each zone's I/O mode, by zone index.
-    pub fn new(zones: Arc<Zones>, io: [IoMode; 2]) -> std::io::Result<SandFs> {
+    /// The file system over `zones`; `io` is each zone's I/O mode, by zone index; `transport`
+    /// says whether to ask for FUSE over io_uring.
+    pub fn new(
+        zones: Arc<Zones>,
+        io: [IoMode; 2],
+        transport: Transport,
+    ) -> std::io::Result<SandFs> {
         let inodes = Arc::new(Inodes::new());
         let zones_for_remote = zones.clone();
         let all_local = ZoneId::ALL
@@ -291,6 +302,7 @@ impl SandFs {
             next_fh: AtomicU64::new(1),
             passthrough: AtomicBool::new(false),
             want_passthrough: !no_open,
+            want_uring: transport == Transport::IoUring,
             started: SystemTime::now(),
             remote: ZoneId::ALL
                 .map(|id| RemoteTree::new(zones_for_remote.clone(), id).map(Arc::new)),
@@ -702,8 +714,23 @@ impl fuser::Filesystem for SandFs {
                 ),
             }
         }
+        let uring = self.want_uring
+            && config
+                .add_capabilities(InitFlags::FUSE_OVER_IO_URING)
+                .is_ok();
+        if uring {
+            // Each ring entry gets a payload buffer of max_write bytes; the kernel splits
+            // requests at max_pages (1 MiB) anyway.
+            let _ = config.set_max_write(URING_MAX_WRITE);
+        } else if self.want_uring {
+            tracing::info!(
+                "the kernel does not offer FUSE over io_uring (Linux 6.14+ with \
+                 /sys/module/fuse/parameters/enable_uring = Y); requests go through /dev/fuse"
+            );
+        }
         tracing::info!(
             passthrough = self.passthrough.load(Ordering::Relaxed),
+            transport = if uring { "io_uring" } else { "/dev/fuse" },
             "FUSE session started; file I/O uses {}",
             if self.no_open {
                 "the page cache, with no OPEN requests (every zone io = \"cached\")"

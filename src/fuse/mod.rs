@@ -19,6 +19,7 @@ use std::sync::Arc;
 use fuser::{Config, MountOption, SessionACL};
 
 use crate::config::IoMode;
+use crate::config::Transport;
 use crate::core::{ListenerId, Zones};
 
 pub use fs::TTL;
@@ -212,15 +213,18 @@ pub fn is_mounted(path: &Path) -> bool {
         .unwrap_or(false)
 }
 
-/// Mounts the zones at `mountpoint`; `io` is each zone's I/O mode, by zone index.
+/// Mounts the zones at `mountpoint`; `io` is each zone's I/O mode, by zone index; `transport`
+/// how requests reach the daemon (with io_uring, `threads / 2` ring threads per CPU, beside the
+/// `threads` readers of `/dev/fuse`, which still carry FORGET and INTERRUPT).
 pub fn mount(
     zones: Arc<Zones>,
     mountpoint: &Path,
     threads: usize,
     io: [IoMode; 2],
+    transport: Transport,
 ) -> Result<Mount, MountError> {
     prepare_mountpoint(mountpoint)?;
-    let fs = fs::SandFs::new(zones.clone(), io).map_err(|e| MountError::Mount {
+    let fs = fs::SandFs::new(zones.clone(), io, transport).map_err(|e| MountError::Mount {
         path: mountpoint.display().to_string(),
         source: e,
     })?;

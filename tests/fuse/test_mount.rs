@@ -533,6 +533,121 @@ const CACHED: &str = "[zones.cache]\nio = \"cached\"\n[zones.workspace]\nio = \"
 /// Both zones in the passthrough I/O mode.
 const PASSTHROUGH: &str =
     "[zones.cache]\nio = \"passthrough\"\n[zones.workspace]\nio = \"passthrough\"\n";
+/// Requests through /dev/fuse instead of io_uring (the default).
+const DEVICE: &str = "[fuse]\ntransport = \"device\"\n";
+
+/// The fuse module's switch for FUSE over io_uring; `.ci/run` and `make test` turn it on.
+const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// Voluntary context switches of the daemon's threads whose name starts with `prefix`, summed,
+/// and how many such threads there are. A thread that serves a request sleeps and wakes once.
+fn thread_switches(pid: u32, prefix: &str) -> (u64, usize) {
+    let (mut switches, mut threads) = (0, 0);
+    for task in fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+        let comm = fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if !comm.starts_with(prefix) {
+            continue;
+        }
+        threads += 1;
+        let status = fs::read_to_string(task.path().join("status")).unwrap_or_default();
+        switches += status
+            .lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .map_or(0, |v| v.trim().parse::<u64>().unwrap());
+    }
+    (switches, threads)
+}
+
+/// Creates, writes, lists, renames, reads and removes 200 files under `dir`, checking each
+/// answer; returns how many requests that took at least (one lookup, create, write and unlink each).
+fn small_file_round(dir: &std::path::Path) -> u64 {
+    fs::create_dir(dir).unwrap();
+    for i in 0..200 {
+        fs::write(
+            dir.join(format!("f{i}")),
+            format!("file {i}\n").repeat(i + 1),
+        )
+        .unwrap();
+    }
+    assert_eq!(fs::read_dir(dir).unwrap().count(), 200);
+    for i in 0..200 {
+        fs::rename(dir.join(format!("f{i}")), dir.join(format!("g{i}"))).unwrap();
+    }
+    for i in 0..200 {
+        let p = dir.join(format!("g{i}"));
+        assert_eq!(
+            fs::read_to_string(&p).unwrap(),
+            format!("file {i}\n").repeat(i + 1)
+        );
+        assert_eq!(
+            fs::metadata(&p).unwrap().len() as usize,
+            format!("file {i}\n").len() * (i + 1)
+        );
+        fs::remove_file(p).unwrap();
+    }
+    fs::remove_dir(dir).unwrap();
+    800
+}
+
+#[test]
+fn requests_travel_over_io_uring_by_default() {
+    let on = fs::read_to_string(ENABLE_URING).unwrap_or_default();
+    assert_eq!(
+        on.trim(),
+        "Y",
+        "FUSE over io_uring is off in the kernel ({ENABLE_URING} = {on:?}); turn it on as root: \
+         echo Y > {ENABLE_URING} (.ci/run and make test do)"
+    );
+    let m = Daemon::mounted(CACHED);
+    let pid = m.pid();
+    let (ring_before, rings) = thread_switches(pid, "fuser-ring-");
+    let (dev_before, _) = thread_switches(pid, "fuser-");
+    assert!(
+        rings >= 2,
+        "no ring threads in the daemon: {}",
+        m.log_text()
+    );
+    let requests = small_file_round(&m.ws().join("ring"));
+    let (ring_after, _) = thread_switches(pid, "fuser-ring-");
+    let (dev_after, _) = thread_switches(pid, "fuser-");
+    let ring = ring_after - ring_before;
+    // "fuser-" counts the ring threads too; the rest are the /dev/fuse readers.
+    let dev = (dev_after - dev_before) - ring;
+    assert!(
+        ring >= requests / 2 && dev < ring / 4,
+        "requests did not come over the rings: ring threads woke {ring} times, /dev/fuse \
+         readers {dev} times, for at least {requests} requests"
+    );
+    assert!(
+        m.log_text().contains("transport=\"io_uring\""),
+        "{}",
+        m.log_text()
+    );
+}
+
+#[test]
+fn requests_travel_through_dev_fuse_when_configured() {
+    let m = Daemon::mounted(&format!("{DEVICE}{CACHED}"));
+    let pid = m.pid();
+    let (dev_before, _) = thread_switches(pid, "fuser-");
+    let requests = small_file_round(&m.ws().join("device"));
+    let (dev_after, _) = thread_switches(pid, "fuser-");
+    assert_eq!(
+        thread_switches(pid, "fuser-ring-").1,
+        0,
+        "ring threads started"
+    );
+    assert!(
+        dev_after - dev_before >= requests / 2,
+        "/dev/fuse readers woke {} times for at least {requests} requests",
+        dev_after - dev_before
+    );
+    assert!(
+        m.log_text().contains("transport=\"/dev/fuse\""),
+        "{}",
+        m.log_text()
+    );
+}
 
 #[test]
 fn changes_on_the_backing_dir_show_through_the_mount_within_100ms() {
@@ -735,9 +850,10 @@ fn sigterm_unmounts_and_a_crash_is_recovered_on_restart() {
 
 #[test]
 fn pjdfstest_passes_on_the_mounted_workspace() {
+    // Passthrough over /dev/fuse; the cached run below goes over io_uring (the default).
     pjdfstest(
         "passthrough",
-        "[zones.cache]\nio = \"passthrough\"\n[zones.workspace]\nio = \"passthrough\"\nallow_hardlinks = true\n",
+        &format!("{DEVICE}[zones.cache]\nio = \"passthrough\"\n[zones.workspace]\nio = \"passthrough\"\nallow_hardlinks = true\n"),
     );
 }
 

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 use serde::Serialize;
 
-use crate::config::{Backing, Settings};
+use crate::config::{Backing, Settings, Transport};
 
 /// Check FUSE, kernel passthrough, permissions, the mount point, the zones and the socket
 ///
@@ -94,6 +94,9 @@ pub fn run(config: Option<&Path>, socket: Option<PathBuf>, json: bool, _: &Args)
     checks.push(dev_fuse());
     checks.push(fusermount());
     checks.push(passthrough());
+    if let Some(s) = &settings {
+        checks.push(io_uring(s.mount_transport));
+    }
     checks.push(fd_limit());
     checks.push(inotify());
     if let Some(s) = &settings {
@@ -264,6 +267,47 @@ fn passthrough() -> Check {
                  through the daemon (slower)"
             ),
             "run the daemon as root, or grant it: setcap cap_sys_admin+ep $(command -v sandfs)",
+        ),
+    }
+}
+
+/// The `fuse` module's switch for FUSE over io_uring.
+const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
+
+fn io_uring(transport: Transport) -> Check {
+    const C: &str = "io_uring";
+    if transport == Transport::Device {
+        return ok(
+            C,
+            "fuse.transport = \"device\": requests go through /dev/fuse",
+        );
+    }
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let release = release.trim();
+    if kernel_version(release).is_none_or(|v| v < (6, 14)) {
+        return warn(
+            C,
+            format!("kernel {release} is older than 6.14: requests go through /dev/fuse"),
+            "run on Linux 6.14 or newer for FUSE over io_uring (fewer system calls per request)",
+        );
+    }
+    match std::fs::read_to_string(ENABLE_URING).map(|s| s.trim().to_string()) {
+        Ok(v) if v == "Y" || v == "1" => ok(
+            C,
+            format!(
+                "kernel {release} with {ENABLE_URING} = Y: requests travel over io_uring (the \
+                 daemon's log says `transport=\"io_uring\"` once mounted)"
+            ),
+        ),
+        Ok(v) => warn(
+            C,
+            format!("{ENABLE_URING} is {v}: requests go through /dev/fuse (slower)"),
+            format!("echo Y | sudo tee {ENABLE_URING}, then restart the daemon"),
+        ),
+        Err(e) => warn(
+            C,
+            format!("cannot read {ENABLE_URING} ({e}): requests go through /dev/fuse"),
+            "load the fuse module (modprobe fuse) on Linux 6.14 or newer",
         ),
     }
 }

@@ -1,0 +1,500 @@
+//! FUSE over io_uring (`FUSE_OVER_IO_URING`, Linux 6.14+).
+//!
+//! With the classic transport every request costs a `read(2)` of `/dev/fuse` by a daemon thread
+//! and every reply a `writev(2)`. Over io_uring the daemon registers buffers with the kernel,
+//! one "ring entry" each, and the kernel copies a request straight into a free entry of the
+//! queue of the CPU the caller runs on, then completes the entry's command; the daemon answers
+//! by writing the reply into the same entry and submitting COMMIT_AND_FETCH, which hands the
+//! reply over and arms the entry for the next request in one `io_uring_enter(2)`.
+//!
+//! Layout, as the kernel defines it (`include/uapi/linux/fuse.h`): an entry is two buffers, a
+//! header (`fuse_uring_req_header`: the in/out header, the op's own header, and the entry's
+//! commit id and payload size) and a payload for everything after the op header (names, write
+//! data, and the whole of a reply). The kernel needs one queue per possible CPU before it routes
+//! requests to the rings; until then, and always for FORGET and INTERRUPT, `/dev/fuse` carries
+//! them, so the classic threads keep running beside the ring threads.
+//!
+//! Here every ring thread owns one io_uring with one entry per `depth` and answers inline, the
+//! same model as a `/dev/fuse` thread. A reply sent from another thread (a filesystem that
+//! answers later) submits under the ring's lock.
+
+use std::cell::UnsafeCell;
+use std::io;
+use std::io::IoSlice;
+use std::os::fd::AsRawFd;
+use std::os::fd::FromRawFd;
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use io_uring::IoUring;
+use io_uring::opcode;
+use io_uring::squeue;
+use io_uring::types;
+use log::debug;
+use log::warn;
+use parking_lot::Mutex;
+
+use crate::Filesystem;
+use crate::channel::ChannelSender;
+use crate::dev_fuse::DevFuse;
+use crate::ll::Operation;
+use crate::ll::fuse_abi as abi;
+use crate::reply::ReplyEmpty;
+use crate::reply::ReplySender;
+use crate::request::RequestWithSender;
+use crate::session::SessionEventLoop;
+
+/// `FUSE_IO_URING_CMD_REGISTER`: register an entry's buffers and fetch a request.
+const CMD_REGISTER: u32 = 1;
+/// `FUSE_IO_URING_CMD_COMMIT_AND_FETCH`: hand over a reply and fetch the next request.
+const CMD_COMMIT_AND_FETCH: u32 = 2;
+/// Size of the in/out header and of the op header areas of `fuse_uring_req_header`.
+const HEADER_AREA: usize = 128;
+/// `user_data` of the poll on the wake-up eventfd.
+const WAKE: u64 = u64::MAX;
+/// More possible CPUs than this and the rings are not used (one queue per CPU is required).
+const MAX_QUEUES: usize = 64;
+
+/// `struct fuse_uring_ent_in_out`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct EntInOut {
+    flags: u64,
+    commit_id: u64,
+    payload_sz: u32,
+    padding: u32,
+    reserved: u64,
+}
+
+/// `struct fuse_uring_req_header`, page-aligned as the kernel prefers.
+#[repr(C, align(4096))]
+struct Header {
+    in_out: [u8; HEADER_AREA],
+    op_in: [u8; HEADER_AREA],
+    ent: EntInOut,
+}
+
+/// One ring entry: the buffers the kernel reads and writes, and the iovecs naming them.
+struct Slot {
+    header: Box<Header>,
+    payload: Box<[u8]>,
+    iov: [libc::iovec; 2],
+    /// The command last submitted for this entry (resubmitted after EINTR/EAGAIN).
+    last: u32,
+}
+
+/// One io_uring with its entries, all registered for queue `qid`.
+pub(crate) struct Ring {
+    // Dropped first: closing the ring cancels its commands before the buffers go.
+    ring: IoUring<squeue::Entry128>,
+    submit: Mutex<()>,
+    slots: Box<[UnsafeCell<Slot>]>,
+    qid: u16,
+    dev: Arc<DevFuse>,
+    wake: OwnedFd,
+}
+
+// SAFETY: a slot is touched by the ring thread only between the completion that hands it a
+// request and the reply's commit, and by the one reply of that request; the kernel owns it in
+// between. Submissions are serialised by `submit`.
+unsafe impl Sync for Ring {}
+unsafe impl Send for Ring {}
+
+/// Where the reply to a request that came in over a ring goes.
+#[derive(Clone)]
+pub(crate) struct RingReply {
+    ring: Arc<Ring>,
+    slot: usize,
+}
+
+impl std::fmt::Debug for RingReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RingReply(qid {}, slot {})", self.ring.qid, self.slot)
+    }
+}
+
+impl RingReply {
+    /// Writes the reply (`fuse_out_header` first, then its payload) into the entry and commits.
+    pub(crate) fn send(&self, data: &[IoSlice<'_>]) -> io::Result<()> {
+        self.ring.commit(self.slot, data)
+    }
+
+    /// The `/dev/fuse` device of the connection (for backing-file ioctls).
+    pub(crate) fn channel(&self) -> ChannelSender {
+        ChannelSender(self.ring.dev.clone())
+    }
+}
+
+fn cmd_area(qid: u16, commit_id: u64) -> [u8; 80] {
+    // struct fuse_uring_cmd_req { u64 flags; u64 commit_id; u16 qid; u8 padding[6]; }
+    let mut cmd = [0u8; 80];
+    cmd[8..16].copy_from_slice(&commit_id.to_ne_bytes());
+    cmd[16..18].copy_from_slice(&qid.to_ne_bytes());
+    cmd
+}
+
+impl Ring {
+    fn new(dev: Arc<DevFuse>, qid: u16, depth: usize, payload: usize) -> io::Result<Ring> {
+        let ring = IoUring::<squeue::Entry128>::builder()
+            .setup_cqsize(2 * (depth as u32 + 1))
+            .build(depth as u32 + 1)?;
+        // SAFETY: eventfd(2) returns a new descriptor or -1.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just created and is owned by nobody else.
+        let wake = unsafe { OwnedFd::from_raw_fd(fd) };
+        let slots = (0..depth)
+            .map(|_| {
+                let mut header = Box::new(Header {
+                    in_out: [0; HEADER_AREA],
+                    op_in: [0; HEADER_AREA],
+                    ent: EntInOut {
+                        flags: 0,
+                        commit_id: 0,
+                        payload_sz: 0,
+                        padding: 0,
+                        reserved: 0,
+                    },
+                });
+                let mut payload = vec![0u8; payload].into_boxed_slice();
+                let iov = [
+                    libc::iovec {
+                        iov_base: (&mut *header as *mut Header).cast(),
+                        iov_len: size_of::<Header>(),
+                    },
+                    libc::iovec {
+                        iov_base: payload.as_mut_ptr().cast(),
+                        iov_len: payload.len(),
+                    },
+                ];
+                UnsafeCell::new(Slot {
+                    header,
+                    payload,
+                    iov,
+                    last: CMD_REGISTER,
+                })
+            })
+            .collect();
+        Ok(Ring {
+            ring,
+            submit: Mutex::new(()),
+            slots,
+            qid,
+            dev,
+            wake,
+        })
+    }
+
+    fn entry(&self, slot: usize, cmd: u32) -> squeue::Entry128 {
+        // SAFETY: see `unsafe impl Sync for Ring`; only the slot's iovec address is read.
+        let s = unsafe { &*self.slots[slot].get() };
+        let commit_id = if cmd == CMD_COMMIT_AND_FETCH {
+            s.header.ent.commit_id
+        } else {
+            0
+        };
+        let mut e = opcode::UringCmd80::new(types::Fd(self.dev.as_raw_fd()), cmd)
+            .cmd(cmd_area(self.qid, commit_id))
+            .addr(Some(s.iov.as_ptr() as u64))
+            .build()
+            .user_data(slot as u64);
+        if cmd == CMD_REGISTER {
+            // The kernel wants `sqe->len` = 2 (header and payload iovecs), which the builder
+            // does not set. SAFETY: `Entry128` is `repr(C)` and starts with the kernel's
+            // `io_uring_sqe`, whose `len` is the u32 at byte 24.
+            unsafe {
+                let p = (&mut e as *mut squeue::Entry128).cast::<u8>();
+                p.add(24).cast::<u32>().write_unaligned(2);
+            }
+        }
+        e
+    }
+
+    fn push(&self, entries: &[squeue::Entry128]) -> io::Result<()> {
+        let _guard = self.submit.lock();
+        // SAFETY: every push happens under `submit`; the entries point at buffers that live as
+        // long as the ring.
+        unsafe {
+            let mut sq = self.ring.submission_shared();
+            for e in entries {
+                sq.push(e)
+                    .map_err(|_| io::Error::other("io_uring submission queue full"))?;
+            }
+        }
+        self.ring.submit()?;
+        Ok(())
+    }
+
+    fn register(&self) -> io::Result<()> {
+        let mut entries: Vec<squeue::Entry128> =
+            (0..self.slots.len()).map(|i| self.entry(i, CMD_REGISTER)).collect();
+        entries.push(
+            opcode::PollAdd::new(types::Fd(self.wake.as_raw_fd()), libc::POLLIN as u32)
+                .build()
+                .user_data(WAKE)
+                .into(),
+        );
+        self.push(&entries)
+    }
+
+    fn commit(&self, slot: usize, data: &[IoSlice<'_>]) -> io::Result<()> {
+        {
+            // SAFETY: the slot belongs to this reply until it is committed below.
+            let s = unsafe { &mut *self.slots[slot].get() };
+            let out = size_of::<abi::fuse_out_header>();
+            let mut header = [0u8; 16];
+            let mut filled = 0usize;
+            let mut written = 0usize;
+            let mut overflow = false;
+            for part in data {
+                let mut rest: &[u8] = part;
+                if filled < out {
+                    let n = (out - filled).min(rest.len());
+                    header[filled..filled + n].copy_from_slice(&rest[..n]);
+                    filled += n;
+                    rest = &rest[n..];
+                }
+                if written + rest.len() > s.payload.len() {
+                    overflow = true;
+                    break;
+                }
+                s.payload[written..written + rest.len()].copy_from_slice(rest);
+                written += rest.len();
+            }
+            if overflow {
+                // A reply larger than the entry cannot be delivered; say EIO instead.
+                header[4..8].copy_from_slice(&(-libc::EIO).to_ne_bytes());
+                written = 0;
+            }
+            s.header.in_out[..out].copy_from_slice(&header);
+            s.header.ent.payload_sz = written as u32;
+            s.last = CMD_COMMIT_AND_FETCH;
+        }
+        self.push(&[self.entry(slot, CMD_COMMIT_AND_FETCH)])
+    }
+
+    /// Copies the request in `slot` into `buf` as the classic transport would have read it:
+    /// `fuse_in_header`, the op header, then the payload. Returns its length.
+    fn request(&self, slot: usize, buf: &mut [u8]) -> io::Result<usize> {
+        // SAFETY: the kernel completed this slot's command; it is ours until the reply.
+        let s = unsafe { &*self.slots[slot].get() };
+        let hdr = size_of::<abi::fuse_in_header>();
+        let len = u32::from_ne_bytes(s.header.in_out[..4].try_into().unwrap()) as usize;
+        let payload = s.header.ent.payload_sz as usize;
+        let op = len
+            .checked_sub(hdr + payload)
+            .filter(|&op| op <= HEADER_AREA && payload <= s.payload.len() && len <= buf.len())
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("ring entry holds a request of {len} bytes with {payload} of payload"),
+                )
+            })?;
+        buf[..hdr].copy_from_slice(&s.header.in_out[..hdr]);
+        buf[hdr..hdr + op].copy_from_slice(&s.header.op_in[..op]);
+        buf[hdr + op..len].copy_from_slice(&s.payload[..payload]);
+        Ok(len)
+    }
+}
+
+/// The ring threads of a session.
+pub(crate) struct Rings {
+    rings: Vec<Arc<Ring>>,
+    threads: Vec<JoinHandle<io::Result<()>>>,
+}
+
+/// The CPUs the kernel may route requests from (`/sys/devices/system/cpu/possible`).
+fn possible_cpus() -> io::Result<usize> {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/possible")?;
+    let mut n = 0usize;
+    for part in text.trim().split(',') {
+        let last = part.rsplit('-').next().unwrap_or(part);
+        let last: usize = last
+            .parse()
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, format!("cpu list {text:?}")))?;
+        n = n.max(last + 1);
+    }
+    Ok(n)
+}
+
+impl Rings {
+    /// Sets up `per_queue` rings per possible CPU with `depth` entries of `payload` bytes each
+    /// and starts a thread for each. An error leaves no entry registered, so requests keep
+    /// coming over `/dev/fuse`.
+    pub(crate) fn start<FS: Filesystem>(
+        event_loop: impl Fn(String) -> SessionEventLoop<FS>,
+        dev: Arc<DevFuse>,
+        per_queue: usize,
+        depth: usize,
+        payload: usize,
+    ) -> io::Result<Rings> {
+        let queues = possible_cpus()?;
+        if queues == 0 || queues > MAX_QUEUES {
+            return Err(io::Error::other(format!(
+                "{queues} possible CPUs: one queue each is more than {MAX_QUEUES}"
+            )));
+        }
+        let mut rings = Vec::new();
+        for qid in 0..queues {
+            for _ in 0..per_queue.max(1) {
+                rings.push(Arc::new(Ring::new(dev.clone(), qid as u16, depth.max(1), payload)?));
+            }
+        }
+        // Register only once every ring exists: the kernel starts routing requests to the
+        // rings when each queue has an entry.
+        let mut started = Rings {
+            rings: Vec::new(),
+            threads: Vec::new(),
+        };
+        for (i, ring) in rings.into_iter().enumerate() {
+            let se = event_loop(format!("fuser-ring-{}-{}", ring.qid, i));
+            let buf_len = size_of::<abi::fuse_in_header>() + HEADER_AREA + payload;
+            let spawned = ring.register().and_then(|()| {
+                let r = ring.clone();
+                std::thread::Builder::new()
+                    .name(se.thread_name.clone())
+                    .spawn(move || ring_loop(&r, &se, buf_len))
+            });
+            match spawned {
+                Ok(t) => {
+                    started.rings.push(ring);
+                    started.threads.push(t);
+                }
+                Err(e) => {
+                    let served = (0..queues).all(|q| started.rings.iter().any(|r| r.qid as usize == q));
+                    if served {
+                        // The kernel already routes requests to the rings: keep those running.
+                        warn!("a FUSE ring failed to start ({e}); the others serve its queue");
+                        continue;
+                    }
+                    // The kernel routes nothing to the rings until every queue has one, so
+                    // requests stay on /dev/fuse; end the threads already started.
+                    let _ = started.stop();
+                    return Err(e);
+                }
+            }
+        }
+        let rings = started;
+        debug!("FUSE over io_uring: {queues} queues, {} rings", rings.rings.len());
+        Ok(rings)
+    }
+
+    /// Wakes every ring thread and waits for it (after the connection has ended).
+    pub(crate) fn stop(self) -> io::Result<()> {
+        for ring in &self.rings {
+            let one = 1u64.to_ne_bytes();
+            // SAFETY: writing 8 bytes to an eventfd we own.
+            unsafe { libc::write(ring.wake.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+        }
+        let mut result = Ok(());
+        for t in self.threads {
+            match t.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => result = result.and(Err(e)),
+                Err(_) => result = result.and(Err(io::Error::other("ring thread panicked"))),
+            }
+        }
+        result
+    }
+}
+
+fn pin_to(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET and sched_setaffinity take valid pointers.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        // A CPU outside this process's allowed set refuses; the thread then runs anywhere.
+        libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+fn ring_loop<FS: Filesystem>(
+    ring: &Arc<Ring>,
+    se: &SessionEventLoop<FS>,
+    buf_len: usize,
+) -> io::Result<()> {
+    pin_to(ring.qid as usize);
+    // u64 words keep the request aligned for `fuse_in_header`.
+    let mut words = vec![0u64; buf_len.div_ceil(8)];
+    let mut done = Vec::new();
+    loop {
+        match ring.ring.submitter().submit_and_wait(1) {
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            Err(e) => return Err(e),
+        }
+        done.clear();
+        // SAFETY: only this thread reads the completion queue.
+        unsafe {
+            done.extend(
+                ring.ring
+                    .completion_shared()
+                    .map(|c| (c.user_data(), c.result())),
+            )
+        };
+        for &(slot, res) in &done {
+            if slot == WAKE {
+                return Ok(());
+            }
+            let slot = slot as usize;
+            if res == -libc::EINTR || res == -libc::EAGAIN {
+                // SAFETY: the slot's command ended without a request; nobody else holds it.
+                let last = unsafe { (*ring.slots[slot].get()).last };
+                ring.push(&[ring.entry(slot, last)])?;
+                continue;
+            }
+            if res < 0 {
+                let err = io::Error::from_raw_os_error(-res);
+                return match -res {
+                    // The connection ended (unmount or abort).
+                    libc::ENOTCONN | libc::ECONNABORTED | libc::ECANCELED | libc::ENODEV => Ok(()),
+                    _ => {
+                        warn!("io_uring FUSE entry failed: {err}");
+                        Err(err)
+                    }
+                };
+            }
+            // SAFETY: reinterpreting initialised u64 words as bytes.
+            let buf = unsafe {
+                std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), words.len() * 8)
+            };
+            let len = match ring.request(slot, buf) {
+                Ok(len) => len,
+                Err(e) => {
+                    // Answer the request so the caller is not left waiting, then go on.
+                    warn!("{e}");
+                    // SAFETY: the slot holds the kernel's request header.
+                    let unique = unsafe { &*ring.slots[slot].get() }.header.in_out[8..16].to_vec();
+                    let mut out = [0u8; 16];
+                    out[..4].copy_from_slice(&16u32.to_ne_bytes());
+                    out[4..8].copy_from_slice(&(-libc::EIO).to_ne_bytes());
+                    out[8..16].copy_from_slice(&unique);
+                    ring.commit(slot, &[IoSlice::new(&out)])?;
+                    continue;
+                }
+            };
+            let reply = ReplySender::Ring(RingReply {
+                ring: ring.clone(),
+                slot,
+            });
+            match RequestWithSender::new(reply, &buf[..len]) {
+                Some(req) => {
+                    if let Ok(Operation::Destroy(_)) = req.request.operation() {
+                        req.reply::<ReplyEmpty>().ok();
+                        return Ok(());
+                    }
+                    req.dispatch(se);
+                }
+                None => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "invalid request on an io_uring entry",
+                    ));
+                }
+            }
+        }
+    }
+}
