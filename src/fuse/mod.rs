@@ -5,7 +5,9 @@
 //! stale mount left by a crash (lazy unmount, then mount again); dropping a [`Mount`] unmounts.
 //!
 //! Owns the kernel's business only: decoding requests, inode numbers, handles, TTLs, the I/O
-//! modes (passthrough, or the page cache with no `OPEN`) and invalidation. Every operation on a zone is the core's. May import `core`, `state` and
+//! modes (passthrough, or the page cache with no `OPEN`), the transport (FUSE over io_uring by
+//! default, implemented in the vendored fuser, `vendor/README.md`; or `/dev/fuse`) and
+//! invalidation. Every operation on a zone is the core's. May import `core`, `state` and
 //! `config`; never `api`, `git`, `sandbox` or `daemon` (`tests/rules` checks the imports).
 
 mod fs;

@@ -558,16 +558,13 @@ fn thread_switches(pid: u32, prefix: &str) -> (u64, usize) {
     (switches, threads)
 }
 
-/// Creates, writes, lists, renames, reads and removes 200 files under `dir`, checking each
-/// answer; returns how many requests that took at least (one lookup, create, write and unlink each).
+/// Creates, writes, lists, renames and reads back 200 files under `dir`, checking each answer;
+/// returns how many requests that took at least (a lookup, a create, a write and a rename each).
+/// Nothing is removed: removals make the kernel send FORGETs, which come through /dev/fuse.
 fn small_file_round(dir: &std::path::Path) -> u64 {
     fs::create_dir(dir).unwrap();
     for i in 0..200 {
-        fs::write(
-            dir.join(format!("f{i}")),
-            format!("file {i}\n").repeat(i + 1),
-        )
-        .unwrap();
+        fs::write(dir.join(format!("f{i}")), format!("file {i}\n").repeat(i + 1)).unwrap();
     }
     assert_eq!(fs::read_dir(dir).unwrap().count(), 200);
     for i in 0..200 {
@@ -575,17 +572,12 @@ fn small_file_round(dir: &std::path::Path) -> u64 {
     }
     for i in 0..200 {
         let p = dir.join(format!("g{i}"));
-        assert_eq!(
-            fs::read_to_string(&p).unwrap(),
-            format!("file {i}\n").repeat(i + 1)
-        );
+        assert_eq!(fs::read_to_string(&p).unwrap(), format!("file {i}\n").repeat(i + 1));
         assert_eq!(
             fs::metadata(&p).unwrap().len() as usize,
             format!("file {i}\n").len() * (i + 1)
         );
-        fs::remove_file(p).unwrap();
     }
-    fs::remove_dir(dir).unwrap();
     800
 }
 
@@ -613,6 +605,7 @@ fn requests_travel_over_io_uring_by_default() {
     let ring = ring_after - ring_before;
     // "fuser-" counts the ring threads too; the rest are the /dev/fuse readers.
     let dev = (dev_after - dev_before) - ring;
+    eprintln!("ring threads woke {ring} times, /dev/fuse readers {dev} times");
     assert!(
         ring >= requests / 2 && dev < ring / 4,
         "requests did not come over the rings: ring threads woke {ring} times, /dev/fuse \

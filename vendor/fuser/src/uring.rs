@@ -337,6 +337,8 @@ impl Rings {
                 "{queues} possible CPUs: one queue each is more than {MAX_QUEUES}"
             )));
         }
+        // Past a few CPUs one thread per queue is plenty (and bounds the buffers' memory).
+        let per_queue = if queues > 4 { 1 } else { per_queue };
         let mut rings = Vec::new();
         for qid in 0..queues {
             for _ in 0..per_queue.max(1) {
