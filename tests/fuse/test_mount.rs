@@ -564,7 +564,11 @@ fn thread_switches(pid: u32, prefix: &str) -> (u64, usize) {
 fn small_file_round(dir: &std::path::Path) -> u64 {
     fs::create_dir(dir).unwrap();
     for i in 0..200 {
-        fs::write(dir.join(format!("f{i}")), format!("file {i}\n").repeat(i + 1)).unwrap();
+        fs::write(
+            dir.join(format!("f{i}")),
+            format!("file {i}\n").repeat(i + 1),
+        )
+        .unwrap();
     }
     assert_eq!(fs::read_dir(dir).unwrap().count(), 200);
     for i in 0..200 {
@@ -572,7 +576,10 @@ fn small_file_round(dir: &std::path::Path) -> u64 {
     }
     for i in 0..200 {
         let p = dir.join(format!("g{i}"));
-        assert_eq!(fs::read_to_string(&p).unwrap(), format!("file {i}\n").repeat(i + 1));
+        assert_eq!(
+            fs::read_to_string(&p).unwrap(),
+            format!("file {i}\n").repeat(i + 1)
+        );
         assert_eq!(
             fs::metadata(&p).unwrap().len() as usize,
             format!("file {i}\n").len() * (i + 1)

@@ -75,6 +75,11 @@ struct Header {
     ent: EntInOut,
 }
 
+thread_local! {
+    /// The ring whose loop runs on this thread (null elsewhere).
+    static SERVING: std::cell::Cell<*const Ring> = const { std::cell::Cell::new(std::ptr::null()) };
+}
+
 /// One ring entry: the buffers the kernel reads and writes, and the iovecs naming them.
 struct Slot {
     header: Box<Header>,
@@ -224,7 +229,11 @@ impl Ring {
                     .map_err(|_| io::Error::other("io_uring submission queue full"))?;
             }
         }
-        self.ring.submit()?;
+        // On the ring's own thread the loop's next `submit_and_wait` submits the entries and
+        // waits for the next request in one system call; any other thread submits now.
+        if !SERVING.with(|s| s.get() == self as *const Ring) {
+            self.ring.submit()?;
+        }
         Ok(())
     }
 
@@ -419,6 +428,7 @@ fn ring_loop<FS: Filesystem>(
     buf_len: usize,
 ) -> io::Result<()> {
     pin_to(ring.qid as usize);
+    SERVING.with(|s| s.set(Arc::as_ptr(ring)));
     // u64 words keep the request aligned for `fuse_in_header`.
     let mut words = vec![0u64; buf_len.div_ceil(8)];
     let mut done = Vec::new();
