@@ -62,6 +62,7 @@
 #   SANDFS_AGENT_UNTAR_ENTRIES entries in the untar tarball (default 4179; quick 400)
 #   SANDFS_AGENT_AUTO_CHECKPOINT_MS  [checkpoints] auto_quiet_ms for the daemon (0: off; default:
 #                              the daemon's default)
+#   SANDFS_AGENT_TRANSPORT     [fuse] transport: io_uring or device (default: the daemon's, io_uring)
 #   SANDFS_AGENT_IO            zones.<zone>.io for both zones: cached or passthrough (default: the
 #                              daemon's, cached)
 #   SANDFS_BENCH_STRICT=1      exit 1 when a goal is missed (default: only a wrong result fails)
@@ -292,6 +293,12 @@ case "$io" in
     printf '\n[zones.cache]\nio = "%s"\n\n[zones.workspace]\nio = "%s"\n' "$io" "$io" >>"$tmp/config.toml"
     ;;
   *) die "SANDFS_AGENT_IO=$io: must be passthrough or cached" ;;
+esac
+transport=${SANDFS_AGENT_TRANSPORT:-}
+case "$transport" in
+  '') ;;
+  io_uring | device) printf '\n[fuse]\ntransport = "%s"\n' "$transport" >>"$tmp/config.toml" ;;
+  *) die "SANDFS_AGENT_TRANSPORT=$transport: must be io_uring or device" ;;
 esac
 quiet_ms=2000 # the daemon's default auto_quiet_ms
 if [ -n "${SANDFS_AGENT_AUTO_CHECKPOINT_MS:-}" ]; then

@@ -861,6 +861,21 @@ pub mod io {
         Ok(n)
     }
 
+    /// Clears set-user-ID, and set-group-ID when the group may execute, as a write by a caller
+    /// without `CAP_FSETID` does. The kernel asks for it (`FUSE_WRITE_KILL_SUIDGID`) once the
+    /// daemon handles it (`FUSE_HANDLE_KILLPRIV_V2`): the daemon's own write, as root, keeps them.
+    pub fn kill_suidgid(f: &File) -> NodeResult<()> {
+        let mode = rustix::fs::fstat(f)?.st_mode;
+        let mut clear = libc::S_ISUID;
+        if mode & libc::S_IXGRP != 0 {
+            clear |= libc::S_ISGID;
+        }
+        if mode & clear != 0 {
+            rustix::fs::fchmod(f, rustix::fs::Mode::from_raw_mode(mode & 0o7777 & !clear))?;
+        }
+        Ok(())
+    }
+
     /// Syncs the file's data (and metadata unless `datasync`).
     pub fn sync(f: &File, datasync: bool) -> NodeResult<()> {
         if datasync {

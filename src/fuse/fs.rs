@@ -701,6 +701,13 @@ impl fuser::Filesystem for SandFs {
             );
             self.no_open = false;
         }
+        if self.no_open {
+            // Every write comes to the daemon, which clears set-user-ID and set-group-ID when
+            // the kernel says the writer may not keep them (`write`): the kernel then stops
+            // asking for security.capability before each write (one GETXATTR per write before;
+            // now at most one per file, SB_NOSEC). Not with passthrough, where writes bypass us.
+            let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
+        }
         if self.want_passthrough {
             match config.add_capabilities(InitFlags::FUSE_PASSTHROUGH) {
                 Ok(()) => match config.set_max_stack_depth(2) {
@@ -1198,7 +1205,7 @@ impl fuser::Filesystem for SandFs {
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
@@ -1209,11 +1216,16 @@ impl fuser::Filesystem for SandFs {
             return reply!(reply, res, |n| reply.written(n));
         }
         let append = flags.0 & libc::O_APPEND != 0;
+        // Set only with FUSE_HANDLE_KILLPRIV_V2 (see `init`), for a writer without CAP_FSETID.
+        let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
         let res = if fh.0 == 0 && append {
             // The implicit writer writes at offsets; an appending write opens its own file.
             self.io_handle(_req, ino, fh, true).and_then(|h| {
                 let f =
                     std::fs::File::from(self.reopen(&h.inode, OFlags::WRONLY | OFlags::APPEND)?);
+                if kill {
+                    node_io::kill_suidgid(&f).map_err(errno)?;
+                }
                 let n = node_io::write_at(&f, data, offset, true).map_err(errno)?;
                 h.written.fetch_add(n as u64, Ordering::Relaxed);
                 h.wrote(&self.zones);
@@ -1221,6 +1233,9 @@ impl fuser::Filesystem for SandFs {
             })
         } else {
             self.io_handle(_req, ino, fh, true).and_then(|h| {
+                if kill {
+                    node_io::kill_suidgid(h.file(self)?).map_err(errno)?;
+                }
                 let n = node_io::write_at(h.file(self)?, data, offset, append).map_err(errno)?;
                 h.written.fetch_add(n as u64, Ordering::Relaxed);
                 h.wrote(&self.zones);

@@ -626,6 +626,45 @@ fn requests_travel_over_io_uring_by_default() {
 }
 
 #[test]
+fn a_write_by_a_caller_without_cap_fsetid_clears_setuid_and_setgid_on_a_cached_mount() {
+    // The cached mode takes over clearing them (FUSE_HANDLE_KILLPRIV_V2), so the kernel stops
+    // asking for security.capability before each write.
+    assert!(
+        rustix::process::getuid().is_root(),
+        "this test writes as another uid with setpriv and must run as root (CI and `make test` do)"
+    );
+    let setpriv = crate::support::tools::require_tool("setpriv", "util-linux");
+    let m = Daemon::mounted(CACHED);
+    let f = m.ws().join("setid");
+    fs::write(&f, "one\n").unwrap();
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o6777)).unwrap();
+    let mode = |f: &std::path::Path| fs::metadata(f).unwrap().permissions().mode() & 0o7777;
+    // Root keeps them (CAP_FSETID), as on any file system.
+    fs::OpenOptions::new()
+        .append(true)
+        .open(&f)
+        .unwrap()
+        .write_all(b"two\n")
+        .unwrap();
+    assert_eq!(mode(&f), 0o6777);
+    // Another uid writes through a descriptor root opened (the path is not its to walk).
+    let out = fs::OpenOptions::new().append(true).open(&f).unwrap();
+    let status = Command::new(setpriv)
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .args(["sh", "-c", "echo three"])
+        .stdout(out)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert_eq!(fs::read_to_string(&f).unwrap(), "one\ntwo\nthree\n");
+    assert_eq!(mode(&f), 0o0777, "set-user-ID and set-group-ID survive the write");
+    assert_eq!(
+        fs::metadata(m.workspace().join("setid")).unwrap().permissions().mode() & 0o7777,
+        0o0777
+    );
+}
+
+#[test]
 fn requests_travel_through_dev_fuse_when_configured() {
     let m = Daemon::mounted(&format!("{DEVICE}{CACHED}"));
     let pid = m.pid();
