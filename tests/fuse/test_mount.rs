@@ -657,9 +657,17 @@ fn a_write_by_a_caller_without_cap_fsetid_clears_setuid_and_setgid_on_a_cached_m
         .unwrap();
     assert!(status.success());
     assert_eq!(fs::read_to_string(&f).unwrap(), "one\ntwo\nthree\n");
-    assert_eq!(mode(&f), 0o0777, "set-user-ID and set-group-ID survive the write");
     assert_eq!(
-        fs::metadata(m.workspace().join("setid")).unwrap().permissions().mode() & 0o7777,
+        mode(&f),
+        0o0777,
+        "set-user-ID and set-group-ID survive the write"
+    );
+    assert_eq!(
+        fs::metadata(m.workspace().join("setid"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777,
         0o0777
     );
 }
