@@ -31,6 +31,7 @@
 #   SANDFS_FUSE_FILES    files in the metadata tree (default 10000)
 #   SANDFS_FUSE_ONLY     comma-separated subset of: io,meta,rg (default: all)
 #   SANDFS_FUSE_IO       zones.<zone>.io of the mount: cached (the daemon's default) or passthrough
+#   SANDFS_FUSE_TRANSPORT  [fuse] transport: io_uring or device (default: the daemon's, io_uring)
 #   SANDFS_BENCH_STRICT  1: exit 1 when a target is missed (default: only a wrong result fails)
 #   SANDFS_BIN           use this sandfs binary instead of building target/release/sandfs
 #   SANDFS_FUSE_AUTO_CHECKPOINT_MS  [checkpoints] auto_quiet_ms for the daemon (0: automatic
@@ -48,6 +49,7 @@ runtime=${SANDFS_FUSE_RUNTIME:-4}
 nfiles=${SANDFS_FUSE_FILES:-10000}
 only=${SANDFS_FUSE_ONLY:-io,meta,rg}
 io=${SANDFS_FUSE_IO:-cached}
+transport=${SANDFS_FUSE_TRANSPORT:-}
 strict=${SANDFS_BENCH_STRICT:-0}
 cargo=${CARGO:-cargo}
 literal='unsafe impl'
@@ -57,6 +59,8 @@ me=fuse.sh
 # shellcheck source=benches/lib.sh
 . benches/lib.sh
 [[ $io == passthrough || $io == cached ]] || die "SANDFS_FUSE_IO=$io: must be passthrough or cached"
+[[ -z $transport || $transport == io_uring || $transport == device ]] ||
+  die "SANDFS_FUSE_TRANSPORT=$transport: must be io_uring or device"
 want() { [[ ",$only," == *",$1,"* ]]; }
 
 # --- tools ---------------------------------------------------------------------------------------
@@ -183,6 +187,9 @@ io = "$io"
 dir = '$tmpfs'
 io = "$io"
 EOF
+if [ -n "$transport" ]; then
+  printf '\n[fuse]\ntransport = "%s"\n' "$transport" >>"$tmp/config.toml"
+fi
 if [ -n "${SANDFS_FUSE_AUTO_CHECKPOINT_MS:-}" ]; then
   printf '\n[checkpoints]\nauto_quiet_ms = %s\n' "$SANDFS_FUSE_AUTO_CHECKPOINT_MS" >>"$tmp/config.toml"
 fi
