@@ -85,8 +85,17 @@ impl Drop for Mount {
     }
 }
 
+/// Whether a mount's answer says its daemon is gone: ENOTCONN, or ECONNABORTED when the
+/// connection was torn down with its io_uring queues (a daemon killed while serving over rings).
+pub fn daemon_gone(answer: &Result<rustix::fs::StatVfs, rustix::io::Errno>) -> bool {
+    matches!(
+        answer,
+        Err(rustix::io::Errno::NOTCONN | rustix::io::Errno::CONNABORTED)
+    )
+}
+
 /// Makes `path` usable as a mount point: creates it, and lazily unmounts a stale FUSE mount whose
-/// daemon died (its connection answers ENOTCONN).
+/// daemon died (its connection answers ENOTCONN or ECONNABORTED, [`daemon_gone`]).
 pub fn prepare_mountpoint(path: &Path) -> Result<(), MountError> {
     let bad = |reason: String| MountError::MountPoint {
         path: path.display().to_string(),
@@ -110,7 +119,7 @@ pub fn prepare_mountpoint(path: &Path) -> Result<(), MountError> {
                 unmount_lazily(path)
                     .map_err(|e| bad(format!("cannot clear the stale mount: {e}")))?;
             }
-            Some(Err(rustix::io::Errno::NOTCONN)) => {
+            Some(answer) if daemon_gone(&answer) => {
                 tracing::warn!(mount = %path.display(), "stale mount found (a crashed daemon?); unmounting it lazily");
                 unmount_lazily(path)
                     .map_err(|e| bad(format!("cannot clear the stale mount: {e}")))?;

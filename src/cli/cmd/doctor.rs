@@ -357,7 +357,7 @@ fn mount_point(path: &Path) -> Check {
     let shown = path.display();
     if crate::fuse::is_mounted(path) {
         return match rustix::fs::statvfs(path) {
-            Err(rustix::io::Errno::NOTCONN) => warn(
+            gone if crate::fuse::daemon_gone(&gone) => warn(
                 C,
                 format!("{shown}: a stale mount of a daemon that died"),
                 format!("nothing (`sandfs serve` clears it), or by hand: fusermount3 -uz {shown}"),

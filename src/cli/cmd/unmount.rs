@@ -53,7 +53,7 @@ pub fn run(config: Option<&Path>, json: bool, _: &Args) -> ExitCode {
         }
     }
     match answer.unwrap_or(Err(rustix::io::Errno::NOTCONN)) {
-        Err(rustix::io::Errno::NOTCONN) => match crate::fuse::unmount_lazily(mount) {
+        gone if crate::fuse::daemon_gone(&gone) => match crate::fuse::unmount_lazily(mount) {
             Ok(()) => {
                 say(
                     "unmounted",
