@@ -1233,10 +1233,11 @@ impl fuser::Filesystem for SandFs {
             })
         } else {
             self.io_handle(_req, ino, fh, true).and_then(|h| {
+                let f = h.file(self)?;
                 if kill {
-                    node_io::kill_suidgid(h.file(self)?).map_err(errno)?;
+                    node_io::kill_suidgid(f).map_err(errno)?;
                 }
-                let n = node_io::write_at(h.file(self)?, data, offset, append).map_err(errno)?;
+                let n = node_io::write_at(f, data, offset, append).map_err(errno)?;
                 h.written.fetch_add(n as u64, Ordering::Relaxed);
                 h.wrote(&self.zones);
                 Ok(n as u32)
