@@ -23,7 +23,13 @@
 #   tar         tar -C TREE -cf - .   (into hyperfine's pipe: GNU tar reads no file contents when its
 #               archive is /dev/null, so `tar -cf /dev/null .` would only stat the files)
 #   untar       (once, not per tree) a tarball of registry crates with ~4,179 entries, made once on
-#               the native disk, unpacked into the workspace, then `rm -rf` of what it unpacked
+#               the native disk, unpacked into the workspace, then `rm -rf` of what it unpacked.
+#               Unpacked into untar-fs/ in the workspace: a fresh journaled ext4 (a loop-mounted
+#               image made at each start; SANDFS_AGENT_UNTAR_ON=backing: the backing dir itself).
+#               On an ext4 without a journal (as this machine's root may be) the inode allocator
+#               skips every inode freed in the last 60-300 s, one by one, so each untar + rm -rf
+#               makes the next side's untar slower (up to 10x, native included): the figures
+#               then measure the order of the sides, not the sides
 # Every command writes into a pipe (hyperfine --output=pipe); git runs with no global/system config.
 #
 # warm      hyperfine -N --warmup W --runs R per side, after one check run whose output must be the
@@ -60,9 +66,11 @@
 #   SANDFS_AGENT_REQUESTS=0    skip the requests pass
 #   SANDFS_AGENT_MAX_FILES     cap of the registry tree, in files (default 26000)
 #   SANDFS_AGENT_UNTAR_ENTRIES entries in the untar tarball (default 4179; quick 400)
+#   SANDFS_AGENT_UNTAR_ON      image (default: a fresh journaled ext4 image, see untar) or backing
 #   SANDFS_AGENT_AUTO_CHECKPOINT_MS  [checkpoints] auto_quiet_ms for the daemon (0: off; default:
 #                              the daemon's default)
 #   SANDFS_AGENT_TRANSPORT     [fuse] transport: io_uring or device (default: the daemon's, io_uring)
+#   SANDFS_AGENT_PREFETCH      [fuse] prefetch: true or false (default: the daemon's, true)
 #   SANDFS_AGENT_IO            zones.<zone>.io for both zones: cached or passthrough (default: the
 #                              daemon's, cached)
 #   SANDFS_BENCH_STRICT=1      exit 1 when a goal is missed (default: only a wrong result fails)
@@ -128,7 +136,14 @@ tarball=$data/deps.tar
 mkdir -p "$ws" "$zones/cache" "$results"
 [[ $ws =~ ^[A-Za-z0-9/._+-]+$ ]] || die "the repository path $repo has characters the commands here do not quote"
 rm -f "$results"/*.json "$results"/*.tsv "$results"/*.txt "$results"/*.log
-rm -rf "$ws/untar-scratch"
+untar_on=${SANDFS_AGENT_UNTAR_ON:-image}
+case $untar_on in
+  image) scratch=untar-fs/untar-scratch ;;
+  backing) scratch=untar-scratch ;;
+  *) die "SANDFS_AGENT_UNTAR_ON=$untar_on: must be image or backing" ;;
+esac
+mountpoint -q "$ws/untar-fs" 2>/dev/null && umount "$ws/untar-fs"
+rm -rf "$ws/untar-scratch" "$ws/untar-fs"
 
 # Mount points live in a temp dir that records its owner: a run killed with SIGKILL leaves mounts
 # behind, which the next run clears (only when their owner is gone).
@@ -159,6 +174,8 @@ cleanup() {
   mountpoint -q "$mnt" && fusermount3 -u -z "$mnt"
   mountpoint -q "$bind" && fusermount3 -u -z "$bind"
   rm -rf "$ws/untar-scratch"
+  mountpoint -q "$ws/untar-fs" && umount "$ws/untar-fs"
+  rm -rf "$ws/untar-fs" "$data/untar.img"
   rm -rf "$tmp"
   exit "$rc"
 }
@@ -276,6 +293,16 @@ done
 # allocator scan the inodes just freed, and the untar runs slow each other down.
 chattr +T "$ws" 2>/dev/null || true
 
+# The untar workload's file system: a fresh journaled ext4 in the workspace (see untar above).
+if want untar && [ "$untar_on" = image ]; then
+  need_tools mkfs.ext4:e2fsprogs
+  rm -f "$data/untar.img"
+  truncate -s 2G "$data/untar.img"
+  mkfs.ext4 -q -F -O has_journal "$data/untar.img"
+  mkdir -p "$ws/untar-fs"
+  mount -o loop "$data/untar.img" "$ws/untar-fs"
+fi
+
 # --- sides ---------------------------------------------------------------------------------------
 cat >"$tmp/config.toml" <<EOF
 state_dir = '$tmp/state'
@@ -295,10 +322,17 @@ case "$io" in
   *) die "SANDFS_AGENT_IO=$io: must be passthrough or cached" ;;
 esac
 transport=${SANDFS_AGENT_TRANSPORT:-}
+prefetch=${SANDFS_AGENT_PREFETCH:-}
+printf '\n[fuse]\n' >>"$tmp/config.toml"
 case "$transport" in
   '') ;;
-  io_uring | device) printf '\n[fuse]\ntransport = "%s"\n' "$transport" >>"$tmp/config.toml" ;;
+  io_uring | device) printf 'transport = "%s"\n' "$transport" >>"$tmp/config.toml" ;;
   *) die "SANDFS_AGENT_TRANSPORT=$transport: must be io_uring or device" ;;
+esac
+case "$prefetch" in
+  '') ;;
+  true | false) printf 'prefetch = %s\n' "$prefetch" >>"$tmp/config.toml" ;;
+  *) die "SANDFS_AGENT_PREFETCH=$prefetch: must be true or false" ;;
 esac
 quiet_ms=2000 # the daemon's default auto_quiet_ms
 if [ -n "${SANDFS_AGENT_AUTO_CHECKPOINT_MS:-}" ]; then
@@ -410,7 +444,7 @@ if want untar; then jobs+=("deps:untar"); fi
 # cmd_of JOB SIDE: the command line (for hyperfine -N and for sh -c alike).
 cmd_of() {
   local t=${1%%:*} w=${1#*:} r=${root[$2]}
-  local d=$r/$t s=$r/untar-scratch
+  local d=$r/$t s=$r/$scratch
   case $w in
     rg-literal) printf '%s' "rg -n -F 'unsafe impl' $d" ;;
     rg-regex) printf '%s' "rg -n 'impl<[^>]*> (Drop|Clone) for' $d" ;;
@@ -435,11 +469,11 @@ check() {
     find) find "$r/$t" -type f -printf '%s %P\n' | grep -v ' \.git/index$' | sort >"$out" ;;
     tar) sh -c "$cmd" | tar -tvf - | grep -Ev ' \./\.git(/|$)' | sort >"$out" ;;
     untar)
-      rm -rf "$r/untar-scratch"
-      mkdir "$r/untar-scratch"
-      tar -xf "$tarball" -C "$r/untar-scratch"
-      find "$r/untar-scratch" -printf '%y %s %m %P\n' | sort >"$out"
-      rm -rf "$r/untar-scratch"
+      rm -rf "${r:?}/$scratch"
+      mkdir "$r/$scratch"
+      tar -xf "$tarball" -C "$r/$scratch"
+      find "$r/$scratch" -printf '%y %s %m %P\n' | sort >"$out"
+      rm -rf "${r:?}/$scratch"
       ;;
   esac
   local n
@@ -646,7 +680,13 @@ tree_info() { # TREE
   echo "quick=$quick"
   for t in "${trees[@]}"; do echo "tree_$t=$(tree_info "$t")"; done
   [[ ",$trees_wanted," != *,registry,* ]] || echo "registry_crates=${#crates[@]}"
-  if want untar; then echo "untar_entries=$(tar -tf "$tarball" | wc -l)"; fi
+  if want untar; then
+    echo "untar_entries=$(tar -tf "$tarball" | wc -l)"
+    case $untar_on in
+      image) echo "untar_on=a fresh journaled ext4 image (loop)" ;;
+      backing) echo "untar_on=the backing dir ($(findmnt -n -o FSTYPE -T "$ws"))" ;;
+    esac
+  fi
   echo "bindfs=$(bindfs --version 2>&1 | sed -n 1p)"
   echo "rg=$(rg --version | sed -n 1p)"
   echo "git=$(git --version)"
@@ -753,7 +793,8 @@ text = "\n".join([
     f"{env['cpus']} × {env['cpu']}, {env['mem_gb']} GB RAM, {env['os']}, kernel {env['kernel']}, "
     f"backing dir on {env['fs']}; {env['bindfs']}, {env['rg']}, {env['git']}, {env['tar']}, {env['hyperfine']}",
     f"sandfs: {env['passthrough'] or '(no passthrough line in the daemon log)'}",
-    f"trees: {trees}" + (f"; untar: {untar_n} entries" if "untar_entries" in env else ""),
+    f"trees: {trees}"
+    + (f"; untar: {untar_n} entries, on {env.get('untar_on', '?')}" if "untar_entries" in env else ""),
     f"inode numbers of one file: {env['inos']}",
     f"warm: hyperfine median of {env['runs']} runs after {env['warmup']} warmup runs; cold: median of "
     f"{env['cold_reps']} first runs after a fresh mount and drop_caches",

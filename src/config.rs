@@ -129,12 +129,30 @@ pub enum IoMode {
 }
 
 /// `[fuse]`: how the mount talks to the kernel.
-#[derive(Debug, Clone, Copy, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FuseSection {
     /// How the kernel hands the mount's requests to the daemon.
     #[serde(default)]
     pub transport: Transport,
+    /// Read ahead of a walk through the mount: when the kernel lists a directory, a thread
+    /// reads its subdirectories and stats their entries on the backing disk (see
+    /// `core::prefetch`). Default true.
+    #[serde(default = "yes")]
+    pub prefetch: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for FuseSection {
+    fn default() -> Self {
+        FuseSection {
+            transport: Transport::default(),
+            prefetch: true,
+        }
+    }
 }
 
 /// `fuse.transport`: how requests travel between the kernel and the daemon.
@@ -1000,6 +1018,8 @@ pub struct Settings {
     pub socket: PathBuf,
     pub mount: PathBuf,
     pub mount_transport: Transport,
+    /// `[fuse] prefetch`: metadata read-ahead for walks through the mount.
+    pub mount_prefetch: bool,
     pub zones: Vec<ZoneSettings>,
     pub limits: Limits,
     pub allowed_uids: Vec<u32>,
@@ -1347,6 +1367,7 @@ fn resolve(
         socket,
         mount,
         mount_transport: file.fuse.transport,
+        mount_prefetch: file.fuse.prefetch,
         zones,
         limits: l,
         allowed_uids: file.api.allowed_uids,
@@ -1624,6 +1645,22 @@ mod tests {
         );
         let e = load("[fuse]\nthreads = 3\n").unwrap_err().to_string();
         assert!(e.contains("threads"), "{e}");
+    }
+
+    #[test]
+    fn prefetch_is_on_by_default_and_takes_only_a_boolean() {
+        assert!(load("").unwrap().mount_prefetch);
+        assert!(load(DEFAULT_CONFIG).unwrap().mount_prefetch);
+        assert!(
+            load("[fuse]\ntransport = \"device\"\n")
+                .unwrap()
+                .mount_prefetch
+        );
+        assert!(!load("[fuse]\nprefetch = false\n").unwrap().mount_prefetch);
+        let e = load("[fuse]\nprefetch = \"yes\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("prefetch") && e.contains("bool"), "{e}");
     }
 
     #[test]

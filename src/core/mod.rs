@@ -24,6 +24,7 @@ mod node_tests;
 mod ops;
 pub mod own;
 pub mod path;
+pub mod prefetch;
 pub mod provider;
 pub mod remote_zone;
 pub mod retention;

@@ -319,3 +319,100 @@ fn a_file_with_one_link_is_held_by_name_and_checked_so_a_reused_name_is_never_an
     assert!(!l.is_pinned());
     assert_eq!(z.node_readlink(&l).unwrap(), b"target");
 }
+
+/// Write-behind starts the writeback of a sequential run a whole chunk at a time, and only of
+/// what the run wrote; a write elsewhere starts a new run, so scattered small writes never do.
+#[test]
+fn write_behind_writes_back_whole_chunks_of_sequential_runs_only() {
+    use super::node::io::{WriteBehind, WRITE_BEHIND_CHUNK as CHUNK};
+    let wb = WriteBehind::default();
+    let mib = 1usize << 20;
+    let chunk_writes = (CHUNK as usize) / mib;
+    let mut flushed = Vec::new();
+    for i in 0..(2 * chunk_writes + 3) {
+        if let Some(r) = wb.advance((i * mib) as u64, mib) {
+            flushed.push(r);
+        }
+    }
+    assert_eq!(flushed, vec![(0, CHUNK), (CHUNK, CHUNK)]);
+    // Small writes all over a file (an editor, a database): never a whole chunk in a row.
+    let wb = WriteBehind::default();
+    for i in 0..10_000u64 {
+        let offset = (i * 7919 % 1000) * 4096;
+        assert_eq!(wb.advance(offset, 4096), None, "write {i} at {offset}");
+    }
+    // A run that starts mid-file counts from where it starts.
+    let wb = WriteBehind::default();
+    let start = 5 * CHUNK + 17;
+    assert_eq!(wb.advance(start, mib), None);
+    let mut at = start + mib as u64;
+    let mut got = None;
+    while got.is_none() {
+        got = wb.advance(at, mib);
+        at += mib as u64;
+    }
+    assert_eq!(got, Some((start, at - start)));
+    assert!(at - start >= CHUNK && at - start < CHUNK + mib as u64);
+}
+
+/// The read-ahead thread warms the subdirectories it is given, leaves their access times as
+/// they were, and never follows a name out of the zone: a symlink to a directory outside, or
+/// a name with a slash or `..`, is not opened.
+#[test]
+fn prefetch_warms_subdirectories_in_place_and_never_leaves_the_zone() {
+    use super::prefetch::Prefetch;
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let z = zones_with(dir.path(), "");
+    let ws = root(&z);
+    let ws_dir = dir.path().join("z/workspace");
+    for d in ["a", "b", "c"] {
+        std::fs::create_dir_all(ws_dir.join(d).join("inner")).unwrap();
+        std::fs::write(ws_dir.join(d).join("f"), "x").unwrap();
+    }
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret"), "s").unwrap();
+    std::os::unix::fs::symlink(outside.path(), ws_dir.join("out")).unwrap();
+    // An access time long ago, so that any read of the directory would move it.
+    let old = rustix::fs::Timespec {
+        tv_sec: 1_000_000_000,
+        tv_nsec: 0,
+    };
+    let times = rustix::fs::Timestamps {
+        last_access: old,
+        last_modification: old,
+    };
+    for d in ["a", "b", "c"] {
+        rustix::fs::utimensat(
+            rustix::fs::CWD,
+            ws_dir.join(d),
+            &times,
+            rustix::fs::AtFlags::empty(),
+        )
+        .unwrap();
+    }
+    let outside_atime = std::fs::metadata(outside.path()).unwrap().atime();
+
+    let p = Prefetch::start().unwrap();
+    let names = ["a", "b", "out", "../z", "c/inner", "c", "missing"];
+    p.subdirs(&ws, names.iter().map(OsStr::new));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while p.warmed() < 3 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Let it finish whatever else it would (wrongly) do.
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(p.warmed(), 3, "a, b and c, and nothing else");
+    for d in ["a", "b", "c"] {
+        assert_eq!(
+            std::fs::metadata(ws_dir.join(d)).unwrap().atime(),
+            1_000_000_000,
+            "{d}'s access time moved"
+        );
+    }
+    assert_eq!(
+        std::fs::metadata(outside.path()).unwrap().atime(),
+        outside_atime
+    );
+    drop(p); // stops and joins its thread
+}

@@ -50,7 +50,33 @@ pub struct OwnChanges {
     /// Backing paths sandfs removed (by the API, git or a mirror pull), and when: a later change
     /// beside sandfs to their directory must not make their removal look like someone else's.
     removed: Mutex<HashMap<PathBuf, Instant>>,
+    /// Writes through the mount under way, by backing inode: between a write's system call and
+    /// its [`OwnChanges::note`] the file is not as sandfs last noted it, yet the change is its own.
+    writing: Mutex<HashMap<(u64, u64), u32>>,
 }
+
+/// A write through the mount under way ([`OwnChanges::writing`]); ends when dropped, after the
+/// write was noted.
+pub struct Writing<'a> {
+    own: &'a OwnChanges,
+    key: (u64, u64),
+}
+
+impl Drop for Writing<'_> {
+    fn drop(&mut self) {
+        let mut w = self.own.writing.lock().expect("not poisoned");
+        if let Some(n) = w.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                w.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// How long the watcher waits for a write under way to be noted before it takes the change for
+/// someone else's (a write takes well under a millisecond; a stuck one costs one invalidation).
+const WRITE_NOTE_WAIT: Duration = Duration::from_millis(50);
 
 /// Handles open for writing on one backing inode, and its virtual path at the last open.
 type Writers = (u32, Option<VPath>);
@@ -101,6 +127,38 @@ impl OwnChanges {
     /// reused by a file created elsewhere.
     pub fn forget(&self, key: (u64, u64)) {
         self.marks.lock().expect("not poisoned").remove(&key);
+    }
+
+    /// Counts a write through the mount to the backing inode `key` as under way until the
+    /// returned guard is dropped (which the writer does after noting the file as it left it).
+    pub fn writing(&self, key: (u64, u64)) -> Writing<'_> {
+        *self
+            .writing
+            .lock()
+            .expect("not poisoned")
+            .entry(key)
+            .or_default() += 1;
+        Writing { own: self, key }
+    }
+
+    /// Waits (at most [`WRITE_NOTE_WAIT`]) until no write through the mount to the backing
+    /// inode `key` is under way; true when one was. The watcher calls it before it takes a
+    /// change to a file for someone else's: what it saw may be a write not noted yet.
+    pub fn wait_for_writes(&self, key: (u64, u64)) -> bool {
+        let busy = || {
+            self.writing
+                .lock()
+                .expect("not poisoned")
+                .contains_key(&key)
+        };
+        if !busy() {
+            return false;
+        }
+        let start = Instant::now();
+        while busy() && start.elapsed() < WRITE_NOTE_WAIT {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        true
     }
 
     /// Counts a handle open for writing through the mount, at `path`.

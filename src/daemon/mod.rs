@@ -118,6 +118,7 @@ pub fn run(settings: Settings, no_mount: bool) -> anyhow::Result<()> {
             4,
             io,
             settings.mount_transport,
+            settings.mount_prefetch,
         )?)
     };
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -154,11 +154,19 @@ impl Beside {
         if is_temp(&path) {
             return;
         }
-        let st = rustix::fs::lstat(&path).ok();
+        let mut st = rustix::fs::lstat(&path).ok();
+        let own = self.zones.own();
+        if st
+            .as_ref()
+            .is_some_and(|s| !own.is_own(s) && own.wait_for_writes((s.st_dev, s.st_ino)))
+        {
+            // A write through the mount was under way: look again now that it is noted.
+            st = rustix::fs::lstat(&path).ok();
+        }
         let is_dir = st
             .as_ref()
             .is_some_and(|st| FileType::from_raw_mode(st.st_mode).is_dir());
-        if self.zones.own().is_own_change_at(&path, st.as_ref()) {
+        if own.is_own_change_at(&path, st.as_ref()) {
             if is_dir {
                 // Made or moved in through sandfs: watched, not journaled again.
                 self.adopt(&path, false);

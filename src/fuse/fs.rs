@@ -34,6 +34,7 @@ use super::remote::{RemoteTree, REMOTE_FH_BASE};
 use crate::config::IoMode;
 use crate::config::Transport;
 use crate::core::node::{io as node_io, AttrChange, Caller, RenameMode, SetTime};
+use crate::core::prefetch::Prefetch;
 use crate::core::{VPath, ZoneId, Zones};
 use crate::state::{Origin, Via};
 
@@ -60,6 +61,8 @@ struct Handle {
     /// wrote (milliseconds on [`now_ms`]'s clock), and the file's size after that write
     /// (`u64::MAX`: not known).
     implicit: Option<((u64, u64), AtomicU64, AtomicU64)>,
+    /// Starts the disk writeback of long sequential writes early ([`node_io::WriteBehind`]).
+    behind: node_io::WriteBehind,
 }
 
 /// Milliseconds since the first call, on a monotonic clock.
@@ -120,6 +123,28 @@ fn end_idle_writers(zones: Arc<Zones>, implicit: std::sync::Weak<Implicit>) {
 }
 
 impl Handle {
+    /// An open file of `inode`, read-only and unwritten until the caller says otherwise.
+    fn new(
+        inode: Arc<Inode>,
+        file: Option<std::fs::File>,
+        flags: OFlags,
+        origin: Origin,
+    ) -> Handle {
+        Handle {
+            file: file.map(OnceLock::from).unwrap_or_default(),
+            flags,
+            inode,
+            backing: None,
+            writable: false,
+            origin,
+            written: AtomicU64::new(0),
+            dirty: AtomicBool::new(false),
+            writer_key: None,
+            implicit: None,
+            behind: node_io::WriteBehind::default(),
+        }
+    }
+
     /// Counts a change made through the handle. An implicit writer also notes when, and the
     /// file as it left it: the watcher then takes a change by anyone else for theirs.
     fn wrote(&self, zones: &Zones) {
@@ -198,6 +223,8 @@ pub struct SandFs {
     /// Ask the kernel for FUSE over io_uring (`mount_transport = "io_uring"`).
     want_uring: bool,
     started: SystemTime,
+    /// Metadata read-ahead of walks (`[fuse] prefetch`).
+    prefetch: Option<Prefetch>,
     /// The zones served from a sandbox, by zone index.
     remote: [Option<Arc<RemoteTree>>; 2],
 }
@@ -259,11 +286,12 @@ fn plain_name(name: &OsStr) -> Res<&OsStr> {
 
 impl SandFs {
     /// The file system over `zones`; `io` is each zone's I/O mode, by zone index; `transport`
-    /// says whether to ask for FUSE over io_uring.
+    /// says whether to ask for FUSE over io_uring; `prefetch`, whether to read ahead of walks.
     pub fn new(
         zones: Arc<Zones>,
         io: [IoMode; 2],
         transport: Transport,
+        prefetch: bool,
     ) -> std::io::Result<SandFs> {
         let inodes = Arc::new(Inodes::new());
         let zones_for_remote = zones.clone();
@@ -304,6 +332,11 @@ impl SandFs {
             want_passthrough: !no_open,
             want_uring: transport == Transport::IoUring,
             started: SystemTime::now(),
+            prefetch: if prefetch {
+                Some(Prefetch::start()?)
+            } else {
+                None
+            },
             remote: ZoneId::ALL
                 .map(|id| RemoteTree::new(zones_for_remote.clone(), id).map(Arc::new)),
         })
@@ -514,16 +547,10 @@ impl SandFs {
         self.handles.write().expect("not poisoned").insert(
             fh,
             Arc::new(Handle {
-                file: file.map(OnceLock::from).unwrap_or_default(),
-                flags,
-                inode: inode.clone(),
                 backing,
                 writable,
-                origin: SandFs::origin(req),
-                written: AtomicU64::new(0),
-                dirty: AtomicBool::new(false),
                 writer_key,
-                implicit: None,
+                ..Handle::new(inode.clone(), file, flags, SandFs::origin(req))
             }),
         );
         fh
@@ -654,6 +681,15 @@ impl SandFs {
             .zones
             .node_read_dir(inode, &self.press())
             .map_err(errno)?;
+        if let Some(p) = &self.prefetch {
+            // A listing is often the first step of a walk: the subdirectories come next.
+            let subdirs: Vec<&OsStr> = entries
+                .iter()
+                .filter(|(_, kind, _)| *kind == FileType::Directory)
+                .map(|(name, _, _)| name.as_os_str())
+                .collect();
+            p.subdirs(&inode.node, subdirs.into_iter());
+        }
         Ok(entries
             .into_iter()
             .map(|(name, kind, backing)| {
@@ -1223,6 +1259,10 @@ impl fuser::Filesystem for SandFs {
             self.io_handle(_req, ino, fh, true).and_then(|h| {
                 let f =
                     std::fs::File::from(self.reopen(&h.inode, OFlags::WRONLY | OFlags::APPEND)?);
+                let _writing = h
+                    .implicit
+                    .as_ref()
+                    .map(|(key, _, _)| self.zones.own().writing(*key));
                 if kill {
                     node_io::kill_suidgid(&f).map_err(errno)?;
                 }
@@ -1234,10 +1274,19 @@ impl fuser::Filesystem for SandFs {
         } else {
             self.io_handle(_req, ino, fh, true).and_then(|h| {
                 let f = h.file(self)?;
+                // Until `wrote` has noted the file, the watcher waits before calling the change
+                // someone else's (which would drop the kernel's cache of the file being written).
+                let _writing = h
+                    .implicit
+                    .as_ref()
+                    .map(|(key, _, _)| self.zones.own().writing(*key));
                 if kill {
                     node_io::kill_suidgid(f).map_err(errno)?;
                 }
                 let n = node_io::write_at(f, data, offset, append).map_err(errno)?;
+                if !append {
+                    h.behind.wrote(f, offset, n);
+                }
                 h.written.fetch_add(n as u64, Ordering::Relaxed);
                 h.wrote(&self.zones);
                 Ok(n as u32)
@@ -1859,18 +1908,12 @@ impl SandFs {
         };
         let (file, st) = self.reopen_checked(&i, flags, op)?;
         if !write {
-            return Ok(Arc::new(Handle {
-                file: OnceLock::from(file),
+            return Ok(Arc::new(Handle::new(
+                i,
+                Some(file),
                 flags,
-                inode: i,
-                backing: None,
-                writable: false,
-                origin: SandFs::origin(req),
-                written: AtomicU64::new(0),
-                dirty: AtomicBool::new(false),
-                writer_key: None,
-                implicit: None,
-            }));
+                SandFs::origin(req),
+            )));
         }
         Ok(self.add_implicit(req, i, file, flags, &st))
     }
@@ -1895,16 +1938,9 @@ impl SandFs {
             .write_pending(key.0, key.1, self.zones.node_vpath(&inode));
         let ino = inode.ino;
         let h = Arc::new(Handle {
-            file: OnceLock::from(file),
-            flags,
-            inode,
-            backing: None,
             writable: true,
-            origin: SandFs::origin(req),
-            written: AtomicU64::new(0),
-            dirty: AtomicBool::new(false),
-            writer_key: None,
             implicit: Some((key, AtomicU64::new(now_ms()), AtomicU64::new(u64::MAX))),
+            ..Handle::new(inode, Some(file), flags, SandFs::origin(req))
         });
         implicit.insert(ino, h.clone());
         h

@@ -233,12 +233,14 @@ pub fn mount(
     threads: usize,
     io: [IoMode; 2],
     transport: Transport,
+    prefetch: bool,
 ) -> Result<Mount, MountError> {
     prepare_mountpoint(mountpoint)?;
-    let fs = fs::SandFs::new(zones.clone(), io, transport).map_err(|e| MountError::Mount {
-        path: mountpoint.display().to_string(),
-        source: e,
-    })?;
+    let fs =
+        fs::SandFs::new(zones.clone(), io, transport, prefetch).map_err(|e| MountError::Mount {
+            path: mountpoint.display().to_string(),
+            source: e,
+        })?;
     let inodes = fs.inodes.clone();
     let root = rustix::process::geteuid().is_root();
     let mut config = Config::default();

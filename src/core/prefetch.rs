@@ -1,0 +1,181 @@
+//! Metadata read-ahead for the mount: when the kernel lists a directory, the backing entries of
+//! its subdirectories are read and stat'ed on a thread of their own, ahead of the caller.
+//!
+//! A program walking a tree through the mount (`find`, `ls -R`, an editor's indexer) waits for
+//! each directory in turn: the kernel asks for a listing, the daemon reads the backing directory
+//! and stats every entry, and on a cold disk each of those reads is a disk access made while
+//! everything else stands still. Native `find` pays the same accesses; through the mount they
+//! also wait behind the round trips. The read-ahead thread warms the backing file system's own
+//! caches (directory blocks, inodes, dentries) for the directories the walk will open next, so
+//! the disk works while the walk goes on, and the daemon finds them in memory when asked.
+//!
+//! Invariants: it changes nothing and hands nothing out (what it reads only warms the kernel's
+//! caches of the backing file system; every answer to the kernel is still read by the request
+//! that gives it, with the zone's rules); it opens only plain names from a listing, beneath the
+//! pinned descriptor of their parent, with `O_NOFOLLOW | O_DIRECTORY` (never outside the zone)
+//! and `O_NOATIME` where allowed (a directory nobody listed keeps its access time); its work is
+//! bounded ([`MAX_JOBS`] queued, newest first, the oldest dropped; [`MAX_ENTRIES`] stat'ed per
+//! directory; a directory warmed in the last [`REWARM_AFTER`] is not read again).
+
+use std::collections::{HashMap, VecDeque};
+use std::ffi::{OsStr, OsString};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rustix::fs::{AtFlags, Mode, OFlags};
+
+use super::node::Node;
+
+/// Directories waiting to be warmed at most (each holds its parent's descriptor).
+pub const MAX_JOBS: usize = 256;
+/// Entries stat'ed per directory at most.
+pub const MAX_ENTRIES: usize = 4096;
+/// A directory warmed this recently is not warmed again.
+pub const REWARM_AFTER: Duration = Duration::from_secs(2);
+/// Directories remembered as warmed at most (then the memory starts afresh).
+const MAX_WARMED: usize = 1 << 16;
+
+/// The read-ahead thread and its queue; dropping it stops the thread.
+pub struct Prefetch {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+#[derive(Default)]
+struct Shared {
+    state: Mutex<State>,
+    wake: Condvar,
+    stop: AtomicBool,
+}
+
+#[derive(Default)]
+struct State {
+    /// (parent directory, name): served newest first, as a depth-first walk wants them.
+    jobs: VecDeque<(Arc<Node>, OsString)>,
+    /// Backing directories warmed, by `(st_dev, st_ino)`, and when.
+    warmed: HashMap<(u64, u64), Instant>,
+    /// Directories warmed so far (for tests and the log).
+    count: u64,
+}
+
+impl Prefetch {
+    /// Starts the read-ahead thread.
+    pub fn start() -> std::io::Result<Prefetch> {
+        let shared = Arc::new(Shared::default());
+        let s = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("sandfs-prefetch".into())
+            .spawn(move || s.run())?;
+        Ok(Prefetch {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// Queues the subdirectories `names` of the directory `dir`, to be warmed before anything
+    /// queued earlier, the first name first.
+    pub fn subdirs<'a>(&self, dir: &Arc<Node>, names: impl DoubleEndedIterator<Item = &'a OsStr>) {
+        let mut st = self.shared.state.lock().expect("not poisoned");
+        let mut queued = false;
+        for name in names.rev() {
+            // Listings give plain names; anything else is not a subdirectory of `dir`.
+            let b = name.as_encoded_bytes();
+            if b.is_empty() || b == b"." || b == b".." || b.contains(&b'/') {
+                continue;
+            }
+            if st.jobs.len() >= MAX_JOBS {
+                st.jobs.pop_front();
+            }
+            st.jobs.push_back((dir.clone(), name.to_os_string()));
+            queued = true;
+        }
+        if queued {
+            self.shared.wake.notify_one();
+        }
+    }
+
+    /// Directories warmed since the start.
+    pub fn warmed(&self) -> u64 {
+        self.shared.state.lock().expect("not poisoned").count
+    }
+}
+
+impl Drop for Prefetch {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        // Under the lock: the thread is either waiting (and woken) or about to look at `stop`.
+        let _st = self.shared.state.lock().expect("not poisoned");
+        self.shared.wake.notify_all();
+        drop(_st);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Shared {
+    fn run(&self) {
+        loop {
+            let (dir, name) = {
+                let mut st = self.state.lock().expect("not poisoned");
+                loop {
+                    if self.stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    if let Some(job) = st.jobs.pop_back() {
+                        break job;
+                    }
+                    st = self.wake.wait(st).expect("not poisoned");
+                }
+            };
+            self.warm(&dir, &name);
+        }
+    }
+
+    /// Reads the directory `name` in `dir` and stats its entries; errors end it quietly (the
+    /// request that comes for it, if one does, reports them).
+    fn warm(&self, dir: &Node, name: &OsStr) {
+        let Ok(dfd) = dir.fd() else { return };
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = match rustix::fs::openat(&dfd, name, flags | OFlags::NOATIME, Mode::empty()) {
+            // O_NOATIME is for the owner (or CAP_FOWNER) only.
+            Err(rustix::io::Errno::PERM) => rustix::fs::openat(&dfd, name, flags, Mode::empty()),
+            other => other,
+        };
+        let Ok(fd) = fd else { return };
+        let Ok(st) = rustix::fs::fstat(&fd) else {
+            return;
+        };
+        {
+            let mut s = self.state.lock().expect("not poisoned");
+            let key = (st.st_dev, st.st_ino);
+            if s.warmed
+                .get(&key)
+                .is_some_and(|at| at.elapsed() < REWARM_AFTER)
+            {
+                return;
+            }
+            if s.warmed.len() >= MAX_WARMED {
+                s.warmed.clear();
+            }
+            s.warmed.insert(key, Instant::now());
+            s.count += 1;
+        }
+        let Ok(entries) = rustix::fs::Dir::read_from(&fd) else {
+            return;
+        };
+        for ent in entries.take(MAX_ENTRIES + 2) {
+            let Ok(ent) = ent else { break };
+            let n = ent.file_name().to_bytes();
+            if n == b"." || n == b".." {
+                continue;
+            }
+            let _ = rustix::fs::statat(&fd, ent.file_name(), AtFlags::SYMLINK_NOFOLLOW);
+            if self.stop.load(Ordering::Relaxed) {
+                return;
+            }
+        }
+    }
+}
