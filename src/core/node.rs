@@ -108,6 +108,15 @@ impl Node {
         self.at.lock().expect("not poisoned").clone()
     }
 
+    /// The directory a node held by name lives in (`None` when pinned).
+    pub fn parent(&self) -> Option<Arc<Node>> {
+        self.at
+            .lock()
+            .expect("not poisoned")
+            .as_ref()
+            .map(|(d, _)| d.clone())
+    }
+
     fn check(&self, st: &Stat) -> NodeResult<()> {
         if (st.st_dev, st.st_ino) == (self.dev, self.ino) {
             Ok(())

@@ -416,3 +416,97 @@ fn prefetch_warms_subdirectories_in_place_and_never_leaves_the_zone() {
     );
     drop(p); // stops and joins its thread
 }
+
+/// Pages of the file at `path` in the page cache, and pages in all.
+fn resident(path: &Path) -> (usize, usize) {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(path).unwrap();
+    let len = f.metadata().unwrap().len() as usize;
+    let pages = len.div_ceil(4096);
+    let mut vec = vec![0u8; pages];
+    // SAFETY: a read-only shared mapping of an open file, unmapped below; mincore writes one
+    // byte per page into `vec`, which has at least that many.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        );
+        assert_ne!(p, libc::MAP_FAILED);
+        assert_eq!(libc::mincore(p, len, vec.as_mut_ptr()), 0);
+        libc::munmap(p, len);
+    }
+    (vec.iter().filter(|b| **b & 1 != 0).count(), pages)
+}
+
+/// Drops the file at `path` from the page cache (written back first).
+fn evict(path: &Path) {
+    let f = std::fs::File::open(path).unwrap();
+    rustix::fs::fsync(&f).unwrap();
+    rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed).unwrap();
+}
+
+/// The read-ahead of a directory's files brings its small regular files into the page cache,
+/// and nothing else: not a large file, not a file behind a symlink (which may point out of the
+/// zone), not a file with a second link (which may be named outside it).
+#[test]
+fn prefetch_reads_ahead_the_small_files_of_a_directory_only() {
+    use super::prefetch::{Prefetch, MAX_FILE_BYTES};
+    // On the disk of the build (a page cache that can be dropped; /tmp may be a tmpfs).
+    let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/tmp");
+    std::fs::create_dir_all(&base).unwrap();
+    let dir = tempfile::tempdir_in(&base).unwrap();
+    let outside = tempfile::tempdir_in(&base).unwrap();
+    let z = zones_with(dir.path(), "");
+    let ws = root(&z);
+    let d = dir.path().join("z/workspace/d");
+    std::fs::create_dir_all(&d).unwrap();
+    let small: Vec<_> = (0..5).map(|i| d.join(format!("small{i}.rs"))).collect();
+    for p in &small {
+        std::fs::write(p, vec![b'x'; 20_000]).unwrap();
+    }
+    let large = d.join("large.bin");
+    std::fs::write(&large, vec![b'y'; MAX_FILE_BYTES as usize + 4096]).unwrap();
+    let secret = outside.path().join("secret");
+    std::fs::write(&secret, vec![b's'; 8192]).unwrap();
+    std::os::unix::fs::symlink(&secret, d.join("link")).unwrap();
+    let linked = outside.path().join("linked");
+    std::fs::write(&linked, vec![b'l'; 8192]).unwrap();
+    std::fs::hard_link(&linked, d.join("hard")).unwrap();
+    let all: Vec<&Path> = small
+        .iter()
+        .map(|p| p.as_path())
+        .chain([large.as_path(), secret.as_path(), linked.as_path()])
+        .collect();
+    for p in &all {
+        evict(p);
+        assert_eq!(
+            resident(p).0,
+            0,
+            "{} stays in the page cache after POSIX_FADV_DONTNEED: this test needs a disk-backed \
+             target dir",
+            p.display()
+        );
+    }
+    let p = Prefetch::start().unwrap();
+    let node = child(&z, &ws, "d");
+    p.files(&node);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while small.iter().any(|f| resident(f).0 < resident(f).1)
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for f in &small {
+        let (r, n) = resident(f);
+        assert_eq!(r, n, "{} was not read ahead", f.display());
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    for f in [&large, &secret, &linked] {
+        assert_eq!(resident(f).0, 0, "{} was read ahead", f.display());
+    }
+    drop(p);
+}

@@ -9,6 +9,12 @@
 //! caches (directory blocks, inodes, dentries) for the directories the walk will open next, so
 //! the disk works while the walk goes on, and the daemon finds them in memory when asked.
 //!
+//! The same thread reads ahead of a program that reads a directory's files one after another
+//! (`tar`, `rg`, `cat *`): when the kernel asks for the start of a file that is not in its page
+//! cache, the small regular files beside it ([`MAX_FILE_BYTES`] each, [`MAX_DIR_BYTES`] in all)
+//! are handed to the backing disk's read-ahead (`POSIX_FADV_WILLNEED`, which starts the reads and
+//! waits for none), so the next files are on their way while this one is served.
+//!
 //! Invariants: it changes nothing and hands nothing out (what it reads only warms the kernel's
 //! caches of the backing file system; every answer to the kernel is still read by the request
 //! that gives it, with the zone's rules); it opens only plain names from a listing, beneath the
@@ -36,6 +42,18 @@ pub const MAX_ENTRIES: usize = 4096;
 pub const REWARM_AFTER: Duration = Duration::from_secs(2);
 /// Directories remembered as warmed at most (then the memory starts afresh).
 const MAX_WARMED: usize = 1 << 16;
+/// Files larger than this are left to the kernel's own read-ahead when it reads them.
+pub const MAX_FILE_BYTES: u64 = 256 << 10;
+/// Bytes of files read ahead per directory at most.
+pub const MAX_DIR_BYTES: u64 = 8 << 20;
+
+/// What the thread warms.
+enum Job {
+    /// The subdirectory `name` of a directory: its listing and its entries' inodes.
+    Subdir(Arc<Node>, OsString),
+    /// The small regular files of a directory: their data.
+    Files(Arc<Node>),
+}
 
 /// The read-ahead thread and its queue; dropping it stops the thread.
 pub struct Prefetch {
@@ -52,10 +70,10 @@ struct Shared {
 
 #[derive(Default)]
 struct State {
-    /// (parent directory, name): served newest first, as a depth-first walk wants them.
-    jobs: VecDeque<(Arc<Node>, OsString)>,
-    /// Backing directories warmed, by `(st_dev, st_ino)`, and when.
-    warmed: HashMap<(u64, u64), Instant>,
+    /// Served newest first, as a depth-first walk wants them.
+    jobs: VecDeque<Job>,
+    /// Backing directories warmed, by `(st_dev, st_ino)` and whether their files were, and when.
+    warmed: HashMap<(u64, u64, bool), Instant>,
     /// Directories warmed so far (for tests and the log).
     count: u64,
 }
@@ -88,12 +106,31 @@ impl Prefetch {
             if st.jobs.len() >= MAX_JOBS {
                 st.jobs.pop_front();
             }
-            st.jobs.push_back((dir.clone(), name.to_os_string()));
+            st.jobs
+                .push_back(Job::Subdir(dir.clone(), name.to_os_string()));
             queued = true;
         }
         if queued {
             self.shared.wake.notify_one();
         }
+    }
+
+    /// Queues the small files of the directory `dir` for read-ahead, to be served first.
+    pub fn files(&self, dir: &Arc<Node>) {
+        let key = (dir.dev, dir.ino, true);
+        let mut st = self.shared.state.lock().expect("not poisoned");
+        if st
+            .warmed
+            .get(&key)
+            .is_some_and(|at| at.elapsed() < REWARM_AFTER)
+        {
+            return;
+        }
+        if st.jobs.len() >= MAX_JOBS {
+            st.jobs.pop_front();
+        }
+        st.jobs.push_back(Job::Files(dir.clone()));
+        self.shared.wake.notify_one();
     }
 
     /// Directories warmed since the start.
@@ -118,7 +155,7 @@ impl Drop for Prefetch {
 impl Shared {
     fn run(&self) {
         loop {
-            let (dir, name) = {
+            let job = {
                 let mut st = self.state.lock().expect("not poisoned");
                 loop {
                     if self.stop.load(Ordering::Relaxed) {
@@ -130,7 +167,74 @@ impl Shared {
                     st = self.wake.wait(st).expect("not poisoned");
                 }
             };
-            self.warm(&dir, &name);
+            match job {
+                Job::Subdir(dir, name) => self.warm(&dir, &name),
+                Job::Files(dir) => self.read_ahead(&dir),
+            }
+        }
+    }
+
+    /// Notes the directory `st` describes as warmed (its files, with `files`) now; false when
+    /// it was already, lately.
+    fn first_warm(&self, st: &rustix::fs::Stat, files: bool) -> bool {
+        let mut s = self.state.lock().expect("not poisoned");
+        let key = (st.st_dev, st.st_ino, files);
+        if s.warmed
+            .get(&key)
+            .is_some_and(|at| at.elapsed() < REWARM_AFTER)
+        {
+            return false;
+        }
+        if s.warmed.len() >= MAX_WARMED {
+            s.warmed.clear();
+        }
+        s.warmed.insert(key, Instant::now());
+        s.count += 1;
+        true
+    }
+
+    /// Hands the small regular files of `dir` to the backing disk's read-ahead.
+    fn read_ahead(&self, dir: &Node) {
+        let Ok(dfd) = dir.fd() else { return };
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let Ok(fd) = open_noatime(&dfd, OsStr::new("."), flags) else {
+            return;
+        };
+        let Ok(st) = rustix::fs::fstat(&fd) else {
+            return;
+        };
+        if !self.first_warm(&st, true) {
+            return;
+        }
+        let Ok(entries) = rustix::fs::Dir::read_from(&fd) else {
+            return;
+        };
+        let mut budget = MAX_DIR_BYTES;
+        for ent in entries.take(MAX_ENTRIES + 2) {
+            let Ok(ent) = ent else { break };
+            if ent.file_type() != rustix::fs::FileType::RegularFile {
+                continue;
+            }
+            let Ok(st) = rustix::fs::statat(&fd, ent.file_name(), AtFlags::SYMLINK_NOFOLLOW) else {
+                continue;
+            };
+            let size = st.st_size as u64;
+            if size == 0 || size > MAX_FILE_BYTES || st.st_nlink != 1 {
+                continue;
+            }
+            if size > budget || self.stop.load(Ordering::Relaxed) {
+                return;
+            }
+            budget -= size;
+            let file_flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+            if let Ok(f) = open_noatime(&fd, ent.file_name(), file_flags) {
+                let _ = rustix::fs::fadvise(
+                    &f,
+                    0,
+                    std::num::NonZeroU64::new(size),
+                    rustix::fs::Advice::WillNeed,
+                );
+            }
         }
     }
 
@@ -139,29 +243,14 @@ impl Shared {
     fn warm(&self, dir: &Node, name: &OsStr) {
         let Ok(dfd) = dir.fd() else { return };
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let fd = match rustix::fs::openat(&dfd, name, flags | OFlags::NOATIME, Mode::empty()) {
-            // O_NOATIME is for the owner (or CAP_FOWNER) only.
-            Err(rustix::io::Errno::PERM) => rustix::fs::openat(&dfd, name, flags, Mode::empty()),
-            other => other,
+        let Ok(fd) = open_noatime(&dfd, name, flags) else {
+            return;
         };
-        let Ok(fd) = fd else { return };
         let Ok(st) = rustix::fs::fstat(&fd) else {
             return;
         };
-        {
-            let mut s = self.state.lock().expect("not poisoned");
-            let key = (st.st_dev, st.st_ino);
-            if s.warmed
-                .get(&key)
-                .is_some_and(|at| at.elapsed() < REWARM_AFTER)
-            {
-                return;
-            }
-            if s.warmed.len() >= MAX_WARMED {
-                s.warmed.clear();
-            }
-            s.warmed.insert(key, Instant::now());
-            s.count += 1;
+        if !self.first_warm(&st, false) {
+            return;
         }
         let Ok(entries) = rustix::fs::Dir::read_from(&fd) else {
             return;
@@ -177,5 +266,19 @@ impl Shared {
                 return;
             }
         }
+    }
+}
+
+/// Opens `name` beneath `dir` with `flags` and `O_NOATIME`, or without it where the kernel
+/// allows that to the owner (or `CAP_FOWNER`) only.
+fn open_noatime<P: rustix::path::Arg + Copy>(
+    dir: impl std::os::fd::AsFd,
+    name: P,
+    flags: OFlags,
+) -> rustix::io::Result<std::os::fd::OwnedFd> {
+    let dir = dir.as_fd();
+    match rustix::fs::openat(dir, name, flags | OFlags::NOATIME, Mode::empty()) {
+        Err(rustix::io::Errno::PERM) => rustix::fs::openat(dir, name, flags, Mode::empty()),
+        other => other,
     }
 }

@@ -1226,6 +1226,12 @@ impl fuser::Filesystem for SandFs {
             return reply!(reply, t.read(fh.0, offset, size), |buf| reply.data(&buf));
         }
         let res = self.io_handle(_req, ino, fh, false).and_then(|h| {
+            if offset == 0 {
+                if let (Some(p), Some(dir)) = (&self.prefetch, h.inode.parent()) {
+                    // The start of a file not in the page cache: its neighbours may come next.
+                    p.files(&dir);
+                }
+            }
             let mut buf = vec![0u8; size as usize];
             let n = node_io::read_at(h.file(self)?, &mut buf, offset).map_err(errno)?;
             buf.truncate(n);
