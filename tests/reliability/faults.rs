@@ -85,10 +85,15 @@ fn a_full_disk_is_no_space_and_keeps_earlier_files() {
         "seed\n"
     );
     assert_eq!(temp_files(&fs.dir), Vec::<std::path::PathBuf>::new());
-    api.ok(
-        "/v1/fs/write",
-        json!({"path": "/workspace/after.txt", "content": "fits\n"}),
-    );
+    // The removed file's space comes back once the kernel forgets its inode (FORGET, sent
+    // after the unlink's reply): the mount holds the file until then, as an open descriptor
+    // in any process would have to. Under load that takes a moment.
+    let body = json!({"path": "/workspace/after.txt", "content": "fits\n"});
+    let start = std::time::Instant::now();
+    while api.post("/v1/fs/write", &body).is_err() && start.elapsed().as_secs() < 5 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    api.ok("/v1/fs/write", body);
     m.stop();
 }
 
