@@ -74,8 +74,17 @@ struct State {
     jobs: VecDeque<Job>,
     /// Backing directories warmed, by `(st_dev, st_ino)` and whether their files were, and when.
     warmed: HashMap<(u64, u64, bool), Instant>,
-    /// Directories warmed so far (for tests and the log).
+    /// Directories warmed so far (for tests).
     count: u64,
+}
+
+impl State {
+    /// True when `key` was warmed less than [`REWARM_AFTER`] ago.
+    fn warmed_lately(&self, key: &(u64, u64, bool)) -> bool {
+        self.warmed
+            .get(key)
+            .is_some_and(|at| at.elapsed() < REWARM_AFTER)
+    }
 }
 
 impl Prefetch {
@@ -117,13 +126,8 @@ impl Prefetch {
 
     /// Queues the small files of the directory `dir` for read-ahead, to be served first.
     pub fn files(&self, dir: &Arc<Node>) {
-        let key = (dir.dev, dir.ino, true);
         let mut st = self.shared.state.lock().expect("not poisoned");
-        if st
-            .warmed
-            .get(&key)
-            .is_some_and(|at| at.elapsed() < REWARM_AFTER)
-        {
+        if st.warmed_lately(&(dir.dev, dir.ino, true)) {
             return;
         }
         if st.jobs.len() >= MAX_JOBS {
@@ -142,10 +146,11 @@ impl Prefetch {
 impl Drop for Prefetch {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Relaxed);
-        // Under the lock: the thread is either waiting (and woken) or about to look at `stop`.
-        let _st = self.shared.state.lock().expect("not poisoned");
-        self.shared.wake.notify_all();
-        drop(_st);
+        {
+            // Under the lock: the thread is either waiting (and woken) or about to see `stop`.
+            let _st = self.shared.state.lock().expect("not poisoned");
+            self.shared.wake.notify_all();
+        }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -174,15 +179,31 @@ impl Shared {
         }
     }
 
+    /// Opens the directory `name` beneath `dir` (never through a symlink) and its listing,
+    /// unless it (its files, with `files`) was warmed lately; notes it as warmed now.
+    fn listing(
+        &self,
+        dir: &Node,
+        name: &OsStr,
+        files: bool,
+    ) -> Option<(std::os::fd::OwnedFd, rustix::fs::Dir)> {
+        let dfd = dir.fd().ok()?;
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = open_noatime(&dfd, name, flags).ok()?;
+        let st = rustix::fs::fstat(&fd).ok()?;
+        if !self.first_warm(&st, files) {
+            return None;
+        }
+        let entries = rustix::fs::Dir::read_from(&fd).ok()?;
+        Some((fd, entries))
+    }
+
     /// Notes the directory `st` describes as warmed (its files, with `files`) now; false when
     /// it was already, lately.
     fn first_warm(&self, st: &rustix::fs::Stat, files: bool) -> bool {
         let mut s = self.state.lock().expect("not poisoned");
         let key = (st.st_dev, st.st_ino, files);
-        if s.warmed
-            .get(&key)
-            .is_some_and(|at| at.elapsed() < REWARM_AFTER)
-        {
+        if s.warmed_lately(&key) {
             return false;
         }
         if s.warmed.len() >= MAX_WARMED {
@@ -195,18 +216,7 @@ impl Shared {
 
     /// Hands the small regular files of `dir` to the backing disk's read-ahead.
     fn read_ahead(&self, dir: &Node) {
-        let Ok(dfd) = dir.fd() else { return };
-        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
-        let Ok(fd) = open_noatime(&dfd, OsStr::new("."), flags) else {
-            return;
-        };
-        let Ok(st) = rustix::fs::fstat(&fd) else {
-            return;
-        };
-        if !self.first_warm(&st, true) {
-            return;
-        }
-        let Ok(entries) = rustix::fs::Dir::read_from(&fd) else {
+        let Some((fd, entries)) = self.listing(dir, OsStr::new("."), true) else {
             return;
         };
         let mut budget = MAX_DIR_BYTES;
@@ -241,18 +251,7 @@ impl Shared {
     /// Reads the directory `name` in `dir` and stats its entries; errors end it quietly (the
     /// request that comes for it, if one does, reports them).
     fn warm(&self, dir: &Node, name: &OsStr) {
-        let Ok(dfd) = dir.fd() else { return };
-        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let Ok(fd) = open_noatime(&dfd, name, flags) else {
-            return;
-        };
-        let Ok(st) = rustix::fs::fstat(&fd) else {
-            return;
-        };
-        if !self.first_warm(&st, false) {
-            return;
-        }
-        let Ok(entries) = rustix::fs::Dir::read_from(&fd) else {
+        let Some((fd, entries)) = self.listing(dir, name, false) else {
             return;
         };
         for ent in entries.take(MAX_ENTRIES + 2) {

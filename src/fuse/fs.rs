@@ -145,6 +145,15 @@ impl Handle {
         }
     }
 
+    /// For an implicit writer, marks a write as under way until the guard is dropped (after
+    /// [`Handle::wrote`] noted it): the watcher waits for it before calling the change someone
+    /// else's, which would drop the kernel's cache of the file being written.
+    fn writing<'z>(&self, zones: &'z Zones) -> Option<crate::core::own::Writing<'z>> {
+        self.implicit
+            .as_ref()
+            .map(|(key, _, _)| zones.own().writing(*key))
+    }
+
     /// Counts a change made through the handle. An implicit writer also notes when, and the
     /// file as it left it: the watcher then takes a change by anyone else for theirs.
     fn wrote(&self, zones: &Zones) {
@@ -683,12 +692,11 @@ impl SandFs {
             .map_err(errno)?;
         if let Some(p) = &self.prefetch {
             // A listing is often the first step of a walk: the subdirectories come next.
-            let subdirs: Vec<&OsStr> = entries
+            let subdirs = entries
                 .iter()
                 .filter(|(_, kind, _)| *kind == FileType::Directory)
-                .map(|(name, _, _)| name.as_os_str())
-                .collect();
-            p.subdirs(&inode.node, subdirs.into_iter());
+                .map(|(name, _, _)| name.as_os_str());
+            p.subdirs(&inode.node, subdirs);
         }
         Ok(entries
             .into_iter()
@@ -1265,10 +1273,7 @@ impl fuser::Filesystem for SandFs {
             self.io_handle(_req, ino, fh, true).and_then(|h| {
                 let f =
                     std::fs::File::from(self.reopen(&h.inode, OFlags::WRONLY | OFlags::APPEND)?);
-                let _writing = h
-                    .implicit
-                    .as_ref()
-                    .map(|(key, _, _)| self.zones.own().writing(*key));
+                let _writing = h.writing(&self.zones);
                 if kill {
                     node_io::kill_suidgid(&f).map_err(errno)?;
                 }
@@ -1280,12 +1285,7 @@ impl fuser::Filesystem for SandFs {
         } else {
             self.io_handle(_req, ino, fh, true).and_then(|h| {
                 let f = h.file(self)?;
-                // Until `wrote` has noted the file, the watcher waits before calling the change
-                // someone else's (which would drop the kernel's cache of the file being written).
-                let _writing = h
-                    .implicit
-                    .as_ref()
-                    .map(|(key, _, _)| self.zones.own().writing(*key));
+                let _writing = h.writing(&self.zones);
                 if kill {
                     node_io::kill_suidgid(f).map_err(errno)?;
                 }
