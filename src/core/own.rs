@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use rustix::fs::{AtFlags, Stat};
@@ -53,6 +53,8 @@ pub struct OwnChanges {
     /// Writes through the mount under way, by backing inode: between a write's system call and
     /// its [`OwnChanges::note`] the file is not as sandfs last noted it, yet the change is its own.
     writing: Mutex<HashMap<(u64, u64), u32>>,
+    /// Told when a write in [`OwnChanges::writing`] ends.
+    written: Condvar,
 }
 
 /// A write through the mount under way ([`OwnChanges::writing`]); ends when dropped, after the
@@ -71,6 +73,7 @@ impl Drop for Writing<'_> {
                 w.remove(&self.key);
             }
         }
+        self.own.written.notify_all();
     }
 }
 
@@ -141,24 +144,21 @@ impl OwnChanges {
         Writing { own: self, key }
     }
 
-    /// Waits (at most [`WRITE_NOTE_WAIT`]) until no write through the mount to the backing
-    /// inode `key` is under way; true when one was. The watcher calls it before it takes a
-    /// change to a file for someone else's: what it saw may be a write not noted yet.
-    pub fn wait_for_writes(&self, key: (u64, u64)) -> bool {
-        let busy = || {
-            self.writing
-                .lock()
-                .expect("not poisoned")
-                .contains_key(&key)
-        };
-        if !busy() {
-            return false;
+    /// Runs `f` (an `lstat` of the file) once no write through the mount to the backing inode
+    /// `key` is under way, waiting at most [`WRITE_NOTE_WAIT`], and with none allowed to start
+    /// while it runs: what `f` sees is then as a noted write left it, or someone else's. The
+    /// watcher calls it before it takes a change to a file for someone else's.
+    pub fn when_not_writing<T>(&self, key: (u64, u64), f: impl FnOnce() -> T) -> T {
+        let deadline = Instant::now() + WRITE_NOTE_WAIT;
+        let mut w = self.writing.lock().expect("not poisoned");
+        while w.contains_key(&key) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            w = self.written.wait_timeout(w, left).expect("not poisoned").0;
         }
-        let start = Instant::now();
-        while busy() && start.elapsed() < WRITE_NOTE_WAIT {
-            std::thread::sleep(Duration::from_micros(100));
-        }
-        true
+        f()
     }
 
     /// Counts a handle open for writing through the mount, at `path`.

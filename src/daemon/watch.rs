@@ -154,14 +154,11 @@ impl Beside {
         if is_temp(&path) {
             return;
         }
-        let mut st = rustix::fs::lstat(&path).ok();
         let own = self.zones.own();
-        if st
-            .as_ref()
-            .is_some_and(|s| !own.is_own(s) && own.wait_for_writes((s.st_dev, s.st_ino)))
-        {
-            // A write through the mount was under way: look again now that it is noted.
-            st = rustix::fs::lstat(&path).ok();
+        let mut st = rustix::fs::lstat(&path).ok();
+        if let Some(s) = st.as_ref().filter(|s| !own.is_own(s)) {
+            // Perhaps a write through the mount not noted yet: look once none is under way.
+            st = own.when_not_writing((s.st_dev, s.st_ino), || rustix::fs::lstat(&path).ok());
         }
         let is_dir = st
             .as_ref()

@@ -893,8 +893,11 @@ fn a_file_written_through_a_cached_mount_stays_in_the_page_cache() {
     // Past the watcher's settle time, so any invalidation it would send has been sent.
     std::thread::sleep(Duration::from_millis(600));
     let (resident, pages) = resident_pages(&fs::File::open(&path).unwrap());
-    assert_eq!(
-        resident, pages,
+    // The watcher's invalidations dropped nearly every page (0 of 65,536 after a 256 MiB
+    // write). Without any, a few pages (under 1 %) were still seen gone in about one run in
+    // seven, with no change beside the mount logged: the kernel's, cause not found.
+    assert!(
+        resident * 10 >= pages * 9,
         "{resident} of {pages} pages of a file just written through the mount are cached"
     );
     let rows = m.journal(200);
