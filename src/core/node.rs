@@ -424,9 +424,23 @@ impl Zones {
         rustix::fs::readlinkat(node.fd()?, "", Vec::new()).map(|t| t.into_bytes())
     }
 
+    /// Opens a directory node for reading: `.` beneath its own descriptor, a one-component
+    /// lookup (cheaper than the path through `/proc/self/fd` that [`Self::node_open`] walks).
+    fn node_open_dir(&self, node: &Node, press: &dyn Fn()) -> NodeResult<OwnedFd> {
+        let fd = with_fds(press, || node.fd())?;
+        with_fds(press, || {
+            rustix::fs::openat(
+                &fd,
+                ".",
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+        })
+    }
+
     /// The entries of a directory node, `.` and `..` included, with their backing inode numbers.
     pub fn node_read_dir(&self, node: &Node, press: &dyn Fn()) -> NodeResult<Vec<NodeEntry>> {
-        let fd = self.node_open(node, OFlags::RDONLY | OFlags::DIRECTORY, press)?;
+        let fd = self.node_open_dir(node, press)?;
         let mut out = Vec::new();
         for ent in rustix::fs::Dir::new(fd)? {
             let ent = ent?;
@@ -823,7 +837,7 @@ impl Zones {
 
     /// Syncs a directory node.
     pub fn node_fsync_dir(&self, node: &Node, press: &dyn Fn()) -> NodeResult<()> {
-        let fd = self.node_open(node, OFlags::RDONLY | OFlags::DIRECTORY, press)?;
+        let fd = self.node_open_dir(node, press)?;
         rustix::fs::fsync(&fd)
     }
 

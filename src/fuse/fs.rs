@@ -646,13 +646,14 @@ impl SandFs {
     /// from.
     fn dir_snapshot(&self, fh: FileHandle, ino: u64, offset: u64) -> Res<Arc<DirEntries>> {
         if fh.0 == 0 {
-            let mut listings = self.listings.lock().expect("not poisoned");
             if offset != 0 {
-                if let Some(e) = listings.get(&ino) {
+                if let Some(e) = self.listings.lock().expect("not poisoned").get(&ino) {
                     return Ok(e.clone());
                 }
             }
+            // Read outside the lock: a cold directory is a disk read, and other listings go on.
             let e = Arc::new(self.list_dir(ino)?);
+            let mut listings = self.listings.lock().expect("not poisoned");
             // Bounded: a reader that stops halfway leaves its snapshot behind.
             if listings.len() >= 1024 {
                 listings.clear();
@@ -678,27 +679,21 @@ impl SandFs {
         }
     }
 
-    /// Drops the snapshot of a directory listed without an open directory once its end was sent.
-    fn listed(&self, fh: FileHandle, ino: u64, full: bool) {
-        if fh.0 == 0 && !full {
+    /// Drops the snapshot of a directory listed without an open directory once its end was sent:
+    /// a reply with no entry left. A reply that sent the last entries keeps it, so the kernel's
+    /// next request (which asks past the last entry, to learn that it was the last) is answered
+    /// from it instead of from a new listing of the directory.
+    fn listed(&self, fh: FileHandle, ino: u64, ended: bool) {
+        if fh.0 == 0 && ended {
             self.listings.lock().expect("not poisoned").remove(&ino);
         }
     }
 
     fn read_dir_entries(&self, inode: &Inode) -> Res<DirEntries> {
-        let entries = self
+        let entries: DirEntries = self
             .zones
             .node_read_dir(inode, &self.press())
-            .map_err(errno)?;
-        if let Some(p) = &self.prefetch {
-            // A listing is often the first step of a walk: the subdirectories come next.
-            let subdirs = entries
-                .iter()
-                .filter(|(_, kind, _)| *kind == FileType::Directory)
-                .map(|(name, _, _)| name.as_os_str());
-            p.subdirs(&inode.node, subdirs);
-        }
-        Ok(entries
+            .map_err(errno)?
             .into_iter()
             .map(|(name, kind, backing)| {
                 let ino = match name.as_bytes() {
@@ -708,7 +703,20 @@ impl SandFs {
                 };
                 (name, kind, ino)
             })
-            .collect())
+            .collect();
+        if let Some(p) = &self.prefetch {
+            // A listing is often the first step of a walk: the subdirectories come next. Not
+            // those the kernel holds already: they were looked up, and so read, before (as
+            // `git status` looks up every tracked file before it lists the directories).
+            let subdirs = entries
+                .iter()
+                .filter(|(_, kind, ino)| {
+                    *kind == FileType::Directory && self.inodes.get(*ino).is_none()
+                })
+                .map(|(name, _, _)| name.as_os_str());
+            p.subdirs(&inode.node, subdirs);
+        }
+        Ok(entries)
     }
 }
 
@@ -1396,14 +1404,12 @@ impl fuser::Filesystem for SandFs {
             Ok(d) => d,
             Err(e) => return reply.error(e),
         };
-        let mut full = false;
         for (i, (name, kind, ino)) in d.iter().enumerate().skip(offset as usize) {
             if reply.add(INodeNo(*ino), (i + 1) as u64, fuse_kind(*kind), name) {
-                full = true;
                 break;
             }
         }
-        self.listed(fh, dir.0, full);
+        self.listed(fh, dir.0, offset as usize >= d.len());
         reply.ok();
     }
 
@@ -1419,8 +1425,7 @@ impl fuser::Filesystem for SandFs {
             Ok(d) => d,
             Err(e) => return reply.error(e),
         };
-        let mut sent_all = true;
-        for (i, (name, _, _)) in d.iter().enumerate().skip(offset as usize) {
+        for (i, (name, kind, known)) in d.iter().enumerate().skip(offset as usize) {
             let full = if name == "." || name == ".." {
                 // The kernel takes no reference for these; answer with attributes only.
                 let target = if name == "." { ino.0 } else { ROOT_INO };
@@ -1475,6 +1480,12 @@ impl fuser::Filesystem for SandFs {
                     }
                     Err(_) => continue,
                 }
+            } else if self.inodes.get(*known).is_some() {
+                // The kernel holds this inode already (a walk that looked names up before it
+                // listed their directory, as `git status` does), and keeps its attributes, which
+                // every change through the mount or beside it invalidates: the name alone, with
+                // no stat and no new reference.
+                reply.add_name_only(INodeNo(*known), (i + 1) as u64, name, fuse_kind(*kind))
             } else {
                 match self.do_lookup(ino, name) {
                     Ok((inode, attr)) => {
@@ -1496,11 +1507,10 @@ impl fuser::Filesystem for SandFs {
                 }
             };
             if full {
-                sent_all = false;
                 break;
             }
         }
-        self.listed(fh, ino.0, !sent_all);
+        self.listed(fh, ino.0, offset as usize >= d.len());
         reply.ok();
     }
 

@@ -393,6 +393,134 @@ fn fifty_thousand_files_in_one_directory() {
     );
 }
 
+/// What a listing of `dir` says of each name: its `d_ino` and whether it is a directory,
+/// file or symlink.
+fn listing(dir: &std::path::Path) -> std::collections::BTreeMap<String, (u64, &'static str)> {
+    use std::os::unix::fs::DirEntryExt;
+    fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let t = e.file_type().unwrap();
+            let kind = if t.is_dir() {
+                "dir"
+            } else if t.is_symlink() {
+                "symlink"
+            } else {
+                "file"
+            };
+            (e.file_name().into_string().unwrap(), (e.ino(), kind))
+        })
+        .collect()
+}
+
+#[test]
+fn a_listing_after_lookups_names_every_entry_as_stat_does_and_changes_beside_still_show() {
+    // `git status` looks up every tracked name before it lists their directories; such a
+    // listing then carries names only (the kernel holds those inodes already). Each must
+    // still come with the right inode number and type, and the kernel's attributes of those
+    // names must still follow changes beside the mount.
+    let m = Daemon::mounted("");
+    let (ws, back) = (m.ws(), m.zone_dir("workspace"));
+    fs::create_dir_all(back.join("t/sub")).unwrap();
+    for i in 0..40 {
+        fs::write(back.join(format!("t/f{i:02}")), "x".repeat(i)).unwrap();
+    }
+    std::os::unix::fs::symlink("f01", back.join("t/link")).unwrap();
+    let dir = ws.join("t");
+    // A cold listing (nothing looked up), then one after every name was looked up.
+    let cold = listing(&dir);
+    let dir2 = ws.join("t/sub");
+    fs::write(back.join("t/sub/a"), "a").unwrap();
+    let mut stats = std::collections::BTreeMap::new();
+    for name in cold.keys() {
+        let md = fs::symlink_metadata(dir.join(name)).unwrap();
+        let kind = if md.is_dir() {
+            "dir"
+        } else if md.file_type().is_symlink() {
+            "symlink"
+        } else {
+            "file"
+        };
+        stats.insert(name.clone(), (md.ino(), kind));
+    }
+    assert_eq!(stats.len(), 42, "{stats:?}");
+    assert_eq!(cold, stats, "a cold listing against stat");
+    let _ = fs::symlink_metadata(dir2.join("a")).unwrap();
+    // New names beside the mount, so the kernel lists the directories again.
+    fs::write(back.join("t/late"), "late").unwrap();
+    fs::write(back.join("t/sub/b"), "b").unwrap();
+    let start = Instant::now();
+    let after = loop {
+        let l = listing(&dir);
+        if l.contains_key("late") || start.elapsed() > Duration::from_secs(2) {
+            break l;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let late = fs::symlink_metadata(dir.join("late")).unwrap();
+    stats.insert("late".into(), (late.ino(), "file"));
+    assert_eq!(after, stats, "a listing after lookups against stat");
+    let sub: Vec<_> = listing(&dir2).into_keys().collect();
+    assert_eq!(sub, ["a", "b"]);
+    // The attributes of a name listed without them still follow a change beside the mount.
+    fs::write(back.join("t/f05"), "grown beside the mount").unwrap();
+    let start = Instant::now();
+    while fs::metadata(dir.join("f05")).unwrap().len() != 22 {
+        assert!(
+            start.elapsed() < Duration::from_millis(100),
+            "the new size of f05 did not show within 100 ms"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(listing(&dir), stats);
+}
+
+#[test]
+fn writes_of_many_sizes_and_offsets_land_byte_for_byte_in_the_backing_file() {
+    // Over io_uring a WRITE is read where the kernel put it (in the ring entry, behind its
+    // headers): every size from one byte to past one entry must land whole and in place.
+    let m = Daemon::mounted("");
+    let (ws, back) = (m.ws(), m.zone_dir("workspace"));
+    let mut f = fs::File::create(ws.join("w.bin")).unwrap();
+    let mut want = Vec::new();
+    let mut seed = 7u32;
+    for size in [
+        1usize,
+        7,
+        8,
+        4095,
+        4096,
+        4097,
+        65_537,
+        1 << 20,
+        (1 << 20) + 3,
+        3 << 20,
+    ] {
+        let chunk: Vec<u8> = (0..size)
+            .map(|_| {
+                seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+                (seed >> 16) as u8
+            })
+            .collect();
+        f.write_all(&chunk).unwrap();
+        want.extend_from_slice(&chunk);
+    }
+    // An overwrite in the middle, at an odd offset.
+    f.seek(SeekFrom::Start(5_000)).unwrap();
+    f.write_all(&[0xA5; 70_001]).unwrap();
+    want[5_000..75_001].fill(0xA5);
+    f.sync_all().unwrap();
+    drop(f);
+    let got = fs::read(back.join("w.bin")).unwrap();
+    assert_eq!(got.len(), want.len());
+    assert!(
+        got == want,
+        "the backing file differs from what was written"
+    );
+    assert!(fs::read(ws.join("w.bin")).unwrap() == want);
+}
+
 #[test]
 fn more_files_than_the_fd_limit_can_be_looked_up_and_read() {
     // Each inode the kernel keeps pins one descriptor in the daemon: with 512 descriptors it

@@ -17,6 +17,12 @@
 //! Here every ring thread owns one io_uring with one entry per `depth` and answers inline, the
 //! same model as a `/dev/fuse` thread. A reply sent from another thread (a filesystem that
 //! answers later) submits under the ring's lock.
+//!
+//! A request is handed to the filesystem in the classic layout. Most are small and copied into
+//! the thread's buffer; a WRITE is not: each entry's payload buffer has room in front of it for
+//! the two headers, which are copied there, so the data (up to `max_write`) is read where the
+//! kernel put it. Its reply waits until the filesystem has returned from the request, since it
+//! is written into the same buffer.
 
 use std::cell::UnsafeCell;
 use std::io;
@@ -55,6 +61,11 @@ const HEADER_AREA: usize = 128;
 const WAKE: u64 = u64::MAX;
 /// More possible CPUs than this and the rings are not used (one queue per CPU is required).
 const MAX_QUEUES: usize = 64;
+/// Room in front of an entry's payload for `fuse_in_header` and the op header (at most
+/// `HEADER_AREA`), where a WRITE is laid out in the classic layout without moving its data.
+const HEADROOM: usize = 256;
+/// `FUSE_WRITE`: the request read in place.
+const OP_WRITE: u32 = 16;
 
 /// `struct fuse_uring_ent_in_out`.
 #[repr(C)]
@@ -83,10 +94,42 @@ thread_local! {
 /// One ring entry: the buffers the kernel reads and writes, and the iovecs naming them.
 struct Slot {
     header: Box<Header>,
-    payload: Box<[u8]>,
+    /// `HEADROOM` bytes, then the payload the kernel reads and writes (u64 words: aligned for
+    /// `fuse_in_header`).
+    words: Box<[u64]>,
+    /// Length of the payload proper.
+    payload_len: usize,
     iov: [libc::iovec; 2],
     /// The command last submitted for this entry (resubmitted after EINTR/EAGAIN).
     last: u32,
+}
+
+impl Slot {
+    /// The headroom and the payload, as bytes.
+    fn bytes(&mut self) -> &mut [u8] {
+        // SAFETY: reinterpreting initialised u64 words as bytes.
+        unsafe {
+            std::slice::from_raw_parts_mut(self.words.as_mut_ptr().cast::<u8>(), self.words.len() * 8)
+        }
+    }
+
+    /// The payload the kernel reads and writes.
+    fn payload(&mut self) -> &mut [u8] {
+        let len = self.payload_len;
+        &mut self.bytes()[HEADROOM..HEADROOM + len]
+    }
+}
+
+/// Whether a slot's request is being read in place by the filesystem.
+#[derive(Default)]
+enum Lend {
+    /// Not lent: a reply is written into the slot at once.
+    #[default]
+    No,
+    /// Lent: a reply is held until the filesystem returns.
+    Lent,
+    /// Lent, and this reply (the classic layout) waits to be written.
+    Held(Vec<u8>),
 }
 
 /// One io_uring with its entries, all registered for queue `qid`.
@@ -95,6 +138,7 @@ pub(crate) struct Ring {
     ring: IoUring<squeue::Entry128>,
     submit: Mutex<()>,
     slots: Box<[UnsafeCell<Slot>]>,
+    lend: Box<[Mutex<Lend>]>,
     qid: u16,
     dev: Arc<DevFuse>,
     wake: OwnedFd,
@@ -164,20 +208,22 @@ impl Ring {
                         reserved: 0,
                     },
                 });
-                let mut payload = vec![0u8; payload].into_boxed_slice();
+                let mut words = vec![0u64; (HEADROOM + payload).div_ceil(8)].into_boxed_slice();
                 let iov = [
                     libc::iovec {
                         iov_base: (&mut *header as *mut Header).cast(),
                         iov_len: size_of::<Header>(),
                     },
                     libc::iovec {
-                        iov_base: payload.as_mut_ptr().cast(),
-                        iov_len: payload.len(),
+                        // SAFETY: HEADROOM is within the allocation.
+                        iov_base: unsafe { words.as_mut_ptr().cast::<u8>().add(HEADROOM) }.cast(),
+                        iov_len: payload,
                     },
                 ];
                 UnsafeCell::new(Slot {
                     header,
-                    payload,
+                    words,
+                    payload_len: payload,
                     iov,
                     last: CMD_REGISTER,
                 })
@@ -187,6 +233,7 @@ impl Ring {
             ring,
             submit: Mutex::new(()),
             slots,
+            lend: (0..depth).map(|_| Mutex::new(Lend::No)).collect(),
             qid,
             dev,
             wake,
@@ -251,8 +298,19 @@ impl Ring {
 
     fn commit(&self, slot: usize, data: &[IoSlice<'_>]) -> io::Result<()> {
         {
+            let mut lend = self.lend[slot].lock();
+            if !matches!(*lend, Lend::No) {
+                // The filesystem still reads the request in this slot: the ring thread writes
+                // the reply once it has returned (`unlend`).
+                *lend = Lend::Held(data.iter().flat_map(|p| p.iter().copied()).collect());
+                return Ok(());
+            }
+        }
+        {
             // SAFETY: the slot belongs to this reply until it is committed below.
             let s = unsafe { &mut *self.slots[slot].get() };
+            let room = s.payload_len;
+            let payload = s.payload();
             let out = size_of::<abi::fuse_out_header>();
             let mut header = [0u8; 16];
             let mut filled = 0usize;
@@ -266,11 +324,11 @@ impl Ring {
                     filled += n;
                     rest = &rest[n..];
                 }
-                if written + rest.len() > s.payload.len() {
+                if written + rest.len() > room {
                     overflow = true;
                     break;
                 }
-                s.payload[written..written + rest.len()].copy_from_slice(rest);
+                payload[written..written + rest.len()].copy_from_slice(rest);
                 written += rest.len();
             }
             if overflow {
@@ -285,27 +343,55 @@ impl Ring {
         self.push(&[self.entry(slot, CMD_COMMIT_AND_FETCH)])
     }
 
-    /// Copies the request in `slot` into `buf` as the classic transport would have read it:
-    /// `fuse_in_header`, the op header, then the payload. Returns its length.
-    fn request(&self, slot: usize, buf: &mut [u8]) -> io::Result<usize> {
+    /// The request in `slot` as the classic transport would have read it: `fuse_in_header`, the
+    /// op header, then the payload. A WRITE is laid out in the slot itself, in front of its
+    /// data, and the slot is lent until `unlend`; any other request is copied into `buf`.
+    ///
+    /// # Safety
+    /// The kernel must have completed the slot's command, and the returned bytes must not be
+    /// used after the slot's reply is written (for a lent slot: after `unlend`).
+    unsafe fn request<'b>(&self, slot: usize, buf: &'b mut [u8]) -> io::Result<&'b [u8]> {
         // SAFETY: the kernel completed this slot's command; it is ours until the reply.
-        let s = unsafe { &*self.slots[slot].get() };
+        let s = unsafe { &mut *self.slots[slot].get() };
         let hdr = size_of::<abi::fuse_in_header>();
         let len = u32::from_ne_bytes(s.header.in_out[..4].try_into().unwrap()) as usize;
+        let opcode = u32::from_ne_bytes(s.header.in_out[4..8].try_into().unwrap());
         let payload = s.header.ent.payload_sz as usize;
         let op = len
             .checked_sub(hdr + payload)
-            .filter(|&op| op <= HEADER_AREA && payload <= s.payload.len() && len <= buf.len())
+            .filter(|&op| op <= HEADER_AREA && payload <= s.payload_len && len <= buf.len())
             .ok_or_else(|| {
                 io::Error::new(
                     io::ErrorKind::InvalidData,
                     format!("ring entry holds a request of {len} bytes with {payload} of payload"),
                 )
             })?;
+        let start = HEADROOM - hdr - op;
+        if opcode == OP_WRITE && start % 8 == 0 {
+            *self.lend[slot].lock() = Lend::Lent;
+            let (in_out, op_in) = (s.header.in_out, s.header.op_in);
+            let bytes = s.bytes();
+            bytes[start..start + hdr].copy_from_slice(&in_out[..hdr]);
+            bytes[start + hdr..HEADROOM].copy_from_slice(&op_in[..op]);
+            let ptr = bytes[start..].as_ptr();
+            // SAFETY: `start + len` lies within the slot's words, which live as long as the
+            // ring; the caller stops using them before the slot is written again.
+            return Ok(unsafe { std::slice::from_raw_parts(ptr, len) });
+        }
         buf[..hdr].copy_from_slice(&s.header.in_out[..hdr]);
         buf[hdr..hdr + op].copy_from_slice(&s.header.op_in[..op]);
-        buf[hdr + op..len].copy_from_slice(&s.payload[..payload]);
-        Ok(len)
+        buf[hdr + op..len].copy_from_slice(&s.payload()[..payload]);
+        Ok(&buf[..len])
+    }
+
+    /// Ends the loan of `slot` once the filesystem has returned from its request, and writes
+    /// the reply it gave meanwhile, if any.
+    fn unlend(&self, slot: usize) -> io::Result<()> {
+        let held = std::mem::take(&mut *self.lend[slot].lock());
+        match held {
+            Lend::Held(reply) => self.commit(slot, &[IoSlice::new(&reply)]),
+            Lend::No | Lend::Lent => Ok(()),
+        }
     }
 }
 
@@ -473,8 +559,10 @@ fn ring_loop<FS: Filesystem>(
             let buf = unsafe {
                 std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), words.len() * 8)
             };
-            let len = match ring.request(slot, buf) {
-                Ok(len) => len,
+            // SAFETY: the kernel completed the slot's command; the request is used only until
+            // `unlend` below.
+            let request = match unsafe { ring.request(slot, buf) } {
+                Ok(request) => request,
                 Err(e) => {
                     // Answer the request so the caller is not left waiting, then go on.
                     warn!("{e}");
@@ -492,15 +580,22 @@ fn ring_loop<FS: Filesystem>(
                 ring: ring.clone(),
                 slot,
             });
-            match RequestWithSender::new(reply, &buf[..len]) {
+            match RequestWithSender::new(reply, request) {
                 Some(req) => {
                     if let Ok(Operation::Destroy(_)) = req.request.operation() {
                         req.reply::<ReplyEmpty>().ok();
+                        drop(req);
+                        ring.unlend(slot)?;
                         return Ok(());
                     }
                     req.dispatch(se);
+                    // The request (which may point into the slot) is done with before the
+                    // reply is written there.
+                    drop(req);
+                    ring.unlend(slot)?;
                 }
                 None => {
+                    ring.unlend(slot)?;
                     return Err(io::Error::new(
                         io::ErrorKind::InvalidData,
                         "invalid request on an io_uring entry",
