@@ -416,10 +416,10 @@ fn listing(dir: &std::path::Path) -> std::collections::BTreeMap<String, (u64, &'
 
 #[test]
 fn a_listing_after_lookups_names_every_entry_as_stat_does_and_changes_beside_still_show() {
-    // `git status` looks up every tracked name before it lists their directories; such a
-    // listing then carries names only (the kernel holds those inodes already). Each must
-    // still come with the right inode number and type, and the kernel's attributes of those
-    // names must still follow changes beside the mount.
+    // `git status` looks up every tracked name before it lists their directories, and the end
+    // of a listing is answered from its snapshot. Each entry of a cold listing and of one after
+    // lookups must come with the inode number and type stat gives, a name made beside the mount
+    // must show in the next listing, and the attributes must still follow changes beside.
     let m = Daemon::mounted("");
     let (ws, back) = (m.ws(), m.zone_dir("workspace"));
     fs::create_dir_all(back.join("t/sub")).unwrap();
