@@ -679,12 +679,12 @@ impl SandFs {
         }
     }
 
-    /// Drops the snapshot of a directory listed without an open directory once its end was sent:
-    /// a reply with no entry left. A reply that sent the last entries keeps it, so the kernel's
-    /// next request (which asks past the last entry, to learn that it was the last) is answered
-    /// from it instead of from a new listing of the directory.
-    fn listed(&self, fh: FileHandle, ino: u64, ended: bool) {
-        if fh.0 == 0 && ended {
+    /// After a reply from `d` at `offset`: drops the snapshot of a directory listed without an
+    /// open directory once its end was sent, a reply with no entry left. A reply that sent the
+    /// last entries keeps it, so the kernel's next request (which asks past the last entry, to
+    /// learn that it was the last) is answered from it instead of from a new listing.
+    fn listed(&self, fh: FileHandle, ino: u64, offset: u64, d: &DirEntries) {
+        if fh.0 == 0 && offset as usize >= d.len() {
             self.listings.lock().expect("not poisoned").remove(&ino);
         }
     }
@@ -1409,7 +1409,7 @@ impl fuser::Filesystem for SandFs {
                 break;
             }
         }
-        self.listed(fh, dir.0, offset as usize >= d.len());
+        self.listed(fh, dir.0, offset, &d);
         reply.ok();
     }
 
@@ -1504,7 +1504,7 @@ impl fuser::Filesystem for SandFs {
                 break;
             }
         }
-        self.listed(fh, ino.0, offset as usize >= d.len());
+        self.listed(fh, ino.0, offset, &d);
         reply.ok();
     }
 

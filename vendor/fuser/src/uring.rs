@@ -104,13 +104,16 @@ struct Slot {
     last: u32,
 }
 
+/// Initialised u64 words as bytes (u64 words keep a request aligned for `fuse_in_header`).
+fn word_bytes(words: &mut [u64]) -> &mut [u8] {
+    // SAFETY: reinterpreting initialised u64 words as bytes.
+    unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), words.len() * 8) }
+}
+
 impl Slot {
     /// The headroom and the payload, as bytes.
     fn bytes(&mut self) -> &mut [u8] {
-        // SAFETY: reinterpreting initialised u64 words as bytes.
-        unsafe {
-            std::slice::from_raw_parts_mut(self.words.as_mut_ptr().cast::<u8>(), self.words.len() * 8)
-        }
+        word_bytes(&mut self.words)
     }
 
     /// The payload the kernel reads and writes.
@@ -344,13 +347,14 @@ impl Ring {
     }
 
     /// The request in `slot` as the classic transport would have read it: `fuse_in_header`, the
-    /// op header, then the payload. A WRITE is laid out in the slot itself, in front of its
-    /// data, and the slot is lent until `unlend`; any other request is copied into `buf`.
+    /// op header, then the payload, and whether the slot is lent. A WRITE is laid out in the
+    /// slot itself, in front of its data, and the slot is lent until `unlend`; any other request
+    /// is copied into `buf`.
     ///
     /// # Safety
     /// The kernel must have completed the slot's command, and the returned bytes must not be
     /// used after the slot's reply is written (for a lent slot: after `unlend`).
-    unsafe fn request<'b>(&self, slot: usize, buf: &'b mut [u8]) -> io::Result<&'b [u8]> {
+    unsafe fn request<'b>(&self, slot: usize, buf: &'b mut [u8]) -> io::Result<(&'b [u8], bool)> {
         // SAFETY: the kernel completed this slot's command; it is ours until the reply.
         let s = unsafe { &mut *self.slots[slot].get() };
         let hdr = size_of::<abi::fuse_in_header>();
@@ -376,12 +380,12 @@ impl Ring {
             let ptr = bytes[start..].as_ptr();
             // SAFETY: `start + len` lies within the slot's words, which live as long as the
             // ring; the caller stops using them before the slot is written again.
-            return Ok(unsafe { std::slice::from_raw_parts(ptr, len) });
+            return Ok((unsafe { std::slice::from_raw_parts(ptr, len) }, true));
         }
         buf[..hdr].copy_from_slice(&s.header.in_out[..hdr]);
         buf[hdr..hdr + op].copy_from_slice(&s.header.op_in[..op]);
         buf[hdr + op..len].copy_from_slice(&s.payload()[..payload]);
-        Ok(&buf[..len])
+        Ok((&buf[..len], false))
     }
 
     /// Ends the loan of `slot` once the filesystem has returned from its request, and writes
@@ -555,13 +559,10 @@ fn ring_loop<FS: Filesystem>(
                     }
                 };
             }
-            // SAFETY: reinterpreting initialised u64 words as bytes.
-            let buf = unsafe {
-                std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), words.len() * 8)
-            };
+            let buf = word_bytes(&mut words);
             // SAFETY: the kernel completed the slot's command; the request is used only until
             // `unlend` below.
-            let request = match unsafe { ring.request(slot, buf) } {
+            let (request, lent) = match unsafe { ring.request(slot, buf) } {
                 Ok(request) => request,
                 Err(e) => {
                     // Answer the request so the caller is not left waiting, then go on.
@@ -585,17 +586,23 @@ fn ring_loop<FS: Filesystem>(
                     if let Ok(Operation::Destroy(_)) = req.request.operation() {
                         req.reply::<ReplyEmpty>().ok();
                         drop(req);
-                        ring.unlend(slot)?;
+                        if lent {
+                            ring.unlend(slot)?;
+                        }
                         return Ok(());
                     }
                     req.dispatch(se);
                     // The request (which may point into the slot) is done with before the
                     // reply is written there.
                     drop(req);
-                    ring.unlend(slot)?;
+                    if lent {
+                        ring.unlend(slot)?;
+                    }
                 }
                 None => {
-                    ring.unlend(slot)?;
+                    if lent {
+                        ring.unlend(slot)?;
+                    }
                     return Err(io::Error::new(
                         io::ErrorKind::InvalidData,
                         "invalid request on an io_uring entry",
