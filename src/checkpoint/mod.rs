@@ -2030,6 +2030,58 @@ mod tests {
     }
 
     #[test]
+    fn changes_through_a_symlinked_directory_are_journaled_and_checkpointed_where_they_land() {
+        // The model test's shortest failure: a write to `d/a` where `d` is a symlink to `x`
+        // was journaled as `d/a`, and the next checkpoint put a file beneath the link (git:
+        // "D/F conflict") instead of reading `x` again.
+        let t = tempfile::tempdir().unwrap();
+        let (z, cps) = setup(t.path(), "");
+        z.mkdir("/workspace/x/sub", true, API).unwrap();
+        z.symlink("/workspace/d", "x", API).unwrap();
+        z.symlink("/workspace/x/up", "..", API).unwrap();
+        let first = cps.create(ZoneId::Workspace, "before", API).unwrap();
+        let pos = first.journal_pos;
+        z.write("/workspace/d/a", "a\n", API).unwrap();
+        z.write("/workspace/d/new/deep/b", "b\n", API).unwrap();
+        z.write("/workspace/d/up/d/sub/c", "c\n", API).unwrap();
+        z.edit("/workspace/d/a", "a", "A", false, API).unwrap();
+        z.mkdir("/workspace/d/e", false, API).unwrap();
+        z.symlink("/workspace/d/e/l", "../a", API).unwrap();
+        z.rename("/workspace/d/sub/c", "/workspace/d/e/c", false, API)
+            .unwrap();
+        z.delete("/workspace/d/new", true, API).unwrap();
+        let journaled = z
+            .db()
+            .journal_zone_paths_since("workspace", pos, 100)
+            .unwrap()
+            .unwrap();
+        assert!(
+            journaled.iter().all(|p| p.starts_with("x/")),
+            "every change is journaled beneath x, where it landed: {journaled:?}"
+        );
+        for p in [
+            "x/a",
+            "x/new/deep/b",
+            "x/sub/c",
+            "x/e",
+            "x/e/l",
+            "x/e/c",
+            "x/new",
+        ] {
+            assert!(journaled.iter().any(|j| j == p), "{p} in {journaled:?}");
+        }
+        let want = state(t.path());
+        assert_eq!(want["x/a"], "f:false:A\n");
+        assert_eq!(want["x/e/c"], "f:false:c\n");
+        assert_eq!(want["d"], "l:x");
+        let second = cps.create(ZoneId::Workspace, "after", API).unwrap();
+        cps.restore(first.id, &[], API).unwrap();
+        assert!(!ws(t.path()).join("x/a").exists());
+        cps.restore(second.id, &[], API).unwrap();
+        assert_eq!(state(t.path()), want, "the checkpoint holds what landed");
+    }
+
+    #[test]
     fn a_restore_of_some_paths_leaves_the_rest_and_a_diff_names_what_changed() {
         let t = tempfile::tempdir().unwrap();
         let (z, cps) = setup(t.path(), "");

@@ -466,7 +466,7 @@ impl Zones {
         replace_all: bool,
         origin: Origin,
     ) -> FsResult<EditResult> {
-        let vp = path::parse_entry(path)?;
+        let vp = self.real_entry(path)?;
         if old.is_empty() {
             return Err(FsError::invalid("old", "must not be empty"));
         }
@@ -478,7 +478,7 @@ impl Zones {
         }
         self.check_writable(&vp)?;
         let store = self.store(&vp)?;
-        let vp = store.follow(&vp)?;
+        let vp = store.real(&store.follow(&vp)?)?;
         // Held from the read to the replacement: concurrent edits of one file take turns.
         let _guard = self.locks.lock(&vp);
         let Opened { file, size, seen } = store.open_read(self, &vp)?;
@@ -535,7 +535,7 @@ impl Zones {
     /// Creates (or atomically replaces) a symlink at `path` pointing at `target`. The target is
     /// stored as given; every access through sandfs still resolves beneath the zone.
     pub fn symlink(&self, path: &str, target: &str, origin: Origin) -> FsResult<()> {
-        let vp = path::parse_entry(path)?;
+        let vp = self.real_entry(path)?;
         self.symlink_at(&vp, target, true, None, origin).map(|_| ())
     }
 
@@ -616,7 +616,7 @@ impl Zones {
         expect: Seen,
         origin: Origin,
     ) -> FsResult<Option<WriteResult>> {
-        let vp = path::parse_entry(path)?;
+        let vp = self.real_entry(path)?;
         self.check_writable(&vp)?;
         let Zone::Local(z) = self.zone(vp.zone()) else {
             return Ok(None);
@@ -643,7 +643,7 @@ impl Zones {
     /// under the path lock, right before the removal): a pull's deletion never removes a write
     /// acknowledged after its check. A directory gives `IS_DIR`; a changed entry `CONFLICT`.
     pub fn remove_entry(&self, path: &str, expect: Seen, origin: Origin) -> FsResult<()> {
-        let vp = path::parse_entry(path)?;
+        let vp = self.real_entry(path)?;
         self.remove_at(&vp, Removal::File, Some(expect), origin)
             .map(|_| ())
     }
@@ -687,7 +687,7 @@ impl Zones {
 
     /// Deletes a file or symlink; a directory only with `recursive` (or when empty).
     pub fn delete(&self, path: &str, recursive: bool, origin: Origin) -> FsResult<()> {
-        let vp = path::parse_entry(path)?;
+        let vp = self.real_entry(path)?;
         self.remove_at(&vp, Removal::Any { recursive }, None, origin)
             .map(|_| ())
     }
@@ -792,7 +792,7 @@ impl Zones {
 
     /// Creates a directory; with `parents`, missing parents too and no error when it exists.
     pub fn mkdir(&self, path: &str, parents: bool, origin: Origin) -> FsResult<()> {
-        let vp = path::parse_entry(path)?;
+        let vp = self.real_entry(path)?;
         self.mkdir_at(&vp, parents, None, origin)
     }
 
@@ -816,8 +816,8 @@ impl Zones {
     /// Moves (renames) a file or directory; fails with `EXISTS` unless `overwrite`. Across zones on
     /// different filesystems or backends, regular files are copied and the source removed.
     pub fn rename(&self, from: &str, to: &str, overwrite: bool, origin: Origin) -> FsResult<()> {
-        let src = path::parse_entry(from)?;
-        let dst = path::parse_entry(to)?;
+        let src = self.real_entry(from)?;
+        let dst = self.real_entry(to)?;
         if dst.starts_with(&src) {
             return Err(FsError::invalid(
                 "to",
@@ -896,6 +896,13 @@ impl Zones {
         }
         self.record(src, "move", None, Some(dst), origin);
         Ok(())
+    }
+
+    /// `path` parsed as an entry, with the symlinks above its last component resolved (see
+    /// [`store::Store::real`]): what the path lock and the journal of a change name.
+    fn real_entry(&self, path: &str) -> FsResult<VPath> {
+        let vp = path::parse_entry(path)?;
+        self.store(&vp)?.real(&vp)
     }
 
     /// Returns the real path behind a virtual path, for tools that work outside sandfs.

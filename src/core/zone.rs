@@ -265,6 +265,65 @@ impl LocalZone {
         })
     }
 
+    /// `vp` with every symlink above its last component resolved: the path its entry really has
+    /// beneath the zone, which path locks and the journal must name (a write to `link/f`, where
+    /// `link` points at `dir`, changes `dir/f`; journaled as `link/f`, a checkpoint would look
+    /// for a file beneath a symlink). The last component is left as it is (a name is replaced
+    /// or removed, never written through, unless the caller follows it first).
+    ///
+    /// One `openat2` with `RESOLVE_NO_SYMLINKS` when no symlink is on the way; otherwise the
+    /// deepest existing directory on the way is opened beneath the zone, as every access is, and
+    /// its real path read back from the kernel. What cannot be resolved (outside the zone, a
+    /// file on the way, the root moved) is returned as given: the operation reports it.
+    pub fn real_entry(&self, vp: &VPath) -> FsResult<VPath> {
+        let Some(parent) = vp.parent().filter(|p| !p.is_root()) else {
+            return Ok(vp.clone());
+        };
+        match rustix::fs::openat2(
+            self.dirfd(),
+            parent.rel(),
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+            ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS | ResolveFlags::NO_SYMLINKS,
+        ) {
+            Err(rustix::io::Errno::LOOP) | Err(rustix::io::Errno::AGAIN) => {}
+            _ => return Ok(vp.clone()),
+        }
+        let mut dir = parent;
+        let mut missing: Vec<String> = vec![vp.name().expect("has a parent").to_string()];
+        loop {
+            match openat2_beneath(
+                self.dirfd(),
+                dir.rel(),
+                OFlags::PATH | OFlags::DIRECTORY,
+                Mode::empty(),
+            ) {
+                Ok(fd) => {
+                    let Ok(real) = LocalZone::fd_real_path(&fd) else {
+                        return Ok(vp.clone());
+                    };
+                    let Some(rel) = real.strip_prefix(&self.root).ok().and_then(Path::to_str)
+                    else {
+                        return Ok(vp.clone());
+                    };
+                    let mut out = VPath::new(self.id, rel)?;
+                    for name in missing.iter().rev() {
+                        out = out.join(name)?;
+                    }
+                    return Ok(out);
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    let Some(up) = dir.parent() else {
+                        return Ok(vp.clone());
+                    };
+                    missing.push(dir.name().expect("not the root").to_string());
+                    dir = up;
+                }
+                Err(_) => return Ok(vp.clone()),
+            }
+        }
+    }
+
     /// Returns the real path of an open fd (from `/proc/self/fd`).
     pub fn fd_real_path(fd: &OwnedFd) -> io::Result<PathBuf> {
         std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))

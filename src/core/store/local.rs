@@ -195,6 +195,10 @@ impl Store for LocalZone {
         self.follow_last(vp)
     }
 
+    fn real(&self, vp: &VPath) -> FsResult<VPath> {
+        self.real_entry(vp)
+    }
+
     fn seen(&self, vp: &VPath) -> FsResult<Seen> {
         let parent = match self.open_parent(vp) {
             Ok(p) => p,
@@ -262,10 +266,11 @@ impl Store for LocalZone {
     }
 
     fn write_dir(&self, vp: &VPath, follow: bool) -> FsResult<(VPath, OwnedFd)> {
+        // The destination's real path (a symlink followed may point through others).
         let vp = if follow {
-            self.follow_last(vp)?
+            self.real_entry(&self.follow_last(vp)?)?
         } else {
-            vp.clone()
+            self.real_entry(vp)?
         };
         if vp.is_root() {
             return Err(FsError::IsDir {

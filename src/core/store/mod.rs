@@ -160,6 +160,11 @@ pub trait Store: Send + Sync {
     /// stays inside the zone (a sandbox follows its own symlinks: `vp` itself).
     fn follow(&self, vp: &VPath) -> FsResult<VPath>;
 
+    /// The path `vp`'s entry really has: symlinks above its last component resolved, so that
+    /// locks and the journal name what changes (a sandbox: `vp` itself; see
+    /// `LocalZone::real`).
+    fn real(&self, vp: &VPath) -> FsResult<VPath>;
+
     /// What is at `vp` now, for a later compare-and-swap.
     fn seen(&self, vp: &VPath) -> FsResult<Seen>;
 

@@ -77,6 +77,10 @@ impl Store for RemoteZone {
         Ok(vp.clone())
     }
 
+    fn real(&self, vp: &VPath) -> FsResult<VPath> {
+        Ok(vp.clone())
+    }
+
     fn seen(&self, vp: &VPath) -> FsResult<Seen> {
         Ok(check_seen(self, vp, None)?
             .as_ref()
