@@ -1425,7 +1425,7 @@ impl fuser::Filesystem for SandFs {
             Ok(d) => d,
             Err(e) => return reply.error(e),
         };
-        for (i, (name, _, _)) in d.iter().enumerate().skip(offset as usize) {
+        for (i, (name, kind, known)) in d.iter().enumerate().skip(offset as usize) {
             let full = if name == "." || name == ".." {
                 // The kernel takes no reference for these; answer with attributes only.
                 let target = if name == "." { ino.0 } else { ROOT_INO };
@@ -1480,6 +1480,12 @@ impl fuser::Filesystem for SandFs {
                     }
                     Err(_) => continue,
                 }
+            } else if self.inodes.get(*known).is_some() {
+                // The kernel holds this inode already (a walk that looked names up before it
+                // listed their directory, as `git status` does), and keeps its attributes, which
+                // every change through the mount or beside it invalidates: the name alone, with
+                // no stat and no new reference.
+                reply.add_name_only(INodeNo(*known), (i + 1) as u64, name, fuse_kind(*kind))
             } else {
                 match self.do_lookup(ino, name) {
                     Ok((inode, attr)) => {

@@ -801,6 +801,21 @@ impl ReplyDirectoryPlus {
         ))
     }
 
+    /// Adds an entry without attributes (`nodeid` 0 in `fuse_direntplus`): the kernel lists
+    /// the name and neither looks up nor refreshes its inode, as it does for a plain `readdir`
+    /// entry. For names whose inode the kernel already holds and keeps up to date. Returns true
+    /// if the buffer is full.
+    pub fn add_name_only<T: AsRef<OsStr>>(
+        &mut self,
+        ino: INodeNo,
+        offset: u64,
+        name: T,
+        kind: FileType,
+    ) -> bool {
+        self.buf
+            .push_name_only(ino, DirEntOffset(offset), name.as_ref(), kind)
+    }
+
     /// Reply to a request with the filled directory buffer
     pub fn ok(self) {
         let response: ll::ResponseData = self.buf.into();

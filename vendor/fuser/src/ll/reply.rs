@@ -1,5 +1,6 @@
 #![allow(refining_impl_trait)]
 
+use std::ffi::OsStr;
 use std::io::IoSlice;
 use std::os::unix::prelude::OsStrExt;
 use std::path::Path;
@@ -8,6 +9,7 @@ use std::time::Duration;
 use std::time::SystemTime;
 
 use smallvec::SmallVec;
+use zerocopy::FromZeros;
 use zerocopy::Immutable;
 use zerocopy::IntoBytes;
 
@@ -531,6 +533,29 @@ impl DirEntPlusList {
                 off: x.offset.0,
                 namelen: name.len().try_into().expect("Name too long"),
                 typ: x.attr.attr.mode >> 12,
+            },
+        };
+        self.0.push([header.as_bytes(), name])
+    }
+
+    /// Adds an entry without attributes (`nodeid` 0): the kernel lists the name with `ino` and
+    /// `kind` and neither creates nor refreshes a dentry or inode for it.
+    #[must_use]
+    pub(crate) fn push_name_only(
+        &mut self,
+        ino: INodeNo,
+        offset: DirEntOffset,
+        name: &OsStr,
+        kind: FileType,
+    ) -> bool {
+        let name = name.as_bytes();
+        let header = abi::fuse_direntplus {
+            entry_out: abi::fuse_entry_out::new_zeroed(),
+            dirent: abi::fuse_dirent {
+                ino: ino.0,
+                off: offset.0,
+                namelen: name.len().try_into().expect("Name too long"),
+                typ: mode_from_kind_and_perm(kind, 0) >> 12,
             },
         };
         self.0.push([header.as_bytes(), name])
