@@ -22,11 +22,11 @@
 //!
 //! Owns the watch and its thread; may not be imported by anything but `daemon`.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::{mpsc, Arc, Mutex, Weak};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use rustix::fs::{FileType, Mode, OFlags};
@@ -44,7 +44,8 @@ const TMP_PREFIX: &str = ".sandfs-tmp-";
 
 /// A running watcher; dropping it stops the watch and its thread.
 pub struct Watcher {
-    /// Dropping it closes the channel, which ends the thread (which holds it weakly).
+    /// Dropping it drops the event handler's [`Closer`], which ends the thread (which holds
+    /// the watch weakly).
     _watcher: Arc<Mutex<notify::RecommendedWatcher>>,
     _thread: std::thread::JoinHandle<()>,
 }
@@ -62,7 +63,8 @@ impl Watcher {
         if roots.is_empty() {
             return Ok(None);
         }
-        let (tx, rx) = mpsc::channel::<PathBuf>();
+        let queue = Arc::new(Queue::default());
+        let closer = Closer(queue.clone());
         // Only changes: no IN_OPEN / IN_CLOSE_NOWRITE, which the daemon's own opens of backing
         // files would queue by the thousand (each one a wake-up of the watcher thread).
         let config = notify::Config::default().with_event_kinds(notify::EventKindMask::CORE);
@@ -72,9 +74,7 @@ impl Watcher {
                 if matches!(ev.kind, EventKind::Access(_)) {
                     return;
                 }
-                for p in ev.paths {
-                    let _ = tx.send(p);
-                }
+                closer.0.push(ev.paths);
             },
             config,
         )?;
@@ -89,12 +89,81 @@ impl Watcher {
         }
         let thread = std::thread::Builder::new()
             .name("sandfs-watch".into())
-            .spawn(move || beside.run(rx))
+            .spawn(move || beside.run(&queue))
             .map_err(notify::Error::io)?;
         Ok(Some(Watcher {
             _watcher: watcher,
             _thread: thread,
         }))
+    }
+}
+
+/// The paths changed since the watcher thread last looked, each once, in the order first seen:
+/// a burst of events for one path (a file unpacked through the mount is created, written a
+/// few times and has its mode and times set: ten events) costs the thread one look, not ten.
+/// A path that changes again after the thread took it is queued again, so no change is missed.
+#[derive(Default)]
+struct Queue {
+    state: Mutex<Queued>,
+    ready: Condvar,
+}
+
+#[derive(Default)]
+struct Queued {
+    order: Vec<PathBuf>,
+    set: HashSet<PathBuf>,
+    /// The watch is gone: the thread ends.
+    closed: bool,
+}
+
+/// How long the thread lets a burst gather after the first event of it (it looks at each path
+/// once per wake-up; changes beside sandfs reach the mount this much later at most).
+const GATHER: Duration = Duration::from_millis(1);
+
+impl Queue {
+    fn push(&self, paths: Vec<PathBuf>) {
+        let mut q = self.state.lock().expect("not poisoned");
+        let was_empty = q.order.is_empty();
+        for p in paths {
+            if !q.set.contains(&p) {
+                q.set.insert(p.clone());
+                q.order.push(p);
+            }
+        }
+        if was_empty && !q.order.is_empty() {
+            self.ready.notify_one();
+        }
+    }
+
+    /// The paths queued, after waiting at most `wait` for one (empty when none came); `None`
+    /// once the watch is gone.
+    fn take(&self, wait: Duration) -> Option<Vec<PathBuf>> {
+        let q = self.state.lock().expect("not poisoned");
+        let (q, _) = self
+            .ready
+            .wait_timeout_while(q, wait, |q| q.order.is_empty() && !q.closed)
+            .expect("not poisoned");
+        if q.closed {
+            return None;
+        }
+        let burst = !q.order.is_empty();
+        drop(q);
+        if burst {
+            std::thread::sleep(GATHER);
+        }
+        let mut q = self.state.lock().expect("not poisoned");
+        q.set.clear();
+        Some(std::mem::take(&mut q.order))
+    }
+}
+
+/// Held by the watch's event handler: when the watch is dropped, the thread is told to end.
+struct Closer(Arc<Queue>);
+
+impl Drop for Closer {
+    fn drop(&mut self) {
+        self.0.state.lock().expect("not poisoned").closed = true;
+        self.0.ready.notify_all();
     }
 }
 
@@ -127,23 +196,18 @@ impl Beside {
         }
     }
 
-    fn run(mut self, rx: mpsc::Receiver<PathBuf>) {
+    fn run(mut self, queue: &Queue) {
         loop {
             let wait = if self.pending.is_empty() {
                 Duration::from_secs(3600)
             } else {
                 SETTLE
             };
-            match rx.recv_timeout(wait) {
-                Ok(path) => {
-                    self.seen(path);
-                    // Coalesce a burst: take what is already queued.
-                    while let Ok(path) = rx.try_recv() {
-                        self.seen(path);
-                    }
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
-                Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            let Some(paths) = queue.take(wait) else {
+                return;
+            };
+            for path in paths {
+                self.seen(path);
             }
             self.journal_settled(Instant::now());
         }

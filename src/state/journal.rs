@@ -130,6 +130,22 @@ impl OwnedEntry {
         }
     }
 
+    /// Whether `e` only repeats this row, not yet written: an attribute change of the same
+    /// path by the same caller right after this one (`tar` sets owner, mode and times of each
+    /// file it unpacks: three system calls, one row).
+    fn repeated_by(&self, e: &JournalEntry<'_>) -> bool {
+        e.op == "setattr"
+            && self.op == e.op
+            && self.path == e.path
+            && self.zone == e.zone
+            && self.origin == e.origin
+            && self.to_path.is_none()
+            && e.to_path.is_none()
+            && self.detail.is_none()
+            && e.detail.is_none()
+            && self.bytes == e.bytes
+    }
+
     pub fn entry(&self) -> JournalEntry<'_> {
         JournalEntry {
             time_ms: self.time_ms,
@@ -172,6 +188,10 @@ impl Db {
     pub fn journal_append_deferred(&self, e: &JournalEntry<'_>) {
         let n = {
             let mut d = self.deferred.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(last) = d.last_mut().filter(|l| l.repeated_by(e)) {
+                last.time_ms = e.time_ms;
+                return;
+            }
             d.push(OwnedEntry::of(e));
             self.deferred_n.store(d.len(), Ordering::Release);
             d.len()

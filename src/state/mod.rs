@@ -304,6 +304,60 @@ mod tests {
     }
 
     #[test]
+    fn attribute_changes_one_after_another_by_one_caller_are_one_row_and_nothing_else_merges() {
+        let db = Db::open_in_memory().unwrap();
+        let at = |path: &'static str, op: &'static str, time_ms: i64, pid: u32| JournalEntry {
+            time_ms,
+            op,
+            origin: Origin {
+                via: Via::Fuse,
+                pid: Some(pid),
+                uid: None,
+            },
+            ..row(path, Via::Fuse)
+        };
+        // tar: create, write, then owner, mode and times of the file: three setattrs.
+        db.journal_append_deferred(&at("f", "create", 1, 7));
+        db.journal_append_deferred(&at("f", "write", 2, 7));
+        for t in 3..6 {
+            db.journal_append_deferred(&at("f", "setattr", t, 7));
+        }
+        // Not repeats: another path, another caller, a setattr after another change.
+        db.journal_append_deferred(&at("g", "setattr", 6, 7));
+        db.journal_append_deferred(&at("g", "setattr", 7, 8));
+        db.journal_append_deferred(&at("g", "write", 8, 8));
+        db.journal_append_deferred(&at("g", "setattr", 9, 8));
+        db.journal_append_deferred(&at("g", "write", 10, 8));
+        db.journal_append_deferred(&at("g", "write", 11, 8));
+        let rows = db
+            .journal_query(&JournalFilter {
+                limit: 100,
+                ..JournalFilter::default()
+            })
+            .unwrap();
+        let got: Vec<(String, String, i64)> = rows
+            .iter()
+            .rev()
+            .map(|r| (r.path.clone(), r.op.clone(), r.time_ms))
+            .collect();
+        let want: Vec<(String, String, i64)> = [
+            ("f", "create", 1),
+            ("f", "write", 2),
+            ("f", "setattr", 5),
+            ("g", "setattr", 6),
+            ("g", "setattr", 7),
+            ("g", "write", 8),
+            ("g", "setattr", 9),
+            ("g", "write", 10),
+            ("g", "write", 11),
+        ]
+        .iter()
+        .map(|(p, o, t)| (p.to_string(), o.to_string(), *t))
+        .collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
     fn deferred_rows_are_seen_by_every_read_in_order_and_written_by_the_flusher_or_on_drop() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("s.db");
