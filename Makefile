@@ -4,7 +4,7 @@ CARGO ?= cargo
 # Where cargo builds (honours $CARGO_TARGET_DIR like cargo does).
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: run test lint build bench bench-api bench-fuse bench-agent bench-rtt bench-git bench-sandbox bench-memory bench-checkpoint bench-provision
+.PHONY: run test lint build bench bench-api bench-fuse bench-agent bench-rtt bench-git bench-sandbox bench-memory bench-checkpoint bench-provision bench-untar-cpu
 
 ## make run: install what is missing, build, and start the daemon on the embedded default
 run:
@@ -52,6 +52,11 @@ bench-fuse:
 ## cold, with the FUSE requests per workload by opcode (root; SANDFS_AGENT_QUICK=1: a small version)
 bench-agent:
 	bash benches/agent.sh
+
+## make bench-untar-cpu: untar + rm -rf on tmpfs, natively and through the mount, with the daemon's
+## CPU per thread per run (root; uses bench-agent's untar tarball)
+bench-untar-cpu:
+	bash benches/untar_cpu.sh
 
 ## make bench-rtt: the cost of one FUSE request through /dev/fuse and over io_uring (sandfs's two
 ## transports), bindfs and native beside them, 1 and 2 clients (root)

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Where the daemon's CPU goes during untar + `rm -rf` (issue 14): the same tarball unpacked and
+# removed natively on a tmpfs and through a sandfs mount whose zones are on another tmpfs (the disk
+# out of the picture, so what is left is the FUSE round trips and the daemon's own work), run after
+# run, with the CPU each of the daemon's threads used per run (from /proc/PID/task/*/stat): the ring
+# threads that serve requests, the watcher (`sandfs-watch`, `notify-rs inotify`), the journal's
+# flusher (`sandfs-journal`) and the rest.
+#
+#   make bench-untar-cpu        # = bash benches/untar_cpu.sh
+#
+# Needs root (mounts a tmpfs; FUSE) and tar. The tarball is benches/agent.sh's untar tarball
+# (bench-data/agent/data/deps.tar, about 4,179 entries of the cargo registry's crates), made by
+# `SANDFS_AGENT_ONLY=untar make bench-agent` once; or SANDFS_UNTAR_TARBALL=FILE.
+#
+# Environment:
+#   SANDFS_UNTAR_RUNS     runs (default 5; the first is a warm-up and not counted)
+#   SANDFS_UNTAR_TARBALL  the tarball (default bench-data/agent/data/deps.tar)
+#   SANDFS_BIN            a sandfs binary to use instead of building the release one
+#
+# Prints one line per run and the medians: native and sandfs wall time, their ratio, and the
+# daemon's CPU per thread group.
+set -euo pipefail
+
+me=untar_cpu.sh
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+# shellcheck source=benches/lib.sh
+. benches/lib.sh
+
+need_root "FUSE and a tmpfs mount"
+need_tools tar:tar fusermount3:fuse3
+runs=${SANDFS_UNTAR_RUNS:-5}
+[[ $runs =~ ^[0-9]+$ ]] && ((runs >= 2)) || die "SANDFS_UNTAR_RUNS=$runs: must be a number, at least 2"
+tarball=${SANDFS_UNTAR_TARBALL:-$repo/bench-data/agent/data/deps.tar}
+[ -f "$tarball" ] ||
+  die "no tarball at $tarball: run 'SANDFS_AGENT_ONLY=untar make bench-agent' once, or set SANDFS_UNTAR_TARBALL"
+sandfs_binary "$repo"
+
+clear_stale_runs sandfs-untar-cpu
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/sandfs-untar-cpu.XXXXXX")
+echo $$ >"$tmp/owner"
+mnt=$tmp/mnt daemon_pid="" sandfs_log=$tmp/daemon.log sandfs_rust_log=warn
+mkdir -p "$mnt" "$tmp/fast" "$tmp/run" "$tmp/state"
+cleanup() {
+  sandfs_kill
+  mountpoint -q "$mnt" && fusermount3 -u -z "$mnt"
+  mountpoint -q "$tmp/fast" && umount -l "$tmp/fast"
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+mount -t tmpfs -o size=4g tmpfs "$tmp/fast"
+mkdir -p "$tmp/fast/zones" "$tmp/fast/native"
+cat >"$tmp/config.toml" <<EOF
+state_dir = '$tmp/state'
+socket = '$tmp/run/s.sock'
+mount = '$mnt'
+
+[zones]
+mode = "sandboxed"
+root = '$tmp/fast/zones'
+EOF
+sandfs_start
+sleep 2
+
+# The daemon's CPU by thread group, in ms: "name=ms ..." (cumulative since it started).
+threads() {
+  local t comm
+  for t in /proc/"$daemon_pid"/task/*; do
+    comm=$(cat "$t/comm")
+    case $comm in
+      fuser-ring-*) comm=ring ;;
+      fuser-*) comm=fuser-other ;;
+      notify-rs*) comm=notify ;;
+    esac
+    awk -v c="$comm" -v hz="$(getconf CLK_TCK)" '{print c, ($14 + $15) * 1000 / hz}' "$t/stat"
+  done | awk '{a[$1] += $2} END {for (k in a) printf "%s=%d\n", k, a[k]}' | sort
+}
+
+native_dir=$tmp/fast/native/x
+mount_dir=$mnt/workspace/x
+printf '%-4s %10s %10s %7s %12s  %s\n' run native sandfs ratio "daemon CPU" "by thread (ms)"
+: >"$tmp/runs.tsv"
+for r in $(seq "$runs"); do
+  rm -rf "$native_dir"
+  mkdir "$native_dir"
+  s=$(date +%s%N)
+  tar -xf "$tarball" -C "$native_dir"
+  rm -rf "$native_dir"
+  nat=$((($(date +%s%N) - s) / 1000000))
+
+  before=$(threads)
+  s=$(date +%s%N)
+  mkdir "$mount_dir"
+  tar -xf "$tarball" -C "$mount_dir"
+  rm -rf "$mount_dir"
+  sfs=$((($(date +%s%N) - s) / 1000000))
+  after=$(threads)
+  per=$(join -t= -a2 -e0 -o 0,1.2,2.2 <(echo "$before") <(echo "$after") |
+    awk -F= '{d = $3 - $2; if (d > 0) printf "%s=%d ", $1, d}')
+  total=$(awk '{for (i = 1; i <= NF; i++) {split($i, kv, "="); t += kv[2]}} END {print t + 0}' <<<"$per")
+  ratio=$(awk -v a="$sfs" -v b="$nat" 'BEGIN {printf "%.2f", a / b}')
+  label=$r
+  ((r == 1)) && label="$r*"
+  printf '%-4s %8s ms %8s ms %6s× %9s ms  %s\n' "$label" "$nat" "$sfs" "$ratio" "$total" "$per"
+  ((r == 1)) || printf '%s\t%s\t%s\n' "$nat" "$sfs" "$total" >>"$tmp/runs.tsv"
+  # Let the automatic checkpoint of the changes (2 s of quiet) run between runs, not in them.
+  sleep 4
+done
+echo "(* warm-up, not counted)"
+awk -F'\t' '
+  function median(a, n,   i, j, t) {
+    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+    return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+  }
+  { n++; nat[n] = $1; sfs[n] = $2; cpu[n] = $3 }
+  END {
+    mn = median(nat, n); ms = median(sfs, n); mc = median(cpu, n)
+    printf "median of %d runs: native %d ms, sandfs %d ms (%.2f×), daemon CPU %d ms a run\n", n, mn, ms, ms / mn, mc
+  }' "$tmp/runs.tsv"
+sandfs_stop
