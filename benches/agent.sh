@@ -304,15 +304,7 @@ if want untar && [ "$untar_on" = image ]; then
 fi
 
 # --- sides ---------------------------------------------------------------------------------------
-cat >"$tmp/config.toml" <<EOF
-state_dir = '$tmp/state'
-socket = '$tmp/run/s.sock'
-mount = '$mnt'
-
-[zones]
-mode = "sandboxed"
-root = '$zones'
-EOF
+sandfs_config "$zones"
 io=${SANDFS_AGENT_IO:-}
 case "$io" in
   '') ;;

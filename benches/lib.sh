@@ -78,6 +78,20 @@ clear_stale_runs() {
   done
 }
 
+# sandfs_config ZONES_ROOT: writes $tmp/config.toml for sandfs_start: state and socket under $tmp,
+# mounted on $mnt, sandboxed zones under ZONES_ROOT. Callers append further sections.
+sandfs_config() {
+  cat >"$tmp/config.toml" <<EOF
+state_dir = '$tmp/state'
+socket = '$tmp/run/s.sock'
+mount = '$mnt'
+
+[zones]
+mode = "sandboxed"
+root = '$1'
+EOF
+}
+
 # sandfs_start: starts `sandfs serve --config $tmp/config.toml` mounted on $mnt, and returns once
 # it is mounted and serves its socket.
 sandfs_start() {

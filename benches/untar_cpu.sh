@@ -52,15 +52,7 @@ trap 'exit 130' INT TERM
 
 mount -t tmpfs -o size=4g tmpfs "$tmp/fast"
 mkdir -p "$tmp/fast/zones" "$tmp/fast/native"
-cat >"$tmp/config.toml" <<EOF
-state_dir = '$tmp/state'
-socket = '$tmp/run/s.sock'
-mount = '$mnt'
-
-[zones]
-mode = "sandboxed"
-root = '$tmp/fast/zones'
-EOF
+sandfs_config "$tmp/fast/zones"
 sandfs_start
 sleep 2
 
