@@ -2050,6 +2050,9 @@ mod tests {
         z.rename("/workspace/d/sub/c", "/workspace/d/e/c", false, API)
             .unwrap();
         z.delete("/workspace/d/new", true, API).unwrap();
+        // What pulls and restores write through.
+        z.replace_entry("/workspace/d/rl", Replacement::Symlink("a"), None, API)
+            .unwrap();
         let journaled = z
             .db()
             .journal_zone_paths_since("workspace", pos, 100)
@@ -2067,6 +2070,7 @@ mod tests {
             "x/e/l",
             "x/e/c",
             "x/new",
+            "x/rl",
         ] {
             assert!(journaled.iter().any(|j| j == p), "{p} in {journaled:?}");
         }

@@ -466,7 +466,7 @@ impl Zones {
         replace_all: bool,
         origin: Origin,
     ) -> FsResult<EditResult> {
-        let vp = self.real_entry(path)?;
+        let vp = path::parse_entry(path)?;
         if old.is_empty() {
             return Err(FsError::invalid("old", "must not be empty"));
         }
@@ -581,7 +581,7 @@ impl Zones {
         expect: Option<Seen>,
         origin: Origin,
     ) -> FsResult<WriteResult> {
-        let vp = path::parse_entry(path)?;
+        let vp = self.real_entry(path)?;
         match new {
             Replacement::File { content, mode } => {
                 let mut w = self.start_write(&vp, false)?;

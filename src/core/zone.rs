@@ -279,14 +279,14 @@ impl LocalZone {
         let Some(parent) = vp.parent().filter(|p| !p.is_root()) else {
             return Ok(vp.clone());
         };
-        match rustix::fs::openat2(
+        match openat2_resolve(
             self.dirfd(),
             parent.rel(),
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            OFlags::PATH | OFlags::DIRECTORY,
             Mode::empty(),
-            ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS | ResolveFlags::NO_SYMLINKS,
+            ResolveFlags::NO_SYMLINKS,
         ) {
-            Err(rustix::io::Errno::LOOP) | Err(rustix::io::Errno::AGAIN) => {}
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) => {}
             _ => return Ok(vp.clone()),
         }
         let mut dir = parent;
@@ -306,11 +306,9 @@ impl LocalZone {
                     else {
                         return Ok(vp.clone());
                     };
-                    let mut out = VPath::new(self.id, rel)?;
-                    for name in missing.iter().rev() {
-                        out = out.join(name)?;
-                    }
-                    return Ok(out);
+                    let mut parts = vec![rel.to_string()];
+                    parts.extend(missing.into_iter().rev());
+                    return VPath::new(self.id, &parts.join("/"));
                 }
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
                     let Some(up) = dir.parent() else {
@@ -338,6 +336,17 @@ pub fn openat2_beneath(
     flags: OFlags,
     mode: Mode,
 ) -> io::Result<OwnedFd> {
+    openat2_resolve(dirfd, rel, flags, mode, ResolveFlags::empty())
+}
+
+/// [`openat2_beneath`] with the resolve flags `extra` on top.
+fn openat2_resolve(
+    dirfd: BorrowedFd<'_>,
+    rel: &str,
+    flags: OFlags,
+    mode: Mode,
+    extra: ResolveFlags,
+) -> io::Result<OwnedFd> {
     let mut tries = 0;
     loop {
         match rustix::fs::openat2(
@@ -345,7 +354,7 @@ pub fn openat2_beneath(
             rel,
             flags | OFlags::CLOEXEC,
             mode,
-            ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
+            ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS | extra,
         ) {
             Err(rustix::io::Errno::AGAIN) if tries < 64 => tries += 1,
             other => return other.map_err(io::Error::from),

@@ -266,11 +266,11 @@ impl Store for LocalZone {
     }
 
     fn write_dir(&self, vp: &VPath, follow: bool) -> FsResult<(VPath, OwnedFd)> {
-        // The destination's real path (a symlink followed may point through others).
+        // A symlink followed may point through others: the destination's real path.
         let vp = if follow {
             self.real_entry(&self.follow_last(vp)?)?
         } else {
-            self.real_entry(vp)?
+            vp.clone()
         };
         if vp.is_root() {
             return Err(FsError::IsDir {

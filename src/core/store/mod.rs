@@ -162,7 +162,7 @@ pub trait Store: Send + Sync {
 
     /// The path `vp`'s entry really has: symlinks above its last component resolved, so that
     /// locks and the journal name what changes (a sandbox: `vp` itself; see
-    /// `LocalZone::real`).
+    /// `LocalZone::real_entry`).
     fn real(&self, vp: &VPath) -> FsResult<VPath>;
 
     /// What is at `vp` now, for a later compare-and-swap.
@@ -179,8 +179,9 @@ pub trait Store: Send + Sync {
     fn open_read(&self, zones: &Zones, vp: &VPath) -> FsResult<Opened>;
 
     /// Where a write of `vp` makes its temp file: the destination (with `follow`, a symlink
-    /// there followed while it stays inside the zone; missing parents made) and the directory
-    /// for the temp file.
+    /// there followed while it stays inside the zone, and the result made real as by
+    /// [`Store::real`]; without, `vp`, which the caller made real; missing parents made) and the
+    /// directory for the temp file.
     fn write_dir(&self, vp: &VPath, follow: bool) -> FsResult<(VPath, OwnedFd)>;
 
     /// Puts a written temp file at its destination, as itself (a symlink there is replaced);
