@@ -531,3 +531,66 @@ fn a_synced_write_syncs_through_the_directory_fd() {
         "durable\n"
     );
 }
+
+#[test]
+fn a_change_through_a_symlink_that_leads_out_loops_or_meets_a_file_is_refused_and_changes_nothing()
+{
+    use std::os::unix::fs::symlink;
+    let dir = tempfile::tempdir().unwrap();
+    let zones = zones_in(dir.path());
+    let ws = dir.path().join("z/workspace");
+    let outside = dir.path().join("outside");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::create_dir(&outside).unwrap();
+    symlink("../../outside", ws.join("out")).unwrap();
+    symlink(&outside, ws.join("abs")).unwrap();
+    symlink("loop2", ws.join("loop1")).unwrap();
+    symlink("loop1", ws.join("loop2")).unwrap();
+    std::fs::write(ws.join("file"), "f").unwrap();
+    symlink("file", ws.join("tofile")).unwrap();
+    let o = Origin::INTERNAL;
+    for base in ["out", "abs", "loop1", "tofile", "file", "out/deeper"] {
+        let p = |rest: &str| format!("/workspace/{base}/{rest}");
+        let tries: Vec<(&str, FsResult<()>)> = vec![
+            ("write", zones.write(&p("w"), "x", o).map(|_| ())),
+            ("write deep", zones.write(&p("a/b/w"), "x", o).map(|_| ())),
+            ("mkdir -p", zones.mkdir(&p("m/n"), true, o)),
+            ("symlink", zones.symlink(&p("l"), "x", o)),
+            ("delete", zones.delete(&p("w"), true, o)),
+            ("edit", zones.edit(&p("w"), "x", "y", false, o).map(|_| ())),
+            (
+                "move in",
+                zones.rename("/workspace/file", &p("moved"), false, o),
+            ),
+            (
+                "move out",
+                zones.rename(&p("w"), "/workspace/back", false, o),
+            ),
+        ];
+        for (what, r) in tries {
+            let err = r.expect_err(&format!("{what} through {base} must fail"));
+            assert!(
+                matches!(
+                    err.code(),
+                    ErrorCode::OutsideZone
+                        | ErrorCode::NotDir
+                        | ErrorCode::NotFound
+                        | ErrorCode::InvalidArgument
+                ),
+                "{what} through {base}: {err}"
+            );
+        }
+    }
+    assert_eq!(
+        std::fs::read_dir(&outside).unwrap().count(),
+        0,
+        "nothing written outside"
+    );
+    assert_eq!(std::fs::read_to_string(ws.join("file")).unwrap(), "f");
+    assert_eq!(
+        std::fs::read_dir(&ws).unwrap().count(),
+        6,
+        "nothing made in the zone"
+    );
+    assert_eq!(zones.db().journal_len().unwrap(), 0, "nothing journaled");
+}
