@@ -676,11 +676,15 @@ impl Checkpoints {
                 }
             }
         }
-        // Empty directories the checkpoint holds.
+        // Empty directories the checkpoint holds (beyond a symlink of the present: a conflict,
+        // as for a file).
         for rel in empty_dirs(repo, &new, scope) {
-            let _ = self
-                .zones
-                .mkdir(&format!("/{}/{rel}", zone.name()), true, origin);
+            let path = format!("/{}/{rel}", zone.name());
+            if self.zones.plain_way(&path)? {
+                let _ = self.zones.mkdir(&path, true, origin);
+            } else {
+                res.conflicts.push(path);
+            }
         }
         Ok(res)
     }
@@ -722,8 +726,10 @@ impl Checkpoints {
                 }
             }
             // Something new there, or a file or symlink in the place of a directory above
-            // it (outside the paths asked for): left alone, a conflict.
-            _ => match self.zones.seen(&vp.to_string()) {
+            // it (outside the paths asked for; a symlink is not followed, even to a directory
+            // of the zone, nor a loop or a dangling one): left alone, a conflict.
+            _ if !self.zones.plain_way(&path)? => return Ok(Done::Conflict),
+            _ => match self.zones.seen(&path) {
                 Ok(Seen::Absent) => Seen::Absent,
                 Ok(_) | Err(FsError::NotDir { .. }) => return Ok(Done::Conflict),
                 Err(e) => return Err(e),
@@ -2083,6 +2089,42 @@ mod tests {
         assert!(!ws(t.path()).join("x/a").exists());
         cps.restore(second.id, &[], API).unwrap();
         assert_eq!(state(t.path()), want, "the checkpoint holds what landed");
+    }
+
+    #[test]
+    fn a_restore_of_a_path_beneath_what_is_now_a_symlink_is_a_conflict_and_changes_nothing() {
+        // The model test's failure in CI: `d` made a symlink to itself after a checkpoint that
+        // held `d/b`; the restore of `d/b` alone failed with ELOOP. A symlink above the paths
+        // asked for is outside them: never followed (a loop, a dangling one, one to a
+        // directory of the zone), a conflict, as a file there is.
+        let t = tempfile::tempdir().unwrap();
+        let (z, cps) = setup(t.path(), "");
+        z.write("/workspace/d/b", "b\n", API).unwrap();
+        z.mkdir("/workspace/d/e", false, API).unwrap();
+        z.mkdir("/workspace/a", false, API).unwrap();
+        let cp = cps.create(ZoneId::Workspace, "d holds b", API).unwrap();
+        for target in ["d", "x", "a", "f"] {
+            z.delete("/workspace/d", true, API).unwrap();
+            let _ = z.delete("/workspace/f", false, API);
+            z.write("/workspace/f", "f\n", API).unwrap();
+            z.symlink("/workspace/d", target, API).unwrap();
+            let before = state(t.path());
+            for scope in ["/workspace/d/b", "/workspace/d/e"] {
+                let r = cps.restore(cp.id, &[scope.to_string()], API).unwrap();
+                assert_eq!(
+                    r.conflicts,
+                    vec![scope.to_string()],
+                    "d -> {target}, {scope}"
+                );
+                assert!(r.restored.is_empty(), "d -> {target}: {r:?}");
+                assert_eq!(state(t.path()), before, "d -> {target}, {scope}");
+            }
+        }
+        // The whole zone: the symlink goes, the directory comes back.
+        cps.restore(cp.id, &[], API).unwrap();
+        let now = state(t.path());
+        assert_eq!(now["d/b"], "f:false:b\n");
+        assert_eq!(now["d/e"], "d");
     }
 
     #[test]

@@ -566,6 +566,13 @@ impl Zones {
         self.store(&vp)?.seen(&vp)
     }
 
+    /// Whether the way to `path`'s entry is plain directories, no symlink or file above its
+    /// last component (see [`store::Store::plain_way`]).
+    pub fn plain_way(&self, path: &str) -> FsResult<bool> {
+        let vp = path::parse_entry(path)?;
+        Ok(self.store(&vp)?.plain_way(&vp))
+    }
+
     /// Replaces the entry at `path` as itself: the new file or symlink is made under a temp name
     /// and put over the name, so a symlink there is replaced, never written through. With
     /// `expect`, the entry must still be what [`Zones::seen`] returned, checked under the path

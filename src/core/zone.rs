@@ -279,15 +279,8 @@ impl LocalZone {
         let Some(parent) = vp.parent().filter(|p| !p.is_root()) else {
             return Ok(vp.clone());
         };
-        match openat2_resolve(
-            self.dirfd(),
-            parent.rel(),
-            OFlags::PATH | OFlags::DIRECTORY,
-            Mode::empty(),
-            ResolveFlags::NO_SYMLINKS,
-        ) {
-            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) => {}
-            _ => return Ok(vp.clone()),
+        if self.plain_way(vp) {
+            return Ok(vp.clone());
         }
         let mut dir = parent;
         let mut missing: Vec<String> = vec![vp.name().expect("has a parent").to_string()];
@@ -319,6 +312,26 @@ impl LocalZone {
                 }
                 Err(_) => return Ok(vp.clone()),
             }
+        }
+    }
+
+    /// Whether every component above `vp`'s last is a directory, not a symlink or a file: one
+    /// `openat2` of the parent with `RESOLVE_NO_SYMLINKS` (which refuses at the first symlink,
+    /// dangling or not, before following it). A missing component, met before any symlink, is
+    /// nothing in the way.
+    pub fn plain_way(&self, vp: &VPath) -> bool {
+        let Some(parent) = vp.parent().filter(|p| !p.is_root()) else {
+            return true;
+        };
+        match openat2_resolve(
+            self.dirfd(),
+            parent.rel(),
+            OFlags::PATH | OFlags::DIRECTORY,
+            Mode::empty(),
+            ResolveFlags::NO_SYMLINKS,
+        ) {
+            Ok(_) => true,
+            Err(e) => e.kind() == io::ErrorKind::NotFound,
         }
     }
 

@@ -128,7 +128,8 @@ fn restored(pre: &Tree, snap: &Tree, scope: Option<&str>) -> (Tree, bool) {
         out.insert(p.clone(), e.clone());
     }
     // Directories above the scope: made where the checkpoint's entries need them, removed where
-    // the restore emptied them and the checkpoint lacks them.
+    // the restore emptied them and the checkpoint lacks them (has no directory there: a file of
+    // the checkpoint in that place is outside the scope and not put back either).
     if snap.keys().any(|p| under(p, scope)) {
         for a in &ancestors {
             out.insert(a.clone(), Entry::Dir);
@@ -138,7 +139,7 @@ fn restored(pre: &Tree, snap: &Tree, scope: Option<&str>) -> (Tree, bool) {
     if removed_any {
         for a in ancestors.iter().rev() {
             let empty = !out.keys().any(|p| p.starts_with(&format!("{a}/")));
-            if empty && out.get(a) == Some(&Entry::Dir) && !snap.contains_key(a) {
+            if empty && out.get(a) == Some(&Entry::Dir) && snap.get(a) != Some(&Entry::Dir) {
                 out.remove(a);
             }
         }

@@ -199,6 +199,10 @@ impl Store for LocalZone {
         self.real_entry(vp)
     }
 
+    fn plain_way(&self, vp: &VPath) -> bool {
+        LocalZone::plain_way(self, vp)
+    }
+
     fn seen(&self, vp: &VPath) -> FsResult<Seen> {
         let parent = match self.open_parent(vp) {
             Ok(p) => p,

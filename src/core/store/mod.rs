@@ -165,6 +165,11 @@ pub trait Store: Send + Sync {
     /// `LocalZone::real_entry`).
     fn real(&self, vp: &VPath) -> FsResult<VPath>;
 
+    /// Whether the way to `vp`'s entry is plain directories: no symlink and no file above its
+    /// last component (a missing directory is nothing in the way). What a restore puts back
+    /// never lands beyond a symlink (a sandbox: `true`; it follows its own symlinks).
+    fn plain_way(&self, vp: &VPath) -> bool;
+
     /// What is at `vp` now, for a later compare-and-swap.
     fn seen(&self, vp: &VPath) -> FsResult<Seen>;
 

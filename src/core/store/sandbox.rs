@@ -81,6 +81,10 @@ impl Store for RemoteZone {
         Ok(vp.clone())
     }
 
+    fn plain_way(&self, _vp: &VPath) -> bool {
+        true
+    }
+
     fn seen(&self, vp: &VPath) -> FsResult<Seen> {
         Ok(check_seen(self, vp, None)?
             .as_ref()
