@@ -241,6 +241,17 @@ impl Inodes {
             })
     }
 
+    /// Gives a backing file a new number from the spill range (its old one still names a
+    /// gone file the kernel holds).
+    fn renumber(&self, dev: u64, backing_ino: u64) -> u64 {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        self.numbers
+            .lock()
+            .expect("not poisoned")
+            .insert((dev, backing_ino), n);
+        n
+    }
+
     /// Returns the number of a backing file if the kernel may know it.
     pub fn known_number(&self, dev: u64, backing_ino: u64) -> Option<u64> {
         self.numbers
@@ -267,14 +278,23 @@ impl Inodes {
         dir: &Arc<Node>,
         name: &OsStr,
     ) -> Arc<Inode> {
-        let ino = self.number_of(st.st_dev, st.st_ino);
+        let mut ino = self.number_of(st.st_dev, st.st_ino);
         let now = self.clock.fetch_add(1, Ordering::Relaxed);
         let mut live = self.live.write().expect("not poisoned");
         if let Some(existing) = live.get(&ino) {
-            existing.nlookup.fetch_add(1, Ordering::Relaxed);
-            *existing.seen_as.lock().expect("not poisoned") = (parent, name.to_owned());
-            existing.node.moved(dir, name);
-            return existing.clone();
+            if existing.kind == node.kind {
+                existing.nlookup.fetch_add(1, Ordering::Relaxed);
+                *existing.seen_as.lock().expect("not poisoned") = (parent, name.to_owned());
+                existing.node.moved(dir, name);
+                return existing.clone();
+            }
+            // The kernel still holds this number for a file held by name that is gone (removed
+            // beside the mount: by the API, a restore, a pull), and the backing filesystem gave
+            // its inode number to this one, of another kind (a symlink's to a file). The kernel
+            // cannot change an inode's type: answering with the old number would leave it a
+            // file the table takes for a symlink (reads failing with EBADF). This one gets a
+            // number of its own; the old stays with the old inode until the kernel forgets it.
+            ino = self.renumber(st.st_dev, st.st_ino);
         }
         let counted = node.is_pinned();
         let inode = Arc::new(Inode {
@@ -361,6 +381,45 @@ mod tests {
                 OsStr::new(&name),
             );
         }
+    }
+
+    #[test]
+    fn a_backing_inode_number_reused_by_another_kind_of_file_gets_a_number_of_its_own() {
+        // The checkpoint model test's EBADF (1 run in 130): the kernel held a symlink held by
+        // name; a restore removed it and made a file, which the backing filesystem gave the
+        // symlink's inode number. The lookup answered with the symlink's number and attributes
+        // of a file; the kernel read the "file" and the table, which took it for the symlink,
+        // said EBADF.
+        let dir = tempfile::tempdir().unwrap();
+        let t = Inodes::with_budget(100);
+        let parent = Arc::new(pinned(dir.path()).0);
+        std::os::unix::fs::symlink("x", dir.path().join("l")).unwrap();
+        std::fs::write(dir.path().join("f"), b"x").unwrap();
+        let link = rustix::fs::lstat(dir.path().join("l")).unwrap();
+        let node = Node::named(&parent, OsStr::new("l"), &link);
+        let old = t.remember(node, &link, 3, &parent, OsStr::new("l"));
+        assert_eq!(old.kind, FileType::Symlink);
+        // The file, as it would be found with the symlink's inode number.
+        let mut file = rustix::fs::lstat(dir.path().join("f")).unwrap();
+        (file.st_dev, file.st_ino) = (link.st_dev, link.st_ino);
+        let node = Node::named(&parent, OsStr::new("l"), &file);
+        let new = t.remember(node, &file, 3, &parent, OsStr::new("l"));
+        assert_ne!(new.ino, old.ino);
+        assert_eq!(new.kind, FileType::RegularFile);
+        assert_eq!(t.get(new.ino).unwrap().kind, FileType::RegularFile);
+        assert_eq!(
+            t.get(old.ino).unwrap().kind,
+            FileType::Symlink,
+            "until forgotten"
+        );
+        assert_eq!(t.known_number(link.st_dev, link.st_ino), Some(new.ino));
+        // Found again, of the same kind: the same inode, one more reference.
+        let node = Node::named(&parent, OsStr::new("l"), &file);
+        let again = t.remember(node, &file, 3, &parent, OsStr::new("l"));
+        assert!(Arc::ptr_eq(&again, &new));
+        t.forget(old.ino, 1);
+        assert!(t.get(old.ino).is_none());
+        assert!(t.get(new.ino).is_some());
     }
 
     #[test]
