@@ -1242,7 +1242,7 @@ impl Builder<'_> {
         };
         // Beneath a symlink is not in the zone's tree, which holds the link itself (a journaled
         // `d/a`, where `d` has since become a symlink to a directory holding `a`, is gone).
-        if !rel.is_empty() && !self.zones.plain_way(&path)? {
+        if !self.zones.plain_way(&path)? {
             return Ok(None);
         }
         let st = match self.zones.stat(&path) {

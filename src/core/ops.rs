@@ -567,9 +567,9 @@ impl Zones {
     }
 
     /// Whether the way to `path`'s entry is plain directories, no symlink or file above its
-    /// last component (see [`store::Store::plain_way`]).
+    /// last component (see [`store::Store::plain_way`]; a zone root's way always is).
     pub fn plain_way(&self, path: &str) -> FsResult<bool> {
-        let vp = path::parse_entry(path)?;
+        let vp = path::parse_in_zone(path)?;
         Ok(self.store(&vp)?.plain_way(&vp))
     }
 

@@ -276,13 +276,11 @@ impl LocalZone {
     /// its real path read back from the kernel. What cannot be resolved (outside the zone, a
     /// file on the way, the root moved) is returned as given: the operation reports it.
     pub fn real_entry(&self, vp: &VPath) -> FsResult<VPath> {
-        let Some(parent) = vp.parent().filter(|p| !p.is_root()) else {
-            return Ok(vp.clone());
-        };
         if self.plain_way(vp) {
             return Ok(vp.clone());
         }
-        let mut dir = parent;
+        // Not plain, so `vp` has a parent below the zone's root (`plain_way` is true for the rest).
+        let mut dir = vp.parent().expect("a path with a way to it");
         let mut missing: Vec<String> = vec![vp.name().expect("has a parent").to_string()];
         loop {
             match openat2_beneath(
