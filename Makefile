@@ -10,7 +10,7 @@ TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 run:
 	.ci/install-deps run
 	$(CARGO) build --release
-	$(TARGET_DIR)/release/sandfs serve
+	$(TARGET_DIR)/release/wardfs serve
 
 ## make test: install the test dependencies and run every test (what CI runs). The tests run
 ## offline in a loopback-only network namespace (.ci/netns, as root): the sandbox tests start the
@@ -49,7 +49,7 @@ bench-fuse:
 
 ## make bench-agent: agent workloads (rg, git status, find, tar, untar + rm -rf) over the cargo
 ## registry's sources and the generated tree: the mount vs the native backing dir and bindfs, warm and
-## cold, with the FUSE requests per workload by opcode (root; SANDFS_AGENT_QUICK=1: a small version)
+## cold, with the FUSE requests per workload by opcode (root; WARDFS_AGENT_QUICK=1: a small version)
 bench-agent:
 	bash benches/agent.sh
 
@@ -58,7 +58,7 @@ bench-agent:
 bench-untar-cpu:
 	bash benches/untar_cpu.sh
 
-## make bench-rtt: the cost of one FUSE request through /dev/fuse and over io_uring (sandfs's two
+## make bench-rtt: the cost of one FUSE request through /dev/fuse and over io_uring (wardfs's two
 ## transports), bindfs and native beside them, 1 and 2 clients (root)
 bench-rtt:
 	bash benches/rtt.sh

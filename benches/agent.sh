@@ -1,21 +1,21 @@
 #!/usr/bin/env bash
-# sandfs agent-workload benchmark (issue 14): bash benches/agent.sh   (or: make bench-agent)
+# wardfs agent-workload benchmark (issue 14): bash benches/agent.sh   (or: make bench-agent)
 #
 # What agents do in a workspace (search, git status, walk, read everything, unpack and delete a
 # dependency tree), through three sides measured in the same run over the same backing directory:
 #   native  the backing directory itself: bench-data/agent/data/zones/workspace
 #   bindfs  Debian's bindfs (C, libfuse) mounted over it
-#   sandfs  `sandfs serve` (the release build) with a private config: [zones] mode = "sandboxed",
+#   wardfs  `wardfs serve` (the release build) with a private config: [zones] mode = "sandboxed",
 #           root = bench-data/agent/data/zones, so the backing directory is its /workspace zone;
-#           the I/O mode of SANDFS_AGENT_IO (the daemon's default, cached, unless set; the daemon
+#           the I/O mode of WARDFS_AGENT_IO (the daemon's default, cached, unless set; the daemon
 #           logs which)
 # Trees, inside the workspace, built once and reused while their inputs stay the same:
 #   registry  this machine's cargo registry sources ($CARGO_HOME/registry/src/*/*), crates copied in
-#             name order up to SANDFS_AGENT_MAX_FILES files; `git init`, one commit (fixed author
+#             name order up to WARDFS_AGENT_MAX_FILES files; `git init`, one commit (fixed author
 #             and dates), `git gc` (packed, as a clone is)
 #   gen       benches/gen_tree.py's tree (the one fuse.sh and run.sh use), the same git treatment
 #   In each tree one tracked .rs file is changed (a line appended) at the start of every run.
-# Workloads (SANDFS_AGENT_ONLY, comma-separated; `rg` means both rg ones), each over each tree:
+# Workloads (WARDFS_AGENT_ONLY, comma-separated; `rg` means both rg ones), each over each tree:
 #   rg-literal  rg -n -F 'unsafe impl' TREE
 #   rg-regex    rg -n 'impl<[^>]*> (Drop|Clone) for' TREE
 #   git         git -C TREE status --porcelain
@@ -25,7 +25,7 @@
 #   untar       (once, not per tree) a tarball of registry crates with ~4,179 entries, made once on
 #               the native disk, unpacked into the workspace, then `rm -rf` of what it unpacked.
 #               Unpacked into untar-fs/ in the workspace: a fresh journaled ext4 (a loop-mounted
-#               image made at each start; SANDFS_AGENT_UNTAR_ON=backing: the backing dir itself).
+#               image made at each start; WARDFS_AGENT_UNTAR_ON=backing: the backing dir itself).
 #               On an ext4 without a journal (as this machine's root may be) the inode allocator
 #               skips every inode freed in the last 60-300 s, one by one, so each untar + rm -rf
 #               makes the next side's untar slower (up to 10x, native included): the figures
@@ -34,22 +34,22 @@
 #
 # warm      hyperfine -N --warmup W --runs R per side, after one check run whose output must be the
 #           same as native's (rg matches, git status, file sizes and names, tar listing); also the
-#           CPU time the sandfs and bindfs daemons use per run (from /proc, warmup runs included)
-# cold      the first run after a fresh mount (sandfs restarted, bindfs remounted) and right after
+#           CPU time the wardfs and bindfs daemons use per run (from /proc, warmup runs included)
+# cold      the first run after a fresh mount (wardfs restarted, bindfs remounted) and right after
 #           `sync; echo 3 > /proc/sys/vm/drop_caches`, on all three sides alike (native: the drop
-#           only); median of SANDFS_AGENT_COLD_REPS. For git, a `git status` through the same side,
+#           only); median of WARDFS_AGENT_COLD_REPS. For git, a `git status` through the same side,
 #           on the mount before, refreshes the index first (the side's own inode numbers are in it).
 # requests  the FUSE requests the daemons receive, by opcode, during the cold and then one warm run
-#           of each workload: sandfs with RUST_LOG=fuser=debug, bindfs with -d (separate, final pass;
+#           of each workload: wardfs with RUST_LOG=fuser=debug, bindfs with -d (separate, final pass;
 #           logging slows both, so this pass is not timed)
 #
-# sandfs is mounted only while it is measured (its inotify watcher would react to what native and
+# wardfs is mounted only while it is measured (its inotify watcher would react to what native and
 # bindfs runs change in the backing dir), and measured only when idle: after its start, and after a
 # workload that changes files (git writes its index, untar), the script waits until the daemon has
 # used no CPU for a few seconds (its automatic checkpoint runs 2 s after the last change); how long
 # that took is in settle.tsv.
 #
-# Prints a table of medians and ratios (sandfs/native, bindfs/native) with the issue's goals, and the
+# Prints a table of medians and ratios (wardfs/native, bindfs/native) with the issue's goals, and the
 # requests by opcode. Raw hyperfine JSON and the rest: bench-data/agent/results/ (quick runs:
 # bench-data/agent/results-quick/).
 #
@@ -57,24 +57,24 @@
 # python3. Installs nothing; names the Debian package of what is missing.
 #
 # Environment:
-#   SANDFS_AGENT_QUICK=1       a small version for checking the script: small trees (data-quick/),
+#   WARDFS_AGENT_QUICK=1       a small version for checking the script: small trees (data-quick/),
 #                              1 warmup + 2 runs, 1 cold run, ~400-entry tarball
-#   SANDFS_AGENT_ONLY          comma-separated subset of rg-literal,rg-regex,rg,git,find,tar,untar
-#   SANDFS_AGENT_TREES         comma-separated subset of registry,gen (default both)
-#   SANDFS_AGENT_RUNS / SANDFS_AGENT_WARMUP   hyperfine runs and warmup runs (default 5 / 2)
-#   SANDFS_AGENT_COLD_REPS     cold runs per side and workload (default 3; the median is reported)
-#   SANDFS_AGENT_REQUESTS=0    skip the requests pass
-#   SANDFS_AGENT_MAX_FILES     cap of the registry tree, in files (default 26000)
-#   SANDFS_AGENT_UNTAR_ENTRIES entries in the untar tarball (default 4179; quick 400)
-#   SANDFS_AGENT_UNTAR_ON      image (default: a fresh journaled ext4 image, see untar) or backing
-#   SANDFS_AGENT_AUTO_CHECKPOINT_MS  [checkpoints] auto_quiet_ms for the daemon (0: off; default:
+#   WARDFS_AGENT_ONLY          comma-separated subset of rg-literal,rg-regex,rg,git,find,tar,untar
+#   WARDFS_AGENT_TREES         comma-separated subset of registry,gen (default both)
+#   WARDFS_AGENT_RUNS / WARDFS_AGENT_WARMUP   hyperfine runs and warmup runs (default 5 / 2)
+#   WARDFS_AGENT_COLD_REPS     cold runs per side and workload (default 3; the median is reported)
+#   WARDFS_AGENT_REQUESTS=0    skip the requests pass
+#   WARDFS_AGENT_MAX_FILES     cap of the registry tree, in files (default 26000)
+#   WARDFS_AGENT_UNTAR_ENTRIES entries in the untar tarball (default 4179; quick 400)
+#   WARDFS_AGENT_UNTAR_ON      image (default: a fresh journaled ext4 image, see untar) or backing
+#   WARDFS_AGENT_AUTO_CHECKPOINT_MS  [checkpoints] auto_quiet_ms for the daemon (0: off; default:
 #                              the daemon's default)
-#   SANDFS_AGENT_TRANSPORT     [fuse] transport: io_uring or device (default: the daemon's, io_uring)
-#   SANDFS_AGENT_PREFETCH      [fuse] prefetch: true or false (default: the daemon's, true)
-#   SANDFS_AGENT_IO            zones.<zone>.io for both zones: cached or passthrough (default: the
+#   WARDFS_AGENT_TRANSPORT     [fuse] transport: io_uring or device (default: the daemon's, io_uring)
+#   WARDFS_AGENT_PREFETCH      [fuse] prefetch: true or false (default: the daemon's, true)
+#   WARDFS_AGENT_IO            zones.<zone>.io for both zones: cached or passthrough (default: the
 #                              daemon's, cached)
-#   SANDFS_BENCH_STRICT=1      exit 1 when a goal is missed (default: only a wrong result fails)
-#   SANDFS_BIN                 use this sandfs binary instead of building target/release/sandfs
+#   WARDFS_BENCH_STRICT=1      exit 1 when a goal is missed (default: only a wrong result fails)
+#   WARDFS_BIN                 use this wardfs binary instead of building target/release/wardfs
 #   CARGO                      cargo command (default cargo)
 set -Eeuo pipefail
 shopt -s inherit_errexit
@@ -86,69 +86,69 @@ me=agent.sh
 # shellcheck source=benches/lib.sh
 . benches/lib.sh
 
-quick=${SANDFS_AGENT_QUICK:-0}
+quick=${WARDFS_AGENT_QUICK:-0}
 if [ "$quick" = 1 ]; then
-  runs=${SANDFS_AGENT_RUNS:-2} warmup=${SANDFS_AGENT_WARMUP:-1} cold_reps=${SANDFS_AGENT_COLD_REPS:-1}
-  max_files=${SANDFS_AGENT_MAX_FILES:-600} untar_entries=${SANDFS_AGENT_UNTAR_ENTRIES:-400}
+  runs=${WARDFS_AGENT_RUNS:-2} warmup=${WARDFS_AGENT_WARMUP:-1} cold_reps=${WARDFS_AGENT_COLD_REPS:-1}
+  max_files=${WARDFS_AGENT_MAX_FILES:-600} untar_entries=${WARDFS_AGENT_UNTAR_ENTRIES:-400}
   gen_args=(--files 1500 --mib 8)
   data=$repo/bench-data/agent/data-quick results=$repo/bench-data/agent/results-quick
 else
-  runs=${SANDFS_AGENT_RUNS:-5} warmup=${SANDFS_AGENT_WARMUP:-2} cold_reps=${SANDFS_AGENT_COLD_REPS:-3}
-  max_files=${SANDFS_AGENT_MAX_FILES:-26000} untar_entries=${SANDFS_AGENT_UNTAR_ENTRIES:-4179}
+  runs=${WARDFS_AGENT_RUNS:-5} warmup=${WARDFS_AGENT_WARMUP:-2} cold_reps=${WARDFS_AGENT_COLD_REPS:-3}
+  max_files=${WARDFS_AGENT_MAX_FILES:-26000} untar_entries=${WARDFS_AGENT_UNTAR_ENTRIES:-4179}
   gen_args=()
   data=$repo/bench-data/agent/data results=$repo/bench-data/agent/results
 fi
 only=""
-for w in $(tr ',' ' ' <<<"${SANDFS_AGENT_ONLY:-rg,git,find,tar,untar}"); do
+for w in $(tr ',' ' ' <<<"${WARDFS_AGENT_ONLY:-rg,git,find,tar,untar}"); do
   case $w in
     rg) only+=",rg-literal,rg-regex" ;;
     rg-literal | rg-regex | git | find | tar | untar) only+=",$w" ;;
-    *) die "unknown workload '$w' in SANDFS_AGENT_ONLY (rg-literal, rg-regex, rg, git, find, tar, untar)" ;;
+    *) die "unknown workload '$w' in WARDFS_AGENT_ONLY (rg-literal, rg-regex, rg, git, find, tar, untar)" ;;
   esac
 done
 only=${only#,}
-trees_wanted=${SANDFS_AGENT_TREES:-registry,gen}
-requests=${SANDFS_AGENT_REQUESTS:-1}
-strict=${SANDFS_BENCH_STRICT:-0}
+trees_wanted=${WARDFS_AGENT_TREES:-registry,gen}
+requests=${WARDFS_AGENT_REQUESTS:-1}
+strict=${WARDFS_BENCH_STRICT:-0}
 workloads=(rg-literal rg-regex git find tar)
 want() { [[ ",$only," == *",$1,"* ]]; }
 for t in $(tr ',' ' ' <<<"$trees_wanted"); do
-  [[ $t == registry || $t == gen ]] || die "unknown tree '$t' in SANDFS_AGENT_TREES"
+  [[ $t == registry || $t == gen ]] || die "unknown tree '$t' in WARDFS_AGENT_TREES"
 done
 
 # --- tools ---------------------------------------------------------------------------------------
 need_root "drop_caches, kernel FUSE passthrough"
 need_tools hyperfine:hyperfine rg:ripgrep git:git bindfs:bindfs fusermount3:fuse3 tar:tar \
   python3:python3 mountpoint:util-linux
-sandfs_binary "$repo"
+wardfs_binary "$repo"
 
 # git as an agent's would be, minus whatever this machine's user configured.
 export GIT_CONFIG_GLOBAL=/dev/null GIT_CONFIG_NOSYSTEM=1
-export GIT_AUTHOR_NAME=sandfs-bench GIT_AUTHOR_EMAIL=bench@localhost
-export GIT_COMMITTER_NAME=sandfs-bench GIT_COMMITTER_EMAIL=bench@localhost
+export GIT_AUTHOR_NAME=wardfs-bench GIT_AUTHOR_EMAIL=bench@localhost
+export GIT_COMMITTER_NAME=wardfs-bench GIT_COMMITTER_EMAIL=bench@localhost
 export GIT_AUTHOR_DATE='2026-01-01T00:00:00Z' GIT_COMMITTER_DATE='2026-01-01T00:00:00Z'
 export LC_ALL=C
 
 # --- directories ---------------------------------------------------------------------------------
 zones=$data/zones
-ws=$zones/workspace # the backing dir: sandfs's /workspace, native, bindfs's source
+ws=$zones/workspace # the backing dir: wardfs's /workspace, native, bindfs's source
 tarball=$data/deps.tar
 mkdir -p "$ws" "$zones/cache" "$results"
 [[ $ws =~ ^[A-Za-z0-9/._+-]+$ ]] || die "the repository path $repo has characters the commands here do not quote"
 rm -f "$results"/*.json "$results"/*.tsv "$results"/*.txt "$results"/*.log
-untar_on=${SANDFS_AGENT_UNTAR_ON:-image}
+untar_on=${WARDFS_AGENT_UNTAR_ON:-image}
 case $untar_on in
   image) scratch=untar-fs/untar-scratch ;;
   backing) scratch=untar-scratch ;;
-  *) die "SANDFS_AGENT_UNTAR_ON=$untar_on: must be image or backing" ;;
+  *) die "WARDFS_AGENT_UNTAR_ON=$untar_on: must be image or backing" ;;
 esac
 mountpoint -q "$ws/untar-fs" 2>/dev/null && umount "$ws/untar-fs"
 rm -rf "$ws/untar-scratch" "$ws/untar-fs"
 
 # Mount points live in a temp dir that records its owner: a run killed with SIGKILL leaves mounts
 # behind, which the next run clears (only when their owner is gone).
-clear_stale_runs sandfs-agent-bench
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/sandfs-agent-bench.XXXXXX")
+clear_stale_runs wardfs-agent-bench
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/wardfs-agent-bench.XXXXXX")
 echo $$ >"$tmp/owner"
 [[ $tmp =~ ^[A-Za-z0-9/._+-]+$ ]] || die "TMPDIR=$TMPDIR has characters the commands here do not quote"
 mnt=$tmp/mnt
@@ -170,7 +170,7 @@ cleanup() {
     kill "$bindfs_pid" 2>/dev/null
     wait "$bindfs_pid" 2>/dev/null
   fi
-  sandfs_kill
+  wardfs_kill
   mountpoint -q "$mnt" && fusermount3 -u -z "$mnt"
   mountpoint -q "$bind" && fusermount3 -u -z "$bind"
   rm -rf "$ws/untar-scratch"
@@ -199,7 +199,7 @@ reset_tree() {
   f=$(cat "$data/$(basename "$d").changed")
   git -C "$d" checkout -q -- .
   git -C "$d" clean -fdq
-  printf '// sandfs agent benchmark: the one changed file\n' >>"$d/$f"
+  printf '// wardfs agent benchmark: the one changed file\n' >>"$d/$f"
   [ "$(git -C "$d" status --porcelain)" = " M $f" ] ||
     die "$d: git status should show only $f as changed: $(git -C "$d" status --porcelain | head -5)"
 }
@@ -304,31 +304,31 @@ if want untar && [ "$untar_on" = image ]; then
 fi
 
 # --- sides ---------------------------------------------------------------------------------------
-sandfs_config "$zones"
-io=${SANDFS_AGENT_IO:-}
+wardfs_config "$zones"
+io=${WARDFS_AGENT_IO:-}
 case "$io" in
   '') ;;
   passthrough | cached)
     printf '\n[zones.cache]\nio = "%s"\n\n[zones.workspace]\nio = "%s"\n' "$io" "$io" >>"$tmp/config.toml"
     ;;
-  *) die "SANDFS_AGENT_IO=$io: must be passthrough or cached" ;;
+  *) die "WARDFS_AGENT_IO=$io: must be passthrough or cached" ;;
 esac
-transport=${SANDFS_AGENT_TRANSPORT:-}
-prefetch=${SANDFS_AGENT_PREFETCH:-}
+transport=${WARDFS_AGENT_TRANSPORT:-}
+prefetch=${WARDFS_AGENT_PREFETCH:-}
 printf '\n[fuse]\n' >>"$tmp/config.toml"
 case "$transport" in
   '') ;;
   io_uring | device) printf 'transport = "%s"\n' "$transport" >>"$tmp/config.toml" ;;
-  *) die "SANDFS_AGENT_TRANSPORT=$transport: must be io_uring or device" ;;
+  *) die "WARDFS_AGENT_TRANSPORT=$transport: must be io_uring or device" ;;
 esac
 case "$prefetch" in
   '') ;;
   true | false) printf 'prefetch = %s\n' "$prefetch" >>"$tmp/config.toml" ;;
-  *) die "SANDFS_AGENT_PREFETCH=$prefetch: must be true or false" ;;
+  *) die "WARDFS_AGENT_PREFETCH=$prefetch: must be true or false" ;;
 esac
 quiet_ms=2000 # the daemon's default auto_quiet_ms
-if [ -n "${SANDFS_AGENT_AUTO_CHECKPOINT_MS:-}" ]; then
-  quiet_ms=$SANDFS_AGENT_AUTO_CHECKPOINT_MS
+if [ -n "${WARDFS_AGENT_AUTO_CHECKPOINT_MS:-}" ]; then
+  quiet_ms=$WARDFS_AGENT_AUTO_CHECKPOINT_MS
   printf '\n[checkpoints]\nauto_quiet_ms = %s\n' "$quiet_ms" >>"$tmp/config.toml"
 fi
 start_idle=2                               # idle seconds after a start
@@ -379,8 +379,8 @@ ticks() {
   set -- $s
   echo $((${12} + ${13}))
 }
-# sandfs_settle SECONDS LABEL: waits until the daemon has used (almost) no CPU for SECONDS in a row.
-sandfs_settle() {
+# wardfs_settle SECONDS LABEL: waits until the daemon has used (almost) no CPU for SECONDS in a row.
+wardfs_settle() {
   [ -n "$daemon_pid" ] || return 0
   local need=$1 idle=0 t0=$SECONDS c0 prev cur
   c0=$(ticks "$daemon_pid")
@@ -392,7 +392,7 @@ sandfs_settle() {
     if ((cur - prev <= 3)); then idle=$((idle + 1)); else idle=0; fi
     prev=$cur
     if ((SECONDS - t0 > 900)); then
-      log "sandfs still busy after 900 s ($2); measuring anyway"
+      log "wardfs still busy after 900 s ($2); measuring anyway"
       break
     fi
   done
@@ -403,23 +403,23 @@ sandfs_settle() {
 writes() { [ "$1" = git ] || [ "$1" = untar ]; }
 
 # Root of the workspace as side $1 shows it.
-declare -A root=([native]=$ws [bindfs]=$bind [sandfs]=$mnt/workspace)
-sides=(native bindfs sandfs)
+declare -A root=([native]=$ws [bindfs]=$bind [wardfs]=$mnt/workspace)
+sides=(native bindfs wardfs)
 
-# use SIDE: mounts what SIDE needs; sandfs runs only while it is measured.
+# use SIDE: mounts what SIDE needs; wardfs runs only while it is measured.
 use() {
   case $1 in
-    native) sandfs_stop ;;
-    bindfs) sandfs_stop && bindfs_start ;;
-    sandfs) [ -n "$daemon_pid" ] || { sandfs_start && sandfs_settle $start_idle "start"; } ;;
+    native) wardfs_stop ;;
+    bindfs) wardfs_stop && bindfs_start ;;
+    wardfs) [ -n "$daemon_pid" ] || { wardfs_start && wardfs_settle $start_idle "start"; } ;;
   esac
 }
 # fresh SIDE: a new mount for SIDE (nothing for native).
 fresh() {
   case $1 in
-    native) sandfs_stop ;;
-    bindfs) sandfs_stop && bindfs_stop && bindfs_start ;;
-    sandfs) sandfs_stop && sandfs_start && sandfs_settle $start_idle "start" ;;
+    native) wardfs_stop ;;
+    bindfs) wardfs_stop && bindfs_stop && bindfs_start ;;
+    wardfs) wardfs_stop && wardfs_start && wardfs_settle $start_idle "start" ;;
   esac
 }
 
@@ -431,7 +431,7 @@ for t in "${trees[@]}"; do
   done
 done
 if want untar; then jobs+=("deps:untar"); fi
-((${#jobs[@]})) || die "nothing to measure (SANDFS_AGENT_ONLY=$only, SANDFS_AGENT_TREES=$trees_wanted)"
+((${#jobs[@]})) || die "nothing to measure (WARDFS_AGENT_ONLY=$only, WARDFS_AGENT_TREES=$trees_wanted)"
 
 # cmd_of JOB SIDE: the command line (for hyperfine -N and for sh -c alike).
 cmd_of() {
@@ -497,36 +497,36 @@ median_of() {
 }
 
 bindfs_start
-sandfs_start
+wardfs_start
 passthrough=$(grep -o 'FUSE session started.*' "$tmp/daemon.log" | sed -n '1{s/\x1b\[[0-9;]*m//g;p}')
-log "sandfs: ${passthrough:-no 'FUSE session started' line in the daemon log}"
+log "wardfs: ${passthrough:-no 'FUSE session started' line in the daemon log}"
 [ -d "$mnt/workspace/${trees[0]:-.}" ] || die "the mount does not show the backing dir"
 # Inode numbers of one file as each side reports them (git keeps them in its index).
 probe=${trees[0]:-}
 if [ -n "$probe" ]; then
   probe=$probe/$(cat "$data/$probe.changed")
-  inos="native $(stat -c %i "$ws/$probe"), bindfs $(stat -c %i "$bind/$probe"), sandfs $(stat -c %i "$mnt/workspace/$probe")"
+  inos="native $(stat -c %i "$ws/$probe"), bindfs $(stat -c %i "$bind/$probe"), wardfs $(stat -c %i "$mnt/workspace/$probe")"
 else
   inos=""
 fi
-sandfs_stop
+wardfs_stop
 
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 foreign_sampler_start "$$" "$results/foreign.txt"
 
 # --- 1. warm -------------------------------------------------------------------------------------
-log "warm: a check run, then hyperfine --warmup $warmup --runs $runs, per side (sandfs mounted last)"
+log "warm: a check run, then hyperfine --warmup $warmup --runs $runs, per side (wardfs mounted last)"
 for side in "${sides[@]}"; do
   use "$side"
   for job in "${jobs[@]}"; do
-    [ "$side" != sandfs ] || sandfs_settle $start_idle "warm $job"
+    [ "$side" != wardfs ] || wardfs_settle $start_idle "warm $job"
     check "$job" "$side"
     # The check run may have changed files (git refreshes its index for this side's inode numbers).
-    if [ "$side" = sandfs ] && writes "${job#*:}"; then sandfs_settle "$write_idle" "after check $job"; fi
+    if [ "$side" = wardfs ] && writes "${job#*:}"; then wardfs_settle "$write_idle" "after check $job"; fi
     cmd=$(cmd_of "$job" "$side")
     # The daemon's CPU time per run (warmup runs included), from /proc.
     dpid=""
-    if [ "$side" = sandfs ]; then dpid=$daemon_pid; elif [ "$side" = bindfs ]; then dpid=$bindfs_pid; fi
+    if [ "$side" = wardfs ]; then dpid=$daemon_pid; elif [ "$side" = bindfs ]; then dpid=$bindfs_pid; fi
     t0=$([ -z "$dpid" ] || ticks "$dpid")
     # shellcheck disable=SC2046
     hf "$side" "$results/warm-${job/:/-}-$side.json" "$cmd" --warmup "$warmup" --runs "$runs" \
@@ -536,10 +536,10 @@ for side in "${sides[@]}"; do
         -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.3f", t / hz / n}')" >>"$results/daemon-cpu.tsv"
     fi
     printf '  %-20s %-7s %8s s\n' "$job" "$side" "$(median_of "$results/warm-${job/:/-}-$side.json")" >&2
-    if [ "$side" = sandfs ] && writes "${job#*:}"; then sandfs_settle "$write_idle" "after warm $job"; fi
+    if [ "$side" = wardfs ] && writes "${job#*:}"; then wardfs_settle "$write_idle" "after warm $job"; fi
   done
 done
-sandfs_stop
+wardfs_stop
 
 # --- 2. cold -------------------------------------------------------------------------------------
 log "cold: first run after a fresh mount and drop_caches ($cold_reps per side; sides take turns)"
@@ -553,7 +553,7 @@ for rep in $(seq 1 "$cold_reps"); do
       if [ "${job#*:}" = git ]; then
         fresh "$side"
         sh -c "$cmd" >/dev/null # the index now holds this side's inode numbers
-        [ "$side" != sandfs ] || sandfs_settle "$write_idle" "prime $job"
+        [ "$side" != wardfs ] || wardfs_settle "$write_idle" "prime $job"
       fi
       fresh "$side"
       drop_caches
@@ -561,11 +561,11 @@ for rep in $(seq 1 "$cold_reps"); do
       hf "$side" "$results/cold-${job/:/-}-$side-$rep.json" "$cmd" --runs 1 $(hf_ignore "$job")
       printf '  %-20s %-7s %8s s  (cold %s)\n' "$job" "$side" \
         "$(median_of "$results/cold-${job/:/-}-$side-$rep.json")" "$rep" >&2
-      if [ "$side" = sandfs ] && writes "${job#*:}"; then sandfs_settle "$write_idle" "after cold $job"; fi
+      if [ "$side" = wardfs ] && writes "${job#*:}"; then wardfs_settle "$write_idle" "after cold $job"; fi
     done
   done
 done
-sandfs_stop
+wardfs_stop
 
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 kill "$sampler_pid" 2>/dev/null || true
@@ -599,7 +599,7 @@ count_run() {
     if [ "$idx0" = "$idx1" ]; then echo "$job $side $run: index unchanged"; else echo "$job $side $run: index rewritten"; fi \
       >>"$results/git-index.txt"
   fi
-  if [ "$side" = sandfs ]; then
+  if [ "$side" = wardfs ]; then
     # A run may send no request at all (a warm tar through a cached mount).
     sed 's/\x1b\[[0-9;]*m//g' "$logf" | { grep -oE 'FUSE\( *[0-9]+\) ino 0x[0-9a-f]+ [A-Z_]+' || true; } |
       awk '{print $NF}'
@@ -610,21 +610,21 @@ count_run() {
       >>"$results/requests.tsv"
 }
 if [ "$requests" = 1 ]; then
-  log "requests by opcode: sandfs (RUST_LOG=fuser=debug) and bindfs (-d), a cold run then a warm run"
-  for side in sandfs bindfs; do
+  log "requests by opcode: wardfs (RUST_LOG=fuser=debug) and bindfs (-d), a cold run then a warm run"
+  for side in wardfs bindfs; do
     for job in "${jobs[@]}"; do
       if [ "${job#*:}" = git ]; then
         fresh "$side"
         sh -c "$(cmd_of "$job" "$side")" >/dev/null
-        [ "$side" != sandfs ] || sandfs_settle "$write_idle" "prime requests $job"
+        [ "$side" != wardfs ] || wardfs_settle "$write_idle" "prime requests $job"
       fi
-      if [ "$side" = sandfs ]; then
-        sandfs_stop
-        sandfs_log=$tmp/sandfs-debug.log sandfs_rust_log=info,fuser=debug sandfs_start
-        sandfs_settle $start_idle "start (debug)"
-        logf=$tmp/sandfs-debug.log
+      if [ "$side" = wardfs ]; then
+        wardfs_stop
+        wardfs_log=$tmp/wardfs-debug.log wardfs_rust_log=info,fuser=debug wardfs_start
+        wardfs_settle $start_idle "start (debug)"
+        logf=$tmp/wardfs-debug.log
       else
-        sandfs_stop
+        wardfs_stop
         bindfs_stop
         bindfs_start debug
         logf=$tmp/bindfs-debug.log
@@ -635,14 +635,14 @@ if [ "$requests" = 1 ]; then
       printf '  %-20s %-7s %s requests cold, %s warm\n' "$job" "$side" \
         "$(awk -F'\t' -v j="$job" -v s="$side" '$1==j && $2==s && $3=="cold" {n+=$5} END {print n+0}' "$results/requests.tsv")" \
         "$(awk -F'\t' -v j="$job" -v s="$side" '$1==j && $2==s && $3=="warm" {n+=$5} END {print n+0}' "$results/requests.tsv")" >&2
-      if [ "$side" = sandfs ]; then
-        if writes "${job#*:}"; then sandfs_settle "$write_idle" "after requests $job"; fi
-        sandfs_stop
+      if [ "$side" = wardfs ]; then
+        if writes "${job#*:}"; then wardfs_settle "$write_idle" "after requests $job"; fi
+        wardfs_stop
       else
         bindfs_stop
         rm -f "$tmp/bindfs-debug.log"
       fi
-      rm -f "$tmp/sandfs-debug.log"
+      rm -f "$tmp/wardfs-debug.log"
     done
   done
 fi
@@ -684,7 +684,7 @@ tree_info() { # TREE
   echo "git=$(git --version)"
   echo "tar=$(tar --version | sed -n 1p)"
   echo "hyperfine=$(hyperfine --version | sed -n 1p)"
-  echo "sandfs=$bin"
+  echo "wardfs=$bin"
   cat "$results/foreign.txt"
 } >"$results/env.txt"
 
@@ -704,7 +704,7 @@ label = {
     "untar": f"untar {untar_n} entries + `rm -rf`",
 }
 goal = {"rg-literal": 1.5, "rg-regex": 1.5, "git": 2.0, "find": 1.5, "tar": 1.5, "untar": 2.0}
-sides = ("native", "bindfs", "sandfs")
+sides = ("native", "bindfs", "wardfs")
 failed = []
 
 def med(paths):
@@ -725,9 +725,9 @@ if os.path.exists(cp):
         cpu[(job, side)] = float(sec)
 
 def table(kind):
-    head = ("workload", "tree", "native", "bindfs", "sandfs", "bindfs/native", "sandfs/native", "goal", "sandfs")
+    head = ("workload", "tree", "native", "bindfs", "wardfs", "bindfs/native", "wardfs/native", "goal", "wardfs")
     if kind == "warm":
-        head += ("daemon CPU per run: bindfs", "sandfs")
+        head += ("daemon CPU per run: bindfs", "wardfs")
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for job in jobs:
         tree, w = job.split(":")
@@ -738,14 +738,14 @@ def table(kind):
             m[s] = med(sorted(glob.glob(os.path.join(res, pat))))
         if None in m.values():
             continue
-        rb, rs = m["bindfs"] / m["native"], m["sandfs"] / m["native"]
+        rb, rs = m["bindfs"] / m["native"], m["wardfs"] / m["native"]
         ok = rs <= goal[w]
         if not ok:
             failed.append(f"{w} ({tree}, {kind})")
         cells = (label[w], "—" if tree == "deps" else tree, fmt(m["native"]), fmt(m["bindfs"]),
-                 fmt(m["sandfs"]), f"{rb:.2f}×", f"**{rs:.2f}×**", f"≤ {goal[w]:g}×", "PASS" if ok else "FAIL")
+                 fmt(m["wardfs"]), f"{rb:.2f}×", f"**{rs:.2f}×**", f"≤ {goal[w]:g}×", "PASS" if ok else "FAIL")
         if kind == "warm":
-            cells += tuple(fmt(cpu[(job, s)]) if (job, s) in cpu else "?" for s in ("bindfs", "sandfs"))
+            cells += tuple(fmt(cpu[(job, s)]) if (job, s) in cpu else "?" for s in ("bindfs", "wardfs"))
         out.append("| " + " | ".join(cells) + " |")
     return out
 
@@ -760,7 +760,7 @@ if req:
     rq = ["| workload | tree | side | run | requests | by opcode |", "|---|---|---|---|---|---|"]
     for job in jobs:
         tree, w = job.split(":")
-        for side in ("sandfs", "bindfs"):
+        for side in ("wardfs", "bindfs"):
             for run in ("warm", "cold"):
                 if not any(k[0] == job and k[1] == side for k in req):
                     continue
@@ -775,16 +775,16 @@ settles = [l.rstrip("\n").split("\t") for l in open(os.path.join(res, "settle.ts
 settle = ""
 if settles:
     longest = max(settles, key=lambda x: int(x[1]))
-    settle = (f"sandfs idle waits: {len(settles)}, {sum(int(x[1]) for x in settles)} s beyond the idle windows in all, "
+    settle = (f"wardfs idle waits: {len(settles)}, {sum(int(x[1]) for x in settles)} s beyond the idle windows in all, "
               f"longest {longest[1]} s ({longest[0]}); daemon CPU during them {sum(float(x[2]) for x in settles):.1f} s")
 gi = os.path.join(res, "git-index.txt")
 gitidx = ["", "git status and the index (requests pass): " + "; ".join(l.strip() for l in open(gi))] if os.path.exists(gi) else []
 trees = "; ".join(f"{k[5:]}: {v}" for k, v in env.items() if k.startswith("tree_"))
 text = "\n".join([
-    f"sandfs agent workloads, {env['date']}" + (" (QUICK: small trees, few runs; not for the docs)" if env["quick"] == "1" else ""),
+    f"wardfs agent workloads, {env['date']}" + (" (QUICK: small trees, few runs; not for the docs)" if env["quick"] == "1" else ""),
     f"{env['cpus']} × {env['cpu']}, {env['mem_gb']} GB RAM, {env['os']}, kernel {env['kernel']}, "
     f"backing dir on {env['fs']}; {env['bindfs']}, {env['rg']}, {env['git']}, {env['tar']}, {env['hyperfine']}",
-    f"sandfs: {env['passthrough'] or '(no passthrough line in the daemon log)'}",
+    f"wardfs: {env['passthrough'] or '(no passthrough line in the daemon log)'}",
     f"trees: {trees}"
     + (f"; untar: {untar_n} entries, on {env.get('untar_on', '?')}" if "untar_entries" in env else ""),
     f"inode numbers of one file: {env['inos']}",
@@ -796,7 +796,7 @@ text = "\n".join([
 ] + ([settle] if settle else []) + [
     "", "Warm", "",
 ] + table("warm") + ["", "Cold (first run after mount and drop_caches)", ""] + table("cold")
-  + (["", "FUSE requests per run (sandfs: fuser debug log; bindfs: libfuse -d)", ""] + rq if rq else [])
+  + (["", "FUSE requests per run (wardfs: fuser debug log; bindfs: libfuse -d)", ""] + rq if rq else [])
   + gitidx) + "\n"
 open(os.path.join(res, "summary.txt"), "w").write(text)
 print("\n" + "=" * 100)

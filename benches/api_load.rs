@@ -5,12 +5,12 @@
 //!     [--files 1024] [--size 4096] [--ops read,stat,write] [--client-threads 1] [--json OUT]
 //! ```
 //!
-//! A running daemon (`sandfs serve`) is required; `benches/run.sh` starts one. The bench writes
+//! A running daemon (`wardfs serve`) is required; `benches/run.sh` starts one. The bench writes
 //! `--files` text files of `--size` bytes under the virtual directory `--dir` through the API,
 //! asks the daemon where that directory really is (`/v1/fs/resolve`), then for each operation runs
 //! two phases of `--seconds` each, after a one-second warm-up:
 //!
-//! * **sandfs**: `--clients` concurrent clients, each with one keep-alive HTTP/1.1 connection to
+//! * **wardfs**: `--clients` concurrent clients, each with one keep-alive HTTP/1.1 connection to
 //!   the socket, sending `POST /v1/fs/read {"path"}`, `/v1/fs/stat {"path"}` or
 //!   `/v1/fs/write {"path","content"}` back to back (the next request when the previous answer has
 //!   been read whole);
@@ -18,7 +18,7 @@
 //!   `read` of the same files, `symlink_metadata`, and a write to a temp name renamed over the
 //!   destination (what the daemon does, minus its journal).
 //!
-//! It prints ops/s, p50 and p99 latency per phase, and sandfs/native ratios. With `--json` it
+//! It prints ops/s, p50 and p99 latency per phase, and wardfs/native ratios. With `--json` it
 //! also writes the figures as JSON for run.sh's summary.
 
 use std::path::{Path, PathBuf};
@@ -235,7 +235,7 @@ impl Conn {
         let req = Request::builder()
             .method(Method::POST)
             .uri(route)
-            .header(hyper::header::HOST, "sandfs")
+            .header(hyper::header::HOST, "wardfs")
             .header(hyper::header::CONTENT_TYPE, "application/json")
             .body(Full::new(body))?;
         self.sender.ready().await?;
@@ -298,7 +298,7 @@ fn check_answer(op: Op, size: usize, status: StatusCode, body: &[u8]) -> Result<
     }
 }
 
-async fn sandfs_phase(
+async fn wardfs_phase(
     o: &Opts,
     op: Op,
     secs: f64,
@@ -500,9 +500,9 @@ async fn run(o: &Opts) -> Result<(), BoxError> {
     let mut out = serde_json::Map::new();
     for &op in &o.ops {
         if o.warmup > 0.0 {
-            sandfs_phase(o, op, o.warmup, &content).await?;
+            wardfs_phase(o, op, o.warmup, &content).await?;
         }
-        let s = sandfs_phase(o, op, o.seconds, &content).await?;
+        let s = wardfs_phase(o, op, o.seconds, &content).await?;
         let (o2, real2, content2) = (o.clone(), real.clone(), content.clone());
         let n = tokio::task::spawn_blocking(move || {
             if o2.warmup > 0.0 {
@@ -511,7 +511,7 @@ async fn run(o: &Opts) -> Result<(), BoxError> {
             native_phase(&o2, &real2, op, o2.seconds, &content2)
         })
         .await?;
-        for (side, f) in [("sandfs", &s), ("native", &n)] {
+        for (side, f) in [("wardfs", &s), ("native", &n)] {
             println!(
                 "{:<6} {:<7} {:>11.0} {:>10.1} {:>10.1} {:>9} {:>7}",
                 op.name(),
@@ -525,7 +525,7 @@ async fn run(o: &Opts) -> Result<(), BoxError> {
         }
         let ratio = s.ops_per_s() / n.ops_per_s();
         println!(
-            "{:<6} {:<7} {:>11} (sandfs/native ops/s: {:.3}; p50 ×{:.1})",
+            "{:<6} {:<7} {:>11} (wardfs/native ops/s: {:.3}; p50 ×{:.1})",
             op.name(),
             "ratio",
             "",
@@ -534,7 +534,7 @@ async fn run(o: &Opts) -> Result<(), BoxError> {
         );
         if s.errors > 0 || n.errors > 0 {
             return Err(format!(
-                "{}: {} sandfs and {} native operations failed",
+                "{}: {} wardfs and {} native operations failed",
                 op.name(),
                 s.errors,
                 n.errors
@@ -543,7 +543,7 @@ async fn run(o: &Opts) -> Result<(), BoxError> {
         }
         out.insert(
             op.name().into(),
-            json!({ "sandfs": s.to_json(), "native": n.to_json(), "ratio_ops": ratio }),
+            json!({ "wardfs": s.to_json(), "native": n.to_json(), "ratio_ops": ratio }),
         );
     }
     let doc = json!({

@@ -2,7 +2,7 @@
 # Checkpoint benchmark (issue 13): bash benches/checkpoint.sh   (or: make bench-checkpoint)
 #
 # On a copy of the generated tree (benches/gen_tree.py, ~25,000 files, ~140 MB) as the workspace of
-# a daemon (the release build, no mount), measured with hyperfine through the `sandfs` CLI (so a
+# a daemon (the release build, no mount), measured with hyperfine through the `wardfs` CLI (so a
 # process start is in every figure) against git on another copy of the same tree, in the same run:
 #   1. the first checkpoint              vs `git add -A && git write-tree` (fresh index each run)
 #   2. a checkpoint after one changed file (target: under 30 ms)
@@ -26,8 +26,8 @@ for t in hyperfine git python3 jq; do
 done
 
 log "building (release)"
-"$cargo" build --release --bin sandfs
-bin=$repo/target/release/sandfs
+"$cargo" build --release --bin wardfs
+bin=$repo/target/release/wardfs
 
 data=$repo/bench-data
 tree=$data/tree
@@ -44,7 +44,7 @@ out=$data/checkpoint
 rm -rf "$out"
 mkdir -p "$out"
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/sandfs-cpbench.XXXXXX")
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/wardfs-cpbench.XXXXXX")
 daemon_pid=""
 cleanup() {
   if [ -n "$daemon_pid" ] && kill -0 "$daemon_pid" 2>/dev/null; then
@@ -56,7 +56,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-log "copying the tree twice (sandfs's workspace, git's work tree)"
+log "copying the tree twice (wardfs's workspace, git's work tree)"
 mkdir -p "$tmp/ws" "$tmp/git" "$tmp/run"
 cp -a "$tree/." "$tmp/ws/"
 rm -rf "$tmp/ws/.git"
@@ -139,7 +139,7 @@ export -f change_all
 restore_runs=()
 git_runs=()
 for round in 1 2 3; do
-  # Changed beside sandfs, as an editor or a build would: the watcher journals them once they
+  # Changed beside wardfs, as an editor or a build would: the watcher journals them once they
   # have been quiet for 250 ms.
   change_all "$tmp/ws" "$round"
   sleep 2
@@ -167,10 +167,10 @@ growth_kb=$((after_kb - before_kb))
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f×", a / b }'; }
 verdict() { awk -v v="$1" -v t="$2" 'BEGIN { print (v <= t) ? "met" : "MISSED" }'; }
-printf '\nsandfs checkpoint benchmark, %s\n' "$(date -u +%Y-%m-%dT%H:%MZ)"
+printf '\nwardfs checkpoint benchmark, %s\n' "$(date -u +%Y-%m-%dT%H:%MZ)"
 printf 'tree: %s files, %s MB (benches/gen_tree.py); %s cores; through the CLI (a process start in each figure)\n\n' \
   "$files" "$((bytes / 1000000))" "$(nproc)"
-printf '| measure | sandfs | peer | ratio | target | |\n|---|---|---|---|---|---|\n'
+printf '| measure | wardfs | peer | ratio | target | |\n|---|---|---|---|---|---|\n'
 printf '| first checkpoint | %s ms | git add -A && write-tree: %.0f ms | %s | ≤ 1.5× | %s |\n' \
   "$first_ms" "$git_add_ms" "$(ratio "$first_ms" "$git_add_ms")" \
   "$(verdict "$(awk -v a="$first_ms" -v b="$git_add_ms" 'BEGIN{print a/b}')" 1.5)"

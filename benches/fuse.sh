@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# sandfs FUSE benchmark suite: bash benches/fuse.sh   (or: make bench-fuse; `make bench` runs it too)
+# wardfs FUSE benchmark suite: bash benches/fuse.sh   (or: make bench-fuse; `make bench` runs it too)
 #
 # Three targets, measured in the same run, over the same backing directory:
 #   native  the backing directory itself (bench-data/fuse/backing, and a tmpfs for metadata)
 #   bindfs  Debian's bindfs (C, libfuse) mounted over it
-#   sandfs  `sandfs serve` with that directory as its workspace zone and the tmpfs as its cache zone
-#           ([zones] mode = "direct"), in the I/O mode of SANDFS_FUSE_IO (cached unless set;
+#   wardfs  `wardfs serve` with that directory as its workspace zone and the tmpfs as its cache zone
+#           ([zones] mode = "direct"), in the I/O mode of WARDFS_FUSE_IO (cached unless set;
 #           passthrough: kernel FUSE passthrough when the kernel allows it)
 # Workloads:
 #   1. fio (benches/fio/*.fio), 1 GiB file, bs=1M: sequential write (fsync at the end), sequential
@@ -14,8 +14,8 @@
 #      files per second, on the ext4 backing dir and on a tmpfs backing dir.
 #   3. rg through each target over the generated ~136 MB source tree (benches/gen_tree.py, copied into
 #      the backing dir), hyperfine --warmup 2 --output=pipe; the matches are checked to be identical.
-# Each fio and metadata measurement is the median of SANDFS_FUSE_REPS runs (SANDFS_FUSE_NOISY_REPS
-# for the write and the cold read), the targets taking turns in a balanced order. sandfs is mounted
+# Each fio and metadata measurement is the median of WARDFS_FUSE_REPS runs (WARDFS_FUSE_NOISY_REPS
+# for the write and the cold read), the targets taking turns in a balanced order. wardfs is mounted
 # only while it is measured. Prints a table of absolute figures and ratios to native with the
 # targets' pass/fail; raw results go to bench-data/results/fuse-*.
 #
@@ -23,18 +23,18 @@
 # fusermount3, python3. Installs nothing; names the Debian package of what is missing.
 #
 # Environment:
-#   SANDFS_FUSE_REPS     repetitions per measurement (default 3; the median is reported)
-#   SANDFS_FUSE_NOISY_REPS  repetitions of the sequential write and the cold read, which depend on
+#   WARDFS_FUSE_REPS     repetitions per measurement (default 3; the median is reported)
+#   WARDFS_FUSE_NOISY_REPS  repetitions of the sequential write and the cold read, which depend on
 #                        the VM host's cache (default 5)
-#   SANDFS_FUSE_SIZE     fio file size (default 1g)
-#   SANDFS_FUSE_RUNTIME  seconds per random-read run (default 4)
-#   SANDFS_FUSE_FILES    files in the metadata tree (default 10000)
-#   SANDFS_FUSE_ONLY     comma-separated subset of: io,meta,rg (default: all)
-#   SANDFS_FUSE_IO       zones.<zone>.io of the mount: cached (the daemon's default) or passthrough
-#   SANDFS_FUSE_TRANSPORT  [fuse] transport: io_uring or device (default: the daemon's, io_uring)
-#   SANDFS_BENCH_STRICT  1: exit 1 when a target is missed (default: only a wrong result fails)
-#   SANDFS_BIN           use this sandfs binary instead of building target/release/sandfs
-#   SANDFS_FUSE_AUTO_CHECKPOINT_MS  [checkpoints] auto_quiet_ms for the daemon (0: automatic
+#   WARDFS_FUSE_SIZE     fio file size (default 1g)
+#   WARDFS_FUSE_RUNTIME  seconds per random-read run (default 4)
+#   WARDFS_FUSE_FILES    files in the metadata tree (default 10000)
+#   WARDFS_FUSE_ONLY     comma-separated subset of: io,meta,rg (default: all)
+#   WARDFS_FUSE_IO       zones.<zone>.io of the mount: cached (the daemon's default) or passthrough
+#   WARDFS_FUSE_TRANSPORT  [fuse] transport: io_uring or device (default: the daemon's, io_uring)
+#   WARDFS_BENCH_STRICT  1: exit 1 when a target is missed (default: only a wrong result fails)
+#   WARDFS_BIN           use this wardfs binary instead of building target/release/wardfs
+#   WARDFS_FUSE_AUTO_CHECKPOINT_MS  [checkpoints] auto_quiet_ms for the daemon (0: automatic
 #                        checkpoints off; default: the daemon's default), to measure what they cost
 #   CARGO                cargo command (default cargo)
 set -euo pipefail
@@ -42,15 +42,15 @@ shopt -s inherit_errexit
 
 cd "$(dirname "$0")/.."
 repo=$PWD
-reps=${SANDFS_FUSE_REPS:-3}
-noisy_reps=${SANDFS_FUSE_NOISY_REPS:-5}
-size=${SANDFS_FUSE_SIZE:-1g}
-runtime=${SANDFS_FUSE_RUNTIME:-4}
-nfiles=${SANDFS_FUSE_FILES:-10000}
-only=${SANDFS_FUSE_ONLY:-io,meta,rg}
-io=${SANDFS_FUSE_IO:-cached}
-transport=${SANDFS_FUSE_TRANSPORT:-}
-strict=${SANDFS_BENCH_STRICT:-0}
+reps=${WARDFS_FUSE_REPS:-3}
+noisy_reps=${WARDFS_FUSE_NOISY_REPS:-5}
+size=${WARDFS_FUSE_SIZE:-1g}
+runtime=${WARDFS_FUSE_RUNTIME:-4}
+nfiles=${WARDFS_FUSE_FILES:-10000}
+only=${WARDFS_FUSE_ONLY:-io,meta,rg}
+io=${WARDFS_FUSE_IO:-cached}
+transport=${WARDFS_FUSE_TRANSPORT:-}
+strict=${WARDFS_BENCH_STRICT:-0}
 cargo=${CARGO:-cargo}
 literal='unsafe impl'
 regex='impl<[^>]*> (Drop|Clone|Default) for'
@@ -58,9 +58,9 @@ regex='impl<[^>]*> (Drop|Clone|Default) for'
 me=fuse.sh
 # shellcheck source=benches/lib.sh
 . benches/lib.sh
-[[ $io == passthrough || $io == cached ]] || die "SANDFS_FUSE_IO=$io: must be passthrough or cached"
+[[ $io == passthrough || $io == cached ]] || die "WARDFS_FUSE_IO=$io: must be passthrough or cached"
 [[ -z $transport || $transport == io_uring || $transport == device ]] ||
-  die "SANDFS_FUSE_TRANSPORT=$transport: must be io_uring or device"
+  die "WARDFS_FUSE_TRANSPORT=$transport: must be io_uring or device"
 want() { [[ ",$only," == *",$1,"* ]]; }
 
 # --- tools ---------------------------------------------------------------------------------------
@@ -69,7 +69,7 @@ need_tools fio:fio bindfs:bindfs hyperfine:hyperfine rg:ripgrep fusermount3:fuse
   mountpoint:util-linux
 
 # --- build ---------------------------------------------------------------------------------------
-CARGO=$cargo sandfs_binary "$repo"
+CARGO=$cargo wardfs_binary "$repo"
 
 # --- directories ---------------------------------------------------------------------------------
 data=$repo/bench-data
@@ -82,8 +82,8 @@ rm -f "$results"/fuse-*
 # Mount points and the tmpfs live in a temp dir that records its owner: a run killed with SIGKILL
 # leaves mounts behind, which the next run clears (only when their owner is gone).
 tmpbase=${TMPDIR:-/tmp}
-clear_stale_runs sandfs-fuse-bench
-tmp=$(mktemp -d "$tmpbase/sandfs-fuse-bench.XXXXXX")
+clear_stale_runs wardfs-fuse-bench
+tmp=$(mktemp -d "$tmpbase/wardfs-fuse-bench.XXXXXX")
 echo $$ >"$tmp/owner"
 mnt=$tmp/mnt
 bind=$tmp/bind
@@ -107,7 +107,7 @@ cleanup() {
     kill "$p" 2>/dev/null
     wait "$p" 2>/dev/null
   done
-  sandfs_kill
+  wardfs_kill
   mountpoint -q "$mnt" && fusermount3 -u -z "$mnt"
   for m in "$bind" "$bind_tmpfs"; do
     mountpoint -q "$m" && fusermount3 -u -z "$m"
@@ -125,7 +125,7 @@ trap 'exit 130' INT TERM
 # inodes the previous run just deleted on every create, and whichever target runs second is slowed
 # down by the first (the "erratic creation" of BASELINES.md).
 chattr +T "$backing/meta" 2>/dev/null || true
-mount -t tmpfs -o size=1g,mode=0755 sandfs-bench "$tmpfs"
+mount -t tmpfs -o size=1g,mode=0755 wardfs-bench "$tmpfs"
 mkdir -p "$tmpfs/meta"
 
 # --- the source tree for rg ----------------------------------------------------------------------
@@ -163,7 +163,7 @@ fi
 rm -f "$backing/io/w.dat"
 
 # --- mounts --------------------------------------------------------------------------------------
-log "mounting bindfs over $backing and the tmpfs; checking that sandfs mounts"
+log "mounting bindfs over $backing and the tmpfs; checking that wardfs mounts"
 bindfs -f "$backing" "$bind" 2>"$tmp/bindfs.log" &
 bindfs_pids+=($!)
 echo "$!" >"$tmp/bindfs.pid"
@@ -190,16 +190,16 @@ EOF
 if [ -n "$transport" ]; then
   printf '\n[fuse]\ntransport = "%s"\n' "$transport" >>"$tmp/config.toml"
 fi
-if [ -n "${SANDFS_FUSE_AUTO_CHECKPOINT_MS:-}" ]; then
-  printf '\n[checkpoints]\nauto_quiet_ms = %s\n' "$SANDFS_FUSE_AUTO_CHECKPOINT_MS" >>"$tmp/config.toml"
+if [ -n "${WARDFS_FUSE_AUTO_CHECKPOINT_MS:-}" ]; then
+  printf '\n[checkpoints]\nauto_quiet_ms = %s\n' "$WARDFS_FUSE_AUTO_CHECKPOINT_MS" >>"$tmp/config.toml"
 fi
-# sandfs is mounted only while it is measured (sandfs_start/sandfs_stop in lib.sh): its watcher
+# wardfs is mounted only while it is measured (wardfs_start/wardfs_stop in lib.sh): its watcher
 # (inotify on the backing dir) reacts to every open and write that native and bindfs runs make in
-# that directory, and would bill sandfs's bookkeeping to them (4.5 CPU-seconds during bindfs's 1 GiB
+# that directory, and would bill wardfs's bookkeeping to them (4.5 CPU-seconds during bindfs's 1 GiB
 # write, measured).
-# Mounts sandfs for target $1 == sandfs, unmounts it for the others.
+# Mounts wardfs for target $1 == wardfs, unmounts it for the others.
 use() {
-  if [ "$1" = sandfs ]; then sandfs_start; else sandfs_stop; fi
+  if [ "$1" = wardfs ]; then wardfs_start; else wardfs_stop; fi
 }
 
 for _ in $(seq 200); do
@@ -207,32 +207,32 @@ for _ in $(seq 200); do
   sleep 0.1
 done
 mountpoint -q "$bind" && mountpoint -q "$bind_tmpfs" || die "bindfs did not mount in 20 s"
-sandfs_start
+wardfs_start
 passthrough=$(grep -o 'FUSE session started.*' "$tmp/daemon.log" | head -1 | sed 's/\x1b\[[0-9;]*m//g')
-log "sandfs: ${passthrough:-no 'FUSE session started' line in the daemon log}"
+log "wardfs: ${passthrough:-no 'FUSE session started' line in the daemon log}"
 [ -z "$(ls -A "$backing")" ] || [ -n "$(ls -A "$mnt/workspace")" ] || die "the mount does not show the backing dir"
-sandfs_stop
+wardfs_stop
 
 # Target name -> directory of the ext4 backing dir / of the tmpfs, as each target shows it.
-declare -A root=([native]=$backing [bindfs]=$bind [sandfs]=$mnt/workspace)
-declare -A troot=([native]=$tmpfs [bindfs]=$bind_tmpfs [sandfs]=$mnt/cache)
-targets=(native bindfs sandfs)
+declare -A root=([native]=$backing [bindfs]=$bind [wardfs]=$mnt/workspace)
+declare -A troot=([native]=$tmpfs [bindfs]=$bind_tmpfs [wardfs]=$mnt/cache)
+targets=(native bindfs wardfs)
 # The targets in round $1's order: the six permutations, in an order where over six rounds each
 # target comes first, second and third twice and follows each other target equally often (what runs
 # just before matters here: a 1 GiB write or a cold read leaves the VM host's cache busy).
-orders=("native bindfs sandfs" "bindfs sandfs native" "sandfs native bindfs"
-  "native sandfs bindfs" "sandfs bindfs native" "bindfs native sandfs")
+orders=("native bindfs wardfs" "bindfs wardfs native" "wardfs native bindfs"
+  "native wardfs bindfs" "wardfs bindfs native" "bindfs native wardfs")
 order() {
   echo "${orders[$(($1 % 6))]}" | tr ' ' '\n'
 }
-# For the sequential write and the cold read: native and sandfs take turns, bindfs runs after them.
+# For the sequential write and the cold read: native and wardfs take turns, bindfs runs after them.
 # On this kind of VM whatever runs after a bindfs 1 GiB write is slowed down (native too: 330 MB/s
 # instead of 1,000+, still 20 s later; not the page cache, not discard), so bindfs must not run
 # between the two that are compared.
 noisy_order() {
   local r=$1
   if ((r < noisy_reps)); then
-    if ((r % 2)); then printf 'sandfs\nnative\n'; else printf 'native\nsandfs\n'; fi
+    if ((r % 2)); then printf 'wardfs\nnative\n'; else printf 'native\nwardfs\n'; fi
   else
     echo bindfs
   fi
@@ -351,7 +351,7 @@ if want rg; then
         >"$tmp/rg-$pat-$t.txt"
     done
     n=$(wc -l <"$tmp/rg-$pat-native.txt")
-    for t in bindfs sandfs; do
+    for t in bindfs wardfs; do
       if cmp -s "$tmp/rg-$pat-native.txt" "$tmp/rg-$pat-$t.txt"; then
         echo "  $pat: $t finds the same $n matching lines as native" >&2
         echo "$pat $t identical ($n lines)" >>"$results/fuse-rg-check.txt"
@@ -367,20 +367,20 @@ if want rg; then
   for pat in literal regex; do
     if [ $pat = literal ]; then p="-F $(q "$literal")"; else p=$(q "$regex"); fi
     log "rg -n $p, through each target (hyperfine --warmup 2)"
-    # Two hyperfine runs, so that sandfs is mounted only for its own (see sandfs_start).
-    sandfs_stop
+    # Two hyperfine runs, so that wardfs is mounted only for its own (see wardfs_start).
+    wardfs_stop
     cmds=()
     for t in native bindfs; do
       cmds+=(-n "$t" "rg -n $p $(q "${root[$t]}/tree")")
     done
     hyperfine --warmup 2 --output=pipe -N --style basic --export-json "$results/fuse-rg-$pat-peers.json" \
       "${cmds[@]}" | tee -a "$results/fuse-rg.txt"
-    sandfs_start
-    hyperfine --warmup 2 --output=pipe -N --style basic --export-json "$results/fuse-rg-$pat-sandfs.json" \
-      -n sandfs "rg -n $p $(q "${root[sandfs]}/tree")" | tee -a "$results/fuse-rg.txt"
+    wardfs_start
+    hyperfine --warmup 2 --output=pipe -N --style basic --export-json "$results/fuse-rg-$pat-wardfs.json" \
+      -n wardfs "rg -n $p $(q "${root[wardfs]}/tree")" | tee -a "$results/fuse-rg.txt"
   done
 fi
-sandfs_stop
+wardfs_stop
 
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 kill "$sampler_pid" 2>/dev/null || true
@@ -411,7 +411,7 @@ sampler_pid=""
   echo "bindfs=$(bindfs --version 2>&1 | head -1)"
   echo "rg=$(rg --version | head -1)"
   echo "hyperfine=$(hyperfine --version | head -1)"
-  echo "sandfs=$bin"
+  echo "wardfs=$bin"
   cat "$results/fuse-foreign.txt"
 } >"$results/fuse-env.txt"
 
@@ -433,7 +433,7 @@ def fmt(v, unit):
     return f"{v:,.0f} MB/s"
 
 def row(label, unit, vals, target, higher_better=True, note=""):
-    n, b, s = vals["native"], vals["bindfs"], vals["sandfs"]
+    n, b, s = vals["native"], vals["bindfs"], vals["wardfs"]
     rb, rs = b / n, s / n
     if target is None:
         verdict, tgt = "info", "—"
@@ -480,24 +480,24 @@ if os.path.exists(meta_path):
 
 for pat, label in (("literal", "rg -n -F 'unsafe impl'"), ("regex", "rg -n 'impl<[^>]*> (Drop|Clone|Default) for'")):
     d = {}
-    for part in ("peers", "sandfs"):
+    for part in ("peers", "wardfs"):
         p = os.path.join(res, f"fuse-rg-{pat}-{part}.json")
         if os.path.exists(p):
             d.update({r["command"]: r["mean"] * 1000 for r in json.load(open(p))["results"]})
     if len(d) == 3:
         row(label.replace("|", "\\|"), "ms", d, 3.0, higher_better=False)
 
-head = ("workload", "native", "bindfs", "sandfs", "bindfs/native", "sandfs/native", "target", "sandfs")
+head = ("workload", "native", "bindfs", "wardfs", "bindfs/native", "wardfs/native", "target", "wardfs")
 md = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 md += ["| " + " | ".join(r) + " |" for r in rows]
 tree = ""
 if env.get("tree_files", "0") != "0":
     tree = f"; rg tree: {int(env['tree_files']):,} files, {int(env['tree_bytes']) / 1e6:.0f} MB"
 text = "\n".join([
-    f"sandfs FUSE benchmarks, {env['date']}",
+    f"wardfs FUSE benchmarks, {env['date']}",
     f"{env['cpus']} × {env['cpu']}, {env['mem_gb']} GB RAM, {env['os']}, kernel {env['kernel']}, "
     f"backing dir on {env['fs']}; {env['fio']}, {env['bindfs']}, {env['rg']}, {env['hyperfine']}",
-    f"sandfs: {env['passthrough'] or '(no passthrough line in the daemon log)'}",
+    f"wardfs: {env['passthrough'] or '(no passthrough line in the daemon log)'}",
     f"medians of {env['reps']} runs ({env['noisy_reps']} for the sequential write and the cold read), "
     f"hyperfine means (rg){tree}; "
     f"ratios: throughput / native (higher is better), rg time / native (lower is better)",
@@ -512,9 +512,9 @@ print(text)
 if not correct:
     print("RESULT: a target found different rg matches than native (see above): a bug, not a slowness.")
 elif failed:
-    print("RESULT: sandfs targets missed: " + "; ".join(failed))
+    print("RESULT: wardfs targets missed: " + "; ".join(failed))
 else:
-    print("RESULT: every sandfs target met")
+    print("RESULT: every wardfs target met")
 sys.exit(2 if not correct else (3 if failed else 0))
 PY
 echo "(raw results: $results/fuse-*)" >&2

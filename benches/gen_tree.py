@@ -7,7 +7,7 @@ The tree looks like a polyglot monorepo: Rust crates, Python packages, JavaScrip
 packages, docs and config files, in nested directories, with identifiers, comments and string
 literals. It also holds what real trees hold and a search must skip:
 
-* a `.git/` directory (so `.gitignore` is honoured by rg, fd and sandfs alike) and a `.gitignore`
+* a `.git/` directory (so `.gitignore` is honoured by rg, fd and wardfs alike) and a `.gitignore`
   that ignores `target/`, `node_modules/`, `build/`, `__pycache__/`, `*.log` and `*.min.js`, with
   files under those names (they contain the benchmark patterns, so honouring the ignores matters);
 * hidden files and directories (`.github/`, `.cache/`), also containing the patterns;

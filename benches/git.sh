@@ -1,21 +1,21 @@
 #!/usr/bin/env bash
-# sandfs git benchmarks (issue 4): bash benches/git.sh   (or: make bench-git)
+# wardfs git benchmarks (issue 4): bash benches/git.sh   (or: make bench-git)
 #
 # On a generated 10,000-file repository served by `git daemon` on loopback:
-#   1. pull of the whole repository (`sandfs git pull`, a fresh mirror each run) against
+#   1. pull of the whole repository (`wardfs git pull`, a fresh mirror each run) against
 #      `git clone --depth 1` from the same server, median of N runs each; target <= 1.5x;
 #   2. stage of 1,000 modified files (changed through the API, so the journal knows them);
 #      target < 1 s;
-#   3. status with no changes (`sandfs git status`, hyperfine); target < 50 ms;
+#   3. status with no changes (`wardfs git status`, hyperfine); target < 50 ms;
 #      informative: status --rescan (re-hashes all 10,000 files).
 # Prints a summary with ratios and keeps raw results in bench-data/results/git-*.txt.
 #
-# Environment: SANDFS_BENCH_RUNS (default 5), CARGO (default cargo).
+# Environment: WARDFS_BENCH_RUNS (default 5), CARGO (default cargo).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 repo_root=$PWD
-runs=${SANDFS_BENCH_RUNS:-5}
+runs=${WARDFS_BENCH_RUNS:-5}
 cargo=${CARGO:-cargo}
 
 die() { printf 'git.sh: %s\n' "$*" >&2; exit 1; }
@@ -26,8 +26,8 @@ done
 
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 log "building (release)"
-"$cargo" build --release --bin sandfs
-bin=$repo_root/target/release/sandfs
+"$cargo" build --release --bin wardfs
+bin=$repo_root/target/release/wardfs
 
 data=$repo_root/bench-data/git
 results=$repo_root/bench-data/results
@@ -86,7 +86,7 @@ env -i PATH="$PATH" HOME="$work" RUST_LOG=warn "$bin" serve --no-mount --config 
   2>"$work/daemon.log" &
 daemon_pid=$!
 for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
-[ -S "$sock" ] || die "sandfs did not start: $(cat "$work/daemon.log")"
+[ -S "$sock" ] || die "wardfs did not start: $(cat "$work/daemon.log")"
 sfs() { "$bin" --socket "$sock" "$@"; }
 
 now_ms() { date +%s%3N; }
@@ -121,7 +121,7 @@ sock, rnd = sys.argv[1], sys.argv[2]
 class C(http.client.HTTPConnection):
     def connect(self):
         self.sock = socket.socket(socket.AF_UNIX); self.sock.connect(sock)
-c = C("sandfs")
+c = C("wardfs")
 for i in range(1000):
     d, f = divmod(i, 10)
     body = json.dumps({"path": f"/workspace/pull1/pkg{d:03}/mod{f:03}.rs", "content": f"changed in round {rnd}\n"})
@@ -157,7 +157,7 @@ ratio_min=$(python3 -c "print(round($pull_min / $clone_min, 2))")
 verdict() { if python3 -c "import sys; sys.exit(0 if $1 else 1)"; then echo met; else echo MISSED; fi; }
 summary=$(cat <<EOF
 git benchmarks, $(date -u +%Y-%m-%dT%H:%MZ): 10,000-file repository over git:// on loopback, $runs runs each, load average at start: $load_start
-| measure | sandfs | peer | ratio | target | |
+| measure | wardfs | peer | ratio | target | |
 |---|---|---|---|---|---|
 | pull whole repo (fastest runs) | ${pull_min} ms | git clone --depth 1: ${clone_min} ms | ${ratio_min}x | <= 1.5x | $(verdict "$ratio_min <= 1.5") |
 | pull whole repo (medians) | ${pull_ms} ms | git clone --depth 1: ${clone_ms} ms | ${ratio}x | <= 1.5x | $(verdict "$ratio <= 1.5") |

@@ -4,10 +4,10 @@
 #   me=fuse.sh            # the script's name, for messages
 #   . benches/lib.sh
 #
-# The daemon helpers use these variables of the sourcing script: `bin` (the sandfs binary), `tmp`
+# The daemon helpers use these variables of the sourcing script: `bin` (the wardfs binary), `tmp`
 # (the run's temp dir: config.toml, daemon.log, daemon.pid, the socket under run/), `mnt` (the mount
-# point) and `daemon_pid` (empty while the daemon is down). Optional: `sandfs_log` (the daemon's log
-# file, default $tmp/daemon.log) and `sandfs_rust_log` (its RUST_LOG, default $RUST_LOG or info).
+# point) and `daemon_pid` (empty while the daemon is down). Optional: `wardfs_log` (the daemon's log
+# file, default $tmp/daemon.log) and `wardfs_rust_log` (its RUST_LOG, default $RUST_LOG or info).
 
 log() { printf '\n== %s\n' "$*" >&2; }
 die() {
@@ -32,19 +32,19 @@ need_tools() {
   fi
 }
 
-# sandfs_binary REPO: sets `bin` to $SANDFS_BIN, or builds the release binary with ${CARGO:-cargo}
+# wardfs_binary REPO: sets `bin` to $WARDFS_BIN, or builds the release binary with ${CARGO:-cargo}
 # and sets `bin` to it (under $CARGO_TARGET_DIR when set).
-sandfs_binary() {
+wardfs_binary() {
   local repo=$1 cargo=${CARGO:-cargo}
-  if [ -n "${SANDFS_BIN:-}" ]; then
-    bin=$SANDFS_BIN
-    [ -x "$bin" ] || die "SANDFS_BIN=$bin is not executable"
-    log "using $bin (SANDFS_BIN; not building)"
+  if [ -n "${WARDFS_BIN:-}" ]; then
+    bin=$WARDFS_BIN
+    [ -x "$bin" ] || die "WARDFS_BIN=$bin is not executable"
+    log "using $bin (WARDFS_BIN; not building)"
   else
     command -v "$cargo" >/dev/null 2>&1 || die "cargo is not installed (https://rustup.rs)"
     log "building (release)"
-    "$cargo" build --release --bin sandfs
-    bin=${CARGO_TARGET_DIR:-$repo/target}/release/sandfs
+    "$cargo" build --release --bin wardfs
+    bin=${CARGO_TARGET_DIR:-$repo/target}/release/wardfs
   fi
 }
 
@@ -78,9 +78,9 @@ clear_stale_runs() {
   done
 }
 
-# sandfs_config ZONES_ROOT: writes $tmp/config.toml for sandfs_start: state and socket under $tmp,
+# wardfs_config ZONES_ROOT: writes $tmp/config.toml for wardfs_start: state and socket under $tmp,
 # mounted on $mnt, sandboxed zones under ZONES_ROOT. Callers append further sections.
-sandfs_config() {
+wardfs_config() {
   cat >"$tmp/config.toml" <<EOF
 state_dir = '$tmp/state'
 socket = '$tmp/run/s.sock'
@@ -92,12 +92,12 @@ root = '$1'
 EOF
 }
 
-# sandfs_start: starts `sandfs serve --config $tmp/config.toml` mounted on $mnt, and returns once
+# wardfs_start: starts `wardfs serve --config $tmp/config.toml` mounted on $mnt, and returns once
 # it is mounted and serves its socket.
-sandfs_start() {
+wardfs_start() {
   [ -z "$daemon_pid" ] || return 0
-  local logf=${sandfs_log:-$tmp/daemon.log}
-  RUST_LOG=${sandfs_rust_log:-${RUST_LOG:-info}} XDG_RUNTIME_DIR=$tmp/run XDG_STATE_HOME=$tmp/state \
+  local logf=${wardfs_log:-$tmp/daemon.log}
+  RUST_LOG=${wardfs_rust_log:-${RUST_LOG:-info}} XDG_RUNTIME_DIR=$tmp/run XDG_STATE_HOME=$tmp/state \
     "$bin" serve --config "$tmp/config.toml" >/dev/null 2>>"$logf" &
   daemon_pid=$!
   echo "$daemon_pid" >"$tmp/daemon.pid"
@@ -109,12 +109,12 @@ sandfs_start() {
     sleep 0.1
   done
   tail -50 "$logf" >&2
-  die "sandfs did not mount $mnt in 20 s"
+  die "wardfs did not mount $mnt in 20 s"
 }
 
-# sandfs_stop: SIGTERM (the daemon unmounts and exits); fails when it takes more than 15 s or
+# wardfs_stop: SIGTERM (the daemon unmounts and exits); fails when it takes more than 15 s or
 # leaves the mount behind.
-sandfs_stop() {
+wardfs_stop() {
   [ -n "$daemon_pid" ] || return 0
   kill "$daemon_pid" 2>/dev/null || true
   for _ in $(seq 150); do
@@ -125,16 +125,16 @@ sandfs_stop() {
     kill -9 "$daemon_pid" 2>/dev/null || true
     wait "$daemon_pid" 2>/dev/null || true
     daemon_pid=""
-    die "sandfs did not exit within 15 s of SIGTERM"
+    die "wardfs did not exit within 15 s of SIGTERM"
   fi
   wait "$daemon_pid" 2>/dev/null || true
   daemon_pid=""
   rm -f "$tmp/daemon.pid"
-  ! mountpoint -q "$mnt" || die "sandfs left $mnt mounted after SIGTERM"
+  ! mountpoint -q "$mnt" || die "wardfs left $mnt mounted after SIGTERM"
 }
 
-# sandfs_kill: for cleanup traps: SIGTERM, SIGKILL after 10 s; never fails.
-sandfs_kill() {
+# wardfs_kill: for cleanup traps: SIGTERM, SIGKILL after 10 s; never fails.
+wardfs_kill() {
   if [ -n "$daemon_pid" ] && kill -0 "$daemon_pid" 2>/dev/null; then
     kill "$daemon_pid"
     for _ in $(seq 100); do

@@ -2,14 +2,14 @@
 # Daemon peak memory under large and hostile inputs (issue 11): bash benches/memory.sh
 # (or: make bench-memory; root, for the loopback-only namespace and the mount).
 #
-# Each case starts a fresh release daemon (`sandfs serve`), does one thing, and prints the daemon's
+# Each case starts a fresh release daemon (`wardfs serve`), does one thing, and prints the daemon's
 # peak resident memory (VmHWM from /proc/<pid>/status) against the target (below 100 MB):
-#   grep         `sandfs grep a` over one 1 GiB file of "a\n" lines, through the API;
-#   mirror push  `sandfs mirror push` of a 2 GiB zone (16 large random files and 200 small ones)
+#   grep         `wardfs grep a` over one 1 GiB file of "a\n" lines, through the API;
+#   mirror push  `wardfs mirror push` of a 2 GiB zone (16 large random files and 200 small ones)
 #                into the real sandbox-agent;
-#   mirror pull  `sandfs mirror pull` of that 2 GiB into an empty zone (a second, fresh daemon);
+#   mirror pull  `wardfs mirror pull` of that 2 GiB into an empty zone (a second, fresh daemon);
 #   remote read  `cat` of a 1 GiB file through the mount, from a zone served from the sandbox;
-#   endless stat `sandfs stat` on a zone served from a sandbox (a small python3 HTTP server) that
+#   endless stat `wardfs stat` on a zone served from a sandbox (a small python3 HTTP server) that
 #                answers /v1/fs/* with a body that never ends.
 # The sandbox-agent runs as in benches/sandbox.sh: inside a loopback-only network namespace (the
 # script re-runs itself under .ci/netns), with --token, --no-telemetry, 127.0.0.1, a temp HOME and
@@ -27,7 +27,7 @@
 #   MEM_BENCH_LIMIT_MB  the target, in MB (default 100)
 #   MEM_BENCH_ABORT_MB  the watchdog's limit, in MB (default 2000)
 #   MEM_BENCH_CASES     the cases to run (default "grep push pull remote endless")
-#   MEM_BENCH_SANDFS    a sandfs binary to use instead of building the release one
+#   MEM_BENCH_WARDFS    a wardfs binary to use instead of building the release one
 #   CARGO, CARGO_TARGET_DIR as for cargo.
 # Prints a summary table and keeps it in bench-data/results/memory-summary.txt.
 set -euo pipefail
@@ -49,12 +49,12 @@ if [ -z "${MEM_BENCH_IN_NETNS:-}" ]; then
   done
   [ -x /usr/local/bin/sandbox-agent ] || [ -x "$HOME/.local/bin/sandbox-agent" ] ||
     die "sandbox-agent is missing: run .ci/install-deps test"
-  if [ -z "${MEM_BENCH_SANDFS:-}" ]; then
+  if [ -z "${MEM_BENCH_WARDFS:-}" ]; then
     log "building (release)"
-    "$cargo" build --release --bin sandfs
+    "$cargo" build --release --bin wardfs
     target_dir=${CARGO_TARGET_DIR:-target}
     case $target_dir in /*) ;; *) target_dir=$repo_root/$target_dir ;; esac
-    export MEM_BENCH_SANDFS=$target_dir/release/sandfs
+    export MEM_BENCH_WARDFS=$target_dir/release/wardfs
   fi
   export MEM_BENCH_IN_NETNS=1
   exec .ci/netns bash "$0" "$@"
@@ -63,8 +63,8 @@ fi
 # --- inside the namespace from here on
 [ "$(tr -d ' ' </proc/self/net/dev | tail -n +3 | cut -d: -f1 | tr '\n' ' ')" = "lo " ] ||
   die "not in a loopback-only network namespace"
-sandfs=$MEM_BENCH_SANDFS
-[ -x "$sandfs" ] || die "no sandfs binary at $sandfs"
+wardfs=$MEM_BENCH_WARDFS
+[ -x "$wardfs" ] || die "no wardfs binary at $wardfs"
 agent=/usr/local/bin/sandbox-agent
 [ -x "$agent" ] || agent=$HOME/.local/bin/sandbox-agent
 unit=$(python3 -c 'import sys; print(int(float(sys.argv[1]) * 2**30))' "$gib")
@@ -207,14 +207,14 @@ start_daemon() {
   shift
   name=$(basename "$c" .toml)
   rm -f "$work/$name.hwm" "$work/$name.hwm.aborted"
-  MEM_BENCH_TOKEN=$token RUST_LOG=warn "$sandfs" serve --config "$c" "$@" >>"$work/daemon-$name.log" 2>&1 &
+  MEM_BENCH_TOKEN=$token RUST_LOG=warn "$wardfs" serve --config "$c" "$@" >>"$work/daemon-$name.log" 2>&1 &
   daemon_pid=$!
   watch_rss "$daemon_pid" "$work/$name.hwm" &
   watch_pid=$!
   for _ in $(seq 200); do
     python3 -c 'import socket, sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1])' \
       "$work/run/$name.sock" 2>/dev/null && return 0
-    kill -0 "$daemon_pid" 2>/dev/null || { cat "$work/daemon-$name.log" >&2; die "sandfs serve exited ($name)"; }
+    kill -0 "$daemon_pid" 2>/dev/null || { cat "$work/daemon-$name.log" >&2; die "wardfs serve exited ($name)"; }
     sleep 0.1
   done
   die "the daemon did not answer on its socket within 20 s ($name)"
@@ -264,7 +264,7 @@ if want grep; then
   mkdir -p "$work/grep/zones/workspace"
   yes a | head -c "$unit" >"$work/grep/zones/workspace/a.txt" || true
   start_daemon "$c" --no-mount
-  note=$(run_op "$sandfs" --config "$c" grep a /workspace)
+  note=$(run_op "$wardfs" --config "$c" grep a /workspace)
   rm -f "$work/grep/zones/workspace/a.txt"
   finish_case grep "grep a, one $(human "$unit") file" "$note"
 fi
@@ -283,7 +283,7 @@ EOF
   zone_bytes=$(du -sb --apparent-size "$zone" | cut -f1)
   c=$(config push "")
   start_daemon "$c" --no-mount
-  note=$(run_op "$sandfs" --config "$c" mirror push dev)
+  note=$(run_op "$wardfs" --config "$c" mirror push dev)
   sent=$(du -sb --apparent-size "$home/remote/zone" 2>/dev/null | cut -f1 || echo 0)
   [ "${sent:-0}" = "$zone_bytes" ] || note="${note:+$note; }the sandbox holds ${sent:-0} of $zone_bytes bytes"
   if want push; then
@@ -298,7 +298,7 @@ if want pull; then
   log "mirror pull of the $(human "$zone_bytes") zone into an empty zone"
   c=$(config pull "")
   start_daemon "$c" --no-mount
-  note=$(run_op "$sandfs" --config "$c" mirror pull dev)
+  note=$(run_op "$wardfs" --config "$c" mirror pull dev)
   got=$(du -sb --apparent-size "$work/pull/zones/workspace" 2>/dev/null | cut -f1 || echo 0)
   [ "${got:-0}" -ge "$zone_bytes" ] || note="${note:+$note; }pulled ${got:-0} of $zone_bytes bytes"
   finish_case pull "mirror pull, $(human "$zone_bytes")" "$note"
@@ -324,7 +324,7 @@ if want endless; then
   c=$(config endless "sandbox = \"evil\"
 path = \"/srv\"")
   start_daemon "$c" --no-mount
-  note=$(run_op timeout 120 "$sandfs" --config "$c" stat /workspace/x.txt)
+  note=$(run_op timeout 120 "$wardfs" --config "$c" stat /workspace/x.txt)
   # A refusal is the right answer here: only a hang or a crash is worth noting.
   case $note in "exit 124"*) note="no answer within 120 s" ;; "") ;; *) note="" ;; esac
   kill -0 "$daemon_pid" 2>/dev/null || [ -e "$work/endless.hwm.aborted" ] || note="${note:+$note; }the daemon died"
@@ -332,8 +332,8 @@ path = \"/srv\"")
 fi
 
 {
-  echo "sandfs daemon peak memory (VmHWM), $(date -u +%Y-%m-%dT%H:%MZ), unit $gib GiB; target < $limit_mb MB"
-  echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg); binary: $sandfs"
+  echo "wardfs daemon peak memory (VmHWM), $(date -u +%Y-%m-%dT%H:%MZ), unit $gib GiB; target < $limit_mb MB"
+  echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg); binary: $wardfs"
   echo
   echo "| case | what | peak RSS | verdict |"
   echo "|---|---|---|---|"

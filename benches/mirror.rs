@@ -3,12 +3,12 @@
 //! engine and prints one JSON object.
 //!
 //! Environment (set by the script):
-//!   SANDFS_BENCH_AGENT_URL    the server's base URL (127.0.0.1 inside the script's namespace)
-//!   SANDFS_BENCH_AGENT_TOKEN  the bearer token (read through its variable name, never printed)
-//!   SANDFS_BENCH_TREE         the local 10,000-file tree
-//!   SANDFS_BENCH_BIG          a directory holding one large file
-//!   SANDFS_BENCH_REMOTE       the remote directory to push below (`<it>/tree-N`, `<it>/big`)
-//!   SANDFS_BENCH_RUNS         first pushes of the tree to time (each into a fresh remote dir)
+//!   WARDFS_BENCH_AGENT_URL    the server's base URL (127.0.0.1 inside the script's namespace)
+//!   WARDFS_BENCH_AGENT_TOKEN  the bearer token (read through its variable name, never printed)
+//!   WARDFS_BENCH_TREE         the local 10,000-file tree
+//!   WARDFS_BENCH_BIG          a directory holding one large file
+//!   WARDFS_BENCH_REMOTE       the remote directory to push below (`<it>/tree-N`, `<it>/big`)
+//!   WARDFS_BENCH_RUNS         first pushes of the tree to time (each into a fresh remote dir)
 //!
 //! Measures: the first push of the tree (files/s), the incremental push after one edit (time,
 //! files sent, HTTP requests), a push with nothing changed, and the first push of the large file
@@ -17,8 +17,8 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use sandfs::sandbox::mirror::{self, Manifest, MirrorOptions};
-use sandfs::sandbox::{SandboxAgent, SandboxAgentConfig};
+use wardfs::sandbox::mirror::{self, Manifest, MirrorOptions};
+use wardfs::sandbox::{SandboxAgent, SandboxAgentConfig};
 
 fn env(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set: run benches/sandbox.sh"))
@@ -37,17 +37,17 @@ fn opts() -> MirrorOptions {
 async fn main() {
     // `cargo test --all-targets` runs bench targets too: there is no server to push to then, so
     // do nothing (as criterion does in test mode) unless the script set up the environment.
-    if std::env::var_os("SANDFS_BENCH_AGENT_URL").is_none() {
+    if std::env::var_os("WARDFS_BENCH_AGENT_URL").is_none() {
         println!("mirror: not run under `cargo test`; use `bash benches/sandbox.sh`");
         return;
     }
-    let mut config = SandboxAgentConfig::new(env("SANDFS_BENCH_AGENT_URL"));
-    config.token_env = Some("SANDFS_BENCH_AGENT_TOKEN".into());
+    let mut config = SandboxAgentConfig::new(env("WARDFS_BENCH_AGENT_URL"));
+    config.token_env = Some("WARDFS_BENCH_AGENT_TOKEN".into());
     let fs = SandboxAgent::connect(&config).expect("connect to the sandbox");
-    let tree = PathBuf::from(env("SANDFS_BENCH_TREE"));
-    let big = PathBuf::from(env("SANDFS_BENCH_BIG"));
-    let remote = env("SANDFS_BENCH_REMOTE");
-    let runs: usize = std::env::var("SANDFS_BENCH_RUNS")
+    let tree = PathBuf::from(env("WARDFS_BENCH_TREE"));
+    let big = PathBuf::from(env("WARDFS_BENCH_BIG"));
+    let remote = env("WARDFS_BENCH_REMOTE");
+    let runs: usize = std::env::var("WARDFS_BENCH_RUNS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(3);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Provisioned-sandbox benchmark (issue 15): bash benches/provision.sh   (or: make bench-provision)
 #
-# The local provider through the daemon (the release build, no mount) and the `sandfs` CLI (so a
+# The local provider through the daemon (the release build, no mount) and the `wardfs` CLI (so a
 # process start is in every figure), as root (namespaces, cgroups):
 #   1. the first create, which builds the provider's default snapshot (a minimal root): one-time
 #   2. create from that existing snapshot to a healthy sandbox-agent (median of 5; target < 1 s)
@@ -15,7 +15,7 @@
 #      why it was not measured.
 # Everything it makes is destroyed at the end (and on exit).
 #
-# Environment: CARGO (default cargo); SANDFS_PROVISION_AGENT (default: sandbox-agent on PATH);
+# Environment: CARGO (default cargo); WARDFS_PROVISION_AGENT (default: sandbox-agent on PATH);
 # NPM_DEPS (default: "lodash express chalk@4 commander semver").
 set -euo pipefail
 
@@ -32,14 +32,14 @@ die() { printf 'provision.sh: %s\n' "$*" >&2; exit 1; }
 for t in jq bwrap unshare; do
   command -v "$t" >/dev/null 2>&1 || die "missing $t; install it with .ci/install-deps run"
 done
-agent=${SANDFS_PROVISION_AGENT:-$(command -v sandbox-agent || true)}
+agent=${WARDFS_PROVISION_AGENT:-$(command -v sandbox-agent || true)}
 [ -x "$agent" ] || die "no sandbox-agent binary; install it with .ci/install-deps test"
 
 log "building (release)"
-"$cargo" build --release --bin sandfs
-bin=$repo/target/release/sandfs
+"$cargo" build --release --bin wardfs
+bin=$repo/target/release/wardfs
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/sandfs-provbench.XXXXXX")
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/wardfs-provbench.XXXXXX")
 daemon_pid=""
 sf() { "$bin" --socket "$tmp/run/s.sock" "$@"; }
 cleanup() {
@@ -162,9 +162,9 @@ if [ -z "$npm_skip" ]; then
 fi
 
 verdict() { awk -v v="$1" -v t="$2" 'BEGIN { print (v < t) ? "met" : "MISSED" }'; }
-printf '\nsandfs provisioned-sandbox benchmark (local provider), %s\n' "$(date -u +%Y-%m-%dT%H:%MZ)"
+printf '\nwardfs provisioned-sandbox benchmark (local provider), %s\n' "$(date -u +%Y-%m-%dT%H:%MZ)"
 printf '%s cores; through the CLI (a process start in each figure)\n\n' "$(nproc)"
-printf '| measure | sandfs | target | |\n|---|---|---|---|\n'
+printf '| measure | wardfs | target | |\n|---|---|---|---|\n'
 printf '| first create, building the default snapshot (minimal root; one-time) | %s ms | reported | |\n' "$snapshot_ms"
 printf '| create from an existing snapshot to healthy (median of 5) | %s ms | < 1,000 ms | %s |\n' "$create_ms" "$(verdict "$create_ms" 1000)"
 printf '| resume from paused to healthy (median of 5) | %s ms | < 1,000 ms | %s |\n' "$resume_ms" "$(verdict "$resume_ms" 1000)"

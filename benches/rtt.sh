@@ -4,33 +4,33 @@
 # Four targets over the same backing directory, in the same run:
 #   native          the backing directory itself
 #   bindfs          Debian's bindfs (libfuse, requests through /dev/fuse)
-#   sandfs device   `sandfs serve` with [fuse] transport = "device" (requests through /dev/fuse)
-#   sandfs io_uring `sandfs serve` with [fuse] transport = "io_uring" (FUSE over io_uring)
+#   wardfs device   `wardfs serve` with [fuse] transport = "device" (requests through /dev/fuse)
+#   wardfs io_uring `wardfs serve` with [fuse] transport = "io_uring" (FUSE over io_uring)
 # Two requests the kernel cannot answer from its caches, each timed by a Python client calling the
 # system call in a loop (1 client, then 2 clients at once, each on its own files):
 #   getxattr  getxattr(2) of a missing name: one GETXATTR each (µs per call)
-#   lookup    stat(2) of each of SANDFS_RTT_FILES files after dropping the dentry cache: one LOOKUP
+#   lookup    stat(2) of each of WARDFS_RTT_FILES files after dropping the dentry cache: one LOOKUP
 #             each (µs per file)
-# Median of SANDFS_RTT_REPS runs; the targets take turns. Prints µs per request and the ratio to
-# sandfs device; raw results go to bench-data/results/rtt.txt.
+# Median of WARDFS_RTT_REPS runs; the targets take turns. Prints µs per request and the ratio to
+# wardfs device; raw results go to bench-data/results/rtt.txt.
 #
 # Needs root (drop_caches; FUSE over io_uring needs /sys/module/fuse/parameters/enable_uring = Y,
 # which this script turns on when the file exists), bindfs, python3, fusermount3.
 #
 # Environment:
-#   SANDFS_RTT_REPS    runs per measurement (default 5; the median is reported)
-#   SANDFS_RTT_CALLS   getxattr calls per client and run (default 50000)
-#   SANDFS_RTT_FILES   files for the lookup measurement (default 20000)
-#   SANDFS_BIN         use this sandfs binary instead of building target/release/sandfs
+#   WARDFS_RTT_REPS    runs per measurement (default 5; the median is reported)
+#   WARDFS_RTT_CALLS   getxattr calls per client and run (default 50000)
+#   WARDFS_RTT_FILES   files for the lookup measurement (default 20000)
+#   WARDFS_BIN         use this wardfs binary instead of building target/release/wardfs
 #   CARGO              cargo command (default cargo)
 set -euo pipefail
 shopt -s inherit_errexit
 
 cd "$(dirname "$0")/.."
 repo=$PWD
-reps=${SANDFS_RTT_REPS:-5}
-calls=${SANDFS_RTT_CALLS:-50000}
-nfiles=${SANDFS_RTT_FILES:-20000}
+reps=${WARDFS_RTT_REPS:-5}
+calls=${WARDFS_RTT_CALLS:-50000}
+nfiles=${WARDFS_RTT_FILES:-20000}
 
 me=rtt.sh
 # shellcheck source=benches/lib.sh
@@ -45,10 +45,10 @@ if [ "$(cat "$uring")" != Y ]; then
   echo Y >"$uring"
 fi
 
-CARGO=${CARGO:-cargo} sandfs_binary "$repo"
+CARGO=${CARGO:-cargo} wardfs_binary "$repo"
 
-clear_stale_runs sandfs-rtt
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/sandfs-rtt.XXXXXX")
+clear_stale_runs wardfs-rtt
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/wardfs-rtt.XXXXXX")
 echo $$ >"$tmp/owner"
 mnt=$tmp/mnt
 bmnt=$tmp/bindfs
@@ -58,7 +58,7 @@ mkdir -p "$results" "$mnt" "$bmnt" "$tmp/run"
 : >"$results/rtt.txt"
 
 cleanup() {
-  sandfs_kill
+  wardfs_kill
   mountpoint -q "$bmnt" && fusermount3 -u "$bmnt" || true
   rm -rf "$tmp"
 }
@@ -118,18 +118,18 @@ start() {
     bindfs --no-allow-other "$root/workspace" "$bmnt"
     dir=$bmnt
     ;;
-  sandfs-*)
+  wardfs-*)
     cat >"$tmp/config.toml" <<EOT
 state_dir = "$tmp/state"
 socket = "$tmp/run/s.sock"
 mount = "$mnt"
 [fuse]
-transport = "${1#sandfs-}"
+transport = "${1#wardfs-}"
 [zones]
 mode = "sandboxed"
 root = "$root"
 EOT
-    sandfs_start
+    wardfs_start
     dir=$mnt/workspace
     ;;
   esac
@@ -137,11 +137,11 @@ EOT
 stop() {
   case $1 in
   bindfs) fusermount3 -u "$bmnt" ;;
-  sandfs-*) sandfs_stop ;;
+  wardfs-*) wardfs_stop ;;
   esac
 }
 
-targets=(native bindfs sandfs-device sandfs-io_uring)
+targets=(native bindfs wardfs-device wardfs-io_uring)
 for kind in getxattr lookup; do
   for clients in 1 2; do
     for ((r = 0; r < reps; r++)); do
@@ -168,8 +168,8 @@ med = {}
 for kind, clients, target, v in rows:
     med.setdefault((kind, clients, target), []).append(float(v))
 med = {k: statistics.median(v) for k, v in med.items()}
-names = ["native", "bindfs", "sandfs-device", "sandfs-io_uring"]
-print("\n| request | clients | native | bindfs | sandfs device | sandfs io_uring | io_uring / device |")
+names = ["native", "bindfs", "wardfs-device", "wardfs-io_uring"]
+print("\n| request | clients | native | bindfs | wardfs device | wardfs io_uring | io_uring / device |")
 print("|---|---|---|---|---|---|---|")
 for kind, label in (("getxattr", "GETXATTR (missing name)"), ("lookup", "LOOKUP (stat after dropping dentries)")):
     for clients in ("1", "2"):

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# sandfs benchmark suite (issue 2): bash benches/run.sh   (or: make bench)
+# wardfs benchmark suite (issue 2): bash benches/run.sh   (or: make bench)
 #
-# 1. grep / glob through the daemon (the `sandfs` CLI talking to `sandfs serve`) against ripgrep and
+# 1. grep / glob through the daemon (the `wardfs` CLI talking to `wardfs serve`) against ripgrep and
 #    fd on the same generated tree, with hyperfine (--warmup 3, --output=pipe). Both sides are
 #    processes, so process start-up is counted on both sides. Both sides must print the same
 #    matches (checked, and the counts printed).
@@ -14,17 +14,17 @@
 # benches/gen_tree.py is unchanged.
 #
 # Environment:
-#   SANDFS_BENCH_SECONDS   seconds per load phase (default 10)
-#   SANDFS_BENCH_CLIENTS   concurrent clients / native threads (default 16)
-#   SANDFS_BENCH_STRICT    1: exit 1 when a target is missed (default: only a wrong result fails)
+#   WARDFS_BENCH_SECONDS   seconds per load phase (default 10)
+#   WARDFS_BENCH_CLIENTS   concurrent clients / native threads (default 16)
+#   WARDFS_BENCH_STRICT    1: exit 1 when a target is missed (default: only a wrong result fails)
 #   CARGO                  cargo command (default cargo)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 repo=$PWD
-load_seconds=${SANDFS_BENCH_SECONDS:-10}
-clients=${SANDFS_BENCH_CLIENTS:-16}
-strict=${SANDFS_BENCH_STRICT:-0}
+load_seconds=${WARDFS_BENCH_SECONDS:-10}
+clients=${WARDFS_BENCH_CLIENTS:-16}
+strict=${WARDFS_BENCH_STRICT:-0}
 cargo=${CARGO:-cargo}
 
 # The searches: a literal and a regex with hundreds to a few thousand matching lines in the tree.
@@ -59,9 +59,9 @@ command -v "$cargo" >/dev/null 2>&1 || die "cargo is not installed (https://rust
 
 # --- build (once) --------------------------------------------------------------------------------
 log "building (release)"
-"$cargo" build --release --bin sandfs
+"$cargo" build --release --bin wardfs
 "$cargo" bench --bench api_load --no-run
-bin=$repo/target/release/sandfs
+bin=$repo/target/release/wardfs
 
 # --- tree ----------------------------------------------------------------------------------------
 data=$repo/bench-data
@@ -85,7 +85,7 @@ rm -rf "$results"
 mkdir -p "$results"
 
 # --- daemon --------------------------------------------------------------------------------------
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/sandfs-bench.XXXXXX")
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/wardfs-bench.XXXXXX")
 sock=$tmp/s.sock
 daemon_pid=""
 sampler_pid=""
@@ -105,7 +105,7 @@ mkdir -p "$tmp/run" "$tmp/state" "$tmp/ws"
 # /cache is the tree (read-only: the benchmark never changes it); /workspace is a scratch directory
 # for the load benchmark's files.
 cat >"$tmp/config.toml" <<EOF
-state_dir = '$tmp/state/sandfs'
+state_dir = '$tmp/state/wardfs'
 
 [zones]
 mode = "direct"
@@ -195,30 +195,30 @@ sampler_pid=$!
 
 # --- search --------------------------------------------------------------------------------------
 q() { printf '%q' "$1"; }
-sandfs_cmd="$(q "$bin") --socket $(q "$sock")"
+wardfs_cmd="$(q "$bin") --socket $(q "$sock")"
 correct=1
 
-# check NAME PEER_CMD SANDFS_CMD PEER_PREFIX: runs both once, compares their matches.
+# check NAME PEER_CMD WARDFS_CMD PEER_PREFIX: runs both once, compares their matches.
 check() {
   local name=$1 peer=$2 ours=$3 prefix=$4
   # Peer paths are "$tree/rel", ours "/cache/rel": compare the relative paths (and lines).
   { sh -c "$peer" || true; } | sed "s|^$prefix/||" | LC_ALL=C sort >"$results/$name.peer.txt"
-  { sh -c "$ours" || true; } | sed 's|^/cache/||' | LC_ALL=C sort >"$results/$name.sandfs.txt"
+  { sh -c "$ours" || true; } | sed 's|^/cache/||' | LC_ALL=C sort >"$results/$name.wardfs.txt"
   local np ns
   np=$(wc -l <"$results/$name.peer.txt")
-  ns=$(wc -l <"$results/$name.sandfs.txt")
-  if cmp -s "$results/$name.peer.txt" "$results/$name.sandfs.txt"; then
-    echo "$name: peer $np, sandfs $ns matches (identical)" >&2
+  ns=$(wc -l <"$results/$name.wardfs.txt")
+  if cmp -s "$results/$name.peer.txt" "$results/$name.wardfs.txt"; then
+    echo "$name: peer $np, wardfs $ns matches (identical)" >&2
     echo "$np" >"$results/$name.count"
   else
-    echo "$name: MISMATCH: peer $np, sandfs $ns matches; first differences:" >&2
-    diff "$results/$name.peer.txt" "$results/$name.sandfs.txt" | head -10 >&2 || true
+    echo "$name: MISMATCH: peer $np, wardfs $ns matches; first differences:" >&2
+    diff "$results/$name.peer.txt" "$results/$name.wardfs.txt" | head -10 >&2 || true
     echo "$np/$ns MISMATCH" >"$results/$name.count"
     correct=0
   fi
 }
 
-# bench NAME PEER_NAME PEER_CMD SANDFS_CMD [EXTRA_NAME EXTRA_CMD]...
+# bench NAME PEER_NAME PEER_CMD WARDFS_CMD [EXTRA_NAME EXTRA_CMD]...
 bench() {
   local name=$1 peer_name=$2 peer=$3 ours=$4
   shift 4
@@ -229,30 +229,30 @@ bench() {
   done
   hyperfine --warmup 3 --min-runs 10 --output=pipe -N --style basic \
     --export-json "$results/$name.json" \
-    -n "$peer_name" "$peer" -n "sandfs" "$ours" "${extra[@]}"
+    -n "$peer_name" "$peer" -n "wardfs" "$ours" "${extra[@]}"
 }
 
 lit_peer="rg -n -F $(q "$literal") $(q "$tree")"
-lit_ours="$sandfs_cmd grep -n -F $(q "$literal") /cache --limit $big_limit"
+lit_ours="$wardfs_cmd grep -n -F $(q "$literal") /cache --limit $big_limit"
 re_peer="rg -n $(q "$regex") $(q "$tree")"
-re_ours="$sandfs_cmd grep -n $(q "$regex") /cache --limit $big_limit"
+re_ours="$wardfs_cmd grep -n $(q "$regex") /cache --limit $big_limit"
 glob_peer="$(q "$fd_bin") -g $(q "$glob") $(q "$tree")"
-glob_ours="$sandfs_cmd glob $(q "$glob") /cache --limit $big_limit"
+glob_ours="$wardfs_cmd glob $(q "$glob") /cache --limit $big_limit"
 
-log "checking that sandfs and the peers find the same matches"
+log "checking that wardfs and the peers find the same matches"
 check grep_literal "$lit_peer" "$lit_ours" "$tree"
 check grep_regex "$re_peer" "$re_ours" "$tree"
 check glob "$glob_peer" "$glob_ours" "$tree"
 
-log "grep, literal: rg -n -F '$literal' vs sandfs grep -F"
+log "grep, literal: rg -n -F '$literal' vs wardfs grep -F"
 bench grep_literal rg "$lit_peer" "$lit_ours"
-log "grep, regex: rg -n '$regex' vs sandfs grep"
+log "grep, regex: rg -n '$regex' vs wardfs grep"
 bench grep_regex rg "$re_peer" "$re_ours"
-log "glob: $(basename "$fd_bin") -g '$glob' vs sandfs glob"
-# Also `sandfs --json glob` (informational): the same request, printed as one JSON write instead of
+log "glob: $(basename "$fd_bin") -g '$glob' vs wardfs glob"
+# Also `wardfs --json glob` (informational): the same request, printed as one JSON write instead of
 # one line per path, which isolates the CLI's printing from the daemon's work.
 bench glob "$(basename "$fd_bin")" "$glob_peer" "$glob_ours" \
-  "sandfs --json" "$sandfs_cmd --json glob $(q "$glob") /cache --limit $big_limit"
+  "wardfs --json" "$wardfs_cmd --json glob $(q "$glob") /cache --limit $big_limit"
 
 printf 'search_rss_kb=%s\nsearch_hwm_kb=%s\n' "$(mem_kb VmRSS)" "$(mem_kb VmHWM)" >"$results/mem_search.env"
 
@@ -265,8 +265,8 @@ printf 'load_rss_kb=%s\nload_hwm_kb=%s\n' "$(mem_kb VmRSS)" "$(mem_kb VmHWM)" >"
 
 # --- informational: a huge answer ----------------------------------------------------------------
 many_peer="rg -n $(q "$many") $(q "$tree")"
-many_ours="$sandfs_cmd grep -n $(q "$many") /cache --limit $big_limit"
-log "informational: rg -n '$many' (tens of thousands of matching lines) vs sandfs grep"
+many_ours="$wardfs_cmd grep -n $(q "$many") /cache --limit $big_limit"
+log "informational: rg -n '$many' (tens of thousands of matching lines) vs wardfs grep"
 check grep_many "$many_peer" "$many_ours" "$tree"
 bench grep_many rg "$many_peer" "$many_ours"
 printf 'many_rss_kb=%s\nmany_hwm_kb=%s\n' "$(mem_kb VmRSS)" "$(mem_kb VmHWM)" >"$results/mem_many.env"
@@ -331,7 +331,7 @@ search_row("grep_regex", "grep regex `impl<[^>]*> (Drop\\|Clone\\|Default) for`"
 search_row("glob", "glob `*.rs`", True)
 d = json.load(open(os.path.join(res, "glob.json")))["results"]
 if len(d) > 2:
-    rows.append(("glob `*.rs`, `sandfs --json glob` (info: same request, output in one write)",
+    rows.append(("glob `*.rs`, `wardfs --json glob` (info: same request, output in one write)",
                  f"{d[0]['command']}: {d[0]['mean']*1000:.0f} ± {d[0]['stddev']*1000:.0f} ms",
                  f"{d[2]['mean']*1000:.0f} ± {d[2]['stddev']*1000:.0f} ms",
                  f"{d[2]['mean'] / d[0]['mean']:.2f}×", "— (info)", "", "info"))
@@ -341,7 +341,7 @@ for op in ("read", "stat", "write"):
     if op not in load["ops"]:
         continue
     o = load["ops"][op]
-    s, n = o["sandfs"], o["native"]
+    s, n = o["wardfs"], o["native"]
     target, ok = "—", None
     if op == "read":
         target = "≥ 20,000 ops/s"
@@ -372,7 +372,7 @@ for label, key in (("daemon VmRSS after the huge greps (info)", "many_rss_kb"),
     v = mb(mem[key])
     rows.append((label, "", f"{v:.1f} MB", "", "(< 60 MB)", "", "info: " + ("under" if v < 60 else "OVER")))
 
-head = ("benchmark", "peer", "sandfs", "sandfs/peer", "target", "matches / ops", "result")
+head = ("benchmark", "peer", "wardfs", "wardfs/peer", "target", "matches / ops", "result")
 md = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 md += ["| " + " | ".join(r) + " |" for r in rows]
 machine = (f"{e['cpus']} × {e['cpu']}, {e['mem_gb']} GB RAM, {e['os']}, kernel {e['kernel']}, "
@@ -381,13 +381,13 @@ machine = (f"{e['cpus']} × {e['cpu']}, {e['mem_gb']} GB RAM, {e['os']}, kernel 
 others = (f"other processes during the run: {e['foreign_cpu_s']} CPU-seconds in {e['foreign_wall_s']} s"
           + (f" ({e['foreign_top']})" if e['foreign_top'] else ""))
 tree = f"tree: {int(e['tree_files']):,} files, {int(e['tree_bytes'])/1e6:.0f} MB ({e['rg']}, {e['fd']}, {e['hyperfine']})"
-text = "\n".join([f"sandfs benchmarks, {e['date']}", machine, others, tree, ""] + md) + "\n"
+text = "\n".join([f"wardfs benchmarks, {e['date']}", machine, others, tree, ""] + md) + "\n"
 open(os.path.join(res, "summary.md"), "w").write(text)
 
 print("\n" + "=" * 100)
 print(text)
 if not correct:
-    print("RESULT: sandfs and a peer disagreed on the matches (see above): a bug, not a slowness.")
+    print("RESULT: wardfs and a peer disagreed on the matches (see above): a bug, not a slowness.")
 elif failed:
     print("RESULT: targets missed: " + "; ".join(failed))
 else:

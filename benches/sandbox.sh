@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# sandfs mirror benchmarks (issue 5): bash benches/sandbox.sh   (or: make bench-sandbox; root)
+# wardfs mirror benchmarks (issue 5): bash benches/sandbox.sh   (or: make bench-sandbox; root)
 #
 # Against the real sandbox-agent 0.4.2 on loopback, inside a loopback-only network namespace
 # (the script re-runs itself under .ci/netns; the server is started with --token, --no-telemetry,
 # 127.0.0.1, a temp HOME and a cleared environment, and killed by PID at the end):
 #   1. first push of a 10,000-file tree (the mirror engine, benches/mirror.rs) against the same
 #      tree sent by hand: `tar c` of batches of at most 2 MiB piped to `curl --data-binary @-` on
-#      /v1/fs/upload-batch; target: sandfs <= 2x the hand-made upload;
+#      /v1/fs/upload-batch; target: wardfs <= 2x the hand-made upload;
 #   2. incremental push after one edit in that tree: target < 0.2 s and exactly one file sent;
 #   3. first push of one 100 MiB file against a plain chunked upload (`split -b 2M`, one
 #      `curl --upload-file` PUT per chunk); MB/s for both;
@@ -15,27 +15,27 @@
 #      same requests made with curl.
 # Prints a summary and keeps raw results in bench-data/results/sandbox-*.
 #
-# Environment: SANDFS_BENCH_RUNS (default 3), SANDFS_BENCH_BIG_MB (default 100), CARGO.
+# Environment: WARDFS_BENCH_RUNS (default 3), WARDFS_BENCH_BIG_MB (default 100), CARGO.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 repo_root=$PWD
-runs=${SANDFS_BENCH_RUNS:-3}
-big_mb=${SANDFS_BENCH_BIG_MB:-100}
+runs=${WARDFS_BENCH_RUNS:-3}
+big_mb=${WARDFS_BENCH_BIG_MB:-100}
 cargo=${CARGO:-cargo}
 
 die() { printf 'sandbox.sh: %s\n' "$*" >&2; exit 1; }
 log() { printf '\n== %s\n' "$*" >&2; }
 
-if [ -z "${SANDFS_BENCH_IN_NETNS:-}" ]; then
+if [ -z "${WARDFS_BENCH_IN_NETNS:-}" ]; then
   for t in curl tar python3 split unshare ip; do
     command -v "$t" >/dev/null 2>&1 || die "$t is missing: run .ci/install-deps test"
   done
   [ -x /usr/local/bin/sandbox-agent ] || [ -x "$HOME/.local/bin/sandbox-agent" ] ||
     die "sandbox-agent is missing: run .ci/install-deps test"
   log "building (release)"
-  "$cargo" build --release --bench mirror --bin sandfs
-  export SANDFS_BENCH_IN_NETNS=1
+  "$cargo" build --release --bench mirror --bin wardfs
+  export WARDFS_BENCH_IN_NETNS=1
   exec .ci/netns bash "$0" "$@"
 fi
 
@@ -136,17 +136,17 @@ for c in "$work"/chunk.*; do
 done
 peer_big_ms=$(($(now_ms) - t0))
 
-# --- sandfs
-log "sandfs: mirror pushes"
-SANDFS_BENCH_AGENT_URL=$url SANDFS_BENCH_AGENT_TOKEN=$token SANDFS_BENCH_TREE=$work/tree \
-  SANDFS_BENCH_BIG=$work/big SANDFS_BENCH_REMOTE=$home/remote/sandfs SANDFS_BENCH_RUNS=$runs \
-  "$bench_bin" >"$work/sandfs.json"
-cmp -s "$work/big/blob.bin" "$home/remote/sandfs/big/blob.bin" || die "the pushed large file differs"
-n_remote=$(find "$home/remote/sandfs/tree-0" -type f | wc -l)
+# --- wardfs
+log "wardfs: mirror pushes"
+WARDFS_BENCH_AGENT_URL=$url WARDFS_BENCH_AGENT_TOKEN=$token WARDFS_BENCH_TREE=$work/tree \
+  WARDFS_BENCH_BIG=$work/big WARDFS_BENCH_REMOTE=$home/remote/wardfs WARDFS_BENCH_RUNS=$runs \
+  "$bench_bin" >"$work/wardfs.json"
+cmp -s "$work/big/blob.bin" "$home/remote/wardfs/big/blob.bin" || die "the pushed large file differs"
+n_remote=$(find "$home/remote/wardfs/tree-0" -type f | wc -l)
 [ "$n_remote" = 10000 ] || die "the first push left $n_remote files, not 10000"
 
 # --- a zone served from the sandbox, through the mount, against curl
-log "sandfs: the sandbox's directory as a mounted zone"
+log "wardfs: the sandbox's directory as a mounted zone"
 mkdir -p "$work/mnt"
 cat >"$work/config.toml" <<EOF
 state_dir = "$work/state"
@@ -160,22 +160,22 @@ path = "$home/remote"
 [sandboxes.dev]
 provider = "sandbox-agent"
 url = "$url"
-token_env = "SANDFS_BENCH_TOKEN"
+token_env = "WARDFS_BENCH_TOKEN"
 EOF
-SANDFS_BENCH_TOKEN=$token RUST_LOG=warn "$repo_root/target/release/sandfs" serve --config "$work/config.toml" \
+WARDFS_BENCH_TOKEN=$token RUST_LOG=warn "$repo_root/target/release/wardfs" serve --config "$work/config.toml" \
   >"$work/daemon.log" 2>&1 &
 daemon_pid=$!
 for _ in $(seq 100); do
-  [ -e "$work/mnt/workspace/sandfs" ] && break
-  kill -0 "$daemon_pid" 2>/dev/null || { cat "$work/daemon.log" >&2; die "sandfs serve exited"; }
+  [ -e "$work/mnt/workspace/wardfs" ] && break
+  kill -0 "$daemon_pid" 2>/dev/null || { cat "$work/daemon.log" >&2; die "wardfs serve exited"; }
   sleep 0.1
 done
-[ -e "$work/mnt/workspace/sandfs" ] || die "the remote zone did not come up: $(cat "$work/daemon.log")"
+[ -e "$work/mnt/workspace/wardfs" ] || die "the remote zone did not come up: $(cat "$work/daemon.log")"
 small=$home/remote/peer-1/d000
 zone_read_big=() curl_read_big=() zone_read_small=() curl_read_small=() zone_write=() curl_write=()
 for run in $(seq "$runs"); do
-  t0=$(now_ms); cat "$work/mnt/workspace/sandfs/big/blob.bin" >/dev/null; zone_read_big+=($(($(now_ms) - t0)))
-  t0=$(now_ms); curl -sf "${auth[@]}" "$url/v1/fs/file?path=$home/remote/sandfs/big/blob.bin" >/dev/null
+  t0=$(now_ms); cat "$work/mnt/workspace/wardfs/big/blob.bin" >/dev/null; zone_read_big+=($(($(now_ms) - t0)))
+  t0=$(now_ms); curl -sf "${auth[@]}" "$url/v1/fs/file?path=$home/remote/wardfs/big/blob.bin" >/dev/null
   curl_read_big+=($(($(now_ms) - t0)))
   sleep 1.1 # past the zone's attribute TTL: the listing and attributes are asked for again
   t0=$(now_ms); cat "$work/mnt/workspace/peer-1/d000"/* >/dev/null; zone_read_small+=($(($(now_ms) - t0)))
@@ -195,7 +195,7 @@ for run in $(seq "$runs"); do
   curl_write+=($(($(now_ms) - t0)))
 done
 diff -r "$work/tree/d001" "$home/remote/zone-w-1" >/dev/null || die "files written through the remote zone differ"
-zone_line() { # name, sandfs runs, curl runs
+zone_line() { # name, wardfs runs, curl runs
   echo "$1 $(printf '%s\n' $2 | median) $(printf '%s\n' $3 | median)"
 }
 {
@@ -205,7 +205,7 @@ zone_line() { # name, sandfs runs, curl runs
 } >"$work/zone.txt"
 
 stamp=$(date -u +%Y-%m-%dT%H:%MZ)
-python3 - "$work/sandfs.json" "$peer_med" "$peer_big_ms" "$big_mb" "$tree_bytes" "$batches" "$stamp" \
+python3 - "$work/wardfs.json" "$peer_med" "$peer_big_ms" "$big_mb" "$tree_bytes" "$batches" "$stamp" \
   "$(cut -d' ' -f1-3 /proc/loadavg)" "${peer_ms[*]}" <<'EOF' | tee "$results/sandbox-summary.txt"
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -214,10 +214,10 @@ peer, peer_big, big_mb = float(peer), float(peer_big), float(big_mb)
 first = r["first_push_median_ms"]
 incr = r["incremental_push_median_ms"]
 mb = big_mb * 1.048576
-print(f"sandfs mirror benchmarks, {stamp}: sandbox-agent 0.4.2 on loopback; load average at end: {load}")
+print(f"wardfs mirror benchmarks, {stamp}: sandbox-agent 0.4.2 on loopback; load average at end: {load}")
 print(f"tree: 10,000 files, {int(tree_bytes) / 1e6:.1f} MB; hand-made upload: {batches} tar batches of <= 2 MiB; runs: {peer_runs} ms")
 print()
-print("| measure | sandfs | peer | ratio | target | |")
+print("| measure | wardfs | peer | ratio | target | |")
 print("|---|---|---|---|---|---|")
 ratio = first / peer
 print(f"| first push, 10,000 files | {first:.0f} ms ({10000 / first * 1000:,.0f} files/s) | tar batches + curl: {peer:.0f} ms ({10000 / peer * 1000:,.0f} files/s) | {ratio:.2f}x | <= 2x | {'met' if ratio <= 2 else 'NOT met'} |")
@@ -235,8 +235,8 @@ print("|---|---|---|---|")
 names = {"read_big": f"read the {big_mb:.0f} MiB file (`cat`) vs one GET",
          "read_small": "read 100 small files of one directory (`cat dir/*`) vs a listing and 100 GETs in one curl",
          "write_small": "write 100 small files (`cp -r`) vs 100 PUTs in one curl"}
-for line in open(sys.argv[1].replace("sandfs.json", "zone.txt")):
+for line in open(sys.argv[1].replace("wardfs.json", "zone.txt")):
     n, a, b = line.split()
     print(f"| {names[n]} | {float(a):.0f} ms | {float(b):.0f} ms | {float(a) / float(b):.2f}x |")
 EOF
-cp "$work/sandfs.json" "$results/sandbox-raw.json"
+cp "$work/wardfs.json" "$results/sandbox-raw.json"

@@ -1,23 +1,23 @@
 #!/usr/bin/env bash
 # Where the daemon's CPU goes during untar + `rm -rf` (issue 14): the same tarball unpacked and
-# removed natively on a tmpfs and through a sandfs mount whose zones are on another tmpfs (the disk
+# removed natively on a tmpfs and through a wardfs mount whose zones are on another tmpfs (the disk
 # out of the picture, so what is left is the FUSE round trips and the daemon's own work), run after
 # run, with the CPU each of the daemon's threads used per run (from /proc/PID/task/*/stat): the ring
-# threads that serve requests, the watcher (`sandfs-watch`, `notify-rs inotify`), the journal's
-# flusher (`sandfs-journal`) and the rest.
+# threads that serve requests, the watcher (`wardfs-watch`, `notify-rs inotify`), the journal's
+# flusher (`wardfs-journal`) and the rest.
 #
 #   make bench-untar-cpu        # = bash benches/untar_cpu.sh
 #
 # Needs root (mounts a tmpfs; FUSE) and tar. The tarball is benches/agent.sh's untar tarball
 # (bench-data/agent/data/deps.tar, about 4,179 entries of the cargo registry's crates), made by
-# `SANDFS_AGENT_ONLY=untar make bench-agent` once; or SANDFS_UNTAR_TARBALL=FILE.
+# `WARDFS_AGENT_ONLY=untar make bench-agent` once; or WARDFS_UNTAR_TARBALL=FILE.
 #
 # Environment:
-#   SANDFS_UNTAR_RUNS     runs (default 5; the first is a warm-up and not counted)
-#   SANDFS_UNTAR_TARBALL  the tarball (default bench-data/agent/data/deps.tar)
-#   SANDFS_BIN            a sandfs binary to use instead of building the release one
+#   WARDFS_UNTAR_RUNS     runs (default 5; the first is a warm-up and not counted)
+#   WARDFS_UNTAR_TARBALL  the tarball (default bench-data/agent/data/deps.tar)
+#   WARDFS_BIN            a wardfs binary to use instead of building the release one
 #
-# Prints one line per run and the medians: native and sandfs wall time, their ratio, and the
+# Prints one line per run and the medians: native and wardfs wall time, their ratio, and the
 # daemon's CPU per thread group.
 set -euo pipefail
 
@@ -29,20 +29,20 @@ cd "$repo"
 
 need_root "FUSE and a tmpfs mount"
 need_tools tar:tar fusermount3:fuse3
-runs=${SANDFS_UNTAR_RUNS:-5}
-[[ $runs =~ ^[0-9]+$ ]] && ((runs >= 2)) || die "SANDFS_UNTAR_RUNS=$runs: must be a number, at least 2"
-tarball=${SANDFS_UNTAR_TARBALL:-$repo/bench-data/agent/data/deps.tar}
+runs=${WARDFS_UNTAR_RUNS:-5}
+[[ $runs =~ ^[0-9]+$ ]] && ((runs >= 2)) || die "WARDFS_UNTAR_RUNS=$runs: must be a number, at least 2"
+tarball=${WARDFS_UNTAR_TARBALL:-$repo/bench-data/agent/data/deps.tar}
 [ -f "$tarball" ] ||
-  die "no tarball at $tarball: run 'SANDFS_AGENT_ONLY=untar make bench-agent' once, or set SANDFS_UNTAR_TARBALL"
-sandfs_binary "$repo"
+  die "no tarball at $tarball: run 'WARDFS_AGENT_ONLY=untar make bench-agent' once, or set WARDFS_UNTAR_TARBALL"
+wardfs_binary "$repo"
 
-clear_stale_runs sandfs-untar-cpu
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/sandfs-untar-cpu.XXXXXX")
+clear_stale_runs wardfs-untar-cpu
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/wardfs-untar-cpu.XXXXXX")
 echo $$ >"$tmp/owner"
-mnt=$tmp/mnt daemon_pid="" sandfs_log=$tmp/daemon.log sandfs_rust_log=warn
+mnt=$tmp/mnt daemon_pid="" wardfs_log=$tmp/daemon.log wardfs_rust_log=warn
 mkdir -p "$mnt" "$tmp/fast" "$tmp/run" "$tmp/state"
 cleanup() {
-  sandfs_kill
+  wardfs_kill
   mountpoint -q "$mnt" && fusermount3 -u -z "$mnt"
   mountpoint -q "$tmp/fast" && umount -l "$tmp/fast"
   rm -rf "$tmp"
@@ -52,8 +52,8 @@ trap 'exit 130' INT TERM
 
 mount -t tmpfs -o size=4g tmpfs "$tmp/fast"
 mkdir -p "$tmp/fast/zones" "$tmp/fast/native"
-sandfs_config "$tmp/fast/zones"
-sandfs_start
+wardfs_config "$tmp/fast/zones"
+wardfs_start
 sleep 2
 
 # The daemon's CPU by thread group, in ms: "name=ms ..." (cumulative since it started).
@@ -72,7 +72,7 @@ threads() {
 
 native_dir=$tmp/fast/native/x
 mount_dir=$mnt/workspace/x
-printf '%-4s %10s %10s %7s %12s  %s\n' run native sandfs ratio "daemon CPU" "by thread (ms)"
+printf '%-4s %10s %10s %7s %12s  %s\n' run native wardfs ratio "daemon CPU" "by thread (ms)"
 : >"$tmp/runs.tsv"
 for r in $(seq "$runs"); do
   rm -rf "$native_dir"
@@ -109,6 +109,6 @@ awk -F'\t' '
   { n++; nat[n] = $1; sfs[n] = $2; cpu[n] = $3 }
   END {
     mn = median(nat, n); ms = median(sfs, n); mc = median(cpu, n)
-    printf "median of %d runs: native %d ms, sandfs %d ms (%.2f×), daemon CPU %d ms a run\n", n, mn, ms, ms / mn, mc
+    printf "median of %d runs: native %d ms, wardfs %d ms (%.2f×), daemon CPU %d ms a run\n", n, mn, ms, ms / mn, mc
   }' "$tmp/runs.tsv"
-sandfs_stop
+wardfs_stop

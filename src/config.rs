@@ -4,7 +4,7 @@
 //! fully resolved result the daemon and the CLI use. Every rejected value names its key and the
 //! rule it broke. The repository's `config.toml` is the embedded default, byte for byte.
 //!
-//! Owns the config file and the zone names ([`ZoneId`]). Imports nothing of sandfs: every other
+//! Owns the config file and the zone names ([`ZoneId`]). Imports nothing of wardfs: every other
 //! room may import it (`tests/rules` checks the imports).
 
 use std::collections::BTreeMap;
@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 pub const DEFAULT_CONFIG: &str = include_str!("../config.toml");
 
 /// Environment variable naming a config file when `--config` is not given.
-pub const CONFIG_ENV: &str = "SANDFS_CONFIG";
+pub const CONFIG_ENV: &str = "WARDFS_CONFIG";
 
 /// A config that could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -217,7 +217,7 @@ impl Default for Limits {
 pub struct ApiSection {
     #[serde(default)]
     pub allowed_uids: Vec<u32>,
-    /// The token variables a sandbox added through the API (`sandfs sandbox add`) may name.
+    /// The token variables a sandbox added through the API (`wardfs sandbox add`) may name.
     #[serde(default)]
     pub sandbox_token_envs: Vec<String>,
     /// Hosts besides loopback that a sandbox added through the API may reach over plain http.
@@ -253,8 +253,8 @@ impl Default for GitSection {
             ssh_key: None,
             github_url: "https://github.com".into(),
             github_api: "https://api.github.com".into(),
-            author_name: "sandfs agent".into(),
-            author_email: "sandfs@localhost".into(),
+            author_name: "wardfs agent".into(),
+            author_email: "wardfs@localhost".into(),
             max_diff_bytes: 1 << 20,
             token_hosts: Vec::new(),
             token_over_http: false,
@@ -263,7 +263,7 @@ impl Default for GitSection {
     }
 }
 
-/// `[checkpoints]`: snapshots of a zone to go back to (`sandfs checkpoint`, `sandfs restore`).
+/// `[checkpoints]`: snapshots of a zone to go back to (`wardfs checkpoint`, `wardfs restore`).
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
 pub struct CheckpointsSection {
@@ -302,7 +302,7 @@ impl Default for CheckpointsSection {
 pub struct JournalSection {
     /// Days a journal row (and a discarded staged commit) is kept; 0 keeps them forever.
     pub keep_days: u32,
-    /// Watch the local zones' directories and journal changes made beside sandfs.
+    /// Watch the local zones' directories and journal changes made beside wardfs.
     pub watch: bool,
 }
 
@@ -315,7 +315,7 @@ impl Default for JournalSection {
     }
 }
 
-/// `[mcp]`: the MCP server (`sandfs mcp`).
+/// `[mcp]`: the MCP server (`wardfs mcp`).
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct McpSection {
@@ -407,11 +407,11 @@ pub struct SandboxSection {
     pub api_key_env: Option<String>,
 }
 
-/// A sandbox sandfs reaches but does not own (someone else started its sandbox-agent).
+/// A sandbox wardfs reaches but does not own (someone else started its sandbox-agent).
 pub const PROVIDER_SANDBOX_AGENT: &str = "sandbox-agent";
-/// A sandbox sandfs makes on this machine (`sandbox::provision::local`).
+/// A sandbox wardfs makes on this machine (`sandbox::provision::local`).
 pub const PROVIDER_LOCAL: &str = "local";
-/// A sandbox sandfs makes through Daytona's API (`sandbox::provision::daytona`).
+/// A sandbox wardfs makes through Daytona's API (`sandbox::provision::daytona`).
 pub const PROVIDER_DAYTONA: &str = "daytona";
 /// The remote directory mirrored to when a sandbox names none.
 pub const DEFAULT_SANDBOX_ROOT: &str = "/workspace";
@@ -513,7 +513,7 @@ pub struct SandboxSettings {
     pub retry_backoff: Duration,
     /// Longest time one request may take.
     pub request_timeout: Duration,
-    /// `Some` for a sandbox sandfs makes itself (`local`, `daytona`); its `url` is empty (the
+    /// `Some` for a sandbox wardfs makes itself (`local`, `daytona`); its `url` is empty (the
     /// provider hands one out) and `idle_ttl` is its `idle_pause_minutes`.
     pub provision: Option<Box<ProvisionSettings>>,
 }
@@ -576,7 +576,7 @@ impl SandboxSettings {
                     return bad(
                         field,
                         format!(
-                            "is for a sandbox sandfs makes itself (provider = \"{PROVIDER_LOCAL}\" or \"{PROVIDER_DAYTONA}\"), not for provider = \"{PROVIDER_SANDBOX_AGENT}\""
+                            "is for a sandbox wardfs makes itself (provider = \"{PROVIDER_LOCAL}\" or \"{PROVIDER_DAYTONA}\"), not for provider = \"{PROVIDER_SANDBOX_AGENT}\""
                         ),
                     );
                 }
@@ -1036,7 +1036,7 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// Loads `path`, or `$SANDFS_CONFIG`, or the embedded default (relative to the current dir).
+    /// Loads `path`, or `$WARDFS_CONFIG`, or the embedded default (relative to the current dir).
     pub fn load(path: Option<&Path>) -> Result<Settings, ConfigError> {
         let env_path = std::env::var_os(CONFIG_ENV)
             .filter(|v| !v.is_empty())
@@ -1120,7 +1120,7 @@ fn resolve(
             )?;
             let root = abs(
                 "zones.root",
-                z.root.as_deref().unwrap_or(Path::new(".sandfs")),
+                z.root.as_deref().unwrap_or(Path::new(".wardfs")),
             )?;
             (
                 Backing::Dir {
@@ -1261,12 +1261,12 @@ fn resolve(
     };
     let socket = match &file.socket {
         Some(p) => abs("socket", p)?,
-        None => runtime.join("sandfs").join("sandfs.sock"),
+        None => runtime.join("wardfs").join("wardfs.sock"),
     };
     let mount = match (&file.mount, default_mount_root) {
         (Some(p), _) => abs("mount", p)?,
         (None, Some(root)) => root.join("mnt"),
-        (None, None) => runtime.join("sandfs").join("mnt"),
+        (None, None) => runtime.join("wardfs").join("mnt"),
     };
     let mut sandboxes = Vec::with_capacity(file.sandboxes.len());
     for (name, section) in &file.sandboxes {
@@ -1473,19 +1473,19 @@ fn expand_home(p: &Path) -> PathBuf {
     }
 }
 
-/// Returns `$XDG_STATE_HOME/sandfs` (or `~/.local/state/sandfs`).
+/// Returns `$XDG_STATE_HOME/wardfs` (or `~/.local/state/wardfs`).
 pub fn default_state_dir() -> PathBuf {
     dirs::state_dir()
         .unwrap_or_else(|| {
-            std::env::temp_dir().join(format!("sandfs-{}", rustix::process::getuid().as_raw()))
+            std::env::temp_dir().join(format!("wardfs-{}", rustix::process::getuid().as_raw()))
         })
-        .join("sandfs")
+        .join("wardfs")
 }
 
 /// Returns `$XDG_RUNTIME_DIR`, or a per-user directory in the temp dir when it is unset.
 pub fn runtime_dir() -> PathBuf {
     dirs::runtime_dir().unwrap_or_else(|| {
-        std::env::temp_dir().join(format!("sandfs-{}", rustix::process::getuid().as_raw()))
+        std::env::temp_dir().join(format!("wardfs-{}", rustix::process::getuid().as_raw()))
     })
 }
 
@@ -1593,16 +1593,16 @@ mod tests {
     }
 
     #[test]
-    fn embedded_default_is_sandboxed_under_dot_sandfs() {
+    fn embedded_default_is_sandboxed_under_dot_wardfs() {
         let s = load(DEFAULT_CONFIG).unwrap();
         assert_eq!(
             s.zones[1].backing,
             Backing::Dir {
-                path: "/base/.sandfs/workspace".into(),
+                path: "/base/.wardfs/workspace".into(),
                 create: true
             }
         );
-        assert_eq!(s.mount, PathBuf::from("/base/.sandfs/mnt"));
+        assert_eq!(s.mount, PathBuf::from("/base/.wardfs/mnt"));
         assert_eq!(s.limits, Limits::default());
     }
 
@@ -1873,7 +1873,7 @@ mod tests {
         ))
         .unwrap();
         assert!(matches!(&s.zones[1].backing, Backing::Remote(r) if r.path == "/srv"));
-        // A sandbox sandfs makes itself serves a zone too (made on the zone's first use).
+        // A sandbox wardfs makes itself serves a zone too (made on the zone's first use).
         let s =
             load("[zones.workspace]\nsandbox = \"box\"\n[sandboxes.box]\nprovider = \"local\"\n")
                 .unwrap();

@@ -1,5 +1,5 @@
-//! The `sandfs` binary: see [`sandfs::cli`].
+//! The `wardfs` binary: see [`wardfs::cli`].
 
 fn main() -> std::process::ExitCode {
-    sandfs::cli::main()
+    wardfs::cli::main()
 }

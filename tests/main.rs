@@ -1,4 +1,4 @@
-//! The integration tests, one binary: a module per area, each driving a real `sandfs serve` (and
+//! The integration tests, one binary: a module per area, each driving a real `wardfs serve` (and
 //! where the area needs them a real mount, real git servers on loopback, the real sandbox-agent).
 //! One binary links the dependency tree once. `make test` runs it one area at a time
 //! (`.ci/test-areas`: areas that mount, kill daemons or time servers disturb each other when run

@@ -4,8 +4,8 @@
 
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
-use sandfs::core::provider::BatchItem;
-use sandfs::sandbox::agent::fuzzing::pack;
+use wardfs::core::provider::BatchItem;
+use wardfs::sandbox::agent::fuzzing::pack;
 
 /// Items from `data`: records split on `\n`, the first byte the kind, then `path\tcontent`.
 fn items(data: &[u8]) -> Vec<BatchItem> {

@@ -1,12 +1,12 @@
 //! The validator of names, paths and symlink targets from repositories and sandboxes
-//! (`sandfs::core::foreign`), used by git pull, mirror pull and remote listings: whatever the
+//! (`wardfs::core::foreign`), used by git pull, mirror pull and remote listings: whatever the
 //! bytes, an accepted name is a plain component, an accepted path joins beneath its directory,
 //! and a link the resolver accepts ends beneath the tree's root (never a panic, never a hang).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sandfs::core::foreign::{check_name, check_rel, GitDir, LinkResolver};
-use sandfs::core::{VPath, ZoneId};
+use wardfs::core::foreign::{check_name, check_rel, GitDir, LinkResolver};
+use wardfs::core::{VPath, ZoneId};
 
 fuzz_target!(|data: &[u8]| {
     for git in [GitDir::Refuse, GitDir::Allow] {

@@ -6,9 +6,9 @@
 use std::sync::{Arc, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
-use sandfs::config::Settings;
-use sandfs::core::{system_clock, GlobOptions, GrepOptions, Zones};
-use sandfs::state::Db;
+use wardfs::config::Settings;
+use wardfs::core::{system_clock, GlobOptions, GrepOptions, Zones};
+use wardfs::state::Db;
 
 fn zones() -> &'static Zones {
     static ZONES: OnceLock<(tempfile::TempDir, Zones)> = OnceLock::new();

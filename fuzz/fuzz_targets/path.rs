@@ -3,8 +3,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sandfs::core::path::{parse, parse_entry, parse_in_zone};
-use sandfs::core::{Target, VPath};
+use wardfs::core::path::{parse, parse_entry, parse_in_zone};
+use wardfs::core::{Target, VPath};
 
 fn check(vp: &VPath) {
     let rel = vp.rel();

@@ -3,8 +3,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sandfs::core::EntryKind;
-use sandfs::sandbox::agent::fuzzing::parse_walk;
+use wardfs::core::EntryKind;
+use wardfs::sandbox::agent::fuzzing::parse_walk;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(entries) = parse_walk(data) {

@@ -156,7 +156,7 @@ async fn restore(
 }
 
 /// Checkpoints `zone` before an operation that overwrites many files (a git or mirror pull, a
-/// discard with `revert`), so that `sandfs restore` can undo it. A zone served from a sandbox
+/// discard with `revert`), so that `wardfs restore` can undo it. A zone served from a sandbox
 /// (checkpoints cover local zones) or switched off is skipped; any other failure stops the
 /// operation before it changes anything.
 pub(super) async fn before(

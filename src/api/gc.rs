@@ -1,7 +1,7 @@
-//! `POST /v1/gc`: the daemon's garbage collection, also run on a schedule by `sandfs serve`.
+//! `POST /v1/gc`: the daemon's garbage collection, also run on a schedule by `wardfs serve`.
 //!
 //! One pass deletes journal rows older than `[journal] keep_days`, the rows of discarded staged
-//! commits older than that, staged refs no live commit owns, and `.sandfs-tmp-*` files older
+//! commits older than that, staged refs no live commit owns, and `.wardfs-tmp-*` files older
 //! than an hour, or left by a process that is gone (a killed daemon), in the zones. "Now" is the core's clock, read once per pass.
 
 use std::sync::Arc;

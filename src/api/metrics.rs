@@ -22,13 +22,13 @@ pub struct Metrics {
 impl Metrics {
     pub fn new() -> Metrics {
         let requests = IntCounterVec::new(
-            Opts::new("sandfs_requests_total", "API requests by route"),
+            Opts::new("wardfs_requests_total", "API requests by route"),
             &["route"],
         )
         .expect("valid metric");
         let latency = HistogramVec::new(
             HistogramOpts::new(
-                "sandfs_request_duration_seconds",
+                "wardfs_request_duration_seconds",
                 "API request latency by route",
             )
             .buckets(vec![
@@ -39,7 +39,7 @@ impl Metrics {
         )
         .expect("valid metric");
         let errors = IntCounterVec::new(
-            Opts::new("sandfs_errors_total", "API errors by route and code"),
+            Opts::new("wardfs_errors_total", "API errors by route and code"),
             &["route", "code"],
         )
         .expect("valid metric");

@@ -218,7 +218,7 @@ pub struct Status {
     /// Staged commits waiting for a human (staged, rebased, conflicted or rejected).
     pub staged_awaiting_review: u64,
     pub zones: Vec<ZoneStatus>,
-    /// The named sandboxes and their session status (`sandfs sandbox list` has the details).
+    /// The named sandboxes and their session status (`wardfs sandbox list` has the details).
     #[serde(default)]
     pub sandboxes: Vec<StatusSandbox>,
     /// Files written through the mount that a remote zone's sandbox has not taken yet (queued

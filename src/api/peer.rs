@@ -28,7 +28,7 @@ pub struct PeerListener {
 #[derive(Debug, thiserror::Error)]
 pub enum BindError {
     #[error(
-        "another sandfs daemon{} is already serving {path} (stop it, or set `socket` in the config)",
+        "another wardfs daemon{} is already serving {path} (stop it, or set `socket` in the config)",
         pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
     )]
     InUse { path: String, pid: Option<i32> },

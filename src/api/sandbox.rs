@@ -1,4 +1,4 @@
-//! The sandbox routes: `/v1/sandboxes` (list, add, remove, check; and for the sandboxes sandfs
+//! The sandbox routes: `/v1/sandboxes` (list, add, remove, check; and for the sandboxes wardfs
 //! makes itself: create, pause, resume, destroy, snapshot) and `/v1/mirror` (push, pull).
 //!
 //! Handlers hand the work to the [`Registry`](crate::sandbox::Registry), which serialises runs

@@ -4,7 +4,7 @@
 //! bare; blobs are shared by every checkpoint that holds the same content) and a row in the state
 //! database (`state::CheckpointRow`: zone, tree, parent, message, who, when, and the journal
 //! position it includes). Every writer reaches the journal (API, MCP, mount, git, mirror, and the
-//! watcher for changes beside sandfs), so a checkpoint is built incrementally: the paths the
+//! watcher for changes beside wardfs), so a checkpoint is built incrementally: the paths the
 //! journal names since the previous checkpoint are looked at again and applied onto its tree;
 //! everything else is the previous tree as it was. Its cost follows the change, not the tree. A
 //! first checkpoint, or one after the journal was pruned past the previous one, walks the zone.
@@ -49,7 +49,7 @@ const MAX_INCREMENTAL: usize = 20_000;
 /// The start of the blob recorded for a file over `checkpoints.max_file_bytes` (its size
 /// follows): a restore leaves such a file as it is.
 const NOT_KEPT: &[u8] =
-    b"\0sandfs checkpoint: content not kept (over checkpoints.max_file_bytes), size ";
+    b"\0wardfs checkpoint: content not kept (over checkpoints.max_file_bytes), size ";
 /// Patch text a diff returns at most.
 const MAX_PATCH_BYTES: usize = 4 << 20;
 /// Files at or under this size are read whole, hashed, and stored only if the store lacks them
@@ -419,7 +419,7 @@ impl Checkpoints {
     }
 
     /// Journals, for each local zone with a checkpoint, what changed while no daemon watched it
-    /// (sandfs stopped, or killed before the mount released a file): every entry whose ctime or
+    /// (wardfs stopped, or killed before the mount released a file): every entry whose ctime or
     /// mtime is not older than the zone's newest checkpoint (less a margin for coarse clocks),
     /// and, in each such directory, the names its checkpoint holds that are gone. The next
     /// checkpoint, built from the journal, then sees them. A walk of `lstat`s, no reading of
@@ -1838,7 +1838,7 @@ mod tests {
         let first = cps.create(ZoneId::Workspace, "first", API).unwrap();
         let at_first = state(t.path());
         let ws = ws(t.path());
-        // Changed beside sandfs: content, and the executable bit.
+        // Changed beside wardfs: content, and the executable bit.
         std::fs::write(ws.join("a.txt"), "v2, longer\n").unwrap();
         std::fs::write(ws.join("open.txt"), "v2\n").unwrap();
         std::fs::write(ws.join("run.sh"), "#!/bin/sh\nexit 1\n").unwrap();
@@ -1863,7 +1863,7 @@ mod tests {
             "rewritten in place"
         );
         assert_ne!(ino("open.txt"), open, "replaced by a new file");
-        // The in-place rewrites are sandfs's own changes (the watcher skips them) and journaled.
+        // The in-place rewrites are wardfs's own changes (the watcher skips them) and journaled.
         for p in ["a.txt", "run.sh"] {
             assert!(z.own().is_own_change(&ws.join(p)), "{p}");
         }
@@ -1897,7 +1897,7 @@ mod tests {
                     .unwrap();
             }
             // Right before the first replacement (a000.txt, the first path), the file is
-            // written beside sandfs: other content, or the same content again.
+            // written beside wardfs: other content, or the same content again.
             let target = ws(t.path()).join("a000.txt");
             let once = std::sync::atomic::AtomicBool::new(true);
             *z.before_replace.lock().unwrap() = Some(Box::new(move || {

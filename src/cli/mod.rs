@@ -1,4 +1,4 @@
-//! The `sandfs` command line: `serve` runs the daemon, every other subcommand talks to it.
+//! The `wardfs` command line: `serve` runs the daemon, every other subcommand talks to it.
 //!
 //! One file per subcommand under `cmd/`, each a `clap::Args` struct whose doc comments are its
 //! help. Output is for people by default and JSON with `--json`. Exit codes depend on the class of
@@ -35,18 +35,18 @@ Exit codes:
   8  daemon not running, zone, sandbox or git remote unavailable
   9  internal error
 
-Start the daemon with `sandfs serve`; the other commands find its socket from --socket,
-$SANDFS_SOCKET, or the config (--config, $SANDFS_CONFIG, else the embedded default).";
+Start the daemon with `wardfs serve`; the other commands find its socket from --socket,
+$WARDFS_SOCKET, or the config (--config, $WARDFS_CONFIG, else the embedded default).";
 
-/// sandfs: a virtual filesystem daemon for AI agents and the people who supervise them
+/// wardfs: a virtual filesystem daemon for AI agents and the people who supervise them
 #[derive(Debug, Parser)]
-#[command(name = "sandfs", version, after_help = AFTER_HELP, max_term_width = 100)]
+#[command(name = "wardfs", version, after_help = AFTER_HELP, max_term_width = 100)]
 pub struct Cli {
-    /// Config file (default: $SANDFS_CONFIG, else the embedded default)
+    /// Config file (default: $WARDFS_CONFIG, else the embedded default)
     #[arg(long, global = true, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// The daemon's socket (default: from the config)
-    #[arg(long, global = true, env = "SANDFS_SOCKET", value_name = "PATH")]
+    #[arg(long, global = true, env = "WARDFS_SOCKET", value_name = "PATH")]
     pub socket: Option<PathBuf>,
     /// Print machine-readable JSON instead of human output
     #[arg(long, global = true)]
@@ -138,7 +138,7 @@ pub fn main() -> ExitCode {
         None => match Settings::load(cli.config.as_deref()) {
             Ok(s) => s.socket,
             Err(e) => {
-                eprintln!("sandfs: {e}");
+                eprintln!("wardfs: {e}");
                 return ExitCode::from(2);
             }
         },
@@ -153,7 +153,7 @@ pub fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("sandfs: cannot start the runtime: {e}");
+            eprintln!("wardfs: cannot start the runtime: {e}");
             return ExitCode::from(9);
         }
     };
@@ -211,7 +211,7 @@ pub fn main() -> ExitCode {
                     );
                 }
             }
-            eprintln!("sandfs: {e}");
+            eprintln!("wardfs: {e}");
             ExitCode::from(exit_code(&e))
         }
     }

@@ -20,7 +20,7 @@ use crate::core::ErrorCode;
 /// A failed call to the daemon.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    #[error("sandfs daemon is not running at {socket} ({reason}); start it with `sandfs serve`")]
+    #[error("wardfs daemon is not running at {socket} ({reason}); start it with `wardfs serve`")]
     NotRunning { socket: String, reason: String },
     #[error("{message}")]
     Api {
@@ -124,8 +124,8 @@ impl Client {
     fn request(method: Method, route: &str) -> hyper::http::request::Builder {
         Request::builder()
             .method(method)
-            .uri(format!("http://sandfs{route}"))
-            .header(hyper::header::HOST, "sandfs")
+            .uri(format!("http://wardfs{route}"))
+            .header(hyper::header::HOST, "wardfs")
     }
 
     /// POSTs a JSON body and returns the raw JSON answer.

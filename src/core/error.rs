@@ -145,7 +145,7 @@ pub enum FsError {
     NotUnique { path: String, count: usize },
     #[error("{path}: conflict: {reason}")]
     Conflict { path: String, reason: String },
-    #[error("{path}: not UTF-8 text ({reason}); read it as binary (`sandfs cat`, GET /v1/fs/raw)")]
+    #[error("{path}: not UTF-8 text ({reason}); read it as binary (`wardfs cat`, GET /v1/fs/raw)")]
     Binary { path: String, reason: String },
     #[error("invalid {name}: {rule}")]
     InvalidArgument { name: String, rule: String },

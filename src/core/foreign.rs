@@ -1,4 +1,4 @@
-//! Names, paths and symlink targets that come from outside sandfs: a repository's trees, a
+//! Names, paths and symlink targets that come from outside wardfs: a repository's trees, a
 //! sandbox's listings and walks. This is the one validator git pull, mirror pull and remote
 //! listings (API and mount) all call, so a hostile repository or sandbox meets the same rule at
 //! every entry point.

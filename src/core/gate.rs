@@ -4,13 +4,13 @@
 //!
 //! A gate exists only in debug builds, which is what the integration tests run; in a release
 //! build [`hold`] is an empty inline function. A test arms gate `NAME` by creating the file
-//! `$SANDFS_TEST_GATES/NAME` before the daemon reaches it. The daemon, reaching an armed gate,
+//! `$WARDFS_TEST_GATES/NAME` before the daemon reaches it. The daemon, reaching an armed gate,
 //! creates `NAME.held` beside it (the test waits for that file: the daemon is now inside the
 //! critical section) and waits until the test removes `NAME` (at most 60 s, so a broken test
 //! cannot wedge a daemon), then removes `NAME.held` and goes on. A test may also kill the daemon
 //! while it is held.
 //!
-//! Owns nothing but the wait; may import nothing of sandfs.
+//! Owns nothing but the wait; may import nothing of wardfs.
 
 /// The armed file of gate `name` and the file saying it is held, when a test armed it.
 #[cfg(debug_assertions)]
@@ -20,7 +20,7 @@ fn armed(name: &str) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
 
     static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
     let dir = DIR
-        .get_or_init(|| std::env::var_os("SANDFS_TEST_GATES").map(PathBuf::from))
+        .get_or_init(|| std::env::var_os("WARDFS_TEST_GATES").map(PathBuf::from))
         .as_ref()?;
     let armed = dir.join(name);
     if !armed.exists() {

@@ -2,7 +2,7 @@
 //!
 //! `edit` holds the lock of its path from reading the file to renaming the new version in place,
 //! and every other replacement takes the same lock for its rename, so no change made through
-//! sandfs can slip between an edit's read and its write. Changes from outside the daemon are caught
+//! wardfs can slip between an edit's read and its write. Changes from outside the daemon are caught
 //! by the fingerprint check in `edit` instead.
 //!
 //! The mount takes the same locks for its changes, and the kernel holds a directory's lock while

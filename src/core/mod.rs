@@ -139,7 +139,7 @@ pub trait ChangeListener: Send + Sync {
     /// `paths` are backing paths: the changed entry, and a move's destination.
     fn changed(&self, paths: &[PathBuf]);
 
-    /// Told about a change made beside sandfs, found by the daemon's watcher (one event per
+    /// Told about a change made beside wardfs, found by the daemon's watcher (one event per
     /// path, so a directory made above it has an event of its own).
     fn changed_beside(&self, paths: &[PathBuf]) {
         self.changed(paths)
@@ -160,7 +160,7 @@ pub struct Zones {
     umask: u32,
     tmp_counter: AtomicU64,
     listeners: RwLock<Vec<(ListenerId, Arc<dyn ChangeListener>)>>,
-    /// The changes sandfs made itself (see [`own`]).
+    /// The changes wardfs made itself (see [`own`]).
     own: own::OwnChanges,
     /// Runs just before a replacement checks and renames (tests inject concurrent changes here).
     #[cfg(test)]
@@ -338,12 +338,12 @@ impl Zones {
         }
     }
 
-    /// The changes sandfs made itself, for the watcher of the backing directories.
+    /// The changes wardfs made itself, for the watcher of the backing directories.
     pub fn own(&self) -> &own::OwnChanges {
         &self.own
     }
 
-    /// Tells the listeners (the mount's invalidation) about changes made beside sandfs, found by
+    /// Tells the listeners (the mount's invalidation) about changes made beside wardfs, found by
     /// the daemon's watcher: `paths` are backing paths.
     pub fn changed_beside(&self, paths: &[PathBuf]) {
         for (_, l) in self.listeners.read().expect("not poisoned").iter() {
@@ -351,7 +351,7 @@ impl Zones {
         }
     }
 
-    /// Journals a change made beside sandfs (found by the daemon's watcher) at `vp`.
+    /// Journals a change made beside wardfs (found by the daemon's watcher) at `vp`.
     pub fn record_beside(&self, vp: &VPath, op: &str) {
         let origin = Origin {
             via: Via::Watcher,
@@ -397,7 +397,7 @@ impl Zones {
         });
     }
 
-    /// Notes the backing entry at `vp` and its directory as sandfs's own, or, when nothing is
+    /// Notes the backing entry at `vp` and its directory as wardfs's own, or, when nothing is
     /// there any more, its removal (see [`own`]).
     fn note_own(&self, vp: &VPath) {
         let Zone::Local(z) = self.zone(vp.zone()) else {
@@ -515,7 +515,7 @@ impl Zones {
     fn record(&self, vp: &VPath, op: &str, bytes: Option<u64>, to: Option<&VPath>, origin: Origin) {
         self.journal(vp, op, bytes, to, origin, None);
         // The mount saw its own changes (and noted them with the descriptors it holds);
-        // everyone else's must reach its caches and be known as sandfs's own to the watcher.
+        // everyone else's must reach its caches and be known as wardfs's own to the watcher.
         if origin.via != Via::Fuse {
             self.note_own(vp);
             if let Some(to) = to {

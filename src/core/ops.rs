@@ -456,7 +456,7 @@ impl Zones {
 
     /// Replaces an exact string in a text file; with `replace_all` every occurrence, otherwise the
     /// string must occur exactly once. Fails with `CONFLICT` when the file changes between
-    /// reading and replacing it (the path lock is held throughout; a change beside sandfs is
+    /// reading and replacing it (the path lock is held throughout; a change beside wardfs is
     /// caught by the compare right before the replacement).
     pub fn edit(
         &self,
@@ -533,7 +533,7 @@ impl Zones {
     }
 
     /// Creates (or atomically replaces) a symlink at `path` pointing at `target`. The target is
-    /// stored as given; every access through sandfs still resolves beneath the zone.
+    /// stored as given; every access through wardfs still resolves beneath the zone.
     pub fn symlink(&self, path: &str, target: &str, origin: Origin) -> FsResult<()> {
         let vp = self.real_entry(path)?;
         self.symlink_at(&vp, target, true, None, origin).map(|_| ())
@@ -912,14 +912,14 @@ impl Zones {
         self.store(&vp)?.real(&vp)
     }
 
-    /// Returns the real path behind a virtual path, for tools that work outside sandfs.
+    /// Returns the real path behind a virtual path, for tools that work outside wardfs.
     pub fn resolve(&self, path: &str) -> FsResult<ResolveResult> {
         let vp = path::parse_in_zone(path)?;
         self.store(&vp)?.resolve(&vp)
     }
 }
 
-/// The rule for a symlink's target made through sandfs: non-empty, no NUL.
+/// The rule for a symlink's target made through wardfs: non-empty, no NUL.
 pub(super) fn check_symlink_target(target: &str) -> FsResult<()> {
     if target.is_empty() || target.contains('\0') {
         return Err(FsError::invalid(

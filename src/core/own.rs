@@ -1,11 +1,11 @@
-//! The changes sandfs made itself, so that a watcher of the backing directories can tell them
-//! from changes made beside sandfs.
+//! The changes wardfs made itself, so that a watcher of the backing directories can tell them
+//! from changes made beside wardfs.
 //!
-//! Each change through sandfs (the mount's `node_*` operations, the API's operations, git and
+//! Each change through wardfs (the mount's `node_*` operations, the API's operations, git and
 //! mirror pulls) records the changed backing inode's ctime right after it ([`OwnChanges::note`],
 //! `Zones::record` for every entry point but the mount, whose operations note with the
 //! descriptors they hold); a change whose inode still has that ctime, or that is open for
-//! writing through the mount, is sandfs's own ([`OwnChanges::is_own_change`]). Recording the
+//! writing through the mount, is wardfs's own ([`OwnChanges::is_own_change`]). Recording the
 //! ctime means querying it, so with multigrain timestamps the next change by anyone else gets a
 //! different one. The daemon's watcher (`crate::daemon::watch`) journals the others as
 //! `watcher` changes and passes them to the mount to invalidate.
@@ -34,7 +34,7 @@ struct Mark {
     at: Instant,
 }
 
-/// Backing inodes sandfs changed itself, by `(st_dev, st_ino)`.
+/// Backing inodes wardfs changed itself, by `(st_dev, st_ino)`.
 #[derive(Default)]
 pub struct OwnChanges {
     marks: Mutex<HashMap<(u64, u64), Mark>>,
@@ -45,13 +45,13 @@ pub struct OwnChanges {
     /// Written through the mount with no handle the kernel closes (the cached I/O mode sends no
     /// `OPEN` or `RELEASE`), and not journaled yet, with the virtual path: a checkpoint looks at
     /// these as at open writers. Unlike those, they do not make every change to the file look
-    /// like sandfs's own: each write is noted ([`OwnChanges::note`]) instead.
+    /// like wardfs's own: each write is noted ([`OwnChanges::note`]) instead.
     pending: Mutex<HashMap<(u64, u64), Option<VPath>>>,
-    /// Backing paths sandfs removed (by the API, git or a mirror pull), and when: a later change
-    /// beside sandfs to their directory must not make their removal look like someone else's.
+    /// Backing paths wardfs removed (by the API, git or a mirror pull), and when: a later change
+    /// beside wardfs to their directory must not make their removal look like someone else's.
     removed: Mutex<HashMap<PathBuf, Instant>>,
     /// Writes through the mount under way, by backing inode: between a write's system call and
-    /// its [`OwnChanges::note`] the file is not as sandfs last noted it, yet the change is its own.
+    /// its [`OwnChanges::note`] the file is not as wardfs last noted it, yet the change is its own.
     writing: Mutex<HashMap<(u64, u64), u32>>,
     /// Told when a write in [`OwnChanges::writing`] ends.
     written: Condvar,
@@ -89,7 +89,7 @@ fn ctime(st: &Stat) -> (i64, u64) {
 }
 
 impl OwnChanges {
-    /// Records `st` (taken right after a change through sandfs) as sandfs's own.
+    /// Records `st` (taken right after a change through wardfs) as wardfs's own.
     pub fn note(&self, st: &Stat) {
         let mut marks = self.marks.lock().expect("not poisoned");
         if marks.len() >= MARKS_BEFORE_PRUNE {
@@ -104,7 +104,7 @@ impl OwnChanges {
         );
     }
 
-    /// Records that sandfs removed what was at the backing `path` (and everything beneath it).
+    /// Records that wardfs removed what was at the backing `path` (and everything beneath it).
     pub fn note_removed(&self, path: PathBuf) {
         let mut removed = self.removed.lock().expect("not poisoned");
         if removed.len() >= MARKS_BEFORE_PRUNE {
@@ -238,7 +238,7 @@ impl OwnChanges {
             .contains_key(&(st.st_dev, st.st_ino))
     }
 
-    /// True when `st` is as sandfs left it, or the file is open for writing through the mount.
+    /// True when `st` is as wardfs left it, or the file is open for writing through the mount.
     pub fn is_own(&self, st: &Stat) -> bool {
         let key = (st.st_dev, st.st_ino);
         if self
@@ -256,9 +256,9 @@ impl OwnChanges {
             .is_some_and(|m| m.ctime == ctime(st))
     }
 
-    /// True when the change at the backing `path` was sandfs's own: the entry is as sandfs left
-    /// it or, when it is gone, sandfs removed it (or a directory above it), or the nearest
-    /// directory above it that still exists is as sandfs left it.
+    /// True when the change at the backing `path` was wardfs's own: the entry is as wardfs left
+    /// it or, when it is gone, wardfs removed it (or a directory above it), or the nearest
+    /// directory above it that still exists is as wardfs left it.
     pub fn is_own_change(&self, path: &Path) -> bool {
         self.is_own_change_at(path, rustix::fs::lstat(path).ok().as_ref())
     }

@@ -93,7 +93,7 @@ impl Prefetch {
         let shared = Arc::new(Shared::default());
         let s = shared.clone();
         let thread = std::thread::Builder::new()
-            .name("sandfs-prefetch".into())
+            .name("wardfs-prefetch".into())
             .spawn(move || s.run())?;
         Ok(Prefetch {
             shared,

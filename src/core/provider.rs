@@ -283,7 +283,7 @@ pub enum RemoteError {
         op: &'static str,
         provider: &'static str,
     },
-    #[error("sandbox at {url} sent an answer sandfs cannot read ({op}): {reason}")]
+    #[error("sandbox at {url} sent an answer wardfs cannot read ({op}): {reason}")]
     Protocol {
         url: String,
         op: &'static str,

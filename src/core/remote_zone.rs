@@ -7,7 +7,7 @@
 //! down or hung gives `SANDBOX_UNAVAILABLE` after that long and never a hang.
 //!
 //! Attributes and listings are cached for the zone's `attr_ttl` (a second by default), and every
-//! change made through sandfs drops what it touched. Whole files go through a local spool
+//! change made through wardfs drops what it touched. Whole files go through a local spool
 //! directory (under the state dir): the API's streamed writes are collected there and uploaded
 //! on commit, and the mount keeps an open file's content there between open and close.
 //!
@@ -16,7 +16,7 @@
 //! (`pending/`, fsynced, with a small JSON record per file), the close reports `EIO`, and
 //! [`spawn_write_back_retries`] sends it again with backoff until the sandbox takes it, also
 //! after a daemon restart (the queue is read back at open). A later change of the same path
-//! through sandfs supersedes the queued content. `sandfs status` lists what is queued.
+//! through wardfs supersedes the queued content. `wardfs status` lists what is queued.
 //!
 //! Remote paths are built only by [`RemoteZone::remote_path`] from a parsed [`VPath`] (no `..`,
 //! no absolute part), so no request names anything outside the zone's directory; the provider
@@ -94,7 +94,7 @@ struct Pending {
     last_error: String,
 }
 
-/// One queued write-back, as `sandfs status` shows it.
+/// One queued write-back, as `wardfs status` shows it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct PendingWriteBack {
     /// The virtual path (`/workspace/a.txt`).
@@ -166,7 +166,7 @@ impl RemoteZone {
         }
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
-            .thread_name(format!("sandfs-remote-{}", id.name()))
+            .thread_name(format!("wardfs-remote-{}", id.name()))
             .enable_all()
             .build()?;
         let request_timeout = fs.limits().request_timeout;
@@ -306,7 +306,7 @@ impl RemoteZone {
         let res = self.run(vp, op, deadline, call);
         self.forget(vp);
         if res.is_ok() && supersedes {
-            // What sandfs just put there is newer than a queued write-back of the same path.
+            // What wardfs just put there is newer than a queued write-back of the same path.
             self.drop_pending(vp.rel(), None);
         }
         res
@@ -484,7 +484,7 @@ impl RemoteZone {
         if vp.is_root() {
             return Err(FsError::invalid(
                 "path",
-                format!("{vp} is the zone's root, which sandfs never removes"),
+                format!("{vp} is the zone's root, which wardfs never removes"),
             ));
         }
         let path = self.remote_path(vp);
@@ -864,7 +864,7 @@ pub fn spawn_write_back_retries(zones: &Arc<super::Zones>) -> std::io::Result<()
     }
     let weak: Weak<super::Zones> = Arc::downgrade(zones);
     std::thread::Builder::new()
-        .name("sandfs-write-back".into())
+        .name("wardfs-write-back".into())
         .spawn(move || loop {
             std::thread::sleep(Duration::from_millis(250));
             let Some(zones) = weak.upgrade() else {

@@ -1,5 +1,5 @@
 //! Garbage collection of what the core leaves behind: journal rows past their retention, and the
-//! `.sandfs-tmp-*` files an atomic write leaves when the daemon dies between writing and renaming.
+//! `.wardfs-tmp-*` files an atomic write leaves when the daemon dies between writing and renaming.
 //!
 //! A temp file whose writer process is gone is removed at once (the daemon runs a pass at start-up,
 //! so a crash leaves none behind); one whose writer may still run waits an hour.
@@ -13,7 +13,7 @@ use super::{Zone, ZoneId, Zones};
 use crate::state::StateError;
 
 /// The name prefix of the temporary files atomic writes create beside their target.
-pub const TMP_PREFIX: &str = ".sandfs-tmp-";
+pub const TMP_PREFIX: &str = ".wardfs-tmp-";
 
 /// Temporary files younger than this may belong to a write still in progress.
 pub const TMP_MAX_AGE_MS: i64 = 60 * 60 * 1000;
@@ -33,7 +33,7 @@ pub fn prune_journal(zones: &Zones, now_ms: i64, keep_days: u32) -> Result<u64, 
     }
 }
 
-/// Deletes `.sandfs-tmp-*` files older than an hour, or whose writer process is gone, from every
+/// Deletes `.wardfs-tmp-*` files older than an hour, or whose writer process is gone, from every
 /// local zone; returns their virtual paths, sorted. Symbolic links are never followed, so the
 /// walk stays inside the zones.
 pub fn sweep_temp_files(zones: &Zones, now_ms: i64) -> Vec<String> {
@@ -80,7 +80,7 @@ fn sweep_dir(root: &Path, dir: &Path, id: ZoneId, now_ms: i64, removed: &mut Vec
     }
 }
 
-/// Returns whether the temp file `name` (`.sandfs-tmp-<pid>-<n>`) was left by a process that no
+/// Returns whether the temp file `name` (`.wardfs-tmp-<pid>-<n>`) was left by a process that no
 /// longer exists: a daemon killed between writing and renaming. Such a file can never be renamed,
 /// so it need not wait the hour that protects a write still in progress. A pid that was reused
 /// keeps the file until it is an hour old.
@@ -108,11 +108,11 @@ mod tests {
     #[test]
     fn only_a_dead_writer_leaves_an_orphan() {
         let me = std::process::id();
-        assert!(!writer_is_gone(&format!(".sandfs-tmp-{me}-3")));
-        assert!(!writer_is_gone(".sandfs-tmp-notapid-3"));
+        assert!(!writer_is_gone(&format!(".wardfs-tmp-{me}-3")));
+        assert!(!writer_is_gone(".wardfs-tmp-notapid-3"));
         assert!(!writer_is_gone("notes.txt"));
         // Above the kernel's pid_max (at most 2^22), so never a live process.
-        assert!(writer_is_gone(".sandfs-tmp-4294967-3"));
-        assert!(writer_is_gone(".sandfs-tmp-4294967-m7"));
+        assert!(writer_is_gone(".wardfs-tmp-4294967-3"));
+        assert!(writer_is_gone(".wardfs-tmp-4294967-m7"));
     }
 }

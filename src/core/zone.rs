@@ -124,7 +124,7 @@ impl LocalZone {
     }
 
     /// Refuses multiply-linked regular files unless the zone allows them: a hard link made outside
-    /// sandfs may name a file outside the zone, and no path check can tell.
+    /// wardfs may name a file outside the zone, and no path check can tell.
     pub fn check_links(&self, vp: &VPath, st: &Stat) -> FsResult<()> {
         if !self.allow_hardlinks
             && st.st_nlink > 1

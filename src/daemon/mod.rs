@@ -1,11 +1,11 @@
 //! The daemon's start-up wiring and its schedules: the state database, the zones, the mount, the
-//! API, the watcher that journals changes made beside sandfs ([`watch`]), sandboxes kept warm or
+//! API, the watcher that journals changes made beside wardfs ([`watch`]), sandboxes kept warm or
 //! detached when idle, queued write-backs, and garbage collection (once at start, then every
 //! [`GC_EVERY`]).
 //!
-//! Under systemd (`Type=notify`, see `systemd/sandfs.service`) it sends `READY=1` once the API
+//! Under systemd (`Type=notify`, see `systemd/wardfs.service`) it sends `READY=1` once the API
 //! socket listens and the mount is up, and `STOPPING=1` when SIGINT or SIGTERM starts the
-//! shutdown, which stops the API and then unmounts. `sandfs serve` (`crate::cli`) only parses
+//! shutdown, which stops the API and then unmounts. `wardfs serve` (`crate::cli`) only parses
 //! its arguments and calls [`run`]. The one place that knows every room; no room imports it.
 
 pub mod watch;
@@ -54,7 +54,7 @@ pub fn run(settings: Settings, no_mount: bool) -> anyhow::Result<()> {
     limit_malloc_arenas();
     let db = Arc::new(Db::open_in(&settings.state_dir)?);
     Db::start_flusher(&db);
-    // A zone served from a sandbox sandfs makes itself reaches it through the registry, which
+    // A zone served from a sandbox wardfs makes itself reaches it through the registry, which
     // is built over the zones: the slot is filled once the registry holds the config's sandboxes.
     let registry_slot = Arc::new(crate::sandbox::RegistrySlot::default());
     let zones = Arc::new(Zones::open_with(
@@ -86,17 +86,17 @@ pub fn run(settings: Settings, no_mount: bool) -> anyhow::Result<()> {
     // Write-backs queued by the mount (this run's or a previous one's) go out in the background.
     crate::core::remote_zone::spawn_write_back_retries(&zones)?;
     set_fd_limit(settings.limits.open_files);
-    // Changes made beside sandfs are journaled (and reach the mount) as long as this lives.
+    // Changes made beside wardfs are journaled (and reach the mount) as long as this lives.
     let watching = if settings.journal.watch {
         watch::Watcher::start(zones.clone())
     } else {
-        tracing::info!("journal.watch is off: changes made beside sandfs are not journaled");
+        tracing::info!("journal.watch is off: changes made beside wardfs are not journaled");
         Ok(None)
     };
     let _watcher = match watching {
         Ok(w) => w,
         Err(e) => {
-            tracing::warn!(error = %e, "cannot watch the zones' directories: changes made beside sandfs are not journaled and show through the mount only after its cache times out");
+            tracing::warn!(error = %e, "cannot watch the zones' directories: changes made beside wardfs are not journaled and show through the mount only after its cache times out");
             None
         }
     };
@@ -123,7 +123,7 @@ pub fn run(settings: Settings, no_mount: bool) -> anyhow::Result<()> {
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .thread_name("sandfs-api")
+        .thread_name("wardfs-api")
         .max_blocking_threads(BLOCKING_THREADS)
         .build()?;
     let socket = settings.socket.clone();
@@ -167,10 +167,10 @@ async fn catch_up_checkpoints(state: &Arc<AppState>) {
         Ok(Ok(0)) => {}
         Ok(Ok(n)) => tracing::info!(
             paths = n,
-            "journaled what changed in the zones while sandfs was not running"
+            "journaled what changed in the zones while wardfs was not running"
         ),
         Ok(Err(e)) => {
-            tracing::warn!("cannot look for changes made while sandfs was not running: {e}")
+            tracing::warn!("cannot look for changes made while wardfs was not running: {e}")
         }
         Err(e) => tracing::error!("start-up worker failed: {e}"),
     }

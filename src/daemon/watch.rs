@@ -1,20 +1,20 @@
-//! The watcher of the backing directories: changes made beside sandfs (an editor or a build on
+//! The watcher of the backing directories: changes made beside wardfs (an editor or a build on
 //! the backing directory, another program) are journaled as `watcher` changes and reach the
 //! mount's caches, with or without a mount.
 //!
 //! A `notify` watcher (inotify) reports changed paths of every local zone; one thread looks at
-//! each. A change sandfs made itself (any entry point: [`crate::core::own`]) is skipped. Any
+//! each. A change wardfs made itself (any entry point: [`crate::core::own`]) is skipped. Any
 //! other goes at once to the core's listeners (the mount's invalidation: `Zones::changed_beside`)
-//! and, once it has been quiet for `SETTLE` and still is not sandfs's own (an API write is
+//! and, once it has been quiet for `SETTLE` and still is not wardfs's own (an API write is
 //! noted as its own right after its rename, which inotify may report first), into the journal:
 //! `delete` when the path is gone, `write` for a file or symlink that is there. Directories that
-//! exist are not journaled (the files in them are); sandfs's temp names are never looked at.
+//! exist are not journaled (the files in them are); wardfs's temp names are never looked at.
 //!
 //! Each directory is watched on its own (inotify is not recursive): the watches are added by
 //! this module's own walk, at start and for every directory that appears, reading directories
 //! with `O_NOATIME` so that watching never changes a timestamp (a walk that did would race with a
 //! program setting a new directory's atime, as `notify`'s recursive mode does). A directory that
-//! appears beside sandfs is read through at once (inotify watches a new directory only after it
+//! appears beside wardfs is read through at once (inotify watches a new directory only after it
 //! exists, so what a build put in it first would be missed). Opening,
 //! reading and closing change nothing and are not watched. A path changed many times in
 //! a burst is journaled once. The pending set is bounded (`MAX_PENDING`); past it, further
@@ -39,8 +39,8 @@ use crate::core::{VPath, Zone, ZoneId, Zones};
 const SETTLE: Duration = Duration::from_millis(250);
 /// Paths waiting to be journaled at most; more in one burst are counted, not journaled.
 const MAX_PENDING: usize = 100_000;
-/// The prefix of the temp names sandfs writes beside a file before renaming it into place.
-const TMP_PREFIX: &str = ".sandfs-tmp-";
+/// The prefix of the temp names wardfs writes beside a file before renaming it into place.
+const TMP_PREFIX: &str = ".wardfs-tmp-";
 
 /// A running watcher; dropping it stops the watch and its thread.
 pub struct Watcher {
@@ -88,7 +88,7 @@ impl Watcher {
             beside.adopt(r, false);
         }
         let thread = std::thread::Builder::new()
-            .name("sandfs-watch".into())
+            .name("wardfs-watch".into())
             .spawn(move || beside.run(&queue))
             .map_err(notify::Error::io)?;
         Ok(Some(Watcher {
@@ -117,7 +117,7 @@ struct Queued {
 }
 
 /// How long the thread lets a burst gather after the first event of it (it looks at each path
-/// once per wake-up; changes beside sandfs reach the mount this much later at most).
+/// once per wake-up; changes beside wardfs reach the mount this much later at most).
 const GATHER: Duration = Duration::from_millis(1);
 
 impl Queue {
@@ -171,7 +171,7 @@ impl Drop for Closer {
 struct Beside {
     zones: Arc<Zones>,
     roots: Vec<(ZoneId, PathBuf)>,
-    /// Paths changed beside sandfs, by when they last changed.
+    /// Paths changed beside wardfs, by when they last changed.
     pending: HashMap<PathBuf, Instant>,
     /// The same paths in the order they were first seen (one entry each).
     order: VecDeque<(Instant, PathBuf)>,
@@ -213,7 +213,7 @@ impl Beside {
         }
     }
 
-    /// A change at `path`: passed on at once unless it is sandfs's own, journaled later.
+    /// A change at `path`: passed on at once unless it is wardfs's own, journaled later.
     fn seen(&mut self, path: PathBuf) {
         if is_temp(&path) {
             return;
@@ -229,13 +229,13 @@ impl Beside {
             .is_some_and(|st| FileType::from_raw_mode(st.st_mode).is_dir());
         if own.is_own_change_at(&path, st.as_ref()) {
             if is_dir {
-                // Made or moved in through sandfs: watched, not journaled again.
+                // Made or moved in through wardfs: watched, not journaled again.
                 self.adopt(&path, false);
             }
             return;
         }
         self.zones.changed_beside(std::slice::from_ref(&path));
-        // A directory made (or moved in) beside sandfs may have been filled before inotify
+        // A directory made (or moved in) beside wardfs may have been filled before inotify
         // watched it: what is in it now is part of the change.
         if is_dir {
             self.adopt(&path, true);
@@ -273,7 +273,7 @@ impl Beside {
                 .expect("not poisoned")
                 .watch(&d, RecursiveMode::NonRecursive);
             if let Err(e) = watched {
-                tracing::warn!(dir = %d.display(), error = %e, "cannot watch a directory; changes beside sandfs in it are not seen");
+                tracing::warn!(dir = %d.display(), error = %e, "cannot watch a directory; changes beside wardfs in it are not seen");
                 continue;
             }
             let Some(entries) = read_dir_noatime(&d) else {
@@ -297,7 +297,7 @@ impl Beside {
         }
     }
 
-    /// Journals the paths quiet for `SETTLE` that are still not sandfs's own.
+    /// Journals the paths quiet for `SETTLE` that are still not wardfs's own.
     /// Looks only at the oldest entries, so a burst costs each path once, not once per wake-up.
     fn journal_settled(&mut self, now: Instant) {
         while let Some((at, _)) = self.order.front() {
@@ -327,13 +327,13 @@ impl Beside {
         if self.dropped > 0 && self.pending.is_empty() {
             tracing::warn!(
                 paths = self.dropped,
-                "changes made beside sandfs came faster than they could be journaled; these were not journaled one by one"
+                "changes made beside wardfs came faster than they could be journaled; these were not journaled one by one"
             );
             self.dropped = 0;
         }
     }
 
-    /// The virtual path of a backing path (None: outside every zone, or not a name sandfs takes).
+    /// The virtual path of a backing path (None: outside every zone, or not a name wardfs takes).
     fn vpath(&self, path: &Path) -> Option<VPath> {
         self.roots.iter().find_map(|(id, root)| {
             let rel = path.strip_prefix(root).ok()?;
@@ -374,7 +374,7 @@ fn read_dir_noatime(dir: &Path) -> Option<Vec<(Vec<u8>, FileType)>> {
     Some(out)
 }
 
-/// True for sandfs's own temp names (a write in progress through the API or a pull).
+/// True for wardfs's own temp names (a write in progress through the API or a pull).
 fn is_temp(path: &Path) -> bool {
     path.file_name()
         .and_then(|n| n.to_str())

@@ -8,7 +8,7 @@
 //! the backing file. Cached (the default): when every zone is local, writable and cached, the
 //! first `OPEN`, `OPENDIR` and `FLUSH` are answered `ENOSYS` and the kernel sends none again (nor
 //! `RELEASE`); reads come from the page cache, and reads and writes that reach the daemon carry
-//! handle 0 ([`SandFs::io_handle`]: the file is reopened beneath its parent and the zone's rules
+//! handle 0 ([`WardFs::io_handle`]: the file is reopened beneath its parent and the zone's rules
 //! checked there). Without a close to hear of, a written file's writes are journaled once it has
 //! gone [`IMPLICIT_IDLE_MS`] without one.
 
@@ -57,7 +57,7 @@ struct Handle {
     dirty: AtomicBool,
     /// The backing file's `(st_dev, st_ino)` when open for writing (counted in [`OwnChanges`]).
     writer_key: Option<(u64, u64)>,
-    /// An implicit writer ([`SandFs::io_handle`]): its backing `(st_dev, st_ino)`, when it last
+    /// An implicit writer ([`WardFs::io_handle`]): its backing `(st_dev, st_ino)`, when it last
     /// wrote (milliseconds on [`now_ms`]'s clock), and the file's size after that write
     /// (`u64::MAX`: not known).
     implicit: Option<((u64, u64), AtomicU64, AtomicU64)>,
@@ -77,7 +77,7 @@ const IMPLICIT_IDLE_MS: u64 = 200;
 /// `max_write` over io_uring: every ring entry holds a payload buffer this large.
 const URING_MAX_WRITE: u32 = 1 << 20;
 
-/// Files written with file handle 0, by inode (see [`SandFs::implicit`]).
+/// Files written with file handle 0, by inode (see [`WardFs::implicit`]).
 type Implicit = Mutex<HashMap<u64, Arc<Handle>>>;
 
 /// Ends an implicit writer: journals its writes. The file as each write left it was noted then
@@ -168,7 +168,7 @@ impl Handle {
     }
 
     /// The daemon's descriptor of the file, opened now if the handle has none yet.
-    fn file(&self, fs: &SandFs) -> Res<&std::fs::File> {
+    fn file(&self, fs: &WardFs) -> Res<&std::fs::File> {
         if let Some(f) = self.file.get() {
             return Ok(f);
         }
@@ -194,14 +194,14 @@ type DirEntries = Vec<(OsString, FileType, u64)>;
 /// An open directory: a snapshot of its entries, taken by the first `readdir` (and again when the
 /// caller rewinds to offset 0). Not at opendir: the kernel serves a cached listing without asking
 /// (`FOPEN_CACHE_DIR`), and then the directory is never read. Only when a zone is served from
-/// a sandbox: otherwise the kernel sends no `OPENDIR` at all (see [`SandFs::no_opendir`]).
+/// a sandbox: otherwise the kernel sends no `OPENDIR` at all (see [`WardFs::no_opendir`]).
 struct DirHandle {
     ino: u64,
     entries: Mutex<Option<Arc<DirEntries>>>,
 }
 
 /// The mounted filesystem.
-pub struct SandFs {
+pub struct WardFs {
     zones: Arc<Zones>,
     pub(super) inodes: Arc<Inodes>,
     handles: RwLock<HashMap<u64, Arc<Handle>>>,
@@ -219,7 +219,7 @@ pub struct SandFs {
     cached: [bool; 2],
     /// When every zone is local, writable and cached, `OPEN` is answered `ENOSYS` once and the
     /// kernel sends no `OPEN` or `RELEASE` again: reads and writes then come with file handle 0
-    /// and are served by [`SandFs::io_handle`].
+    /// and are served by [`WardFs::io_handle`].
     no_open: bool,
     /// Files written with file handle 0 (and files created on such a connection), by inode:
     /// opened at the first write, ended (journaled) once idle for [`IMPLICIT_IDLE_MS`] by the
@@ -293,7 +293,7 @@ fn plain_name(name: &OsStr) -> Res<&OsStr> {
     Ok(name)
 }
 
-impl SandFs {
+impl WardFs {
     /// The file system over `zones`; `io` is each zone's I/O mode, by zone index; `transport`
     /// says whether to ask for FUSE over io_uring; `prefetch`, whether to read ahead of walks.
     pub fn new(
@@ -301,7 +301,7 @@ impl SandFs {
         io: [IoMode; 2],
         transport: Transport,
         prefetch: bool,
-    ) -> std::io::Result<SandFs> {
+    ) -> std::io::Result<WardFs> {
         let inodes = Arc::new(Inodes::new());
         let zones_for_remote = zones.clone();
         let all_local = ZoneId::ALL
@@ -317,7 +317,7 @@ impl SandFs {
         if no_open {
             let (z, weak) = (zones.clone(), Arc::downgrade(&implicit));
             std::thread::Builder::new()
-                .name("sandfs-writers".into())
+                .name("wardfs-writers".into())
                 .spawn(move || end_idle_writers(z, weak))?;
         }
         for id in ZoneId::ALL {
@@ -326,7 +326,7 @@ impl SandFs {
                 inodes.add_zone_root(id, fd, &st);
             }
         }
-        Ok(SandFs {
+        Ok(WardFs {
             zones,
             inodes,
             handles: RwLock::new(HashMap::new()),
@@ -392,7 +392,7 @@ impl SandFs {
     /// The caller of a request, as the core's node operations take it.
     fn caller(req: &Request) -> Caller {
         Caller {
-            origin: SandFs::origin(req),
+            origin: WardFs::origin(req),
             uid: req.uid(),
             gid: req.gid(),
         }
@@ -559,7 +559,7 @@ impl SandFs {
                 backing,
                 writable,
                 writer_key,
-                ..Handle::new(inode.clone(), file, flags, SandFs::origin(req))
+                ..Handle::new(inode.clone(), file, flags, WardFs::origin(req))
             }),
         );
         fh
@@ -603,7 +603,7 @@ impl SandFs {
         let st = self
             .zones
             .node_setattr(
-                &SandFs::caller(req),
+                &WardFs::caller(req),
                 inode,
                 AttrChange {
                     mode: change.mode,
@@ -729,7 +729,7 @@ macro_rules! reply {
     };
 }
 
-impl fuser::Filesystem for SandFs {
+impl fuser::Filesystem for WardFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let _ = config.add_capabilities(
             InitFlags::FUSE_DO_READDIRPLUS
@@ -894,7 +894,7 @@ impl fuser::Filesystem for SandFs {
                 gid,
                 size,
                 mtime.map(when),
-                SandFs::origin(req),
+                WardFs::origin(req),
             );
             return reply!(reply, res, |attr| reply.attr(&t.ttl(), &attr));
         }
@@ -941,7 +941,7 @@ impl fuser::Filesystem for SandFs {
             let name = plain_name(name)?;
             let mode = (mode & !0o7777) | (mode & !umask & 0o7777);
             self.zones
-                .node_mknod(&SandFs::caller(req), &p, name, mode, rdev as u64, || {
+                .node_mknod(&WardFs::caller(req), &p, name, mode, rdev as u64, || {
                     self.mark(&p, Some(name))
                 })
                 .map_err(errno)?;
@@ -964,7 +964,7 @@ impl fuser::Filesystem for SandFs {
         reply: ReplyEntry,
     ) {
         if let Some(t) = self.tree(parent.0) {
-            let res = t.mkdir(parent.0, name, mode & !umask, SandFs::origin(req));
+            let res = t.mkdir(parent.0, name, mode & !umask, WardFs::origin(req));
             return reply!(reply, res, |attr| reply.entry(
                 &t.ttl(),
                 &attr,
@@ -975,7 +975,7 @@ impl fuser::Filesystem for SandFs {
             let p = self.dir_for_change(parent)?;
             let name = plain_name(name)?;
             self.zones
-                .node_mkdir(&SandFs::caller(req), &p, name, mode & !umask, || {
+                .node_mkdir(&WardFs::caller(req), &p, name, mode & !umask, || {
                     self.mark(&p, Some(name))
                 })
                 .map_err(errno)?;
@@ -990,7 +990,7 @@ impl fuser::Filesystem for SandFs {
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         if let Some(t) = self.tree(parent.0) {
-            let res = t.remove(parent.0, name, false, SandFs::origin(req));
+            let res = t.remove(parent.0, name, false, WardFs::origin(req));
             return reply!(reply, res, |()| reply.ok());
         }
         let res = (|| {
@@ -998,7 +998,7 @@ impl fuser::Filesystem for SandFs {
             let name = plain_name(name)?;
             self.pin_victim(&p, name);
             self.zones
-                .node_remove(&SandFs::caller(req), &p, name, false, |gone| {
+                .node_remove(&WardFs::caller(req), &p, name, false, |gone| {
                     self.mark(&p, None);
                     if let Some(k) = gone {
                         self.zones.own().forget(k);
@@ -1011,14 +1011,14 @@ impl fuser::Filesystem for SandFs {
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         if let Some(t) = self.tree(parent.0) {
-            let res = t.remove(parent.0, name, true, SandFs::origin(req));
+            let res = t.remove(parent.0, name, true, WardFs::origin(req));
             return reply!(reply, res, |()| reply.ok());
         }
         let res = (|| {
             let p = self.dir_for_change(parent)?;
             let name = plain_name(name)?;
             self.zones
-                .node_remove(&SandFs::caller(req), &p, name, true, |gone| {
+                .node_remove(&WardFs::caller(req), &p, name, true, |gone| {
                     self.mark(&p, None);
                     if let Some(k) = gone {
                         self.zones.own().forget(k);
@@ -1038,7 +1038,7 @@ impl fuser::Filesystem for SandFs {
         reply: ReplyEntry,
     ) {
         if let Some(t) = self.tree(parent.0) {
-            let res = t.symlink(parent.0, link_name, target, SandFs::origin(req));
+            let res = t.symlink(parent.0, link_name, target, WardFs::origin(req));
             return reply!(reply, res, |attr| reply.entry(
                 &t.ttl(),
                 &attr,
@@ -1049,7 +1049,7 @@ impl fuser::Filesystem for SandFs {
             let p = self.dir_for_change(parent)?;
             let name = plain_name(link_name)?;
             self.zones
-                .node_symlink(&SandFs::caller(req), &p, name, target, || {
+                .node_symlink(&WardFs::caller(req), &p, name, target, || {
                     self.mark(&p, Some(name))
                 })
                 .map_err(errno)?;
@@ -1086,7 +1086,7 @@ impl fuser::Filesystem for SandFs {
                     newparent.0,
                     newname,
                     flags.contains(RenameFlags::RENAME_NOREPLACE),
-                    SandFs::origin(req),
+                    WardFs::origin(req),
                 );
                 return reply!(reply, res, |()| reply.ok());
             }
@@ -1106,7 +1106,7 @@ impl fuser::Filesystem for SandFs {
             } else {
                 RenameMode::Replace
             };
-            let who = SandFs::caller(req);
+            let who = WardFs::caller(req);
             if mode == RenameMode::Replace {
                 self.pin_victim(&np, newname);
             }
@@ -1148,7 +1148,7 @@ impl fuser::Filesystem for SandFs {
             let np = self.dir_for_change(newparent)?;
             let name = plain_name(newname)?;
             self.zones
-                .node_link(&SandFs::caller(req), &i, &np, name, || {
+                .node_link(&WardFs::caller(req), &i, &np, name, || {
                     self.mark(&np, Some(name))
                 })
                 .map_err(errno)?;
@@ -1167,9 +1167,9 @@ impl fuser::Filesystem for SandFs {
             return reply.error(Errno::ENOSYS);
         }
         if let Some(t) = self.tree(ino.0) {
-            let write = SandFs::is_write(flags.0);
+            let write = WardFs::is_write(flags.0);
             let trunc = write && flags.0 & libc::O_TRUNC != 0;
-            let res = t.open(ino.0, write, trunc, SandFs::origin(req));
+            let res = t.open(ino.0, write, trunc, WardFs::origin(req));
             return reply!(reply, res, |fh| reply
                 .opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO));
         }
@@ -1177,8 +1177,8 @@ impl fuser::Filesystem for SandFs {
             Ok(i) => i,
             Err(e) => return reply.error(e),
         };
-        let write = SandFs::is_write(flags.0);
-        let oflags = SandFs::open_flags(flags.0);
+        let write = WardFs::is_write(flags.0);
+        let oflags = WardFs::open_flags(flags.0);
         // Before anything is opened (O_TRUNC would already change the file), and before the
         // passthrough shortcut below, which opens nothing.
         if let Err(e) = self.check_links_now(&i, "open") {
@@ -1210,7 +1210,7 @@ impl fuser::Filesystem for SandFs {
         };
         let file = std::fs::File::from(fd);
         let backing = (passthrough && i.kind == FileType::RegularFile)
-            .then(|| SandFs::shared_backing(&i, || reply.open_backing(file.as_fd())))
+            .then(|| WardFs::shared_backing(&i, || reply.open_backing(file.as_fd())))
             .flatten();
         let fh = self.new_handle(req, &i, Some(file), oflags, write, backing.clone());
         // Count the file as changed when truncated, or opened for writing with the kernel doing
@@ -1270,7 +1270,7 @@ impl fuser::Filesystem for SandFs {
     ) {
         if let Some(t) = self.tree_fh(fh.0) {
             let append = flags.0 & libc::O_APPEND != 0;
-            let res = t.write(fh.0, offset, data, append, SandFs::origin(_req));
+            let res = t.write(fh.0, offset, data, append, WardFs::origin(_req));
             return reply!(reply, res, |n| reply.written(n));
         }
         let append = flags.0 & libc::O_APPEND != 0;
@@ -1587,7 +1587,7 @@ impl fuser::Filesystem for SandFs {
         let res = (|| {
             let i = self.inode(ino)?;
             self.zones
-                .node_set_xattr(&SandFs::caller(req), &i, name, Some((value, flags)), || {
+                .node_set_xattr(&WardFs::caller(req), &i, name, Some((value, flags)), || {
                     if let Ok(st) = i.stat() {
                         self.zones.own().note(&st);
                     }
@@ -1646,7 +1646,7 @@ impl fuser::Filesystem for SandFs {
         let res = (|| {
             let i = self.inode(ino)?;
             self.zones
-                .node_set_xattr(&SandFs::caller(req), &i, name, None, || {
+                .node_set_xattr(&WardFs::caller(req), &i, name, None, || {
                     if let Ok(st) = i.stat() {
                         self.zones.own().note(&st);
                     }
@@ -1692,7 +1692,7 @@ impl fuser::Filesystem for SandFs {
     ) {
         if let Some(t) = self.tree(parent.0) {
             let excl = flags & libc::O_EXCL != 0;
-            let res = t.create(parent.0, name, mode & !umask, excl, SandFs::origin(req));
+            let res = t.create(parent.0, name, mode & !umask, excl, WardFs::origin(req));
             return reply!(reply, res, |(attr, fh)| reply.created(
                 &t.ttl(),
                 &attr,
@@ -1707,10 +1707,10 @@ impl fuser::Filesystem for SandFs {
             let fd = self
                 .zones
                 .node_create(
-                    &SandFs::caller(req),
+                    &WardFs::caller(req),
                     &p,
                     name,
-                    SandFs::open_flags(flags),
+                    WardFs::open_flags(flags),
                     mode & !umask,
                     flags & libc::O_EXCL != 0,
                     || self.mark(&p, Some(name)),
@@ -1727,10 +1727,10 @@ impl fuser::Filesystem for SandFs {
                     // No RELEASE will end it: the created file, when opened for writing, is the
                     // inode's implicit writer (so a file created read-only can still be written
                     // through the descriptor that created it).
-                    if SandFs::is_write(flags) {
+                    if WardFs::is_write(flags) {
                         let h = match node_io::stat(&file) {
                             Ok(st) => {
-                                self.add_implicit(req, inode, file, SandFs::open_flags(flags), &st)
+                                self.add_implicit(req, inode, file, WardFs::open_flags(flags), &st)
                             }
                             Err(e) => return reply.error(errno(e)),
                         };
@@ -1746,9 +1746,9 @@ impl fuser::Filesystem for SandFs {
                 }
                 let backing = (self.passthrough.load(Ordering::Relaxed)
                     && !self.cached[inode.zone.index()])
-                .then(|| SandFs::shared_backing(&inode, || reply.open_backing(file.as_fd())))
+                .then(|| WardFs::shared_backing(&inode, || reply.open_backing(file.as_fd())))
                 .flatten();
-                let oflags = SandFs::open_flags(flags);
+                let oflags = WardFs::open_flags(flags);
                 let fh = self.new_handle(req, &inode, Some(file), oflags, true, backing);
                 self.mark_dirty(fh);
                 let h = self.handle(FileHandle(fh)).expect("just inserted");
@@ -1847,7 +1847,7 @@ impl fuser::Filesystem for SandFs {
     }
 }
 
-impl Drop for SandFs {
+impl Drop for WardFs {
     /// Journals what the implicit writers wrote (the kernel sends no `RELEASE` for them).
     fn drop(&mut self) {
         let rest: Vec<Arc<Handle>> = self
@@ -1863,7 +1863,7 @@ impl Drop for SandFs {
     }
 }
 
-impl SandFs {
+impl WardFs {
     /// Ends an open file: journals its writes, and it no longer counts as open for writing.
     fn end_handle(&self, h: &Handle) {
         let st = h
@@ -1883,7 +1883,7 @@ impl SandFs {
     }
 
     /// The open file a read or write with file handle `fh` uses. Handle 0 is a file the kernel
-    /// opened without asking ([`SandFs::no_open`]): a write uses the inode's implicit writer
+    /// opened without asking ([`WardFs::no_open`]): a write uses the inode's implicit writer
     /// (opened now if it has none); a read opens the file for this request only, so files read
     /// once cost no descriptor afterwards. Either way the zone's rules are checked here, where
     /// `open` would have checked them.
@@ -1928,7 +1928,7 @@ impl SandFs {
                 i,
                 Some(file),
                 flags,
-                SandFs::origin(req),
+                WardFs::origin(req),
             )));
         }
         Ok(self.add_implicit(req, i, file, flags, &st))
@@ -1956,7 +1956,7 @@ impl SandFs {
         let h = Arc::new(Handle {
             writable: true,
             implicit: Some((key, AtomicU64::new(now_ms()), AtomicU64::new(u64::MAX))),
-            ..Handle::new(inode, Some(file), flags, SandFs::origin(req))
+            ..Handle::new(inode, Some(file), flags, WardFs::origin(req))
         });
         implicit.insert(ino, h.clone());
         h

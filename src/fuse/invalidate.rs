@@ -4,8 +4,8 @@
 //! [`Direct`] is registered as the core's [`ChangeListener`]. Changes made through the core's
 //! operations (the API, git, mirror) reach it on the calling thread before the call returns, so
 //! a client that wrote through the API and then reads through the mount sees its write. Changes
-//! made beside sandfs reach it from the daemon's watcher (`crate::daemon::watch`), which skips
-//! the changes sandfs made itself ([`crate::core::own`]) and journals the rest. Notifications are
+//! made beside wardfs reach it from the daemon's watcher (`crate::daemon::watch`), which skips
+//! the changes wardfs made itself ([`crate::core::own`]) and journals the rest. Notifications are
 //! never sent from a FUSE request thread, where they can deadlock against the kernel.
 //!
 //! The [`Evictor`] thread drops entries when the inode table passes its fd budget (see
@@ -76,7 +76,7 @@ impl Evictor {
             let _ = tx.lock().expect("not poisoned").send(());
         }));
         let thread = std::thread::Builder::new()
-            .name("sandfs-evict".into())
+            .name("wardfs-evict".into())
             .spawn(move || {
                 while rx.recv().is_ok() {
                     // Coalesce a burst: one eviction serves what is already queued.

@@ -32,7 +32,7 @@ pub enum MountError {
     #[error("mount point {path}: {reason}")]
     MountPoint { path: String, reason: String },
     #[error(
-        "mounting at {path} failed: {source} (run `sandfs doctor` to check FUSE on this machine)"
+        "mounting at {path} failed: {source} (run `wardfs doctor` to check FUSE on this machine)"
     )]
     Mount {
         path: String,
@@ -126,7 +126,7 @@ pub fn prepare_mountpoint(path: &Path) -> Result<(), MountError> {
             }
             Some(Ok(_)) => {
                 return Err(bad(
-                    "something is already mounted there (another sandfs?)".into()
+                    "something is already mounted there (another wardfs?)".into()
                 ))
             }
             Some(Err(e)) => return Err(bad(format!("cannot check the existing mount: {e}"))),
@@ -154,7 +154,7 @@ pub fn statvfs_within(
     let (tx, rx) = std::sync::mpsc::channel();
     let p = path.to_path_buf();
     let spawned = std::thread::Builder::new()
-        .name("sandfs-statfs".into())
+        .name("wardfs-statfs".into())
         .spawn(move || {
             let _ = tx.send(rustix::fs::statvfs(&p));
         });
@@ -237,7 +237,7 @@ pub fn mount(
 ) -> Result<Mount, MountError> {
     prepare_mountpoint(mountpoint)?;
     let fs =
-        fs::SandFs::new(zones.clone(), io, transport, prefetch).map_err(|e| MountError::Mount {
+        fs::WardFs::new(zones.clone(), io, transport, prefetch).map_err(|e| MountError::Mount {
             path: mountpoint.display().to_string(),
             source: e,
         })?;
@@ -245,8 +245,8 @@ pub fn mount(
     let root = rustix::process::geteuid().is_root();
     let mut config = Config::default();
     config.mount_options = vec![
-        MountOption::FSName("sandfs".into()),
-        MountOption::Subtype("sandfs".into()),
+        MountOption::FSName("wardfs".into()),
+        MountOption::Subtype("wardfs".into()),
         MountOption::DefaultPermissions,
     ];
     if root {

@@ -17,7 +17,7 @@ pub struct DiscardResult {
 pub enum DiscardError {
     #[error(transparent)]
     Common(#[from] CommonError),
-    #[error("no staged commit {id} (`sandfs staged list` shows them)")]
+    #[error("no staged commit {id} (`wardfs staged list` shows them)")]
     NoStaged { id: String },
     #[error("staged commit {id} is {state}: {rule}")]
     WrongState {

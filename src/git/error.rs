@@ -78,7 +78,7 @@ pub enum CommonError {
     #[error(transparent)]
     Invalid(#[from] InvalidArg),
     #[error(
-        "no repository is pulled into {dir}; pull one first (`sandfs git pull URL --into {dir}`)"
+        "no repository is pulled into {dir}; pull one first (`wardfs git pull URL --into {dir}`)"
     )]
     NoRepo { dir: String },
     #[error("{0}")]
@@ -110,11 +110,11 @@ impl GitFailure for CommonError {
 pub enum RemoteError {
     #[error("cannot reach {url}: {reason}")]
     Unreachable { url: String, reason: String },
-    #[error("{url} is not a git remote sandfs can use: {reason}")]
+    #[error("{url} is not a git remote wardfs can use: {reason}")]
     BadRemote { url: String, reason: String },
     #[error("{url}: authentication failed: {reason}")]
     AuthFailed { url: String, reason: String },
-    /// A failure libgit2 gives no class sandfs knows.
+    /// A failure libgit2 gives no class wardfs knows.
     #[error(transparent)]
     Git(#[from] Libgit2Error),
 }

@@ -5,7 +5,7 @@
 //! 1). A pull writes the chosen paths into a workspace directory through the core (same path
 //! rules, same journal) and records each file's base blob. `status` re-hashes only the paths the
 //! journal says changed since it last looked. `stage` builds a commit in the mirror's object store
-//! only (blobs → tree update → commit on the base), keeps it at `refs/sandfs/staged/<id>` and
+//! only (blobs → tree update → commit on the base), keeps it at `refs/wardfs/staged/<id>` and
 //! records it with per-file git-format diffs; the workspace and anyone's own checkout are never
 //! touched. `push` fetches the target, rebases with a three-way tree merge when it moved, and
 //! pushes with a lease; [`pr`] opens pull requests. Every step lands in the journal.
@@ -459,12 +459,12 @@ fn hash_blob(bytes: &[u8]) -> Oid {
 }
 
 fn staged_ref(id: &str) -> String {
-    format!("refs/sandfs/staged/{id}")
+    format!("refs/wardfs/staged/{id}")
 }
 
 fn base_ref(dir: &str) -> String {
     let h = hash_blob(dir.as_bytes()).to_string();
-    format!("refs/sandfs/base/{}", &h[..16])
+    format!("refs/wardfs/base/{}", &h[..16])
 }
 
 /// The repository's name: the last path segment of its URL, without `.git`.

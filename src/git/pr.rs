@@ -85,7 +85,7 @@ pub fn body(row: &StagedRow, files: &[StagedFileRow]) -> String {
             f.path, f.additions, f.deletions
         ));
     }
-    out.push_str("\nStaged and reviewed with sandfs.\n");
+    out.push_str("\nStaged and reviewed with wardfs.\n");
     out
 }
 
@@ -134,7 +134,7 @@ impl Target {
         files: &[StagedFileRow],
     ) -> Result<String, PrError> {
         let (owner, repo) = (&self.owner, &self.repo);
-        let title = row.message.lines().next().unwrap_or("sandfs change").trim();
+        let title = row.message.lines().next().unwrap_or("wardfs change").trim();
         let body = body(row, files);
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()

@@ -1,5 +1,5 @@
 //! Garbage collection of staging leftovers: rows of discarded staged commits past the journal's
-//! retention, and `refs/sandfs/staged/*` refs that no live staged commit owns (a discard removes
+//! retention, and `refs/wardfs/staged/*` refs that no live staged commit owns (a discard removes
 //! its ref, but a daemon stopped between the two steps can leave one behind).
 //!
 //! Each mirror is swept under its own lock, the one `stage` holds while it writes a ref and its
@@ -48,13 +48,13 @@ impl Git {
             let _guard = lock.lock().expect("not poisoned");
             let mirror = self.open_mirror(&mirror_path)?;
             let names: Vec<String> = mirror
-                .references_glob("refs/sandfs/staged/*")
+                .references_glob("refs/wardfs/staged/*")
                 .map_err(libgit2("list staged refs"))?
                 .names()
                 .filter_map(|n| n.ok().map(str::to_string))
                 .collect();
             for name in names {
-                let id = name.trim_start_matches("refs/sandfs/staged/");
+                let id = name.trim_start_matches("refs/wardfs/staged/");
                 let live = db.staged(id)?.is_some_and(|row| row.state != "discarded");
                 if live {
                     continue;

@@ -171,7 +171,7 @@ impl Git {
                     })?
             }
         };
-        let tracking = format!("refs/sandfs/remote/{branch}");
+        let tracking = format!("refs/wardfs/remote/{branch}");
         remote::fetch(
             &mirror,
             &url,
@@ -231,7 +231,7 @@ impl Git {
                 }
                 Some(ObjectType::Commit) => skipped.push(PathNote {
                     path: vfile(&dir, &path),
-                    reason: "a submodule; sandfs does not pull submodules".into(),
+                    reason: "a submodule; wardfs does not pull submodules".into(),
                 }),
                 _ => {}
             }
@@ -479,7 +479,7 @@ impl Git {
                 }
             }
             mirror
-                .reference(&base_ref(&dir), tip, true, "sandfs: pulled")
+                .reference(&base_ref(&dir), tip, true, "wardfs: pulled")
                 .map_err(libgit2("pin base"))?;
             Ok(())
         };
@@ -542,9 +542,9 @@ impl Git {
     /// it); returns its virtual path, or None when /cache cannot take it.
     fn save_upstream(&self, dir: &str, path: &str, content: &[u8]) -> Option<String> {
         let v = if dir.is_empty() {
-            format!("/cache/.sandfs-upstream/{path}")
+            format!("/cache/.wardfs-upstream/{path}")
         } else {
-            format!("/cache/.sandfs-upstream/{dir}/{path}")
+            format!("/cache/.wardfs-upstream/{dir}/{path}")
         };
         match self.zones.write_bytes(&v, content, origin_git()) {
             Ok(_) => Some(v),

@@ -8,7 +8,7 @@ use super::*;
 #[serde(deny_unknown_fields)]
 pub struct PushRequest {
     pub id: String,
-    /// Push to `sandfs/<id>` and open a pull request instead of pushing to the branch.
+    /// Push to `wardfs/<id>` and open a pull request instead of pushing to the branch.
     #[serde(default)]
     pub pr: bool,
     /// Stream progress as NDJSON (API only).
@@ -43,7 +43,7 @@ pub enum PushError {
     Remote(#[from] RemoteError),
     #[error(transparent)]
     PullRequest(#[from] PrError),
-    #[error("no staged commit {id} (`sandfs staged list` shows them)")]
+    #[error("no staged commit {id} (`wardfs staged list` shows them)")]
     NoStaged { id: String },
     #[error("staged commit {id} is {state}: {rule}")]
     WrongState {
@@ -61,7 +61,7 @@ pub enum PushError {
         expected: String,
         found: String,
     },
-    #[error("staged commit {id} was rebased onto the moved remote branch, which changed the same files ({}); review it again (`sandfs staged show {id}`) and push again", paths.join(", "))]
+    #[error("staged commit {id} was rebased onto the moved remote branch, which changed the same files ({}); review it again (`wardfs staged show {id}`) and push again", paths.join(", "))]
     NeedsReview { id: String, paths: Vec<String> },
     #[error("the remote rejected the push of {refname}: {reason}")]
     Rejected { refname: String, reason: String },
@@ -92,7 +92,7 @@ impl GitFailure for PushError {
 
 impl Git {
     /// Pushes a staged commit (a human's decision): to its branch, or with `pr` to
-    /// `sandfs/<id>` with a pull request. A remote that moved is merged into (three-way); a
+    /// `wardfs/<id>` with a pull request. A remote that moved is merged into (three-way); a
     /// conflict, a rejection or a lease broken twice leaves nothing pushed.
     pub fn push(
         &self,
@@ -122,7 +122,7 @@ impl Git {
         let _guard = lock.lock().expect("not poisoned");
         let mirror = self.open_mirror(&mirror_path)?;
         let target = if req.pr {
-            format!("refs/heads/sandfs/{}", row.id)
+            format!("refs/heads/wardfs/{}", row.id)
         } else {
             format!("refs/heads/{}", row.branch)
         };
@@ -171,7 +171,7 @@ impl Git {
         let mut url = None;
         if let Some(t) = &pr_target {
             let files = db.staged_files(&row.id)?;
-            match t.open(&self.settings, &row, &format!("sandfs/{}", row.id), &files) {
+            match t.open(&self.settings, &row, &format!("wardfs/{}", row.id), &files) {
                 Ok(u) => url = Some(u),
                 Err(e) => {
                     // The branch is on the remote; say so, so that a retry is understood.
@@ -223,7 +223,7 @@ impl Git {
                 .collect();
             db.advance_base(repo.id, &commit.to_string(), &files)?;
             mirror
-                .reference(&base_ref(&repo.dir), commit, true, "sandfs: pushed")
+                .reference(&base_ref(&repo.dir), commit, true, "wardfs: pushed")
                 .map_err(libgit2("pin base"))?;
         }
         self.event(
@@ -266,7 +266,7 @@ impl Git {
             remote::fetch(
                 mirror,
                 &repo.url,
-                &[format!("+refs/heads/{b}:refs/sandfs/remote/{b}")],
+                &[format!("+refs/heads/{b}:refs/wardfs/remote/{b}")],
                 remote::UNSHALLOW,
                 &self.settings,
                 progress,
@@ -285,7 +285,7 @@ impl Git {
             if staged_commit.parent_id(0).ok() == Some(remote_tip) {
                 // Already rebased onto this tip (a re-reviewed commit).
             } else {
-                let tracking = format!("refs/sandfs/remote/{}", row.branch);
+                let tracking = format!("refs/wardfs/remote/{}", row.branch);
                 remote::fetch(
                     mirror,
                     &repo.url,
@@ -297,7 +297,7 @@ impl Git {
                 let tip = mirror.refname_to_id(&tracking).map_err(libgit2("tip"))?;
                 let (new_commit, overlap) = self.rebase(mirror, base, tip, staged_commit)?;
                 mirror
-                    .reference(src, new_commit, true, "sandfs: rebased")
+                    .reference(src, new_commit, true, "wardfs: rebased")
                     .map_err(libgit2("keep rebased commit"))?;
                 // The rebased commit is what will be reviewed and pushed from now on.
                 let tip_tree = mirror

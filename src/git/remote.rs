@@ -122,7 +122,7 @@ fn callbacks<'a>(
         if allowed.contains(CredentialType::USERNAME) {
             return Cred::username(user_from_url.unwrap_or("git"));
         }
-        give_up(format!("the remote asks for credentials of a kind sandfs does not have ({allowed:?})"))
+        give_up(format!("the remote asks for credentials of a kind wardfs does not have ({allowed:?})"))
     });
     cb.transfer_progress(move |p| {
         progress(&Progress {

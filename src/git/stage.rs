@@ -1,5 +1,5 @@
 //! `stage`: build a reviewable commit in the mirror's object store from the agent's changes (the
-//! workspace is never touched), keep it at `refs/sandfs/staged/<id>` with per-file diffs; `list`
+//! workspace is never touched), keep it at `refs/wardfs/staged/<id>` with per-file diffs; `list`
 //! and `show` read staged commits back. Each has its error type: [`StageError`], [`ShowError`],
 //! [`ListError`].
 
@@ -105,7 +105,7 @@ impl GitFailure for StageError {
 pub enum ShowError {
     #[error(transparent)]
     Common(#[from] CommonError),
-    #[error("no staged commit {id} (`sandfs staged list` shows them)")]
+    #[error("no staged commit {id} (`wardfs staged list` shows them)")]
     NoStaged { id: String },
 }
 
@@ -192,7 +192,7 @@ impl Git {
         if !conflicted.is_empty() {
             return Err(StageError::Conflict {
                 reason: "these files changed upstream too (see the last pull); merge the upstream \
-                         change into them, then `sandfs git resolve PATH`"
+                         change into them, then `wardfs git resolve PATH`"
                     .into(),
                 paths: conflicted,
             });
@@ -237,7 +237,7 @@ impl Git {
             return Err(StageError::Nothing(if changes.is_empty() {
                 format!("nothing to stage: {} has no changes", vdir(&repo.dir))
             } else {
-                "nothing to stage: every change is already in a staged commit (`sandfs staged list`)"
+                "nothing to stage: every change is already in a staged commit (`wardfs staged list`)"
                     .into()
             }));
         }
@@ -257,7 +257,7 @@ impl Git {
             .map_err(libgit2("commit"))?;
         let id = commit.to_string()[..10].to_string();
         mirror
-            .reference(&staged_ref(&id), commit, true, "sandfs: staged")
+            .reference(&staged_ref(&id), commit, true, "wardfs: staged")
             .map_err(libgit2("keep staged commit"))?;
         let files = diff::file_patches(&mirror, &base_tree, &tree, self.settings.max_diff_bytes)?;
         let row = StagedRow {

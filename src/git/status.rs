@@ -40,7 +40,7 @@ pub type StatusError = CommonError;
 pub enum ResolveError {
     #[error(transparent)]
     Common(#[from] CommonError),
-    #[error("{path} is not in conflict (`sandfs git status` lists conflicts)")]
+    #[error("{path} is not in conflict (`wardfs git status` lists conflicts)")]
     NotInConflict { path: String },
 }
 
@@ -65,7 +65,7 @@ impl GitFailure for ResolveError {
 impl Git {
     /// Lists created, modified and deleted files of every pulled repo (or the one holding `v`).
     /// Only paths the journal mentions since the last look are re-hashed; `rescan` re-hashes
-    /// everything (for changes made beside sandfs, which the journal cannot see).
+    /// everything (for changes made beside wardfs, which the journal cannot see).
     pub fn status(&self, v: Option<&str>, rescan: bool) -> Result<StatusResult, StatusError> {
         let repos = match v {
             Some(_) => vec![self.repo_for(v)?],
@@ -245,7 +245,7 @@ impl Git {
             }
             if let Ok(rel) = e.path().strip_prefix(&base) {
                 if let Some(s) = rel.to_str() {
-                    if !s.contains(".sandfs-tmp-") {
+                    if !s.contains(".wardfs-tmp-") {
                         out.push(s.to_string());
                     }
                 }

@@ -1,4 +1,4 @@
-//! The MCP server (`sandfs mcp`): the daemon's file and git operations as Model Context Protocol
+//! The MCP server (`wardfs mcp`): the daemon's file and git operations as Model Context Protocol
 //! tools, over stdio, for agents that cannot use the mount.
 //!
 //! Every tool is a thin call to the daemon's socket API through the CLI's [`Client`]: the daemon
@@ -46,7 +46,7 @@ pub enum McpError {
 }
 
 const INSTRUCTIONS: &str = "\
-sandfs serves two zones of files: /workspace (the project, often a git checkout pulled by sandfs) \
+wardfs serves two zones of files: /workspace (the project, often a git checkout pulled by wardfs) \
 and /cache (downloads and scratch). Every path is virtual and starts with its zone, e.g. \
 /workspace/src/main.rs; a path may not leave its zone (OUTSIDE_ZONE). Read with `read` (line \
 windows), change files with `write` (whole file) or `edit` (exact string), find them with `glob` \
@@ -54,7 +54,7 @@ and `grep`. In a pulled git repository, `git_status` lists your changes and `git
 into a staged commit that a person reviews and pushes. A failed call returns an error whose JSON \
 has a stable `code` (NOT_FOUND, NOT_UNIQUE, ...) and a `message` saying what to fix.";
 
-/// The MCP tools of one `sandfs mcp` process.
+/// The MCP tools of one `wardfs mcp` process.
 #[derive(Debug, Clone)]
 pub struct Server {
     client: Client,
@@ -106,7 +106,7 @@ fn read_answer(bytes: &[u8]) -> CallToolResult {
             text.push('\n');
         }
         text.push_str(&format!(
-            "[sandfs: lines {offset}-{} of {} shown; call read with offset={} for more]",
+            "[wardfs: lines {offset}-{} of {} shown; call read with offset={} for more]",
             offset + lines.saturating_sub(1),
             v["total_lines"].as_u64().unwrap_or(0),
             offset + lines
@@ -269,7 +269,7 @@ impl Server {
     /// List the changed files of the git repositories pulled into /workspace. Returns {repos:
     /// [{repo, url, branch, base, changes: [{path, state (created, modified, deleted, conflict)}],
     /// examined}]}; repos is empty when nothing is pulled. Cheap: call it after every step.
-    /// Changes made beside sandfs are found only with rescan. A file in conflict changed upstream
+    /// Changes made beside wardfs are found only with rescan. A file in conflict changed upstream
     /// too: merge the upstream version into it before staging. Errors: NOT_FOUND (no repository
     /// pulled at repo), INVALID_ARGUMENT (repo not in /workspace), INVALID_PATH.
     #[tool(annotations(read_only_hint = true, open_world_hint = false))]
@@ -314,7 +314,7 @@ impl Server {
         })
     }
 
-    /// What changed since `since`: every change (API, mount, git, mirror, edits beside sandfs)
+    /// What changed since `since`: every change (API, mount, git, mirror, edits beside wardfs)
     /// and checkpoint, in order, at most `limit` (default 200, at most 1000). Without `since`
     /// only the cursor to start from is returned. Returns {events: [{kind (change, checkpoint),
     /// cursor, ...the row}], cursor (resume from it: nothing repeated, nothing missed), more
@@ -417,7 +417,7 @@ impl Server {
         Ok(self.post("/v1/git/staged/show", &p).await)
     }
 
-    /// Push a staged commit to its remote branch (or, with pr, to sandfs/<id> with a pull
+    /// Push a staged commit to its remote branch (or, with pr, to wardfs/<id> with a pull
     /// request). Offered only because the daemon's config sets [mcp] allow_push = true. The push
     /// never overwrites the remote: when the branch moved, the commit is rebased first. Returns
     /// {id, state: "pushed", commit_sha, pushed_ref, url (pull request, with pr), rebased,
@@ -487,7 +487,7 @@ impl Server {
 impl ServerHandler for Server {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("sandfs", env!("CARGO_PKG_VERSION")))
+            .with_server_info(Implementation::new("wardfs", env!("CARGO_PKG_VERSION")))
             .with_instructions(INSTRUCTIONS)
     }
 }
@@ -591,7 +591,7 @@ mod tests {
         let text = r.content[0].as_text().unwrap().text.clone();
         assert_eq!(
             text,
-            "b\n[sandfs: lines 2-2 of 3 shown; call read with offset=3 for more]"
+            "b\n[wardfs: lines 2-2 of 3 shown; call read with offset=3 for more]"
         );
         assert_eq!(r.structured_content.unwrap()["total_lines"], json!(3));
     }

@@ -192,7 +192,7 @@ pub struct GitStatusParams {
     /// A pulled repository's directory, or any path in it (default: every pulled repository)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repo: Option<String>,
-    /// Re-hash every file, also finding changes made beside sandfs (default false; slower)
+    /// Re-hash every file, also finding changes made beside wardfs (default false; slower)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rescan: Option<bool>,
 }
@@ -264,7 +264,7 @@ pub struct StagedShowParams {
 pub struct GitPushParams {
     /// The staged commit's id (state staged, rebased or rejected)
     pub id: String,
-    /// Push to the branch sandfs/<id> and open a GitHub pull request instead of pushing to the
+    /// Push to the branch wardfs/<id> and open a GitHub pull request instead of pushing to the
     /// commit's branch (default false)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pr: Option<bool>,
@@ -283,7 +283,7 @@ pub struct MirrorPushParams {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub to: Option<String>,
     /// Hash every local file instead of trusting unchanged sizes and times (default false;
-    /// slower, for after changes made beside sandfs)
+    /// slower, for after changes made beside wardfs)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub full_hash: Option<bool>,
 }

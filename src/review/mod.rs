@@ -1,6 +1,6 @@
 //! The review web page: a local HTTP server on 127.0.0.1 where a person reads the staged commits
 //! and pushes or discards them, and follows a zone's checkpoints (who changed what, diffs) and
-//! restores one ([`timeline`]) (`sandfs review`).
+//! restores one ([`timeline`]) (`wardfs review`).
 //!
 //! It is an adapter like the CLI: every action goes to the running daemon through the socket
 //! [`Client`], on the same routes the CLI uses (`GET /v1/git/staged`, `POST /v1/git/staged/show`,
@@ -9,7 +9,7 @@
 //! its token.
 //!
 //! Who may use it: anyone who can reach a TCP port on loopback could, so every request must carry
-//! the random per-start [`Token`] (in the `token` query parameter or the `X-Sandfs-Token`
+//! the random per-start [`Token`] (in the `token` query parameter or the `X-Wardfs-Token`
 //! header), compared in constant time; anything else is `403`. The `Host` must name the loopback
 //! address the server listens on (DNS rebinding), and a `POST` must also come from the page's own
 //! origin (`Origin`, and `Sec-Fetch-Site` when the browser sends it) with a JSON body: [`guard`],
@@ -46,7 +46,7 @@ const PAGE_CSS: &str = include_str!("assets/review.css");
 const PAGE_JS: &str = include_str!("assets/review.js");
 /// The header a script sends the token in (a custom header also forces a CORS preflight, which
 /// this server never answers, on any cross-origin request).
-pub const TOKEN_HEADER: &str = "x-sandfs-token";
+pub const TOKEN_HEADER: &str = "x-wardfs-token";
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
                    connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 /// How many pushed or discarded commits the page lists.
@@ -154,7 +154,7 @@ async fn guard(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Respon
     // Evaluate the token first and always, so a wrong host and a wrong token take the same path.
     let token_ok = token.is_some_and(|t| s.token.matches(t));
     if !token_ok {
-        return forbidden("wrong or missing token; use the URL `sandfs review` printed");
+        return forbidden("wrong or missing token; use the URL `wardfs review` printed");
     }
     if !host_ok {
         return forbidden("the Host header does not name this server");

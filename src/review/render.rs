@@ -150,11 +150,11 @@ pub fn document(h: &Header<'_>, body: &str) -> String {
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
          <meta name=\"referrer\" content=\"no-referrer\">\
          <link rel=\"icon\" href=\"data:,\">\
-         <title>sandfs review</title>\
+         <title>wardfs review</title>\
          <link rel=\"stylesheet\" href=\"/assets/review.css?token={token}\">\
          <script defer src=\"/assets/review.js?token={token}\"></script></head>\
          <body data-token=\"{token}\" class=\"view-{view}\">\
-         <header><h1>sandfs review</h1><nav class=\"tabs\">{staged} {timeline}</nav>\
+         <header><h1>wardfs review</h1><nav class=\"tabs\">{staged} {timeline}</nav>\
          <span class=\"socket\">daemon: {socket}</span>\
          <nav class=\"tools\"><a id=\"view-toggle\" href=\"{toggle}\">{label}</a> \
          <a id=\"reload\" href=\"{reload}\">reload</a></nav></header>\
@@ -190,7 +190,7 @@ pub fn page(p: &Page<'_>) -> String {
     if p.open.is_empty() && p.error.is_none() {
         body.push_str(
             "<p class=\"empty\" id=\"nothing-staged\">Nothing is staged. An agent stages its \
-             changes with <code>sandfs git stage -m MESSAGE</code>.</p>",
+             changes with <code>wardfs git stage -m MESSAGE</code>.</p>",
         );
     }
     for c in p.open {

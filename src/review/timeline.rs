@@ -403,8 +403,8 @@ pub async fn load(client: &Client, r: &Request) -> Result<Timeline, ClientError>
 /// Who made a change or a checkpoint, as the page names them.
 fn who(via: &str, pid: Option<u32>) -> String {
     let name = match via {
-        "watcher" => "beside sandfs (watcher)",
-        "internal" => "sandfs",
+        "watcher" => "beside wardfs (watcher)",
+        "internal" => "wardfs",
         other => other,
     };
     match pid {
@@ -417,7 +417,7 @@ fn who(via: &str, pid: Option<u32>) -> String {
 fn origin(c: &Checkpoint) -> String {
     match c.via.as_str() {
         "internal" if c.message == "auto" => "auto".into(),
-        "internal" => "sandfs".into(),
+        "internal" => "wardfs".into(),
         via => who(via, c.pid),
     }
 }
@@ -598,7 +598,7 @@ fn checkpoints(out: &mut String, t: &Timeline, token: &str, view: View) {
         let _ = write!(
             out,
             "<p class=\"empty\" id=\"no-checkpoints\">No checkpoint of /{zone} yet. \
-             <code>sandfs checkpoint</code> makes one; the daemon makes one after each burst of \
+             <code>wardfs checkpoint</code> makes one; the daemon makes one after each burst of \
              changes and before pulls and restores.</p>"
         );
         return;

@@ -1,4 +1,4 @@
-//! The lifecycle of the sandboxes sandfs makes itself (`provider = "local"` or `"daytona"`):
+//! The lifecycle of the sandboxes wardfs makes itself (`provider = "local"` or `"daytona"`):
 //! the registry's side of [`super::provision`].
 //!
 //! Such a sandbox is a registry entry like an attached one (same session row, same lock, same
@@ -21,7 +21,7 @@
 //! Each transition is logged with the sandbox's name and recorded in the journal (zone
 //! `sandboxes`, path = the name, op `sandbox-created`, `-resumed`, `-paused`, `-down`,
 //! `-destroyed`, `-gone`, `-adopted`, `-error`; the detail says which sandbox and why), so
-//! `GET /v1/events` and `sandfs log --zone sandboxes` show a sandbox's life beside the files'.
+//! `GET /v1/events` and `wardfs log --zone sandboxes` show a sandbox's life beside the files'.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -161,7 +161,7 @@ impl Registry {
         Err(SandboxError::Invalid {
             key: "name".into(),
             rule: format!(
-                "sandbox {:?} is attached (provider = \"{PROVIDER_SANDBOX_AGENT}\"): sandfs did not make it and cannot {what} it; only a sandbox with provider = \"local\" or \"daytona\" can",
+                "sandbox {:?} is attached (provider = \"{PROVIDER_SANDBOX_AGENT}\"): wardfs did not make it and cannot {what} it; only a sandbox with provider = \"local\" or \"daytona\" can",
                 row.name
             ),
         })
@@ -177,7 +177,7 @@ impl Registry {
                 .settings(name)
                 .ok_or_else(|| SandboxError::Invalid {
                     key: format!("sandboxes.{name}"),
-                    rule: "a sandbox sandfs makes itself is defined in the config file ([sandboxes.NAME] provider = \"local\" or \"daytona\")".into(),
+                    rule: "a sandbox wardfs makes itself is defined in the config file ([sandboxes.NAME] provider = \"local\" or \"daytona\")".into(),
                 })?;
         let mut open = self
             .provisioned
@@ -460,7 +460,7 @@ impl Registry {
             return Err(SandboxError::Lifecycle {
                 name: name.to_string(),
                 rule: format!(
-                    "already has a sandbox ({id}, status {}): resume it with `sandfs sandbox resume {name}`, or `sandfs sandbox destroy {name}` first",
+                    "already has a sandbox ({id}, status {}): resume it with `wardfs sandbox resume {name}`, or `wardfs sandbox destroy {name}` first",
                     def.status
                 ),
             });
@@ -495,7 +495,7 @@ impl Registry {
             return Err(SandboxError::Lifecycle {
                 name: name.to_string(),
                 rule: format!(
-                    "has no sandbox to pause (status {}): it is made on first use or by `sandfs sandbox create {name}`",
+                    "has no sandbox to pause (status {}): it is made on first use or by `wardfs sandbox create {name}`",
                     def.status
                 ),
             });
@@ -622,7 +622,7 @@ impl Registry {
     }
 
     /// Pauses provisioned sandboxes unused for their idle pause and destroys those paused for
-    /// their paused TTL; an `active` one its provider reports stopped (killed outside sandfs)
+    /// their paused TTL; an `active` one its provider reports stopped (killed outside wardfs)
     /// is recorded `paused` (down) for the next use to resume, one it no longer has
     /// `destroyed`. Returns `(name, "paused" | "destroyed" | "down" | "gone")`. A sandbox whose
     /// lock is held (a run in progress) is in use and left alone.
@@ -686,7 +686,7 @@ impl Registry {
     }
 
     /// Asks the provider whether the `active` sandbox `id` of `row` still runs (its lock held):
-    /// one stopped outside sandfs (its processes killed, the machine restarted) is recorded
+    /// one stopped outside wardfs (its processes killed, the machine restarted) is recorded
     /// `paused` with the reason, for the next use to resume (`"down"`); one the provider no
     /// longer has is `destroyed` (`"gone"`). `None`: it runs, or the provider did not say.
     async fn probe_active(
@@ -708,7 +708,7 @@ impl Registry {
         match state {
             ProviderState::Stopped | ProviderState::Paused => {
                 let reason = format!(
-                    "it was {} outside sandfs; the next use resumes it",
+                    "it was {} outside wardfs; the next use resumes it",
                     if state == ProviderState::Stopped {
                         "stopped"
                     } else {

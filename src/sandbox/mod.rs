@@ -5,7 +5,7 @@
 //! far only provider is [`agent::SandboxAgent`], for any sandbox running the open-source
 //! `sandbox-agent` server (with `--token` and `--no-telemetry`). [`mirror`] keeps a zone and a sandbox directory in step;
 //! [`registry`] names the sandboxes, keeps their sessions (in the state database) and
-//! serialises the runs against each; for the sandboxes sandfs makes itself ([`provision`]) it
+//! serialises the runs against each; for the sandboxes wardfs makes itself ([`provision`]) it
 //! also drives their lifecycle (create, pause, resume, destroy; `lifecycle`).
 //!
 //! May import `core`, `state` and `config`; never an adapter or `git` (`tests/rules` checks the
@@ -30,7 +30,7 @@ pub use registry::{Registry, SandboxError, SandboxInfo};
 
 /// Builds the provider of a remote-backed zone (what the daemon hands to
 /// [`crate::core::Zones::open_with`]). Nothing is contacted yet: a sandbox that is down gives
-/// `SANDBOX_UNAVAILABLE` on use, not a daemon that cannot start. A sandbox sandfs makes itself
+/// `SANDBOX_UNAVAILABLE` on use, not a daemon that cannot start. A sandbox wardfs makes itself
 /// is reached through the registry `slot` will hold ([`ProvisionedZone`]), made or resumed on
 /// the zone's first use.
 pub fn zone_provider(

@@ -1,4 +1,4 @@
-//! A zone served from a sandbox sandfs makes itself (`[zones.workspace] sandbox = "dev"` with
+//! A zone served from a sandbox wardfs makes itself (`[zones.workspace] sandbox = "dev"` with
 //! `[sandboxes.dev] provider = "local"` or `"daytona"`).
 //!
 //! Such a sandbox has no URL or token until its provider hands them out, and a new pair after

@@ -48,7 +48,7 @@ const ORIGIN_ADDED: &str = "added";
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
     #[error(
-        "no sandbox named {name:?} (see `sandfs sandbox list`; add one with `sandfs sandbox add`)"
+        "no sandbox named {name:?} (see `wardfs sandbox list`; add one with `wardfs sandbox add`)"
     )]
     NotFound { name: String },
     #[error("invalid {key}: {rule}")]
@@ -207,7 +207,7 @@ pub struct SandboxInfo {
     pub root: String,
     pub mode: String,
     pub idle_ttl_minutes: u64,
-    /// `config` (from the config file) or `added` (`sandfs sandbox add`).
+    /// `config` (from the config file) or `added` (`wardfs sandbox add`).
     pub origin: String,
     pub status: String,
     pub last_accessed_at: Option<i64>,
@@ -845,7 +845,7 @@ impl Registry {
         .await;
         let r = self.after_run(&req.sandbox, &def, &mut attached, r);
         if let Ok(s) = &r {
-            // Each change reached the journal (which `sandfs log`, git status and the next push
+            // Each change reached the journal (which `wardfs log`, git status and the next push
             // read) and the mount's caches as the pull made it, through the core.
             tracing::info!(sandbox = %req.sandbox, zone = zone.name(), from = %from, files = s.files_received, bytes = s.bytes_received, deleted = s.deleted, conflicts = s.conflicts.len(), ms = s.duration_ms, "mirror pull");
         }

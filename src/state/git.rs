@@ -57,7 +57,7 @@ pub struct StagedRow {
     pub message: String,
     /// The commit it was built on.
     pub base: String,
-    /// The commit in the mirror (`refs/sandfs/staged/<id>`).
+    /// The commit in the mirror (`refs/wardfs/staged/<id>`).
     pub commit: String,
     /// staged | rebased | pushed | conflicted | rejected | discarded
     pub state: String,

@@ -1,7 +1,7 @@
 //! Mirror state: per (zone, sandbox, remote root) the manifest of what was last pushed.
 //!
 //! A `mirrors` row names one mirror; its `mirror_entries` hold, per path below the remote root,
-//! what the remote holds as far as sandfs knows (content hash, size, mode, link target), the
+//! what the remote holds as far as wardfs knows (content hash, size, mode, link target), the
 //! local stat it was taken from (a cheap "unchanged" check) and the remote fingerprint (size,
 //! remote mtime) read or set right after the transfer. Rows are written only after the remote
 //! confirmed the transfer, so the manifest is never ahead of the remote. Times come from the

@@ -39,7 +39,7 @@ pub enum StateError {
         path: String,
         source: rusqlite::Error,
     },
-    #[error("state database {path} has schema version {found}, newer than this sandfs ({known}); upgrade sandfs")]
+    #[error("state database {path} has schema version {found}, newer than this wardfs ({known}); upgrade wardfs")]
     TooNew {
         path: String,
         found: i64,
@@ -173,7 +173,7 @@ impl Db {
     pub fn start_flusher(db: &Arc<Db>) {
         let weak: Weak<Db> = Arc::downgrade(db);
         let spawned = std::thread::Builder::new()
-            .name("sandfs-journal".into())
+            .name("wardfs-journal".into())
             .spawn(move || loop {
                 {
                     let Some(db) = weak.upgrade() else { return };

@@ -2,9 +2,9 @@
 //!
 //! A `sandboxes` row holds how to reach the sandbox (provider, URL, the *name* of the token's
 //! environment variable — never a token —, remote root, mode, timings), where the definition
-//! came from (`config`: merged in from the config file at start; `added`: `sandfs sandbox add`)
+//! came from (`config`: merged in from the config file at start; `added`: `wardfs sandbox add`)
 //! and the session: `status` (`creating, active, resuming, paused, error, destroyed`),
-//! `last_accessed_at`, `resume_fail_count` and `last_error`. A sandbox sandfs makes itself
+//! `last_accessed_at`, `resume_fail_count` and `last_error`. A sandbox wardfs makes itself
 //! (provider `local` or `daytona`) also keeps what its provider calls it (`provider_id`), the
 //! volume and snapshot it was made with, when it was paused (`paused_at`) and how long a paused
 //! one is kept (`paused_ttl_s`) — never its token, which lives in the daemon's memory only (a

@@ -211,7 +211,7 @@ fn daemon_not_running_is_exit_8_with_advice() {
     assert_eq!(out.status.code(), Some(8));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("not running") && err.contains("sandfs serve"),
+        err.contains("not running") && err.contains("wardfs serve"),
         "{err}"
     );
 }
@@ -327,7 +327,7 @@ fn bad_config_names_the_key() {
 }
 
 #[test]
-fn embedded_default_serves_dot_sandfs_in_the_current_dir() {
+fn embedded_default_serves_dot_wardfs_in_the_current_dir() {
     let dir = tempfile::tempdir().unwrap();
     let run = dir.path().join("run");
     let mut child = serve_command()
@@ -335,12 +335,12 @@ fn embedded_default_serves_dot_sandfs_in_the_current_dir() {
         .current_dir(dir.path())
         .env("XDG_RUNTIME_DIR", &run)
         .env("XDG_STATE_HOME", dir.path().join("state"))
-        .env_remove("SANDFS_CONFIG")
-        .env_remove("SANDFS_SOCKET")
+        .env_remove("WARDFS_CONFIG")
+        .env_remove("WARDFS_SOCKET")
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let sock = run.join("sandfs/sandfs.sock");
+    let sock = run.join("wardfs/wardfs.sock");
     let start = std::time::Instant::now();
     while !sock.exists() && start.elapsed().as_secs() < 15 {
         std::thread::sleep(std::time::Duration::from_millis(20));
@@ -350,8 +350,8 @@ fn embedded_default_serves_dot_sandfs_in_the_current_dir() {
         .args(["write", "/workspace/x.txt", "hi"])
         .current_dir(dir.path())
         .env("XDG_RUNTIME_DIR", &run)
-        .env_remove("SANDFS_CONFIG")
-        .env_remove("SANDFS_SOCKET")
+        .env_remove("WARDFS_CONFIG")
+        .env_remove("WARDFS_SOCKET")
         .output()
         .unwrap();
     let _ = child.kill();
@@ -362,11 +362,11 @@ fn embedded_default_serves_dot_sandfs_in_the_current_dir() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(
-        std::fs::read_to_string(dir.path().join(".sandfs/workspace/x.txt")).unwrap(),
+        std::fs::read_to_string(dir.path().join(".wardfs/workspace/x.txt")).unwrap(),
         "hi"
     );
-    assert!(dir.path().join(".sandfs/cache").is_dir());
-    assert!(dir.path().join("state/sandfs/state.db").is_file());
+    assert!(dir.path().join(".wardfs/cache").is_dir());
+    assert!(dir.path().join("state/wardfs/state.db").is_file());
 }
 
 #[test]
@@ -396,7 +396,7 @@ fn every_subcommand_exits_quietly_when_its_output_is_closed() {
             .arg("--socket")
             .arg(&d.socket)
             .args(args)
-            .env_remove("SANDFS_CONFIG")
+            .env_remove("WARDFS_CONFIG")
             .env("RUST_BACKTRACE", "1")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -409,11 +409,11 @@ fn every_subcommand_exits_quietly_when_its_output_is_closed() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
             !stderr.contains("panicked") && !stderr.contains("Broken pipe"),
-            "sandfs {args:?} with its output closed: {stderr}"
+            "wardfs {args:?} with its output closed: {stderr}"
         );
         assert!(
             out.status.success() || out.status.signal() == Some(libc::SIGPIPE),
-            "sandfs {args:?} with its output closed ended with {}: {stderr}",
+            "wardfs {args:?} with its output closed ended with {}: {stderr}",
             out.status
         );
     }
@@ -436,7 +436,7 @@ fn journal_rows(d: &Daemon) -> Vec<(String, String, String)> {
 }
 
 #[test]
-fn changes_beside_sandfs_are_journaled_by_the_watcher_and_its_own_are_not() {
+fn changes_beside_wardfs_are_journaled_by_the_watcher_and_its_own_are_not() {
     // No mount: the watcher is the daemon's, not the mount's.
     let d = Daemon::start("");
     let ws = d.zone_dir("workspace");
@@ -447,7 +447,7 @@ fn changes_beside_sandfs_are_journaled_by_the_watcher_and_its_own_are_not() {
     d.cli_ok(&["mkdir", "/workspace/tree/sub"]);
     d.cli_ok(&["write", "/workspace/tree/sub/x.txt", "x"]);
     d.cli_ok(&["rm", "-r", "/workspace/tree"]);
-    // Beside sandfs: an editor, a build, `rm` on the zone's directory.
+    // Beside wardfs: an editor, a build, `rm` on the zone's directory.
     std::fs::write(ws.join("beside.txt"), "made beside").unwrap();
     std::fs::create_dir_all(ws.join("gen/out")).unwrap();
     std::fs::write(ws.join("gen/out/obj.o"), "obj").unwrap();
@@ -470,7 +470,7 @@ fn changes_beside_sandfs_are_journaled_by_the_watcher_and_its_own_are_not() {
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "changes beside sandfs not journaled within 10 s: {rows:?}"
+            "changes beside wardfs not journaled within 10 s: {rows:?}"
         );
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
@@ -479,12 +479,12 @@ fn changes_beside_sandfs_are_journaled_by_the_watcher_and_its_own_are_not() {
     while !journal_rows(&d).contains(&("watcher".into(), "delete".into(), "gone.txt".into())) {
         assert!(
             std::time::Instant::now() < deadline,
-            "a removal beside sandfs not journaled: {:?}",
+            "a removal beside wardfs not journaled: {:?}",
             journal_rows(&d)
         );
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    // Past the watcher's settle time: nothing sandfs did itself shows up as the watcher's.
+    // Past the watcher's settle time: nothing wardfs did itself shows up as the watcher's.
     std::thread::sleep(std::time::Duration::from_millis(800));
     let rows = journal_rows(&d);
     let watcher_paths: Vec<&str> = rows
@@ -501,14 +501,14 @@ fn changes_beside_sandfs_are_journaled_by_the_watcher_and_its_own_are_not() {
     ] {
         assert!(
             !watcher_paths.contains(&own),
-            "sandfs's own change to {own} journaled as the watcher's: {rows:?}"
+            "wardfs's own change to {own} journaled as the watcher's: {rows:?}"
         );
     }
     assert!(
-        watcher_paths.iter().all(|p| !p.contains(".sandfs-tmp")),
+        watcher_paths.iter().all(|p| !p.contains(".wardfs-tmp")),
         "a temp name was journaled: {rows:?}"
     );
-    // Directories beside sandfs are not rows of their own; the files in them are.
+    // Directories beside wardfs are not rows of their own; the files in them are.
     assert!(!watcher_paths.contains(&"gen"), "{rows:?}");
     let api_writes = rows
         .iter()

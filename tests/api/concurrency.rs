@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
-use sandfs::client::{Client, ClientError};
-use sandfs::core::ErrorCode;
+use wardfs::client::{Client, ClientError};
+use wardfs::core::ErrorCode;
 
 use crate::support::Daemon;
 

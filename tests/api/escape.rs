@@ -140,7 +140,7 @@ fn every_operation_refuses_every_escape_and_nothing_outside_changes() {
             assert!(!v["message"].as_str().unwrap().is_empty());
         }
         // The raw routes take the path as a query string.
-        let q = sandfs::client::encode(&p);
+        let q = wardfs::client::encode(&p);
         let (status, body) = d.curl("GET", &format!("/v1/fs/raw?path={q}"), None);
         assert!(
             (400..500).contains(&status),

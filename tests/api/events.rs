@@ -1,5 +1,5 @@
-//! `GET /v1/events` (and `sandfs events`): changes made through the API, the mount and beside
-//! sandfs, and checkpoints, arriving while a stream is open; resuming from any cursor; filters;
+//! `GET /v1/events` (and `wardfs events`): changes made through the API, the mount and beside
+//! wardfs, and checkpoints, arriving while a stream is open; resuming from any cursor; filters;
 //! refusals; streams that end with `follow=false`, with their client, or with the daemon.
 
 use std::collections::BTreeSet;
@@ -142,7 +142,7 @@ fn resumed(d: &Daemon, from: &str, last: &(String, i64)) -> BTreeSet<(String, i6
 }
 
 #[test]
-fn changes_from_the_api_the_mount_and_beside_sandfs_and_checkpoints_arrive_live_and_resume_exactly()
+fn changes_from_the_api_the_mount_and_beside_wardfs_and_checkpoints_arrive_live_and_resume_exactly()
 {
     let d = Daemon::mounted(QUIET);
     let s = Stream::open(&d, "");
@@ -333,7 +333,7 @@ fn follow_false_ends_filters_pass_other_events_and_bad_input_is_refused() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("yesterday"));
 
     // Once the rows after a cursor are pruned, resuming from it would skip them: refused.
-    let db = sandfs::state::Db::open(&d.dir.path().join("state/state.db")).unwrap();
+    let db = wardfs::state::Db::open(&d.dir.path().join("state/state.db")).unwrap();
     assert_eq!(db.journal_prune(i64::MAX).unwrap(), 2);
     let (status, body) = d.curl("GET", "/v1/events?since=1-0", None);
     let v: Value = serde_json::from_slice(&body).unwrap();

@@ -221,15 +221,15 @@ fn metrics_count_requests_latencies_and_error_codes() {
     assert_eq!(status, 200);
     let text = String::from_utf8(body).unwrap();
     assert!(
-        text.contains("sandfs_requests_total{route=\"/v1/fs/read\"} 2"),
+        text.contains("wardfs_requests_total{route=\"/v1/fs/read\"} 2"),
         "{text}"
     );
     assert!(
-        text.contains("sandfs_request_duration_seconds_count{route=\"/v1/fs/write\"} 1"),
+        text.contains("wardfs_request_duration_seconds_count{route=\"/v1/fs/write\"} 1"),
         "{text}"
     );
     assert!(
-        text.contains("sandfs_errors_total{code=\"NOT_FOUND\",route=\"/v1/fs/read\"} 1"),
+        text.contains("wardfs_errors_total{code=\"NOT_FOUND\",route=\"/v1/fs/read\"} 1"),
         "{text}"
     );
 }
@@ -294,7 +294,7 @@ fn other_uids_are_refused_unless_allowed() {
             .arg(&curl)
             .args(["-sS", "--max-time", "5", "--unix-socket"])
             .arg(&d.socket)
-            .arg("http://sandfs/v1/health")
+            .arg("http://wardfs/v1/health")
             .output()
             .unwrap()
     };
@@ -438,7 +438,7 @@ fn fifos_and_long_unicode_paths_get_clear_errors_not_hangs_or_panics() {
     assert_eq!((status, code(&v)), (400, "INVALID_PATH"), "{v}");
     let (status, body) = d.curl(
         "GET",
-        &format!("/v1/log?path={}", sandfs::client::encode(&long)),
+        &format!("/v1/log?path={}", wardfs::client::encode(&long)),
         None,
     );
     assert_eq!(status, 400, "{}", String::from_utf8_lossy(&body));

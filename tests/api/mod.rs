@@ -1,4 +1,4 @@
-//! Integration tests of the daemon: a real `sandfs serve` on a temp socket, driven through the
+//! Integration tests of the daemon: a real `wardfs serve` on a temp socket, driven through the
 //! CLI, raw HTTP (curl), and the library's client.
 
 mod cli;

@@ -54,20 +54,20 @@ fn install_service_writes_the_unit_once_and_prints_the_commands() {
             .args(["install-service", "--config"])
             .arg(&config)
             .env("XDG_CONFIG_HOME", dir.path().join("xdg"))
-            .env_remove("SANDFS_CONFIG")
+            .env_remove("WARDFS_CONFIG")
             .output()
             .unwrap()
     };
     let out = run();
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8(out.stdout).unwrap();
-    let unit_path = dir.path().join("xdg/systemd/user/sandfs.service");
+    let unit_path = dir.path().join("xdg/systemd/user/wardfs.service");
     assert!(
         text.starts_with(&format!("wrote {}", unit_path.display())),
         "{text}"
     );
     assert!(
-        text.contains("systemctl --user enable --now sandfs"),
+        text.contains("systemctl --user enable --now wardfs"),
         "{text}"
     );
     let unit = std::fs::read_to_string(&unit_path).unwrap();
@@ -93,7 +93,7 @@ fn install_service_writes_the_unit_once_and_prints_the_commands() {
     let out = Command::new(BIN)
         .args(["install-service", "--print"])
         .env("XDG_CONFIG_HOME", dir.path().join("elsewhere"))
-        .env_remove("SANDFS_CONFIG")
+        .env_remove("WARDFS_CONFIG")
         .output()
         .unwrap();
     assert!(String::from_utf8(out.stdout).unwrap().contains("[Service]"));
@@ -115,7 +115,7 @@ fn serve_notifies_ready_once_listening_and_stopping_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let notify_path = dir.path().join("notify.sock");
     let notify = UnixDatagram::bind(&notify_path).unwrap();
-    let api = dir.path().join("run/sandfs.sock");
+    let api = dir.path().join("run/wardfs.sock");
     let config = dir.path().join("config.toml");
     std::fs::write(
         &config,
@@ -188,7 +188,7 @@ fn gc_removes_exactly_the_old_journal_rows_and_temp_files() {
     // A temp file from an interrupted write two hours ago, and one being written now.
     let ws = d.zone_dir("workspace");
     std::fs::create_dir(ws.join("sub")).unwrap();
-    let stale = ws.join("sub/.sandfs-tmp-1-1");
+    let stale = ws.join("sub/.wardfs-tmp-1-1");
     std::fs::write(&stale, "x").unwrap();
     std::fs::File::options()
         .write(true)
@@ -196,7 +196,7 @@ fn gc_removes_exactly_the_old_journal_rows_and_temp_files() {
         .unwrap()
         .set_modified(SystemTime::now() - Duration::from_secs(2 * 3600))
         .unwrap();
-    let fresh = ws.join(".sandfs-tmp-1-2");
+    let fresh = ws.join(".wardfs-tmp-1-2");
     std::fs::write(&fresh, "x").unwrap();
 
     let out = d.cli_ok(&["gc", "--json"]);
@@ -205,7 +205,7 @@ fn gc_removes_exactly_the_old_journal_rows_and_temp_files() {
     assert_eq!(r["journal_rows"], 2, "{r}");
     assert_eq!(
         r["temp_files"],
-        json!(["/workspace/sub/.sandfs-tmp-1-1"]),
+        json!(["/workspace/sub/.wardfs-tmp-1-1"]),
         "{r}"
     );
     assert_eq!(r["staged_commits"], json!([]));

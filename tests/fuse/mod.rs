@@ -1,4 +1,4 @@
-//! Integration tests of the FUSE mount: a real `sandfs serve` mounting under a temp dir, used by
+//! Integration tests of the FUSE mount: a real `wardfs serve` mounting under a temp dir, used by
 //! real tools (git, cargo, coreutils-style syscalls). Every test unmounts, also on failure.
 
 mod test_checkpoint;

@@ -15,8 +15,8 @@ use std::path::Path;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use sandfs::client::Client;
-use sandfs::core::{EntryKind, ErrorCode, ListResult, ReadResult};
+use wardfs::client::Client;
+use wardfs::core::{EntryKind, ErrorCode, ListResult, ReadResult};
 use serde_json::json;
 
 use crate::support::Daemon;
@@ -310,7 +310,7 @@ fn through_mount(ws: &Path, model: &Model, op: &Op) -> Outcome {
     }
 }
 
-fn api_err(e: sandfs::client::ClientError) -> ErrorCode {
+fn api_err(e: wardfs::client::ClientError) -> ErrorCode {
     e.code()
         .unwrap_or_else(|| panic!("the API call failed without a code: {e}"))
 }

@@ -302,21 +302,21 @@ fn xattrs_round_trip() {
     fs::write(&p, "x").unwrap();
     rustix::fs::setxattr(
         &p,
-        "user.sandfs.test",
+        "user.wardfs.test",
         b"value-1",
         rustix::fs::XattrFlags::empty(),
     )
     .unwrap();
     let mut buf = [0u8; 64];
-    let n = rustix::fs::getxattr(&p, "user.sandfs.test", &mut buf[..]).unwrap();
+    let n = rustix::fs::getxattr(&p, "user.wardfs.test", &mut buf[..]).unwrap();
     assert_eq!(&buf[..n], b"value-1");
     let n = rustix::fs::listxattr(&p, &mut buf[..]).unwrap();
     assert!(buf[..n]
         .split(|b| *b == 0)
-        .any(|name| name == b"user.sandfs.test"));
-    rustix::fs::removexattr(&p, "user.sandfs.test").unwrap();
+        .any(|name| name == b"user.wardfs.test"));
+    rustix::fs::removexattr(&p, "user.wardfs.test").unwrap();
     assert_eq!(
-        rustix::fs::getxattr(&p, "user.sandfs.test", &mut buf[..]).unwrap_err(),
+        rustix::fs::getxattr(&p, "user.wardfs.test", &mut buf[..]).unwrap_err(),
         rustix::io::Errno::NODATA
     );
     // The attribute lives on the backing file.
@@ -526,7 +526,7 @@ fn more_files_than_the_fd_limit_can_be_looked_up_and_read() {
     // Each inode the kernel keeps pins one descriptor in the daemon: with 512 descriptors it
     // must drop old entries from the kernel's cache to read 3,000 files.
     let m = Daemon::options()
-        .prefix("sandfs-fuse")
+        .prefix("wardfs-fuse")
         .mount()
         .fd_limit(512)
         .extra("\n[limits]\nopen_files = 512\n")
@@ -1148,7 +1148,7 @@ fn pjdfstest(io: &str, extra: &str) {
     );
 }
 
-/// The check named `name` in a `sandfs doctor --json` report.
+/// The check named `name` in a `wardfs doctor --json` report.
 fn check<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
     report["checks"]
         .as_array()
@@ -1304,7 +1304,7 @@ fn unmount_detaches_a_dead_daemons_mount_and_leaves_a_live_one_alone() {
     let out = m.with_config(&["unmount"]);
     assert_eq!(out.status.code(), Some(6), "{out:?}");
     fs::write(m.ws().join("still.txt"), "here").unwrap();
-    // After SIGKILL the mount is stale (ENOTCONN) until `sandfs unmount` detaches it.
+    // After SIGKILL the mount is stale (ENOTCONN) until `wardfs unmount` detaches it.
     m.crash();
     assert!(
         mounted(&m.mnt),

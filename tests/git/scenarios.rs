@@ -1,6 +1,6 @@
 //! Git sync end to end: a real daemon pulls from, and pushes to, real git servers on loopback.
 
-use sandfs::core::ErrorCode;
+use wardfs::core::ErrorCode;
 use serde_json::{json, Value};
 
 use crate::support::daemon::GIT_TOKEN_VAR;
@@ -81,7 +81,7 @@ fn pull_edit_stage_review_push_lands_exactly_that_commit() {
         .mode();
     assert!(mode & 0o111 != 0, "executable bit lost: {mode:o}");
     assert!(changes(&d).is_empty());
-    // The workspace was checkpointed just before the pull: `sandfs restore` undoes it.
+    // The workspace was checkpointed just before the pull: `wardfs restore` undoes it.
     let (status, body) = d.curl("GET", "/v1/checkpoints", None);
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(status, 200, "{v}");
@@ -377,7 +377,7 @@ fn http_credentials_come_from_the_environment_and_never_leak() {
     );
     assert_eq!(code, ErrorCode::InvalidArgument, "{msg}");
     // A password in the URL is refused, and not echoed.
-    let with_pw = url.replace("http://", "http://sandfs:hunter2@");
+    let with_pw = url.replace("http://", "http://wardfs:hunter2@");
     let (code, msg) = d.err(
         "/v1/git/pull",
         json!({ "remote": with_pw, "into": "/workspace/p2" }),
@@ -439,7 +439,7 @@ fn binary_rename_symlink_and_a_thousand_files() {
     let server = GitDaemon::serve(&repo);
     let d = Daemon::git("", None);
     pull(&d, &server.url("proj"));
-    // Made beside sandfs: only a rescan sees them.
+    // Made beside wardfs: only a rescan sees them.
     let png: Vec<u8> = (0..4096u32).map(|i| (i * 7 % 256) as u8).collect();
     std::fs::write(d.workspace().join("proj/logo.png"), &png).unwrap();
     assert!(changes(&d).is_empty());
@@ -647,9 +647,9 @@ fn pull_requests_are_opened_found_again_or_refused() {
     );
     let p = d.ok("/v1/git/push", json!({ "id": a, "pr": true }));
     assert_eq!(p["url"], "https://github.test/o/proj/pull/7");
-    assert_eq!(p["pushed_ref"], format!("refs/heads/sandfs/{a}"));
+    assert_eq!(p["pushed_ref"], format!("refs/heads/wardfs/{a}"));
     assert_eq!(
-        repo.read_file(&format!("sandfs/{a}"), "a.txt").unwrap(),
+        repo.read_file(&format!("wardfs/{a}"), "a.txt").unwrap(),
         b"a\n"
     );
     assert!(
@@ -659,7 +659,7 @@ fn pull_requests_are_opened_found_again_or_refused() {
     let reqs = gh.requests();
     let body: Value = serde_json::from_slice(&reqs[0].body).unwrap();
     assert_eq!(body["title"], "Add a");
-    assert_eq!(body["head"], format!("sandfs/{a}"));
+    assert_eq!(body["head"], format!("wardfs/{a}"));
     assert_eq!(body["base"], "main");
     assert!(body["body"].as_str().unwrap().contains("With a body."));
     assert!(body["body"].as_str().unwrap().contains("`a.txt`"));
@@ -676,16 +676,16 @@ fn pull_requests_are_opened_found_again_or_refused() {
             .and(path("/repos/o/proj/pulls"))
             .respond_with(ResponseTemplate::new(422).set_body_json(json!({
                 "message": "Validation Failed",
-                "errors": [{"message": "A pull request already exists for o:sandfs/x."}],
+                "errors": [{"message": "A pull request already exists for o:wardfs/x."}],
             })))
             .up_to_n_times(1),
     );
     gh.mount(
         Mock::given(method("GET"))
             .and(path("/repos/o/proj/pulls"))
-            .and(query_param("head", format!("o:sandfs/{b}")))
+            .and(query_param("head", format!("o:wardfs/{b}")))
             .respond_with(
-                ResponseTemplate::new(200).set_body_json(json!([pr_json(9, "sandfs/b")])),
+                ResponseTemplate::new(200).set_body_json(json!([pr_json(9, "wardfs/b")])),
             ),
     );
     let p = d.ok("/v1/git/push", json!({ "id": b, "pr": true }));
@@ -719,7 +719,7 @@ fn pull_requests_are_opened_found_again_or_refused() {
     let (code, msg) = no_token.err("/v1/git/push", json!({ "id": e, "pr": true }));
     assert_eq!(code, ErrorCode::AuthFailed, "{msg}");
     assert!(
-        !repo.branches().contains(&format!("sandfs/{e}")),
+        !repo.branches().contains(&format!("wardfs/{e}")),
         "pushed before checking"
     );
 }
@@ -731,7 +731,7 @@ fn pull_and_push_stream_progress_and_the_cli_drives_it_all() {
     let d = Daemon::git("", None);
     // NDJSON progress then one result line.
     let mut lines = Vec::new();
-    let c = sandfs::client::Client::new(&d.socket);
+    let c = wardfs::client::Client::new(&d.socket);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -819,9 +819,9 @@ fn gc_drops_old_discarded_commits_and_stray_refs_and_keeps_live_ones() {
         .query_row("SELECT mirror FROM repos", [], |r| r.get(0))
         .unwrap();
     let m = git2::Repository::open_bare(&mirror).unwrap();
-    let live_ref = format!("refs/sandfs/staged/{live}");
+    let live_ref = format!("refs/wardfs/staged/{live}");
     let target = m.refname_to_id(&live_ref).unwrap();
-    m.reference("refs/sandfs/staged/stray", target, false, "test")
+    m.reference("refs/wardfs/staged/stray", target, false, "test")
         .unwrap();
 
     let out = d.cli(&["gc", "--json"]);
@@ -834,14 +834,14 @@ fn gc_drops_old_discarded_commits_and_stray_refs_and_keeps_live_ones() {
     assert_eq!(r["staged_commits"], json!([old]), "{r}");
     assert_eq!(
         r["refs"],
-        json!([format!("{mirror}:refs/sandfs/staged/stray")]),
+        json!([format!("{mirror}:refs/wardfs/staged/stray")]),
         "{r}"
     );
     // The recent discard's row and the live commit (row and ref) stay.
     assert_eq!(state_of(&d, &recent)["state"], "discarded");
     assert_eq!(state_of(&d, &live)["state"], "staged");
     assert!(m.refname_to_id(&live_ref).is_ok());
-    assert!(m.refname_to_id("refs/sandfs/staged/stray").is_err());
+    assert!(m.refname_to_id("refs/wardfs/staged/stray").is_err());
     let (code, _) = d.err("/v1/git/staged/show", json!({ "id": old }));
     assert_eq!(code, ErrorCode::NotFound);
 }

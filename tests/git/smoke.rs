@@ -17,7 +17,7 @@ fn stderr(out: &Output) -> String {
 
 fn tmp() -> tempfile::TempDir {
     tempfile::Builder::new()
-        .prefix("sandfs-git-smoke")
+        .prefix("wardfs-git-smoke")
         .tempdir()
         .unwrap()
 }
@@ -212,7 +212,7 @@ fn http_wrong_or_missing_credentials_get_401() {
     // The same refusal without git in between, for every kind of request.
     let refs = "/git/demo.git/info/refs?service=git-upload-pack";
     let push_refs = "/git/demo.git/info/refs?service=git-receive-pack";
-    let wrong_auth = format!("Basic {}", base64(b"sandfs:wrong"));
+    let wrong_auth = format!("Basic {}", base64(b"wardfs:wrong"));
     for path in [refs, push_refs, "/git/demo.git/HEAD", "/"] {
         assert_eq!(http_status(http.port(), path, None), 401, "{path}");
         assert_eq!(
@@ -387,5 +387,5 @@ fn require_tool_finds_sbin_tools() {
     expected = "install it with `apt-get install no-such-package` (make test does this)"
 )]
 fn require_tool_fails_loudly() {
-    require_tool("sandfs-no-such-tool", "no-such-package");
+    require_tool("wardfs-no-such-tool", "no-such-package");
 }

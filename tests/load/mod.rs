@@ -4,14 +4,14 @@
 //! read saw whole data, and that the daemon's memory stops growing after the first 10 s (at most
 //! 10 % above its size then).
 //!
-//! `SANDFS_LOAD_SECONDS` shortens or lengthens the run (default 60).
+//! `WARDFS_LOAD_SECONDS` shortens or lengthens the run (default 60).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use sandfs::client::{Client, ClientError};
+use wardfs::client::{Client, ClientError};
 use serde_json::{json, Value};
 
 use crate::support::git_servers::{BareRepo, GitDaemon};
@@ -34,7 +34,7 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 
 #[test]
 fn sixty_four_clients_and_a_fuse_workload_for_a_minute() {
-    let seconds: u64 = std::env::var("SANDFS_LOAD_SECONDS")
+    let seconds: u64 = std::env::var("WARDFS_LOAD_SECONDS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(60);

@@ -1,8 +1,8 @@
-"""Drives `sandfs mcp` with the official MCP Python SDK's stdio client (tests/mcp/main.rs runs it).
+"""Drives `wardfs mcp` with the official MCP Python SDK's stdio client (tests/mcp/main.rs runs it).
 
-usage: client.py SANDFS_BIN SOCKET CONFIG MODE
+usage: client.py WARDFS_BIN SOCKET CONFIG MODE
 
-Spawns `SANDFS_BIN --socket SOCKET --config CONFIG mcp` and, by MODE:
+Spawns `WARDFS_BIN --socket SOCKET --config CONFIG mcp` and, by MODE:
   tools      lists the tools, calls each one against the daemon the Rust test started and checks
              results and error shapes (the config has no [mcp] section: no git_push)
   push       checks that git_push is listed (the config says [mcp] allow_push = true)
@@ -10,7 +10,7 @@ Spawns `SANDFS_BIN --socket SOCKET --config CONFIG mcp` and, by MODE:
              checks git_status, git_stage, staged_list and staged_show
   no-daemon  checks that a call with no daemon behind the socket is a DAEMON_NOT_RUNNING error
   rewind     an agent's session with a way back: files written with MCP, changed by shell commands
-             in the mounted workspace ($SANDFS_TEST_MNT), a checkpoint, more changes of both
+             in the mounted workspace ($WARDFS_TEST_MNT), a checkpoint, more changes of both
              kinds, a restore that puts back what the shell and the tools did, and its undo
  Prints one `ok <check>`
 line per passed check and `PASS` at the end; the first failed check raises, so the exit status
@@ -146,7 +146,7 @@ async def main():
     async with stdio_client(params) as (read, write):
         async with ClientSession(read, write) as session:
             init = await session.initialize()
-            check(init.server_info.name == "sandfs", "server names itself sandfs", init.server_info)
+            check(init.server_info.name == "wardfs", "server names itself wardfs", init.server_info)
             check(bool(init.instructions), "server gives instructions")
 
             if mode == "no-daemon":
@@ -159,7 +159,7 @@ async def main():
                 print("PASS", flush=True)
                 return
             if mode == "rewind":
-                await rewind_flow(session, os.environ["SANDFS_TEST_MNT"])
+                await rewind_flow(session, os.environ["WARDFS_TEST_MNT"])
                 print("PASS", flush=True)
                 return
             tools = {t.name: t for t in (await session.list_tools()).tools}

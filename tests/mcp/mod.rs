@@ -1,6 +1,6 @@
-//! Tests of `sandfs mcp` with a real MCP client: the official MCP Python SDK's stdio client
+//! Tests of `wardfs mcp` with a real MCP client: the official MCP Python SDK's stdio client
 //! (`mcp` from PyPI, installed into a virtualenv by `.ci/install-deps test`) runs
-//! `tests/mcp/client.py`, which spawns `sandfs mcp` against a real daemon started here, lists
+//! `tests/mcp/client.py`, which spawns `wardfs mcp` against a real daemon started here, lists
 //! the tools, calls each one and checks results and error shapes. These tests assert on the
 //! script's exit status and output; a missing Python or `mcp` package fails them, naming the fix.
 
@@ -17,21 +17,21 @@ const MCP_VERSION: &str = "2.3.0";
 /// Returns the Python of the test virtualenv that has the `mcp` package, or fails with what to
 /// install.
 fn python() -> PathBuf {
-    let candidates: Vec<PathBuf> = match std::env::var_os("SANDFS_TEST_VENV") {
+    let candidates: Vec<PathBuf> = match std::env::var_os("WARDFS_TEST_VENV") {
         Some(v) => vec![PathBuf::from(v)],
         None => {
-            let mut c = vec![PathBuf::from("/opt/sandfs-test-venv")];
+            let mut c = vec![PathBuf::from("/opt/wardfs-test-venv")];
             if let Some(home) = std::env::var_os("HOME") {
-                c.push(Path::new(&home).join(".local/share/sandfs-test-venv"));
+                c.push(Path::new(&home).join(".local/share/wardfs-test-venv"));
             }
             c
         }
     };
     let fix = format!(
         "run `.ci/install-deps test` (make test does), which makes a virtualenv with \
-         `python3 -m venv /opt/sandfs-test-venv` (Debian: apt-get install python3-venv) and runs \
-         `/opt/sandfs-test-venv/bin/pip install mcp=={MCP_VERSION}`; \
-         $SANDFS_TEST_VENV names another virtualenv"
+         `python3 -m venv /opt/wardfs-test-venv` (Debian: apt-get install python3-venv) and runs \
+         `/opt/wardfs-test-venv/bin/pip install mcp=={MCP_VERSION}`; \
+         $WARDFS_TEST_VENV names another virtualenv"
     );
     let Some(py) = candidates
         .iter()
@@ -64,7 +64,7 @@ fn python() -> PathBuf {
     py
 }
 
-/// Runs the client script in `mode` against `sandfs mcp --socket socket --config config`,
+/// Runs the client script in `mode` against `wardfs mcp --socket socket --config config`,
 /// killing it after two minutes.
 fn run_client(socket: &Path, config: &Path, mode: &str) -> Output {
     run_client_env(socket, config, mode, &[])
@@ -78,8 +78,8 @@ fn run_client_env(socket: &Path, config: &Path, mode: &str, env: &[(&str, &Path)
         .arg(socket)
         .arg(config)
         .arg(mode)
-        .env_remove("SANDFS_SOCKET")
-        .env_remove("SANDFS_CONFIG")
+        .env_remove("WARDFS_SOCKET")
+        .env_remove("WARDFS_CONFIG")
         .envs(env.iter().map(|(k, v)| (k, v)))
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .stdin(Stdio::null())
@@ -154,7 +154,7 @@ fn every_tool_answers_a_real_mcp_client() {
 fn an_agent_rewinds_what_its_tools_and_its_shell_did_through_mcp_and_the_mount() {
     let d = Daemon::mounted("[checkpoints]\nauto_quiet_ms = 0\n");
     let mnt = d.ws();
-    let out = run_client_env(&d.socket, &d.config, "rewind", &[("SANDFS_TEST_MNT", &mnt)]);
+    let out = run_client_env(&d.socket, &d.config, "rewind", &[("WARDFS_TEST_MNT", &mnt)]);
     let stdout = passed(&out);
     for line in [
         "ok checkpoint_diff names what the tools and the shell changed",
@@ -209,7 +209,7 @@ fn git_tools_stage_a_commit_for_review() {
         .unwrap();
     assert!(
         out.status.success(),
-        "sandfs git pull: {}",
+        "wardfs git pull: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     let stdout = passed(&run_client(&d.socket, &d.config, "git"));

@@ -16,7 +16,7 @@ const FILES: [&str; 4] = ["a.txt", "b.txt", "src/c.txt", "src/d.txt"];
 fn start(gates: &Gates) -> Daemon {
     let (key, dir) = gates.env();
     Daemon::options()
-        .prefix("sandfs-cp-crash")
+        .prefix("wardfs-cp-crash")
         .extra("[checkpoints]\nauto_quiet_ms = 0\n")
         .env(key, &dir)
         .start()
@@ -180,7 +180,7 @@ fn changes_made_while_the_daemon_was_stopped_are_in_the_next_checkpoint() {
     m.write("/workspace/src/gone.txt", "soon gone\n");
     checkpoint(&m, "v1");
     m.stop();
-    // Beside sandfs, with no daemon (and so no watcher) running.
+    // Beside wardfs, with no daemon (and so no watcher) running.
     let ws = m.workspace();
     std::fs::write(ws.join("a.txt"), "a.txt offline\n").unwrap();
     std::fs::remove_file(ws.join("src/gone.txt")).unwrap();
@@ -189,7 +189,7 @@ fn changes_made_while_the_daemon_was_stopped_are_in_the_next_checkpoint() {
     m.respawn();
     let offline = checkpoint(&m, "after the restart");
     assert!(
-        m.log_text().contains("while sandfs was not running"),
+        m.log_text().contains("while wardfs was not running"),
         "{}",
         m.log_text()
     );

@@ -25,7 +25,7 @@ use crate::support::Daemon;
 
 /// Kill points per run (the issue asks for at least 50).
 const KILL_POINTS: usize = 55;
-const TOKEN_VAR: &str = "SANDFS_TEST_RELIABILITY_TOKEN_CRASH";
+const TOKEN_VAR: &str = "WARDFS_TEST_RELIABILITY_TOKEN_CRASH";
 
 /// What the workload was told, as the daemon answered it.
 #[derive(Default)]
@@ -46,8 +46,8 @@ struct Model {
 #[test]
 fn sigkill_at_random_points_loses_no_acknowledged_change() {
     let seed = crate::support::rng::seed();
-    println!("crash test seed: {seed} (replay with SANDFS_RELIABILITY_SEED={seed})");
-    eprintln!("crash test seed: {seed} (replay with SANDFS_RELIABILITY_SEED={seed})");
+    println!("crash test seed: {seed} (replay with WARDFS_RELIABILITY_SEED={seed})");
+    eprintln!("crash test seed: {seed} (replay with WARDFS_RELIABILITY_SEED={seed})");
     let started = Instant::now();
     let mut rng = Rng::new(seed);
 
@@ -360,7 +360,7 @@ fn check(m: &Daemon, model: &Mutex<Model>, agent: &AgentServer, point: usize) ->
         }
         let repo = git2::Repository::open_bare(mirror).unwrap();
         let target = repo
-            .find_reference(&format!("refs/sandfs/staged/{id}"))
+            .find_reference(&format!("refs/wardfs/staged/{id}"))
             .ok()
             .and_then(|r| r.target())
             .map(|o| o.to_string());

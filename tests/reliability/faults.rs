@@ -5,7 +5,7 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use sandfs::core::ErrorCode;
+use wardfs::core::ErrorCode;
 use serde_json::json;
 
 use crate::support::api::Api;
@@ -188,7 +188,7 @@ fn manifest_matches_remote(m: &Daemon, root: &std::path::Path) -> usize {
 
 #[test]
 fn a_sandbox_killed_mid_transfer_is_unavailable_and_the_next_push_completes() {
-    const VAR: &str = "SANDFS_TEST_RELIABILITY_TOKEN_KILLED";
+    const VAR: &str = "WARDFS_TEST_RELIABILITY_TOKEN_KILLED";
     const FILES: usize = 40;
     let mut a = AgentServer::start();
     let b = AgentServer::start();
@@ -257,7 +257,7 @@ fn a_sandbox_killed_mid_transfer_is_unavailable_and_the_next_push_completes() {
 
 #[test]
 fn a_sandbox_that_stops_answering_is_unavailable_within_the_timeout() {
-    const VAR: &str = "SANDFS_TEST_RELIABILITY_TOKEN_SLOW";
+    const VAR: &str = "WARDFS_TEST_RELIABILITY_TOKEN_SLOW";
     const TIMEOUT_SECS: u64 = 2;
     let server = AgentServer::start();
     super::set_token(VAR, server.token());

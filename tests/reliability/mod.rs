@@ -1,4 +1,4 @@
-//! Reliability tests: a real `sandfs serve` (mounted, with a git remote served by `git daemon`
+//! Reliability tests: a real `wardfs serve` (mounted, with a git remote served by `git daemon`
 //! and a sandbox served by the real sandbox-agent) killed with SIGKILL at random points of a
 //! mixed workload (`crash`), and faults injected under it (`faults`): a full disk, a git
 //! connection dropped mid-push, a sandbox killed mid-transfer, a sandbox that stops answering;
@@ -6,7 +6,7 @@
 //!
 //! Run with `make test`, or `cargo test --test main --no-run && .ci/netns cargo test
 //! --offline --test main reliability::` (root: FUSE, tmpfs, and a loopback-only network namespace for
-//! sandbox-agent). `SANDFS_RELIABILITY_SEED=<n>` replays a crash run.
+//! sandbox-agent). `WARDFS_RELIABILITY_SEED=<n>` replays a crash run.
 
 mod checkpoint;
 mod crash;

@@ -1,7 +1,7 @@
 // Drives the review page's staged commits in headless Chromium for tests/review/mod.rs.
 //
 // Environment: PLAYWRIGHT_CORE (the playwright-core module directory), CHROMIUM (the browser),
-// REVIEW_URL (the URL `sandfs review` printed), KEEP_ID (the commit to push), DROP_ID (the commit
+// REVIEW_URL (the URL `wardfs review` printed), KEEP_ID (the commit to push), DROP_ID (the commit
 // to discard), BLOCKED_ID (a commit the git server refuses), SCREENSHOT (where to save the PNG). Exits non-zero, saying why, on any failure.
 "use strict";
 

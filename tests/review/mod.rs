@@ -1,5 +1,5 @@
 //! The review web page end to end, in a real browser: a real daemon (`serve --no-mount`) pulls a
-//! repository from a real `git daemon` on loopback, three commits are staged, `sandfs review` serves
+//! repository from a real `git daemon` on loopback, three commits are staged, `wardfs review` serves
 //! the page, and headless Chromium (Debian's `chromium`, driven by `playwright-core` from npm
 //! through `drive.js`) reads a diff, discards one commit, pushes another, sees why the server
 //! refused a third, and takes a screenshot. The outcome is then checked where it matters: the daemon's API and the bare
@@ -30,7 +30,7 @@ const LIB_NEW: &str = "pub fn greeting() -> &'static str {\n    \"hello, review 
 const NOTES_NEW: &str =
     "notes\n<script>window.__pwned = 1</script>\n<img src=x onerror=\"window.__pwned = 2\">\n";
 
-/// `sandfs review`, killed on drop.
+/// `wardfs review`, killed on drop.
 struct Review {
     child: Child,
     url: String,
@@ -112,14 +112,14 @@ fn post(addr: &str, target: &str, headers: &str, body: &str) -> u16 {
 
 /// The directory holding `node_modules/playwright-core` (`.ci/install-deps test` puts it there).
 fn playwright_dir() -> PathBuf {
-    let dir = std::env::var_os("SANDFS_PLAYWRIGHT_DIR")
+    let dir = std::env::var_os("WARDFS_PLAYWRIGHT_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/playwright"));
     let module = dir.join("node_modules/playwright-core");
     assert!(
         module.join("package.json").is_file(),
         "playwright-core is not installed in {}: run `.ci/install-deps test` \
-         (npm install --prefix {} playwright-core), or set SANDFS_PLAYWRIGHT_DIR",
+         (npm install --prefix {} playwright-core), or set WARDFS_PLAYWRIGHT_DIR",
         dir.display(),
         dir.display()
     );
@@ -291,7 +291,7 @@ fn review_page_shows_diffs_discards_and_pushes_in_chromium() {
     let png = std::fs::read(&shot).unwrap_or_else(|e| panic!("{}: {e}", shot.display()));
     assert!(png.len() > 1000, "screenshot is {} bytes", png.len());
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
-    if let Some(dir) = std::env::var_os("SANDFS_REVIEW_SCREENSHOT_DIR") {
+    if let Some(dir) = std::env::var_os("WARDFS_REVIEW_SCREENSHOT_DIR") {
         for name in ["review.png", "review-done.png"] {
             std::fs::copy(shots.path().join(name), Path::new(&dir).join(name)).unwrap();
         }

@@ -1,6 +1,6 @@
 // Drives the review page's timeline in headless Chromium for tests/review/timeline.rs.
 //
-// Environment: PLAYWRIGHT_CORE, CHROMIUM (as drive.js), REVIEW_URL (the URL `sandfs review`
+// Environment: PLAYWRIGHT_CORE, CHROMIUM (as drive.js), REVIEW_URL (the URL `wardfs review`
 // printed), OLD_ID and NEW_ID (two checkpoints of /workspace, the older first), API_PID (the
 // test's own pid: its API writes), MOUNT_PID (the process that wrote through the mount),
 // SCREENSHOT (where to save the PNG). Restores the older checkpoint, then undoes that by
@@ -35,7 +35,7 @@ async function main() {
     assert.equal(await cpNew.locator(".cp-message b").count(), 0);
     assert.equal((await cpNew.locator(".origin").textContent()).trim(), `api pid ${apiPid}`);
 
-    // Who changed what since the older checkpoint: the API, the mount, beside sandfs.
+    // Who changed what since the older checkpoint: the API, the mount, beside wardfs.
     const group = (via, pid) =>
       cpNew.locator(`li.who-group[data-via="${via}"][data-pid="${pid}"]`);
     const api = await group("api", apiPid).textContent();

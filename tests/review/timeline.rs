@@ -1,6 +1,6 @@
 //! The review page's timeline end to end, in a real browser: a mounted daemon whose workspace
-//! is changed through the API, through the mount (a shell's redirect) and beside sandfs (the
-//! watcher), with a checkpoint before and after; `sandfs review` serves the page and headless
+//! is changed through the API, through the mount (a shell's redirect) and beside wardfs (the
+//! watcher), with a checkpoint before and after; `wardfs review` serves the page and headless
 //! Chromium (`timeline.js`) reads who changed what, compares the two checkpoints, restores the
 //! older one through its button, and undoes that by restoring the files of a diff. The outcome
 //! is checked where it matters: through the daemon's API and on disk. The restore route is refused without the token and from another
@@ -61,7 +61,7 @@ fn post_as_page(review: &Review, target: &str, body: &str) -> u16 {
 fn review_timeline_shows_who_changed_what_diffs_and_restores_in_chromium() {
     require_browser();
     let d = Daemon::options()
-        .prefix("sandfs-review")
+        .prefix("wardfs-review")
         .mount()
         .extra("[checkpoints]\nauto_quiet_ms = 0\n")
         .start();
@@ -81,7 +81,7 @@ fn review_timeline_shows_who_changed_what_diffs_and_restores_in_chromium() {
         .unwrap();
     let mount_pid = sh.id();
     assert!(sh.wait().unwrap().success());
-    std::fs::write(d.workspace().join("beside.txt"), "written beside sandfs\n").unwrap();
+    std::fs::write(d.workspace().join("beside.txt"), "written beside wardfs\n").unwrap();
     assert_eq!(
         journaled(&d, "fuse", "from-mount.txt")["pid"],
         json!(mount_pid)
@@ -125,7 +125,7 @@ fn review_timeline_shows_who_changed_what_diffs_and_restores_in_chromium() {
             &addr,
             &format!(
                 "POST /api/restore HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
-                 X-Sandfs-Token: {token}\r\nContent-Type: application/json\r\n\
+                 X-Wardfs-Token: {token}\r\nContent-Type: application/json\r\n\
                  Origin: http://{addr}\r\nSec-Fetch-Site: cross-site\r\n\
                  Content-Length: {}\r\n\r\n{restore}",
                 restore.len()
@@ -234,7 +234,7 @@ fn review_timeline_shows_who_changed_what_diffs_and_restores_in_chromium() {
     );
     assert_eq!(
         d.read("beside.txt").as_deref(),
-        Some(&b"written beside sandfs\n"[..])
+        Some(&b"written beside wardfs\n"[..])
     );
     // The restores' changes are journaled as the review page's: through the API.
     let log = d.get("/v1/log?zone=workspace&path=/workspace/notes.md&limit=1");
@@ -242,7 +242,7 @@ fn review_timeline_shows_who_changed_what_diffs_and_restores_in_chromium() {
 
     let png = std::fs::read(&shot).unwrap_or_else(|e| panic!("{}: {e}", shot.display()));
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
-    if let Some(dir) = std::env::var_os("SANDFS_REVIEW_SCREENSHOT_DIR") {
+    if let Some(dir) = std::env::var_os("WARDFS_REVIEW_SCREENSHOT_DIR") {
         for name in ["timeline.png", "timeline-restored.png"] {
             std::fs::copy(shots.path().join(name), Path::new(&dir).join(name)).unwrap();
         }

@@ -1,5 +1,5 @@
 //! Each rule of the core driven through every entry point: the API (the CLI over the socket),
-//! MCP (`sandfs mcp` over stdio, spoken here as JSON-RPC), and the mount. The rule lives in one
+//! MCP (`wardfs mcp` over stdio, spoken here as JSON-RPC), and the mount. The rule lives in one
 //! function of the core, so the three must agree: the same refusal (named by its code, or the
 //! errno the code maps to), nothing changed on disk, and the journal naming who changed what.
 //!
@@ -19,7 +19,7 @@ use crate::support::gates::Gates;
 use crate::support::sandbox_agent::AgentServer;
 use crate::support::{Daemon as Mounted, BIN};
 
-/// `sandfs mcp` against a daemon's socket, spoken to as an MCP client does (newline-delimited
+/// `wardfs mcp` against a daemon's socket, spoken to as an MCP client does (newline-delimited
 /// JSON-RPC on stdio).
 struct Mcp {
     child: Child,
@@ -52,10 +52,10 @@ impl Mcp {
             json!({
                 "protocolVersion": "2025-06-18",
                 "capabilities": {},
-                "clientInfo": {"name": "sandfs-rules-test", "version": "0"}
+                "clientInfo": {"name": "wardfs-rules-test", "version": "0"}
             }),
         );
-        assert_eq!(init["result"]["serverInfo"]["name"], "sandfs", "{init}");
+        assert_eq!(init["result"]["serverInfo"]["name"], "wardfs", "{init}");
         m.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
         m
     }
@@ -72,9 +72,9 @@ impl Mcp {
         loop {
             let mut line = String::new();
             let n = self.stdout.read_line(&mut line).unwrap();
-            assert!(n > 0, "sandfs mcp closed its output during {method}");
+            assert!(n > 0, "wardfs mcp closed its output during {method}");
             let v: Value = serde_json::from_str(&line)
-                .unwrap_or_else(|e| panic!("sandfs mcp wrote no JSON ({e}): {line}"));
+                .unwrap_or_else(|e| panic!("wardfs mcp wrote no JSON ({e}): {line}"));
             if v["id"] == id {
                 return v;
             }
@@ -174,7 +174,7 @@ fn read_only_is_refused_alike_by_the_api_mcp_and_the_mount() {
         "data"
     );
     assert!(!m.zone_dir("cache").join("d").exists());
-    // The setup's write beside sandfs is journaled by the watcher once it has been quiet (on a
+    // The setup's write beside wardfs is journaled by the watcher once it has been quiet (on a
     // loaded machine, before this check); no refused change may be.
     assert!(
         m.journal(200)
@@ -267,7 +267,7 @@ fn every_change_is_journaled_with_who_made_it_through_the_api_mcp_and_the_mount(
             row("beside.txt"),
         ) {
             assert_eq!((api_row.0.as_str(), api_row.1.as_str()), ("api", "write"));
-            // MCP reaches the core through the API, as the `sandfs mcp` process.
+            // MCP reaches the core through the API, as the `wardfs mcp` process.
             assert_eq!((mcp_row.0.as_str(), mcp_row.3), ("api", mcp.pid() as u64));
             assert_eq!(fuse_row.0, "fuse");
             assert_eq!(
@@ -278,7 +278,7 @@ fn every_change_is_journaled_with_who_made_it_through_the_api_mcp_and_the_mount(
                 (beside_row.0.as_str(), beside_row.1.as_str()),
                 ("watcher", "write")
             );
-            // Each change once: the watcher does not journal what sandfs did itself.
+            // Each change once: the watcher does not journal what wardfs did itself.
             std::thread::sleep(Duration::from_millis(600));
             let rows = m.journal(200);
             for p in ["by-api.txt", "by-mcp.txt", "by-fuse.txt"] {
@@ -343,7 +343,7 @@ fn a_rename_through_the_mount_waits_for_an_api_edit_holding_the_path_lock() {
     let gates = Gates::new();
     let (key, dir) = gates.env();
     let m = Mounted::options()
-        .prefix("sandfs-fuse")
+        .prefix("wardfs-fuse")
         .mount()
         .env(key, &dir)
         .start();
@@ -412,7 +412,7 @@ fn a_checkpoint_holds_every_writers_changes_and_a_restore_puts_them_back_through
     std::fs::create_dir_all(ws.join("src")).unwrap();
     std::fs::write(ws.join("src/by-fuse.rs"), "fuse 1").unwrap();
     std::fs::write(backing.join("beside.txt"), "beside 1").unwrap();
-    // The watcher journals a change beside sandfs once it has settled (250 ms).
+    // The watcher journals a change beside wardfs once it has settled (250 ms).
     let settled = |path: &str| {
         let deadline = Instant::now() + Duration::from_secs(10);
         while !m.journal(200).iter().any(|r| r.2 == path) {
@@ -514,17 +514,17 @@ fn a_sandbox_file_over_the_size_limit_is_refused_alike_by_the_api_mcp_and_the_mo
     let server = AgentServer::start();
     let token = server.token().to_string();
     let m = Mounted::options()
-        .prefix("sandfs-fuse")
+        .prefix("wardfs-fuse")
         .mount()
         .extra(&format!(
             "[limits]\nsandbox_file_bytes = 4096\n\
              [zones.workspace]\nsandbox = \"dev\"\npath = \"{}\"\nattr_ttl_ms = 200\n\
              [sandboxes.dev]\nprovider = \"sandbox-agent\"\nurl = \"{}\"\n\
-             token_env = \"SANDFS_RULES_TOKEN\"\nrequest_timeout_secs = 5\n",
+             token_env = \"WARDFS_RULES_TOKEN\"\nrequest_timeout_secs = 5\n",
             server.root(),
             server.url()
         ))
-        .env("SANDFS_RULES_TOKEN", &token)
+        .env("WARDFS_RULES_TOKEN", &token)
         .start();
     std::fs::write(server.work().join("big.txt"), "x".repeat(8192)).unwrap();
     std::fs::write(server.work().join("small.txt"), "small").unwrap();

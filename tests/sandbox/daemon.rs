@@ -1,4 +1,4 @@
-//! The sandbox wiring end to end: a real sandfs daemon (`sandfs serve --no-mount`) configured
+//! The sandbox wiring end to end: a real wardfs daemon (`wardfs serve --no-mount`) configured
 //! with sandboxes that point at real sandbox-agents (started by `AgentServer` with --token and
 //! --no-telemetry), driven through its CLI and API.
 //! Tokens reach the daemon only through environment variables set on its process.
@@ -7,23 +7,23 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sandfs::core::ErrorCode;
+use wardfs::core::ErrorCode;
 use serde_json::{json, Value};
 
 use crate::support::sandbox_agent::AgentServer;
 use crate::support::{Daemon, BIN};
 
 /// The variables holding the tokens, in the daemon's environment only.
-const TOKEN_A: &str = "SANDFS_TEST_SANDBOX_TOKEN_A";
-const TOKEN_B: &str = "SANDFS_TEST_SANDBOX_TOKEN_B";
+const TOKEN_A: &str = "WARDFS_TEST_SANDBOX_TOKEN_A";
+const TOKEN_B: &str = "WARDFS_TEST_SANDBOX_TOKEN_B";
 
 /// Starts a daemon (sandboxed zones under a temp dir, not mounted) with `extra` config appended
 /// and `env` in its otherwise cleared environment; its log runs on across restarts.
 fn daemon(extra: &str, env: &[(&str, &str)]) -> Daemon {
     Daemon::options()
-        .prefix("sandfs-sbx")
+        .prefix("wardfs-sbx")
         .config(&format!(
-            "[api]\nsandbox_token_envs = [\"{TOKEN_A}\", \"{TOKEN_B}\", \"SANDFS_TEST_UNSET_VAR\"]\n\
+            "[api]\nsandbox_token_envs = [\"{TOKEN_A}\", \"{TOKEN_B}\", \"WARDFS_TEST_UNSET_VAR\"]\n\
              [zones]\nroot = \"root\"\n{extra}"
         ))
         .hermetic()
@@ -270,11 +270,11 @@ fn a_wrong_token_is_auth_failed_at_once_and_never_retried() {
     // A variable that is not set is AUTH_FAILED too, naming the variable.
     d.ok(
         "/v1/sandboxes/add",
-        json!({"name": "unset", "url": server.url(), "token_env": "SANDFS_TEST_UNSET_VAR"}),
+        json!({"name": "unset", "url": server.url(), "token_env": "WARDFS_TEST_UNSET_VAR"}),
     );
     let (code, msg) = d.err("/v1/sandboxes/check", json!({"name": "unset"}));
     assert_eq!(code, ErrorCode::AuthFailed, "{msg}");
-    assert!(msg.contains("SANDFS_TEST_UNSET_VAR"), "{msg}");
+    assert!(msg.contains("WARDFS_TEST_UNSET_VAR"), "{msg}");
 }
 
 #[test]

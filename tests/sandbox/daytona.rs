@@ -18,18 +18,18 @@ use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
 use crate::support::sandbox_agent::{self, AgentServer};
 use crate::support::tools::random_hex;
-use sandfs::sandbox::provision::daytona::{Daytona, DaytonaConfig, PREVIEW_TOKEN_HEADER};
-use sandfs::sandbox::provision::{
+use wardfs::sandbox::provision::daytona::{Daytona, DaytonaConfig, PREVIEW_TOKEN_HEADER};
+use wardfs::sandbox::provision::{
     ProviderState, ProvisionError, Provisioner, SandboxSpec, SnapshotSpec, VolumeMount,
 };
-use sandfs::sandbox::{RemoteFs, SandboxAgent};
+use wardfs::sandbox::{RemoteFs, SandboxAgent};
 
 static VARS: AtomicU32 = AtomicU32::new(0);
 
 /// A provider config for the API at `api` with a fresh key in a fresh variable, short waits.
 fn test_config(api: &str) -> (DaytonaConfig, String) {
     let var = format!(
-        "SANDFS_TEST_DAYTONA_KEY_{}_{}",
+        "WARDFS_TEST_DAYTONA_KEY_{}_{}",
         std::process::id(),
         VARS.fetch_add(1, Ordering::Relaxed)
     );
@@ -117,7 +117,7 @@ impl Respond for Fake {
             }
             ("GET", ["sandbox"]) => {
                 let mut all: Vec<Value> = w.sandboxes.values().cloned().collect();
-                // One sandbox sandfs never made (the provider must not trust the filter).
+                // One sandbox wardfs never made (the provider must not trust the filter).
                 all.push(json!({"id": "foreign", "state": "started", "labels": {"team": "x"}}));
                 ok(&json!(all))
             }
@@ -304,7 +304,7 @@ async fn assert_never_saw(server: &MockServer, key: &str) {
 fn spec(name: &str) -> SandboxSpec {
     SandboxSpec {
         name: name.into(),
-        snapshot: Some("sandfs-0123456789abcdef".into()),
+        snapshot: Some("wardfs-0123456789abcdef".into()),
         volume: None,
         env: BTreeMap::from([("LANG".to_string(), "C.UTF-8".to_string())]),
     }
@@ -332,10 +332,10 @@ async fn lifecycle_create_state_pause_resume_destroy_speaks_the_documented_route
     // What was sent to create it: labels, env, the snapshot; the key on every request.
     let created = cloud.bodies("POST", "/api/sandbox").await;
     assert_eq!(created.len(), 1);
-    assert_eq!(created[0]["labels"]["sandfs"], "1");
-    assert_eq!(created[0]["labels"]["sandfs.name"], "dev");
+    assert_eq!(created[0]["labels"]["wardfs"], "1");
+    assert_eq!(created[0]["labels"]["wardfs.name"], "dev");
     assert_eq!(created[0]["env"]["LANG"], "C.UTF-8");
-    assert_eq!(created[0]["snapshot"], "sandfs-0123456789abcdef");
+    assert_eq!(created[0]["snapshot"], "wardfs-0123456789abcdef");
     assert_eq!(created[0]["public"], false);
     let exec = cloud
         .bodies("POST", "/api/toolbox/sb-1/toolbox/process/execute")
@@ -398,7 +398,7 @@ async fn lifecycle_create_state_pause_resume_destroy_speaks_the_documented_route
             .1,
     )
     .unwrap();
-    assert_eq!(labels, json!({"sandfs": "1"}));
+    assert_eq!(labels, json!({"wardfs": "1"}));
 
     d.pause("sb-1").await.unwrap();
     assert_eq!(d.state("sb-1").await.unwrap(), ProviderState::Paused);
@@ -515,7 +515,7 @@ async fn a_volume_is_made_once_attached_at_create_and_deleted_with_its_sandbox_u
         created[0]["volumes"],
         json!([{"volumeId": vol, "mountPath": "/home/daytona/data"}])
     );
-    assert_eq!(created[0]["labels"]["sandfs.volume"], vol);
+    assert_eq!(created[0]["labels"]["wardfs.volume"], vol);
 
     // Kept: the sandbox goes, the volume stays.
     d.destroy(&h.id, true).await.unwrap();
@@ -819,10 +819,10 @@ async fn bad_config_values_are_refused_naming_the_key_and_the_rule() {
 
     // A variable that is not set: credentials missing, the variable named.
     let mut unset = c.clone();
-    unset.api_key_env = "SANDFS_TEST_DAYTONA_NEVER_SET".into();
+    unset.api_key_env = "WARDFS_TEST_DAYTONA_NEVER_SET".into();
     match Daytona::new(unset) {
         Err(ProvisionError::Auth { detail, .. }) => {
-            assert!(detail.contains("SANDFS_TEST_DAYTONA_NEVER_SET"))
+            assert!(detail.contains("WARDFS_TEST_DAYTONA_NEVER_SET"))
         }
         other => panic!("{other:?}"),
     }

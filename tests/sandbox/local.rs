@@ -1,4 +1,4 @@
-//! The local provider (`sandfs::sandbox::provision::local`) with real parts: bubblewrap
+//! The local provider (`wardfs::sandbox::provision::local`) with real parts: bubblewrap
 //! namespaces, an overlay root, the real sandbox-agent inside, cgroup freezers and signals.
 //! What a sandbox did is checked from the host: its volume's upper dir, `/proc`, the cgroup
 //! files, every process's mount table. Every sandbox a test makes is destroyed when its
@@ -10,13 +10,13 @@ use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use sandfs::sandbox::provision::local::{
+use wardfs::sandbox::provision::local::{
     FreezerKind, LocalConfig, LocalProvisioner, Proc, RootMode, MINIMAL_BASE,
 };
-use sandfs::sandbox::provision::{
+use wardfs::sandbox::provision::{
     Handle, ProviderState, ProvisionError, Provisioner, SandboxSpec, SnapshotSpec, VolumeMount,
 };
-use sandfs::sandbox::{ExecRequest, RemoteFs, SandboxAgent, SandboxAgentConfig};
+use wardfs::sandbox::{ExecRequest, RemoteFs, SandboxAgent, SandboxAgentConfig};
 
 use crate::support::sandbox_agent::require_loopback_only;
 
@@ -192,7 +192,7 @@ async fn a_sandbox_keeps_its_files_in_its_volume_across_pause_resume_and_destroy
     assert_eq!(std::fs::read_to_string(&upper).unwrap(), "hi there\n");
     // The spec's environment reaches commands; HOME is the agent's clean one.
     let (code, out, _) = sh(&fs, "printf '%s %s' \"$GREETING\" \"$HOME\"").await;
-    assert_eq!((code, out.as_str()), (Some(0), "hello /run/sandfs/home"));
+    assert_eq!((code, out.as_str()), (Some(0), "hello /run/wardfs/home"));
     assert_eq!(p.state(&handle.id).await.unwrap(), ProviderState::Running);
 
     p.pause(&handle.id).await.unwrap();
@@ -357,7 +357,7 @@ async fn an_unchanged_snapshot_spec_is_reused_not_rebuilt() {
         .collect();
     assert_eq!(left, std::slice::from_ref(&key));
     // An unknown snapshot is missing, not built.
-    s.snapshot = Some("sandfs-0000000000000000".into());
+    s.snapshot = Some("wardfs-0000000000000000".into());
     let err = p.create(&s).await.unwrap_err();
     assert!(matches!(err, ProvisionError::Missing { .. }), "{err}");
 }
@@ -529,7 +529,7 @@ async fn bad_names_and_paths_are_refused_naming_the_key_and_rule() {
     for volume in ["..", "../../etc", "/etc", "v\0"] {
         bad.push(("sandbox.volume.volume", spec("ok", Some(volume))));
     }
-    for mount in ["relative", "/a/../../b", "/", "/run/sandfs", "/a\0"] {
+    for mount in ["relative", "/a/../../b", "/", "/run/wardfs", "/a\0"] {
         let mut s = spec("ok", Some("v"));
         s.volume.as_mut().unwrap().mount_path = mount.into();
         bad.push(("sandbox.volume.mount_path", s));

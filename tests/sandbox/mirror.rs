@@ -1,4 +1,4 @@
-//! The mirror (`sandfs::sandbox::mirror`) against the real sandbox-agent: push, incremental
+//! The mirror (`wardfs::sandbox::mirror`) against the real sandbox-agent: push, incremental
 //! push, delete and rename, pull, conflicts, and a server killed in the middle of a push. What
 //! reached the sandbox is checked with `std::fs` on the server's directory.
 
@@ -8,9 +8,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sandfs::sandbox::mirror::{self, Manifest, MirrorOptions};
-use sandfs::sandbox::{ExecRequest, RemoteFs};
-use sandfs::state::Db;
+use wardfs::sandbox::mirror::{self, Manifest, MirrorOptions};
+use wardfs::sandbox::{ExecRequest, RemoteFs};
+use wardfs::state::Db;
 
 use crate::support::rng::noise;
 use crate::support::sandbox_agent::AgentServer;
@@ -352,7 +352,7 @@ fn walkdir_files(dir: &Path) -> usize {
 /// A zone of a core opened on a temp dir, for pulls that write through the core.
 struct Core {
     _dir: tempfile::TempDir,
-    zones: Arc<sandfs::core::Zones>,
+    zones: Arc<wardfs::core::Zones>,
     db: Arc<Db>,
     workspace: std::path::PathBuf,
 }
@@ -360,11 +360,11 @@ struct Core {
 fn core() -> Core {
     let dir = tempfile::tempdir().unwrap();
     let settings =
-        sandfs::config::Settings::from_str("[zones]\nroot = \"z\"\n", "test", dir.path(), None)
+        wardfs::config::Settings::from_str("[zones]\nroot = \"z\"\n", "test", dir.path(), None)
             .unwrap();
     let db = Arc::new(Db::open_in_memory().unwrap());
     let zones =
-        Arc::new(sandfs::core::Zones::open(&settings, db.clone(), Arc::new(|| 1_000)).unwrap());
+        Arc::new(wardfs::core::Zones::open(&settings, db.clone(), Arc::new(|| 1_000)).unwrap());
     let workspace = dir.path().join("z/workspace");
     std::fs::create_dir_all(&workspace).unwrap();
     Core {
@@ -379,7 +379,7 @@ fn zone_opts(core: &Core) -> MirrorOptions {
     MirrorOptions {
         zone: Some(mirror::ZoneRef {
             zones: core.zones.clone(),
-            id: sandfs::core::ZoneId::Workspace,
+            id: wardfs::core::ZoneId::Workspace,
         }),
         ..opts()
     }
@@ -569,7 +569,7 @@ async fn a_pull_cut_short_journals_what_it_wrote() {
     );
     let rows = core
         .db
-        .journal_query(&sandfs::state::JournalFilter {
+        .journal_query(&wardfs::state::JournalFilter {
             limit: 100,
             ..Default::default()
         })

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 use crate::support::rng::noise;
 use crate::support::sandbox_agent::{self, AgentServer};
 use bytes::Bytes;
-use sandfs::core::{EntryKind, ErrorCode};
-use sandfs::sandbox::{
+use wardfs::core::{EntryKind, ErrorCode};
+use wardfs::sandbox::{
     BatchItem, ExecRequest, HashAlgo, MetaUpdate, RemoteError, RemoteFs, SandboxAgent, Token,
 };
 
@@ -577,7 +577,7 @@ async fn a_wrong_token_is_auth_failed_and_never_printed() {
     assert_eq!(code(none.check().await), ErrorCode::AuthFailed);
 
     // The token comes from the environment variable the config names.
-    let var = format!("SANDFS_TEST_SANDBOX_TOKEN_{}", std::process::id());
+    let var = format!("WARDFS_TEST_SANDBOX_TOKEN_{}", std::process::id());
     std::env::set_var(&var, server.token());
     let mut config = server.config();
     config.token_env = Some(var.clone());

@@ -10,13 +10,13 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use sandfs::core::ErrorCode;
-use sandfs::sandbox::provision::local::{LocalConfig, LocalProvisioner};
-use sandfs::sandbox::provision::{ProviderState, Provisioner, SandboxSpec};
-use sandfs::sandbox::{RemoteFs, SandboxAgent};
+use wardfs::core::ErrorCode;
+use wardfs::sandbox::provision::local::{LocalConfig, LocalProvisioner};
+use wardfs::sandbox::provision::{ProviderState, Provisioner, SandboxSpec};
+use wardfs::sandbox::{RemoteFs, SandboxAgent};
 use serde_json::{json, Value};
 
-use sandfs::sandbox::provision::local::Proc;
+use wardfs::sandbox::provision::local::Proc;
 
 use crate::support::gates::Gates;
 use crate::support::sandbox_agent::{agent_binary, require_loopback_only};
@@ -87,7 +87,7 @@ fn daemon(sections: &str) -> Daemon {
 fn daemon_with(sections: &str, gates: Option<&Gates>) -> Daemon {
     require_loopback_only();
     let mut o = Daemon::options()
-        .prefix("sandfs-prov")
+        .prefix("wardfs-prov")
         .config(&format!("[zones]\nroot = \"root\"\n{sections}"))
         .append_log();
     if let Some(g) = gates {
@@ -148,7 +148,7 @@ fn local(name: &str, extra: &str) -> String {
     )
 }
 
-/// Returns the sandbox `name` as `sandfs sandbox list --json` shows it.
+/// Returns the sandbox `name` as `wardfs sandbox list --json` shows it.
 fn listed(d: &Daemon, name: &str) -> Value {
     let list = d.cli_json(&["sandbox", "list"]);
     list["sandboxes"]
@@ -499,7 +499,7 @@ fn a_zone_on_a_provisioned_sandbox_makes_nothing_before_its_first_use() {
 fn a_zone_served_from_a_provisioned_sandbox_makes_it_on_first_use_and_resumes_it() {
     require_loopback_only();
     let d = Daemon::options()
-        .prefix("sandfs-prov")
+        .prefix("wardfs-prov")
         .mount()
         .extra(&format!(
             "[zones.workspace]\nsandbox = \"dev\"\nattr_ttl_ms = 200\n{}",
@@ -703,7 +703,7 @@ fn a_sandbox_killed_from_outside_is_marked_down_then_resumed_on_next_use() {
         down["last_error"]
             .as_str()
             .unwrap_or("")
-            .contains("stopped outside sandfs"),
+            .contains("stopped outside wardfs"),
         "{down}"
     );
     assert_eq!(down["attached"], false, "{down}");

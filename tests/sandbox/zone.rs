@@ -8,14 +8,14 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use sandfs::core::ErrorCode;
+use wardfs::core::ErrorCode;
 use serde_json::{json, Value};
 
 use crate::support::rng::noise;
 use crate::support::sandbox_agent::AgentServer;
 use crate::support::Daemon;
 
-const TOKEN: &str = "SANDFS_TEST_ZONE_TOKEN";
+const TOKEN: &str = "WARDFS_TEST_ZONE_TOKEN";
 
 /// The workspace served from `server`'s work dir, attributes trusted for 200 ms, 2 s per request.
 fn zone_config(server: &AgentServer) -> String {
@@ -35,7 +35,7 @@ fn start(server: &AgentServer) -> Daemon {
 
 fn mounted(config: &str, server: &AgentServer) -> Daemon {
     Daemon::options()
-        .prefix("sandfs-fuse")
+        .prefix("wardfs-fuse")
         .mount()
         .extra(config)
         .env(TOKEN, server.token())

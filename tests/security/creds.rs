@@ -80,7 +80,7 @@ fn an_agent_cannot_point_a_sandbox_at_the_persons_token() {
     // The person's GitHub token, in the daemon's environment, as in the report.
     let token = format!("ghp_{}", random_hex());
     std::env::set_var("GITHUB_TOKEN", &token);
-    const AGENT_VAR: &str = "SANDFS_SECURITY_AGENT_SANDBOX_TOKEN";
+    const AGENT_VAR: &str = "WARDFS_SECURITY_AGENT_SANDBOX_TOKEN";
     let agent_token = format!("agent-sandbox-token-{}", random_hex());
     std::env::set_var(AGENT_VAR, &agent_token);
     let evil = Capture::start(ok_answer);
@@ -179,7 +179,7 @@ fn an_agent_cannot_point_a_sandbox_at_the_persons_token() {
 
 #[test]
 fn a_sandbox_redirect_never_carries_its_token_elsewhere() {
-    const VAR: &str = "SANDFS_SECURITY_REDIRECTED_TOKEN";
+    const VAR: &str = "WARDFS_SECURITY_REDIRECTED_TOKEN";
     let token = format!("sandbox-token-{}", random_hex());
     std::env::set_var(VAR, &token);
     let elsewhere = Capture::start(ok_answer);
@@ -210,7 +210,7 @@ fn a_sandbox_redirect_never_carries_its_token_elsewhere() {
 
 #[test]
 fn the_git_token_goes_only_to_listed_hosts_over_https() {
-    const VAR: &str = "SANDFS_SECURITY_BOUND_GIT_TOKEN";
+    const VAR: &str = "WARDFS_SECURITY_BOUND_GIT_TOKEN";
     let token = format!("git-token-{}", random_hex());
     std::env::set_var(VAR, &token);
     let server = Capture::start(basic_challenge);

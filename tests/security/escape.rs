@@ -11,18 +11,18 @@ use crate::support::api::code;
 use crate::support::sandbox_agent::AgentServer;
 use crate::support::{Daemon, BIN};
 
-/// Sends `requests` (JSON-RPC lines) to `sandfs mcp` and returns the answer with id `want`.
+/// Sends `requests` (JSON-RPC lines) to `wardfs mcp` and returns the answer with id `want`.
 fn mcp_call(d: &Daemon, requests: &[Value], want: u64) -> Value {
     let mut child = Command::new(BIN)
         .arg("--socket")
         .arg(&d.socket)
         .arg("mcp")
-        .env_remove("SANDFS_CONFIG")
+        .env_remove("WARDFS_CONFIG")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
-        .expect("start sandfs mcp");
+        .expect("start wardfs mcp");
     let mut stdin = child.stdin.take().unwrap();
     for r in requests {
         writeln!(stdin, "{r}").unwrap();
@@ -39,7 +39,7 @@ fn mcp_call(d: &Daemon, requests: &[Value], want: u64) -> Value {
     drop(stdin);
     let _ = child.kill();
     let _ = child.wait();
-    found.expect("no answer from sandfs mcp")
+    found.expect("no answer from wardfs mcp")
 }
 
 #[test]
@@ -81,7 +81,7 @@ fn mcp_read_of_a_path_out_of_the_zone_is_refused() {
 
 #[test]
 fn a_mirror_pull_of_a_symlink_to_etc_never_reads_etc() {
-    const VAR: &str = "SANDFS_SECURITY_PULL_TOKEN";
+    const VAR: &str = "WARDFS_SECURITY_PULL_TOKEN";
     let server = AgentServer::start();
     // Server side: a symlink to /etc, one to a file in it, and a plain file.
     let work = server.work();
@@ -142,7 +142,7 @@ fn a_mirror_pull_of_a_symlink_to_etc_never_reads_etc() {
 
 /// Through the mount a symlink out of the zone is an ordinary symlink: stored verbatim,
 /// resolved by the kernel for the caller, never followed by the daemon (README, "Zones"). So a
-/// write through it lands outside without passing through sandfs (nothing journaled), and the
+/// write through it lands outside without passing through wardfs (nothing journaled), and the
 /// API refuses the same path.
 #[test]
 fn a_symlink_out_through_the_mount_is_never_followed_by_the_daemon() {
@@ -166,7 +166,7 @@ fn a_symlink_out_through_the_mount_is_never_followed_by_the_daemon() {
     );
     std::fs::write(ws.join("out/new.txt"), "written through a link\n").unwrap();
     assert!(outside.join("new.txt").is_file());
-    let client = sandfs::client::Client::new(&m.socket);
+    let client = wardfs::client::Client::new(&m.socket);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -191,7 +191,7 @@ fn a_symlink_out_through_the_mount_is_never_followed_by_the_daemon() {
         let text = format!("{err:?}");
         assert_eq!(
             err.code(),
-            Some(sandfs::core::ErrorCode::OutsideZone),
+            Some(wardfs::core::ErrorCode::OutsideZone),
             "{path}: {text}"
         );
         assert!(!text.contains("TOP-SECRET"), "{text}");

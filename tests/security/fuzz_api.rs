@@ -17,12 +17,12 @@ const SCHEMATHESIS_VERSION: &str = "4.32.5";
 
 fn venv_schemathesis() -> PathBuf {
     let mut candidates = Vec::new();
-    if let Some(v) = std::env::var_os("SANDFS_TEST_VENV") {
+    if let Some(v) = std::env::var_os("WARDFS_TEST_VENV") {
         candidates.push(PathBuf::from(v));
     }
-    candidates.push(PathBuf::from("/opt/sandfs-test-venv"));
+    candidates.push(PathBuf::from("/opt/wardfs-test-venv"));
     if let Some(home) = std::env::var_os("HOME") {
-        candidates.push(Path::new(&home).join(".local/share/sandfs-test-venv"));
+        candidates.push(Path::new(&home).join(".local/share/wardfs-test-venv"));
     }
     candidates
         .into_iter()
@@ -31,8 +31,8 @@ fn venv_schemathesis() -> PathBuf {
         .unwrap_or_else(|| {
             panic!(
                 "schemathesis is not installed: run `.ci/install-deps test` (it installs \
-                 schemathesis=={SCHEMATHESIS_VERSION} into /opt/sandfs-test-venv, or \
-                 $SANDFS_TEST_VENV)"
+                 schemathesis=={SCHEMATHESIS_VERSION} into /opt/wardfs-test-venv, or \
+                 $WARDFS_TEST_VENV)"
             )
         })
 }

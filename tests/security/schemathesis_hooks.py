@@ -1,4 +1,4 @@
-"""Schemathesis checks for the sandfs API, loaded through SCHEMATHESIS_HOOKS by tests/security.
+"""Schemathesis checks for the wardfs API, loaded through SCHEMATHESIS_HOOKS by tests/security.
 
 `error_body_has_code`: every 4xx and 5xx answer is JSON with a string `code` (the stable error
 codes of docs/api.md), and the only 5xx allowed are the ones that report an unreachable

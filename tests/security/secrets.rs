@@ -111,9 +111,9 @@ fn refusing_git_server() -> (u16, Arc<Mutex<Vec<String>>>) {
 
 #[test]
 fn tokens_never_reach_logs_the_database_errors_or_processes() {
-    const SANDBOX_VAR: &str = "SANDFS_SECURITY_SANDBOX_TOKEN";
-    const WRONG_VAR: &str = "SANDFS_SECURITY_WRONG_TOKEN";
-    const GIT_VAR: &str = "SANDFS_SECURITY_GIT_TOKEN";
+    const SANDBOX_VAR: &str = "WARDFS_SECURITY_SANDBOX_TOKEN";
+    const WRONG_VAR: &str = "WARDFS_SECURITY_WRONG_TOKEN";
+    const GIT_VAR: &str = "WARDFS_SECURITY_GIT_TOKEN";
     let server = AgentServer::start();
     let wrong = format!("wrong-sandbox-token-{}", random_hex());
     let git_token = format!("git-token-{}", random_hex());

@@ -27,7 +27,7 @@ fn curl_as_nobody(socket: &std::path::Path) -> (Option<i32>, String, String) {
             "--unix-socket",
         ])
         .arg(socket)
-        .arg("http://sandfs/v1/health")
+        .arg("http://wardfs/v1/health")
         .output()
         .expect("run curl through setpriv");
     (

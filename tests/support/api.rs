@@ -5,8 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
-use sandfs::client::{Client, ClientError};
-use sandfs::core::ErrorCode;
+use wardfs::client::{Client, ClientError};
+use wardfs::core::ErrorCode;
 use serde_json::Value;
 
 /// An API error as the tests see it: the code and message, or `None` for a transport failure

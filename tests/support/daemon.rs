@@ -1,4 +1,4 @@
-//! The one daemon starter of the tests: [`Daemon`] runs `sandfs serve` ([`serve_command`], the
+//! The one daemon starter of the tests: [`Daemon`] runs `wardfs serve` ([`serve_command`], the
 //! only place the tests build that command) with a private config, socket, state and log under a
 //! temp dir, waits until it answers, and stops it on drop (a mounted daemon gets SIGTERM and its
 //! mount is detached; any other is killed).
@@ -22,18 +22,18 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use sandfs::core::ErrorCode;
+use wardfs::core::ErrorCode;
 use serde_json::Value;
 
 use super::api::Api;
 use super::mount::{lazy_unmount, mounted, require_fuse};
 use super::tools::require_tool;
 
-/// The sandfs binary under test.
-pub const BIN: &str = env!("CARGO_BIN_EXE_sandfs");
+/// The wardfs binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_wardfs");
 
 /// The variable a [`Daemon::git`] config names in `git.token_env`.
-pub const GIT_TOKEN_VAR: &str = "SANDFS_TEST_GIT_TOKEN";
+pub const GIT_TOKEN_VAR: &str = "WARDFS_TEST_GIT_TOKEN";
 
 /// How long a daemon may take to listen (and mount) after it was started.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
@@ -41,15 +41,15 @@ const START_TIMEOUT: Duration = Duration::from_secs(20);
 /// The zones of a daemon whose config does not say otherwise: sandboxed, under `<tmp>/root`.
 const ZONES: &str = "[zones]\nmode = \"sandboxed\"\nroot = \"root\"\n";
 
-/// `sandfs serve`, without the variables that would point it at another daemon
-/// (`SANDFS_SOCKET`, `SANDFS_CONFIG`): the only place the tests build this command. [`Daemon`]
+/// `wardfs serve`, without the variables that would point it at another daemon
+/// (`WARDFS_SOCKET`, `WARDFS_CONFIG`): the only place the tests build this command. [`Daemon`]
 /// starts through it; the tests of `serve`'s own start-up (a refused second start, a bad config,
 /// the embedded default config, readiness notification) add their arguments and run it.
 pub fn serve_command() -> Command {
     let mut cmd = Command::new(BIN);
     cmd.arg("serve")
-        .env_remove("SANDFS_SOCKET")
-        .env_remove("SANDFS_CONFIG");
+        .env_remove("WARDFS_SOCKET")
+        .env_remove("WARDFS_CONFIG");
     cmd
 }
 
@@ -66,7 +66,7 @@ pub struct Options {
 }
 
 impl Options {
-    /// The prefix of the daemon's temp dir (`sandfs-test` unless set).
+    /// The prefix of the daemon's temp dir (`wardfs-test` unless set).
     pub fn prefix(mut self, prefix: &str) -> Options {
         self.prefix = prefix.to_string();
         self
@@ -133,7 +133,7 @@ impl Options {
             .prefix(&self.prefix)
             .tempdir()
             .unwrap();
-        let socket = dir.path().join("run/sandfs.sock");
+        let socket = dir.path().join("run/wardfs.sock");
         let config = dir.path().join("config.toml");
         let mount = if self.mount { "mount = \"mnt\"\n" } else { "" };
         std::fs::write(
@@ -168,7 +168,7 @@ impl Options {
     }
 }
 
-/// A `sandfs serve` under a temp dir of its own; stopped on drop.
+/// A `wardfs serve` under a temp dir of its own; stopped on drop.
 pub struct Daemon {
     child: Option<Child>,
     /// The temp dir: `config.toml`, `daemon.log`, `run/` (the socket), `state/`, `root/` (the
@@ -192,7 +192,7 @@ impl Daemon {
     /// environment; change what the test needs and call [`Options::start`].
     pub fn options() -> Options {
         Options {
-            prefix: "sandfs-test".into(),
+            prefix: "wardfs-test".into(),
             config: ZONES.into(),
             mount: false,
             hermetic: false,
@@ -216,7 +216,7 @@ impl Daemon {
     /// Starts a daemon (sandboxed zones under the temp dir) mounted at `<tmp>/mnt`.
     pub fn mounted(extra: &str) -> Daemon {
         Daemon::options()
-            .prefix("sandfs-fuse")
+            .prefix("wardfs-fuse")
             .mount()
             .extra(extra)
             .start()
@@ -228,10 +228,10 @@ impl Daemon {
     /// `git.token_over_http`).
     pub fn git(extra: &str, token: Option<&str>) -> Daemon {
         let opts = Daemon::options()
-            .prefix("sandfs-git")
+            .prefix("wardfs-git")
             .config(&format!(
                 "[zones]\nroot = \"root\"\n[git]\ntoken_env = \"{GIT_TOKEN_VAR}\"\n\
-                 token_user = \"sandfs\"\ntoken_hosts = [\"127.0.0.1\"]\ntoken_over_http = true\n\
+                 token_user = \"wardfs\"\ntoken_hosts = [\"127.0.0.1\"]\ntoken_over_http = true\n\
                  {extra}"
             ))
             .hermetic();
@@ -268,7 +268,7 @@ impl Daemon {
         }
         cmd.env(
             "RUST_LOG",
-            std::env::var("SANDFS_TEST_LOG").unwrap_or_else(|_| "info".into()),
+            std::env::var("WARDFS_TEST_LOG").unwrap_or_else(|_| "info".into()),
         )
         .envs(self.opts.env.iter().map(|(k, v)| (k, v)))
         .stdout(Stdio::null())
@@ -421,7 +421,7 @@ impl Daemon {
     pub fn cli_stdin(&self, args: &[&str], stdin: Option<&[u8]>) -> Output {
         let mut cmd = Command::new(BIN);
         cmd.arg("--socket").arg(&self.socket).args(args);
-        cmd.env_remove("SANDFS_CONFIG");
+        cmd.env_remove("WARDFS_CONFIG");
         for (k, _) in &self.opts.env {
             cmd.env_remove(k);
         }
@@ -465,7 +465,7 @@ impl Daemon {
         let out = self.cli(args);
         assert!(
             out.status.success(),
-            "sandfs {args:?} failed ({}): {}",
+            "wardfs {args:?} failed ({}): {}",
             out.status,
             String::from_utf8_lossy(&out.stderr)
         );
@@ -479,20 +479,20 @@ impl Daemon {
         let out = self.cli(&all);
         assert!(
             out.status.success(),
-            "sandfs {args:?}: {}\n{}\n{}",
+            "wardfs {args:?}: {}\n{}\n{}",
             out.status,
             String::from_utf8_lossy(&out.stderr),
             self.log_text()
         );
         serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
             panic!(
-                "sandfs {args:?} printed no JSON ({e}): {}",
+                "wardfs {args:?} printed no JSON ({e}): {}",
                 String::from_utf8_lossy(&out.stdout)
             )
         })
     }
 
-    /// Runs `sandfs --config <this daemon's config> ARGS` and returns its output.
+    /// Runs `wardfs --config <this daemon's config> ARGS` and returns its output.
     pub fn with_config(&self, args: &[&str]) -> Output {
         Command::new(BIN)
             .arg("--config")
@@ -502,7 +502,7 @@ impl Daemon {
             .unwrap()
     }
 
-    /// Runs `sandfs doctor --json` with this daemon's config; returns (exit code, report).
+    /// Runs `wardfs doctor --json` with this daemon's config; returns (exit code, report).
     pub fn doctor(&self) -> (i32, Value) {
         let out = self.with_config(&["doctor", "--json"]);
         let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
@@ -533,7 +533,7 @@ impl Daemon {
             "--unix-socket",
         ])
         .arg(&self.socket)
-        .arg(format!("http://sandfs{route}"));
+        .arg(format!("http://wardfs{route}"));
         if body.is_some() {
             cmd.args(["--data-binary", "@-"]);
         }
@@ -579,8 +579,8 @@ impl Daemon {
     // -- the library's client --------------------------------------------------------------
 
     /// Returns a library client for this daemon.
-    pub fn client(&self) -> sandfs::client::Client {
-        sandfs::client::Client::new(&self.socket)
+    pub fn client(&self) -> wardfs::client::Client {
+        wardfs::client::Client::new(&self.socket)
     }
 
     /// A blocking client of this daemon (made on first use).

@@ -1,6 +1,6 @@
 //! Looking at what a daemon left on disk: [`snapshot`] (every entry under a directory, to prove
 //! that a refused call changed nothing), [`files_under`], [`temp_files`] (leftover
-//! `.sandfs-tmp-*` files) and [`contains`] (to look for a secret in bytes).
+//! `.wardfs-tmp-*` files) and [`contains`] (to look for a secret in bytes).
 
 use std::path::{Path, PathBuf};
 
@@ -52,7 +52,7 @@ pub fn files_under(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// Every `.sandfs-tmp-*` file beneath `dir`.
+/// Every `.wardfs-tmp-*` file beneath `dir`.
 pub fn temp_files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
@@ -61,7 +61,7 @@ pub fn temp_files(dir: &Path) -> Vec<PathBuf> {
             let Ok(ft) = e.file_type() else { continue };
             if ft.is_dir() {
                 stack.push(e.path());
-            } else if e.file_name().to_string_lossy().starts_with(".sandfs-tmp-") {
+            } else if e.file_name().to_string_lossy().starts_with(".wardfs-tmp-") {
                 out.push(e.path());
             }
         }

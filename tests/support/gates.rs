@@ -1,5 +1,5 @@
-//! Gates of the daemon under test (`sandfs::core::gate`, debug builds): [`Gates`] is a directory
-//! a daemon is started with (`SANDFS_TEST_GATES`, through [`Gates::env`]); a test arms a named
+//! Gates of the daemon under test (`wardfs::core::gate`, debug builds): [`Gates`] is a directory
+//! a daemon is started with (`WARDFS_TEST_GATES`, through [`Gates::env`]); a test arms a named
 //! point, waits until the daemon is held there, acts (a concurrent change, a SIGKILL), and
 //! releases it. Used by the tests of path locks through the mount and of crashes mid-checkpoint.
 
@@ -14,7 +14,7 @@ impl Gates {
     pub fn new() -> Gates {
         Gates {
             dir: tempfile::Builder::new()
-                .prefix("sandfs-gates")
+                .prefix("wardfs-gates")
                 .tempdir()
                 .unwrap(),
         }
@@ -22,7 +22,7 @@ impl Gates {
 
     /// The variable and value to start a daemon with.
     pub fn env(&self) -> (&'static str, String) {
-        ("SANDFS_TEST_GATES", self.dir.path().display().to_string())
+        ("WARDFS_TEST_GATES", self.dir.path().display().to_string())
     }
 
     /// Arms gate `name`: the next time the daemon reaches it, it waits there.

@@ -4,7 +4,7 @@
 //! under test).
 //!
 //! * [`BareRepo`]: a fresh bare repository in its own temp dir, with helpers to seed it, to move
-//!   it behind sandfs's back ([`BareRepo::commit_files`]), to inspect it ([`BareRepo::head`],
+//!   it behind wardfs's back ([`BareRepo::commit_files`]), to inspect it ([`BareRepo::head`],
 //!   [`BareRepo::read_file`], [`BareRepo::log`], ...) and to make it refuse pushes
 //!   ([`BareRepo::install_pre_receive_hook`], [`BareRepo::set_config`]).
 //! * [`GitDaemon`]: `git daemon` serving a directory of bare repos over `git://` (anonymous
@@ -29,8 +29,8 @@
 //! let repo = BareRepo::seeded("demo", &[("README.md", b"hello\n")]);
 //! let daemon = GitDaemon::serve(&repo);          // git://127.0.0.1:PORT/demo.git
 //! let http = HttpGit::serve(&repo);              // http://127.0.0.1:PORT/git/demo.git
-//! let url = http.url_with_credentials("demo");   // http://sandfs:TOKEN@127.0.0.1:PORT/git/demo.git
-//! // ... sandfs pulls/pushes ...
+//! let url = http.url_with_credentials("demo");   // http://wardfs:TOKEN@127.0.0.1:PORT/git/demo.git
+//! // ... wardfs pulls/pushes ...
 //! assert_eq!(repo.read_file("main", "README.md").as_deref(), Some(&b"hello\n"[..]));
 //! // drop order: servers first (declared last), then the repo
 //! ```
@@ -48,9 +48,9 @@ use std::time::{Duration, Instant};
 use super::tools::{free_port, is_executable, random_hex, require_tool};
 
 /// Name used for commits made by the harness (`user.name`).
-pub const COMMITTER_NAME: &str = "sandfs-test";
+pub const COMMITTER_NAME: &str = "wardfs-test";
 /// E-mail used for commits made by the harness (`user.email`).
-pub const COMMITTER_EMAIL: &str = "sandfs-test@example.invalid";
+pub const COMMITTER_EMAIL: &str = "wardfs-test@example.invalid";
 
 /// How long a server may take to start listening before the test fails.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
@@ -178,7 +178,7 @@ impl BareRepo {
     /// (`HEAD`) is `main`.
     pub fn new(name: &str) -> BareRepo {
         let tmp = tempfile::Builder::new()
-            .prefix("sandfs-git-repos")
+            .prefix("wardfs-git-repos")
             .tempdir()
             .unwrap();
         let mut repo = BareRepo::new_in(tmp.path(), name);
@@ -291,7 +291,7 @@ impl BareRepo {
         message: &str,
     ) -> String {
         let work = tempfile::Builder::new()
-            .prefix("sandfs-git-work")
+            .prefix("wardfs-git-work")
             .tempdir()
             .unwrap();
         let wt = work.path();
@@ -679,7 +679,7 @@ impl GitDaemon {
             .canonicalize()
             .unwrap_or_else(|e| panic!("{}: {e}", base.display()));
         let tmp = tempfile::Builder::new()
-            .prefix("sandfs-git-daemon")
+            .prefix("wardfs-git-daemon")
             .tempdir()
             .unwrap();
         let log = tmp.path().join("daemon.log");
@@ -771,14 +771,14 @@ impl HttpGit {
             .canonicalize()
             .unwrap_or_else(|e| panic!("{}: {e}", base.display()));
         let tmp = tempfile::Builder::new()
-            .prefix("sandfs-git-http")
+            .prefix("wardfs-git-http")
             .tempdir()
             .unwrap();
         let dir = tmp.path().to_path_buf();
         for sub in ["htdocs", "uploads"] {
             std::fs::create_dir(dir.join(sub)).unwrap();
         }
-        let user = "sandfs".to_string();
+        let user = "wardfs".to_string();
         let password = random_hex();
         std::fs::write(dir.join("users"), format!("{user}:{password}\n")).unwrap();
 
@@ -936,7 +936,7 @@ auth.backend = "plain"
 auth.backend.plain.userfile = {users}
 auth.require = ( "/" => (
     "method" => "basic",
-    "realm" => "sandfs-git",
+    "realm" => "wardfs-git",
     "require" => "valid-user",
 ) )
 

@@ -1,6 +1,6 @@
 //! The one test harness, shared by every area as `crate::support::…`:
 //!
-//! * [`daemon`]: [`Daemon`], the one starter of `sandfs serve` (with or without its mount,
+//! * [`daemon`]: [`Daemon`], the one starter of `wardfs serve` (with or without its mount,
 //!   inherited or hermetic environment, tokens, fd limit), and [`daemon::serve_command`], the
 //!   only place the tests build that command; the daemon driven by CLI, curl and the client.
 //! * [`mount`]: FUSE checks, whether a path is mounted, the lazy unmount after a crash.

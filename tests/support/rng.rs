@@ -1,5 +1,5 @@
 //! Seeded, reproducible randomness: [`Rng`] (xorshift64*) and [`seed`] for the crash runs
-//! (`SANDFS_RELIABILITY_SEED` replays one), and [`noise`] for file contents that no misplaced
+//! (`WARDFS_RELIABILITY_SEED` replays one), and [`noise`] for file contents that no misplaced
 //! chunk can pass for.
 
 /// xorshift64*: a seeded, reproducible random source.
@@ -36,9 +36,9 @@ impl Rng {
     }
 }
 
-/// Returns a seed from `$SANDFS_RELIABILITY_SEED`, else from the clock.
+/// Returns a seed from `$WARDFS_RELIABILITY_SEED`, else from the clock.
 pub fn seed() -> u64 {
-    std::env::var("SANDFS_RELIABILITY_SEED")
+    std::env::var("WARDFS_RELIABILITY_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| {

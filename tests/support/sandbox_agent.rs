@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sandfs::sandbox::{SandboxAgent, SandboxAgentConfig, Token};
+use wardfs::sandbox::{SandboxAgent, SandboxAgentConfig, Token};
 
 use super::tools::{free_port, random_hex};
 

@@ -1,4 +1,4 @@
-//! `sandfs cat`: stream a file's raw bytes to stdout (binary-safe).
+//! `wardfs cat`: stream a file's raw bytes to stdout (binary-safe).
 
 use crate::cli::{ClientError, Ctx, Outcome};
 

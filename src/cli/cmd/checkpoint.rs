@@ -1,5 +1,5 @@
-//! `sandfs checkpoint` and `sandfs restore`: snapshots of a zone to go back to. Every writer's
-//! changes are in them (API, MCP, the mount, git and mirror pulls, changes beside sandfs), and a
+//! `wardfs checkpoint` and `wardfs restore`: snapshots of a zone to go back to. Every writer's
+//! changes are in them (API, MCP, the mount, git and mirror pulls, changes beside wardfs), and a
 //! restore checkpoints the present first, so it can be undone by restoring that.
 
 use serde_json::json;
@@ -15,7 +15,7 @@ use crate::state::{CheckpointRow, RestoreRow};
 pub struct Args {
     #[command(subcommand)]
     pub command: Option<CheckpointCommand>,
-    /// What the checkpoint is for, shown in `sandfs checkpoint list`
+    /// What the checkpoint is for, shown in `wardfs checkpoint list`
     #[arg(short, long)]
     pub message: Option<String>,
     /// The zone to checkpoint: workspace (the default) or cache
@@ -51,7 +51,7 @@ pub enum CheckpointCommand {
 /// Put a zone back as it was at a checkpoint: all of it, or only the paths given
 #[derive(Debug, clap::Args)]
 pub struct RestoreArgs {
-    /// The checkpoint (see `sandfs checkpoint list`)
+    /// The checkpoint (see `wardfs checkpoint list`)
     pub id: i64,
     /// Virtual paths to restore, with what is beneath them (default: the whole zone)
     pub paths: Vec<String>,
@@ -155,7 +155,7 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
                 print_restore(r);
             }
             if b.checkpoints.is_empty() {
-                println!("no checkpoints yet: `sandfs checkpoint -m MESSAGE` makes one");
+                println!("no checkpoints yet: `wardfs checkpoint -m MESSAGE` makes one");
                 return Ok(Outcome::NothingFound);
             }
             for c in &b.checkpoints {
@@ -199,7 +199,7 @@ pub async fn restore(ctx: &Ctx, a: &RestoreArgs) -> Result<Outcome, ClientError>
     }
     let r: RestoreResult = decode(&raw)?;
     println!(
-        "restored checkpoint {}: {} written, {} removed (undo: sandfs restore {})",
+        "restored checkpoint {}: {} written, {} removed (undo: wardfs restore {})",
         r.checkpoint,
         r.restored.len(),
         r.removed.len(),

@@ -1,4 +1,4 @@
-//! `sandfs doctor`: checks that this machine can run the daemon and mount its zones, and says
+//! `wardfs doctor`: checks that this machine can run the daemon and mount its zones, and says
 //! what to fix.
 //!
 //! Runs locally, without the daemon (it is most useful when the daemon will not start). Each check
@@ -131,9 +131,9 @@ fn report(checks: &[Check], json: bool) -> ExitCode {
             }
         }
         if failed {
-            println!("\nsandfs cannot run as configured here: fix the FAIL lines above.");
+            println!("\nwardfs cannot run as configured here: fix the FAIL lines above.");
         } else {
-            println!("\nsandfs can run here.");
+            println!("\nwardfs can run here.");
         }
     }
     if failed {
@@ -266,7 +266,7 @@ fn passthrough() -> Check {
                 "kernel {release} supports it, but the daemon lacks CAP_SYS_ADMIN: file I/O goes \
                  through the daemon (slower)"
             ),
-            "run the daemon as root, or grant it: setcap cap_sys_admin+ep $(command -v sandfs)",
+            "run the daemon as root, or grant it: setcap cap_sys_admin+ep $(command -v wardfs)",
         ),
     }
 }
@@ -360,7 +360,7 @@ fn mount_point(path: &Path) -> Check {
             gone if crate::fuse::daemon_gone(&gone) => warn(
                 C,
                 format!("{shown}: a stale mount of a daemon that died"),
-                format!("nothing (`sandfs serve` clears it), or by hand: fusermount3 -uz {shown}"),
+                format!("nothing (`wardfs serve` clears it), or by hand: fusermount3 -uz {shown}"),
             ),
             Ok(_) => warn(
                 C,
@@ -445,7 +445,7 @@ fn zone(name: &'static str, backing: &Backing) -> Check {
         Backing::Remote(r) => ok(
             check,
             format!(
-                "served from sandbox `{}` at {} (`sandfs sandbox check {}` tests the connection)",
+                "served from sandbox `{}` at {} (`wardfs sandbox check {}` tests the connection)",
                 r.sandbox.name, r.path, r.sandbox.name
             ),
         ),
@@ -494,11 +494,11 @@ fn daemon(socket: &Path) -> Check {
         Err(e) if socket.exists() => warn(
             C,
             format!("{shown} exists but nothing answers ({e}): a stale socket"),
-            "nothing (`sandfs serve` replaces it)",
+            "nothing (`wardfs serve` replaces it)",
         ),
         Err(_) => ok(
             C,
-            format!("not running (start it with `sandfs serve`; it will listen on {shown})"),
+            format!("not running (start it with `wardfs serve`; it will listen on {shown})"),
         ),
     }
 }

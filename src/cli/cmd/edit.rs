@@ -1,4 +1,4 @@
-//! `sandfs edit`: replace an exact string in a text file.
+//! `wardfs edit`: replace an exact string in a text file.
 
 use serde_json::json;
 

@@ -1,4 +1,4 @@
-//! `sandfs events`: the journal's changes and the checkpoints as they happen (`GET /v1/events`).
+//! `wardfs events`: the journal's changes and the checkpoints as they happen (`GET /v1/events`).
 
 use std::ops::ControlFlow;
 
@@ -78,7 +78,7 @@ fn failure(raw: &[u8]) -> Result<(), ClientError> {
     })
 }
 
-/// Prints one line of the stream for people: a change as `sandfs log` shows it, a checkpoint,
+/// Prints one line of the stream for people: a change as `wardfs log` shows it, a checkpoint,
 /// nothing for a heartbeat; the daemon's error line is returned.
 fn print_event(raw: &[u8]) -> Result<(), ClientError> {
     let line: Line = decode(raw)?;

@@ -1,4 +1,4 @@
-//! `sandfs exists`: test whether a path exists (exit 0 if it does, 1 if not).
+//! `wardfs exists`: test whether a path exists (exit 0 if it does, 1 if not).
 
 use serde_json::json;
 

@@ -1,4 +1,4 @@
-//! `sandfs gc`: ask the daemon to delete old journal rows, discarded staged commits, stray staged
+//! `wardfs gc`: ask the daemon to delete old journal rows, discarded staged commits, stray staged
 //! refs, leftover temporary files and checkpoints past their retention now (it also does so every hour on its own).
 
 use crate::api::GcReport;

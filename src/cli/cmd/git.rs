@@ -1,4 +1,4 @@
-//! `sandfs git`: pull a repository into the workspace, see what changed, stage it for review.
+//! `wardfs git`: pull a repository into the workspace, see what changed, stage it for review.
 
 use std::io::IsTerminal;
 
@@ -38,11 +38,11 @@ pub enum GitCommand {
     Status {
         /// Only the repository holding this path
         path: Option<String>,
-        /// Re-hash every file (finds changes made beside sandfs, which the journal cannot see)
+        /// Re-hash every file (finds changes made beside wardfs, which the journal cannot see)
         #[arg(long)]
         rescan: bool,
     },
-    /// Stage changes as a commit for a human to review (`sandfs staged show`) and push
+    /// Stage changes as a commit for a human to review (`wardfs staged show`) and push
     Stage {
         /// Files or directories to stage (default: every change not staged yet)
         files: Vec<String>,
@@ -120,7 +120,7 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
                 r.duration_ms
             );
             if !r.conflicts.is_empty() {
-                println!("changed both upstream and here (left as they are; merge, then `sandfs git resolve PATH`):");
+                println!("changed both upstream and here (left as they are; merge, then `wardfs git resolve PATH`):");
                 for c in &r.conflicts {
                     println!("  {}  ({})", c.path, c.reason);
                 }
@@ -141,7 +141,7 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
             }
             let s: StatusResult = crate::cli::output::decode(&raw)?;
             if s.repos.is_empty() {
-                println!("no repository is pulled (`sandfs git pull URL`)");
+                println!("no repository is pulled (`wardfs git pull URL`)");
             }
             for r in &s.repos {
                 println!(
@@ -202,7 +202,7 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
                 println!("  {:<6} {}", f.operation, f.path);
             }
             println!(
-                "review: sandfs staged show {id}    push: sandfs staged push {id}",
+                "review: wardfs staged show {id}    push: wardfs staged push {id}",
                 id = c.id
             );
             Ok(Outcome::Ok)

@@ -1,4 +1,4 @@
-//! `sandfs glob`: find paths by glob, newest first.
+//! `wardfs glob`: find paths by glob, newest first.
 
 use crate::cli::output::print_json;
 use crate::cli::{ClientError, Ctx, Outcome};

@@ -1,4 +1,4 @@
-//! `sandfs grep`: search file contents, ripgrep-style.
+//! `wardfs grep`: search file contents, ripgrep-style.
 
 use crate::cli::output::print_json;
 use crate::cli::{ClientError, Ctx, Outcome};

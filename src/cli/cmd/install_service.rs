@@ -1,6 +1,6 @@
-//! `sandfs install-service`: put the systemd user unit in place.
+//! `wardfs install-service`: put the systemd user unit in place.
 //!
-//! The unit is the repository's `systemd/sandfs.service` (embedded), with `ExecStart` naming the
+//! The unit is the repository's `systemd/wardfs.service` (embedded), with `ExecStart` naming the
 //! absolute path of the running binary and the config it should serve. Writing is idempotent: an
 //! identical unit is left untouched, a different one is replaced atomically. Nothing here talks to
 //! systemd; the `systemctl --user` commands to run are printed instead.
@@ -9,14 +9,14 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// The unit as kept in the repository.
-pub const UNIT_TEMPLATE: &str = include_str!("../../../systemd/sandfs.service");
+pub const UNIT_TEMPLATE: &str = include_str!("../../../systemd/wardfs.service");
 
 /// The unit's file name.
-pub const UNIT_NAME: &str = "sandfs.service";
+pub const UNIT_NAME: &str = "wardfs.service";
 
-/// Install the systemd user unit (Type=notify) that runs `sandfs serve`
+/// Install the systemd user unit (Type=notify) that runs `wardfs serve`
 ///
-/// Writes sandfs.service to $XDG_CONFIG_HOME/systemd/user/ (default ~/.config/systemd/user/) with
+/// Writes wardfs.service to $XDG_CONFIG_HOME/systemd/user/ (default ~/.config/systemd/user/) with
 /// the absolute path of this binary, and prints the `systemctl --user` commands that enable it.
 /// With --config, the service serves that config file; otherwise the embedded default from ~.
 #[derive(Debug, clap::Args)]
@@ -38,7 +38,7 @@ pub enum InstallError {
         path: PathBuf,
         rule: &'static str,
     },
-    #[error("cannot find the running sandfs binary: {0}")]
+    #[error("cannot find the running wardfs binary: {0}")]
     CurrentExe(std::io::Error),
     #[error("neither $XDG_CONFIG_HOME nor $HOME is set: pass --dir")]
     NoConfigDir,
@@ -59,7 +59,7 @@ pub fn run(config: Option<&Path>, json: bool, args: &Args) -> ExitCode {
                     serde_json::json!({ "code": null, "message": e.to_string() })
                 );
             }
-            eprintln!("sandfs: {e}");
+            eprintln!("wardfs: {e}");
             ExitCode::from(2)
         }
     }
@@ -91,8 +91,8 @@ fn install(config: Option<&Path>, json: bool, args: &Args) -> Result<(), Install
     let changed = write_if_changed(&path, &unit)?;
     let commands = [
         "systemctl --user daemon-reload",
-        "systemctl --user enable --now sandfs",
-        "journalctl --user -u sandfs -f",
+        "systemctl --user enable --now wardfs",
+        "journalctl --user -u wardfs -f",
     ];
     if json {
         println!(
@@ -122,7 +122,7 @@ fn install(config: Option<&Path>, json: bool, args: &Args) -> Result<(), Install
 
 /// Returns the unit with `ExecStart` running `exe serve [--config CONFIG]`.
 pub fn render(exe: &Path, config: Option<&Path>) -> Result<String, InstallError> {
-    let bin = quote("the sandfs binary", exe)?;
+    let bin = quote("the wardfs binary", exe)?;
     let with_config = |cmd: &str| -> Result<String, InstallError> {
         let mut line = format!("{bin} {cmd}");
         if let Some(c) = config {
@@ -202,20 +202,20 @@ mod tests {
     #[test]
     fn exec_start_names_the_binary_and_config_quoted() {
         let unit = render(
-            Path::new("/opt/my tools/sandfs"),
+            Path::new("/opt/my tools/wardfs"),
             Some(Path::new("/home/me/100%/c.toml")),
         )
         .unwrap();
         assert!(unit.contains(
-            "\nExecStart=\"/opt/my tools/sandfs\" serve --config \"/home/me/100%%/c.toml\"\n"
+            "\nExecStart=\"/opt/my tools/wardfs\" serve --config \"/home/me/100%%/c.toml\"\n"
         ));
         assert_eq!(unit.matches("ExecStart=").count(), 1, "{unit}");
         // After every exit, crashes included, the same binary detaches a dead daemon's mount.
         assert!(unit.contains(
-            "\nExecStopPost=-\"/opt/my tools/sandfs\" unmount --config \"/home/me/100%%/c.toml\"\n"
+            "\nExecStopPost=-\"/opt/my tools/wardfs\" unmount --config \"/home/me/100%%/c.toml\"\n"
         ), "{unit}");
         assert!(unit.contains("Type=notify") && unit.contains("LimitNOFILE="));
-        let e = render(Path::new("sandfs"), None).unwrap_err().to_string();
+        let e = render(Path::new("wardfs"), None).unwrap_err().to_string();
         assert!(e.contains("absolute"), "{e}");
     }
 }

@@ -1,4 +1,4 @@
-//! `sandfs log`: the change journal, newest first.
+//! `wardfs log`: the change journal, newest first.
 
 use crate::cli::output::{print_json, time};
 use crate::cli::{ClientError, Ctx, Outcome};
@@ -44,7 +44,7 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
     Ok(Outcome::Ok)
 }
 
-/// Formats a journal row for people, one line (`sandfs log`, `sandfs events`).
+/// Formats a journal row for people, one line (`wardfs log`, `wardfs events`).
 pub fn line(r: &JournalRow) -> String {
     let to = r
         .to_path

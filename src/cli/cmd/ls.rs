@@ -1,4 +1,4 @@
-//! `sandfs ls`: list a directory.
+//! `wardfs ls`: list a directory.
 
 use serde_json::json;
 

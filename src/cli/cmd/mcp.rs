@@ -1,4 +1,4 @@
-//! `sandfs mcp`: the MCP server on stdin/stdout, for agents that cannot use the mount.
+//! `wardfs mcp`: the MCP server on stdin/stdout, for agents that cannot use the mount.
 //!
 //! The subcommand only wires the config to [`crate::mcp`]: the socket (from `--socket`, else the
 //! config), `[mcp] allow_push` and `[mcp] allow_sandboxes`. stdout belongs to the protocol, so every message of this
@@ -16,7 +16,7 @@ use crate::mcp::Server;
 /// Tools: read, write, edit, ls, glob, grep, stat, rm, mv, git_status, git_stage, staged_list,
 /// staged_show, mirror_push, mirror_pull; git_push only with `[mcp] allow_push = true` in the
 /// config; sandbox_create, sandbox_list, sandbox_destroy only with `[mcp] allow_sandboxes =
-/// true`. Each calls the running daemon (`sandfs serve`) through its socket.
+/// true`. Each calls the running daemon (`wardfs serve`) through its socket.
 #[derive(Debug, clap::Args)]
 pub struct Args {}
 
@@ -24,7 +24,7 @@ pub fn run(config: Option<&Path>, socket: Option<PathBuf>, _args: &Args) -> Exit
     let settings = match Settings::load(config) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("sandfs mcp: {e}");
+            eprintln!("wardfs mcp: {e}");
             return ExitCode::from(2);
         }
     };
@@ -40,14 +40,14 @@ pub fn run(config: Option<&Path>, socket: Option<PathBuf>, _args: &Args) -> Exit
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("sandfs mcp: cannot start the runtime: {e}");
+            eprintln!("wardfs mcp: cannot start the runtime: {e}");
             return ExitCode::from(9);
         }
     };
     match rt.block_on(crate::mcp::serve_stdio(server)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("sandfs mcp: {e}");
+            eprintln!("wardfs mcp: {e}");
             ExitCode::from(9)
         }
     }

@@ -1,4 +1,4 @@
-//! `sandfs mirror`: push a zone to a sandbox, pull what the sandbox changed.
+//! `wardfs mirror`: push a zone to a sandbox, pull what the sandbox changed.
 
 use std::io::IsTerminal;
 
@@ -20,7 +20,7 @@ pub enum MirrorCommand {
     ///
     /// A path changed in the sandbox too is a conflict: reported, left alone on both sides.
     Push {
-        /// The sandbox's name (`sandfs sandbox list`)
+        /// The sandbox's name (`wardfs sandbox list`)
         sandbox: String,
         /// The zone to push
         #[arg(long, default_value = "workspace")]
@@ -44,7 +44,7 @@ pub enum MirrorCommand {
     /// A path changed here too is a conflict: the sandbox's copy is saved beside it as
     /// `NAME.sandbox-<sandbox>`.
     Pull {
-        /// The sandbox's name (`sandfs sandbox list`)
+        /// The sandbox's name (`wardfs sandbox list`)
         sandbox: String,
         /// The zone to pull into
         #[arg(long, default_value = "workspace")]

@@ -1,4 +1,4 @@
-//! `sandfs mkdir`: create a directory.
+//! `wardfs mkdir`: create a directory.
 
 use serde_json::json;
 

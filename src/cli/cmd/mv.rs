@@ -1,4 +1,4 @@
-//! `sandfs mv`: move or rename a file or directory.
+//! `wardfs mv`: move or rename a file or directory.
 
 use serde_json::json;
 

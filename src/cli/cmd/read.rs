@@ -1,4 +1,4 @@
-//! `sandfs read`: print a text file, or a window of its lines.
+//! `wardfs read`: print a text file, or a window of its lines.
 
 use serde_json::json;
 

@@ -1,4 +1,4 @@
-//! `sandfs resolve`: print the real path behind a virtual path.
+//! `wardfs resolve`: print the real path behind a virtual path.
 
 use serde_json::json;
 
@@ -6,7 +6,7 @@ use crate::cli::output::print_json;
 use crate::cli::{ClientError, Ctx, Outcome};
 use crate::core::ResolveResult;
 
-/// Print the real path behind a virtual path (for tools working outside sandfs)
+/// Print the real path behind a virtual path (for tools working outside wardfs)
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Virtual path

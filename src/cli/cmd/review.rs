@@ -1,4 +1,4 @@
-//! `sandfs review`: serve the review web page on loopback (see [`crate::review`]).
+//! `wardfs review`: serve the review web page on loopback (see [`crate::review`]).
 
 use std::io::Write as _;
 use std::net::Ipv4Addr;
@@ -33,7 +33,7 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
         println!("{}", serde_json::json!({ "url": url, "port": addr.port() }));
     } else {
         println!("{url}");
-        eprintln!("sandfs review: open the URL above in a browser; Ctrl-C stops the page");
+        eprintln!("wardfs review: open the URL above in a browser; Ctrl-C stops the page");
     }
     let _ = std::io::stdout().flush();
     review::serve(listener, ctx.client.clone(), token, stop_signal())

@@ -1,4 +1,4 @@
-//! `sandfs rm`: delete a file, or a directory with -r.
+//! `wardfs rm`: delete a file, or a directory with -r.
 
 use serde_json::json;
 

@@ -1,5 +1,5 @@
-//! `sandfs sandbox`: name the remote sandboxes the daemon mirrors to, see their sessions, and
-//! drive the lifecycle of those sandfs makes itself (`provider = "local"` or `"daytona"`).
+//! `wardfs sandbox`: name the remote sandboxes the daemon mirrors to, see their sessions, and
+//! drive the lifecycle of those wardfs makes itself (`provider = "local"` or `"daytona"`).
 
 use serde_json::{json, Value};
 
@@ -7,21 +7,21 @@ use crate::cli::output::{decode, print_json, time};
 use crate::cli::{ClientError, Ctx, Outcome};
 use crate::sandbox::SandboxInfo;
 
-/// Add, list, check and remove remote sandboxes; create, pause, resume and destroy the ones sandfs makes
+/// Add, list, check and remove remote sandboxes; create, pause, resume and destroy the ones wardfs makes
 ///
 /// Two kinds of sandbox: an attached one (provider = "sandbox-agent": a URL and token of a server
 /// someone else started; `add`, `remove`) and a provisioned one (provider = "local" or "daytona"
-/// in the config file's [sandboxes.NAME]: sandfs makes it on first use, pauses it when idle and
+/// in the config file's [sandboxes.NAME]: wardfs makes it on first use, pauses it when idle and
 /// destroys it after its paused TTL; `create`, `pause`, `resume`, `destroy`, `snapshot`).
-/// `sandfs mirror push NAME` works on both.
+/// `wardfs mirror push NAME` works on both.
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Examples:
-  sandfs sandbox list
-  sandfs sandbox create dev              # make [sandboxes.dev] now instead of on first use
-  sandfs sandbox pause dev               # freeze it; its files stay
-  sandfs sandbox resume dev
-  sandfs sandbox destroy dev --keep-volume
-  sandfs sandbox add ci --url http://127.0.0.1:2468 --token-env CI_TOKEN")]
+  wardfs sandbox list
+  wardfs sandbox create dev              # make [sandboxes.dev] now instead of on first use
+  wardfs sandbox pause dev               # freeze it; its files stay
+  wardfs sandbox resume dev
+  wardfs sandbox destroy dev --keep-volume
+  wardfs sandbox add ci --url http://127.0.0.1:2468 --token-env CI_TOKEN")]
 pub struct Args {
     #[command(subcommand)]
     pub command: SandboxCommand,
@@ -236,7 +236,7 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
                 let Some(s) = list.sandboxes.iter().find(|s| &s.name == name) else {
                     return Err(ClientError::Api {
                         code: crate::core::ErrorCode::NotFound,
-                        message: format!("no sandbox named {name:?} (see `sandfs sandbox list`)"),
+                        message: format!("no sandbox named {name:?} (see `wardfs sandbox list`)"),
                         path: None,
                     });
                 };
@@ -250,7 +250,7 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
             if ctx.json {
                 print_json(&raw);
             } else if list.sandboxes.is_empty() {
-                println!("no sandboxes (add one with `sandfs sandbox add NAME --url URL --token-env VAR`)");
+                println!("no sandboxes (add one with `wardfs sandbox add NAME --url URL --token-env VAR`)");
             } else {
                 for s in &list.sandboxes {
                     show(s);

@@ -1,4 +1,4 @@
-//! `sandfs serve`: run the daemon in the foreground (the wiring itself is `crate::daemon`).
+//! `wardfs serve`: run the daemon in the foreground (the wiring itself is `crate::daemon`).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -19,7 +19,7 @@ pub fn run(config: Option<&Path>, socket: Option<PathBuf>, args: &Args) -> ExitC
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
-            eprintln!("sandfs: {e:#}");
+            eprintln!("wardfs: {e:#}");
             ExitCode::from(8)
         }
     }

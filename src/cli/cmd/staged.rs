@@ -1,4 +1,4 @@
-//! `sandfs staged`: review staged commits, then push or discard them (a human's decisions).
+//! `wardfs staged`: review staged commits, then push or discard them (a human's decisions).
 
 use std::io::{IsTerminal, Write};
 
@@ -37,7 +37,7 @@ pub enum StagedCommand {
     /// Push a staged commit to its branch (rebased first when the remote moved)
     Push {
         id: String,
-        /// Push to the branch sandfs/<id> and open a pull request instead
+        /// Push to the branch wardfs/<id> and open a pull request instead
         #[arg(long, conflicts_with = "direct")]
         pr: bool,
         /// Push to the commit's branch (the default)
@@ -71,7 +71,7 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
             }
             let b: Body = crate::cli::output::decode(&raw)?;
             if b.staged.is_empty() {
-                println!("nothing staged (`sandfs git stage -m MESSAGE`)");
+                println!("nothing staged (`wardfs git stage -m MESSAGE`)");
             }
             for c in &b.staged {
                 println!(

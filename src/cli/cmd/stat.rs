@@ -1,4 +1,4 @@
-//! `sandfs stat`: describe one path.
+//! `wardfs stat`: describe one path.
 
 use serde_json::json;
 

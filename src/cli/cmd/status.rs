@@ -1,4 +1,4 @@
-//! `sandfs status`: what the daemon serves and how it is doing.
+//! `wardfs status`: what the daemon serves and how it is doing.
 
 use crate::api::Status;
 use crate::cli::output::print_json;
@@ -15,7 +15,7 @@ pub async fn run(ctx: &Ctx, _: &Args) -> Result<Outcome, ClientError> {
         return Ok(Outcome::Ok);
     }
     let s: Status = crate::cli::output::decode(&raw)?;
-    println!("sandfs {} (pid {}, up {}s)", s.version, s.pid, s.uptime_s);
+    println!("wardfs {} (pid {}, up {}s)", s.version, s.pid, s.uptime_s);
     println!("config:  {}", s.config);
     println!("socket:  {}", s.socket);
     println!(
@@ -28,7 +28,7 @@ pub async fn run(ctx: &Ctx, _: &Args) -> Result<Outcome, ClientError> {
         "staged:  {} commit(s) awaiting review{}",
         s.staged_awaiting_review,
         if s.staged_awaiting_review > 0 {
-            " (`sandfs staged list`)"
+            " (`wardfs staged list`)"
         } else {
             ""
         }

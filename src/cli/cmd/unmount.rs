@@ -1,4 +1,4 @@
-//! `sandfs unmount`: clears the configured mount point when no daemon serves it any more.
+//! `wardfs unmount`: clears the configured mount point when no daemon serves it any more.
 //!
 //! A daemon unmounts itself on SIGINT/SIGTERM; this is for the other cases, a daemon killed with
 //! SIGKILL or by the OOM killer, whose mount answers every call with ENOTCONN until it is
@@ -23,7 +23,7 @@ pub fn run(config: Option<&Path>, json: bool, _: &Args) -> ExitCode {
     let settings = match Settings::load(config) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("sandfs: {e}");
+            eprintln!("wardfs: {e}");
             return ExitCode::from(2);
         }
     };
@@ -48,7 +48,7 @@ pub fn run(config: Option<&Path>, json: bool, _: &Args) -> ExitCode {
     let answer = crate::fuse::statvfs_within(mount, crate::fuse::HUNG_MOUNT_TIMEOUT);
     if answer.is_none() {
         if let Err(e) = crate::fuse::abort_connection(mount) {
-            eprintln!("sandfs: {shown} does not answer and its connection cannot be aborted: {e}; as root: umount -f {shown}");
+            eprintln!("wardfs: {shown} does not answer and its connection cannot be aborted: {e}; as root: umount -f {shown}");
             return ExitCode::from(9);
         }
     }
@@ -62,13 +62,13 @@ pub fn run(config: Option<&Path>, json: bool, _: &Args) -> ExitCode {
                 ExitCode::SUCCESS
             }
             Err(e) => {
-                eprintln!("sandfs: cannot unmount {shown}: {e} (try `fusermount3 -uz {shown}` or umount -l as root)");
+                eprintln!("wardfs: cannot unmount {shown}: {e} (try `fusermount3 -uz {shown}` or umount -l as root)");
                 ExitCode::from(9)
             }
         },
         _ => {
             eprintln!(
-                "sandfs: {shown} is served by a live daemon: stop it instead (SIGTERM, or `systemctl --user stop sandfs`), which unmounts cleanly"
+                "wardfs: {shown} is served by a live daemon: stop it instead (SIGTERM, or `systemctl --user stop wardfs`), which unmounts cleanly"
             );
             ExitCode::from(6)
         }

@@ -1,4 +1,4 @@
-//! `sandfs write`: replace a file atomically with the given text or stdin.
+//! `wardfs write`: replace a file atomically with the given text or stdin.
 
 use serde_json::json;
 

@@ -143,7 +143,7 @@ fn changed(vp: &VPath) -> FsError {
 pub fn tmp_name() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!(".sandfs-tmp-{}-{n}", std::process::id())
+    format!(".wardfs-tmp-{}-{n}", std::process::id())
 }
 
 /// A zone's storage, by virtual path. Every method runs under the caller's rules (see the
@@ -222,7 +222,7 @@ pub trait Store: Send + Sync {
         replace: Replace,
     ) -> FsResult<Moved>;
 
-    /// The real place behind `vp`, for tools that work outside sandfs.
+    /// The real place behind `vp`, for tools that work outside wardfs.
     fn resolve(&self, vp: &VPath) -> FsResult<ResolveResult>;
 
     /// The local directory behind this store, for a rename between two of them.

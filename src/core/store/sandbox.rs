@@ -3,7 +3,7 @@
 //! streamed through the spool both ways, never whole in memory. The sandbox offers no
 //! compare-and-swap of its own: a replacement or removal compares the entry's kind, size and
 //! mtime as the sandbox reports them right before the call, under the caller's path lock, so a
-//! change made through sandfs is never lost; one made inside the sandbox in between may be.
+//! change made through wardfs is never lost; one made inside the sandbox in between may be.
 
 use std::os::fd::OwnedFd;
 

@@ -51,9 +51,9 @@
     }
   }
 
-  const saved = sessionStorage.getItem("sandfs-flash");
+  const saved = sessionStorage.getItem("wardfs-flash");
   if (saved) {
-    sessionStorage.removeItem("sandfs-flash");
+    sessionStorage.removeItem("wardfs-flash");
     try {
       const f = JSON.parse(saved);
       if (f.restore) showRestore(f.kind, f.text, f.restore);
@@ -114,7 +114,7 @@
       const res = await fetch("/api/" + action, {
         method: "POST",
         credentials: "same-origin",
-        headers: { "Content-Type": "application/json", "X-Sandfs-Token": token },
+        headers: { "Content-Type": "application/json", "X-Wardfs-Token": token },
         body: JSON.stringify(body),
       });
       const answer = await res.json().catch(() => ({ message: "HTTP " + res.status }));
@@ -129,7 +129,7 @@
     } catch (e) {
       saved.text = "The review server did not answer: " + e;
     }
-    sessionStorage.setItem("sandfs-flash", JSON.stringify(saved));
+    sessionStorage.setItem("wardfs-flash", JSON.stringify(saved));
     window.location.reload();
   }
 

@@ -459,7 +459,7 @@ impl SandboxAgent {
     ) -> RemoteResult<()> {
         let (parent, name) = split_parent(path);
         let stem = format!(
-            "{}/.{name}.sandfs-{}",
+            "{}/.{name}.wardfs-{}",
             parent.trim_end_matches('/'),
             self.unique()
         );
@@ -593,7 +593,7 @@ mv -f "$tmp" "$dest""#;
 }
 
 /// The provider boundary for names from the sandbox: returns whether an entry of a listing (a
-/// single `name`) or of a walk (a relative path, `nested`) may be shown to sandfs. A name that is
+/// single `name`) or of a walk (a relative path, `nested`) may be shown to wardfs. A name that is
 /// empty, `.`, `..`, or holds `/` or NUL ([`foreign::check_name`], `.git` allowed: a project in a
 /// sandbox may hold its repository) is skipped with a warning, so neither the mount, the API nor
 /// the mirror ever sees it.
@@ -800,7 +800,7 @@ impl RemoteFs for SandboxAgent {
             if path == "/" {
                 return Err(RemoteError::InvalidPath {
                     path: path.into(),
-                    rule: "sandfs never removes the sandbox's root".into(),
+                    rule: "wardfs never removes the sandbox's root".into(),
                 });
             }
             let mut route = Self::fs_route("entry", path);
@@ -1066,11 +1066,11 @@ mod tests {
     #[test]
     fn a_missing_token_variable_is_named() {
         let mut config = SandboxAgentConfig::new("http://127.0.0.1:9");
-        config.token_env = Some("SANDFS_TEST_TOKEN_THAT_IS_NEVER_SET".into());
+        config.token_env = Some("WARDFS_TEST_TOKEN_THAT_IS_NEVER_SET".into());
         let err = SandboxAgent::connect(&config).unwrap_err();
         assert!(err
             .to_string()
-            .contains("SANDFS_TEST_TOKEN_THAT_IS_NEVER_SET"));
+            .contains("WARDFS_TEST_TOKEN_THAT_IS_NEVER_SET"));
         assert_eq!(err.code(), crate::core::ErrorCode::AuthFailed);
     }
 }

@@ -29,7 +29,7 @@ find -H "$1" -mindepth 1 -printf '%y %m %s %T@ %P\0%l\0' > "$out" || { rm -f "$o
 printf '%s' "$out""#;
 
 /// Parses the records the walk script prints. Entries whose name is not UTF-8 are skipped (with
-/// a warning): remote paths are UTF-8 strings throughout sandfs.
+/// a warning): remote paths are UTF-8 strings throughout wardfs.
 pub(super) fn parse(output: &[u8]) -> Result<Vec<WalkEntry>, String> {
     let mut fields = output.split(|&b| b == 0);
     let mut entries = Vec::new();

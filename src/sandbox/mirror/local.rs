@@ -15,7 +15,7 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 use crate::core::zone::openat2_beneath;
 
 /// The prefix of the temp files an atomic write leaves beside its destination until it renames.
-pub const TMP_PREFIX: &str = ".sandfs-tmp-";
+pub const TMP_PREFIX: &str = ".wardfs-tmp-";
 
 static TMP_SEQ: AtomicU64 = AtomicU64::new(0);
 

@@ -1,7 +1,7 @@
 //! The mirror: keeps a zone directory and a directory inside a sandbox in step, on demand.
 //!
 //! Per (zone, sandbox, remote root) a [`Manifest`] records what the remote holds as far as
-//! sandfs knows: per path the BLAKE3 hash, size, mode and link target last transferred, the local
+//! wardfs knows: per path the BLAKE3 hash, size, mode and link target last transferred, the local
 //! stat that hash was taken from (so an unchanged file is recognised without reading it) and the
 //! remote fingerprint (size, remote mtime) right after the transfer. Local and remote mtimes are
 //! never compared with each other: each side is only compared with its own earlier reading.
@@ -70,7 +70,7 @@ fn local_err(path: &str, op: &'static str) -> impl FnOnce(std::io::Error) -> Mir
     move |source| MirrorError::Local { path, op, source }
 }
 
-/// What sandfs knows the remote holds, per path relative to the mirror's roots.
+/// What wardfs knows the remote holds, per path relative to the mirror's roots.
 pub struct Manifest {
     entries: BTreeMap<String, MirrorEntryRow>,
     store: Option<(Arc<Db>, i64)>,
@@ -332,7 +332,7 @@ enum Side {
 
 fn is_provider_temp(path: &str) -> bool {
     let name = local::split(path).1;
-    name.starts_with(TMP_PREFIX) || (name.starts_with('.') && name.contains(".sandfs-"))
+    name.starts_with(TMP_PREFIX) || (name.starts_with('.') && name.contains(".wardfs-"))
 }
 
 fn fingerprint_same(m: &MirrorEntryRow, r: &RemoteMeta) -> bool {

@@ -3,7 +3,7 @@
 //!
 //! Routes used (Daytona API 1.0, bearer API key): `POST /sandbox` (from a snapshot, with labels,
 //! env and volumes), `GET /sandbox/{id}`, `GET /sandbox?labels=`, `POST /sandbox/{id}/start`,
-//! `POST /sandbox/{id}/stop` (sandfs's pause), `DELETE /sandbox/{id}`,
+//! `POST /sandbox/{id}/stop` (wardfs's pause), `DELETE /sandbox/{id}`,
 //! `GET /sandbox/{id}/ports/{port}/preview-url`, `GET|POST /snapshots[/{name}]`,
 //! `POST /snapshots/{id}/activate`, `GET /volumes/by-name/{name}`, `POST /volumes`,
 //! `DELETE /volumes/{id}`, and the toolbox's `POST /toolbox/{id}/toolbox/process/execute`.
@@ -59,13 +59,13 @@ use crate::sandbox::agent::{ExtraHeader, SandboxAgent, Token};
 pub const DEFAULT_API_URL: &str = "https://app.daytona.io/api";
 /// The header Daytona's preview proxy reads its token from.
 pub const PREVIEW_TOKEN_HEADER: &str = "x-daytona-preview-token";
-/// The label every sandbox sandfs makes carries (value `"1"`); [`Provisioner::list`] filters on it.
-pub const LABEL_MANAGED: &str = "sandfs";
-/// The label holding the sandbox's name in sandfs.
-pub const LABEL_NAME: &str = "sandfs.name";
+/// The label every sandbox wardfs makes carries (value `"1"`); [`Provisioner::list`] filters on it.
+pub const LABEL_MANAGED: &str = "wardfs";
+/// The label holding the sandbox's name in wardfs.
+pub const LABEL_NAME: &str = "wardfs.name";
 /// The label holding the id of the volume attached at create (deleted with the sandbox unless
 /// kept).
-pub const LABEL_VOLUME: &str = "sandfs.volume";
+pub const LABEL_VOLUME: &str = "wardfs.volume";
 /// The port `sandbox-agent` listens on inside the sandbox by default.
 pub const DEFAULT_AGENT_PORT: u16 = 2468;
 
@@ -643,13 +643,13 @@ impl Provisioner for Daytona {
     }
 }
 
-/// Returns the state sandfs acts on for a Daytona sandbox state.
+/// Returns the state wardfs acts on for a Daytona sandbox state.
 fn map_state(state: &str) -> ProviderState {
     match state {
         "creating" | "restoring" | "starting" | "pending_build" | "building_snapshot"
         | "pulling_snapshot" => ProviderState::Creating,
         "started" => ProviderState::Running,
-        // Daytona's stop is sandfs's pause: the files stay, a start brings it back quickly.
+        // Daytona's stop is wardfs's pause: the files stay, a start brings it back quickly.
         "stopped" | "stopping" => ProviderState::Paused,
         // Archived (files moved to object storage) or failed: a start may bring it back.
         "archived" | "archiving" | "error" => ProviderState::Stopped,
@@ -735,7 +735,7 @@ fn dockerfile(spec: &SnapshotSpec) -> ProvisionResult<Option<String>> {
 /// quote, so the toolbox's command parser passes it to `sh -c` whole.
 fn agent_script(command: &str, token: &str, port: u16) -> String {
     let script = format!(
-        r#"d="${{TMPDIR:-/tmp}}/sandfs-agent"; mkdir -p "$d" || exit 1
+        r#"d="${{TMPDIR:-/tmp}}/wardfs-agent"; mkdir -p "$d" || exit 1
 command -v {command} >/dev/null 2>&1 || {{ echo "{command} is not installed in this sandbox"; exit 127; }}
 if [ -f "$d/pid" ]; then p="$(cat "$d/pid")"; kill "$p" 2>/dev/null; i=0; while kill -0 "$p" 2>/dev/null && [ "$i" -lt 50 ]; do sleep 0.1; i=$((i+1)); done; fi
 nohup {command} server --token {token} --no-telemetry --host 127.0.0.1 --port {port} >"$d/log" 2>&1 </dev/null &

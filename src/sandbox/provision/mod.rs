@@ -1,9 +1,9 @@
-//! Provisioned sandboxes: the lifecycle of a sandbox sandfs makes itself.
+//! Provisioned sandboxes: the lifecycle of a sandbox wardfs makes itself.
 //!
 //! A [`Provisioner`] creates a sandbox from a snapshot (a prepared root with the dependencies
 //! installed), pauses, resumes and destroys it, and keeps volumes that outlive a sandbox. What it
 //! hands back is a [`Handle`]: the URL and token of the `sandbox-agent` server inside, which is
-//! all the rest of sandfs (mirror, remote zones) ever sees. Providers:
+//! all the rest of wardfs (mirror, remote zones) ever sees. Providers:
 //! * `local`: a process tree in its own namespaces on this machine (see `local`);
 //! * `daytona`: Daytona's REST API (see [`daytona`]).
 //!
@@ -26,14 +26,14 @@ pub mod local;
 /// What a new sandbox is made from.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SandboxSpec {
-    /// The sandbox's name in sandfs (`[sandboxes.NAME]`); providers label the sandbox with it so
+    /// The sandbox's name in wardfs (`[sandboxes.NAME]`); providers label the sandbox with it so
     /// that a restarted daemon can find it again ([`Provisioner::list`]).
     pub name: String,
     /// The snapshot to start from ([`Provisioner::snapshot`]); `None`: the provider's default.
     pub snapshot: Option<String>,
     /// A volume to attach, whose contents outlive the sandbox.
     pub volume: Option<VolumeMount>,
-    /// Environment variables of the sandbox's processes (never a sandfs credential).
+    /// Environment variables of the sandbox's processes (never a wardfs credential).
     pub env: BTreeMap<String, String>,
 }
 
@@ -66,7 +66,7 @@ impl SnapshotSpec {
     pub fn key(&self) -> String {
         let canon = serde_json::to_vec(self).expect("a spec serialises");
         let hash = blake3::hash(&canon);
-        format!("sandfs-{}", &hash.to_hex()[..16])
+        format!("wardfs-{}", &hash.to_hex()[..16])
     }
 }
 
@@ -134,7 +134,7 @@ pub enum ProviderState {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listed {
     pub id: String,
-    /// The sandfs name it was created for (its label), if it carries one.
+    /// The wardfs name it was created for (its label), if it carries one.
     pub name: Option<String>,
     pub state: ProviderState,
 }
@@ -188,7 +188,7 @@ pub trait Provisioner: Send + Sync {
     /// The provider's state of one sandbox.
     fn state<'a>(&'a self, id: &'a str) -> BoxFuture<'a, ProvisionResult<ProviderState>>;
 
-    /// Every sandbox this provider holds for sandfs (those carrying sandfs's label).
+    /// Every sandbox this provider holds for wardfs (those carrying wardfs's label).
     fn list(&self) -> BoxFuture<'_, ProvisionResult<Vec<Listed>>>;
 
     /// Builds (or finds, by [`SnapshotSpec::key`]) the snapshot of `spec`; returns its id.
@@ -216,7 +216,7 @@ mod tests {
         let mut b = a.clone();
         b.setup.push("true".into());
         assert_ne!(a.key(), b.key());
-        assert!(a.key().starts_with("sandfs-") && a.key().len() == 23);
+        assert!(a.key().starts_with("wardfs-") && a.key().len() == 23);
         // The network switch moves the key only when on: keys made before it existed hold.
         let mut c = a.clone();
         c.network = true;

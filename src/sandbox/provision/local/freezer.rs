@@ -2,7 +2,7 @@
 //! `freezer` (`freezer.state`), or, where neither can be made, `SIGSTOP`/`SIGCONT` to every
 //! process of the sandbox's pid namespace.
 //!
-//! A sandbox's cgroup is `<root>/sandfs/<sandbox id>`; its first process is moved into it
+//! A sandbox's cgroup is `<root>/wardfs/<sandbox id>`; its first process is moved into it
 //! before it execs ([`Freezer::enter_before_exec`]), so every process of the tree is born
 //! inside and none can slip out between a listing and a freeze. The cgroup is removed when the
 //! tree is gone ([`Freezer::remove`]).
@@ -39,15 +39,15 @@ pub enum Freezer {
 const SETTLE: Duration = Duration::from_secs(10);
 
 impl Freezer {
-    /// Resolves `kind` on this machine: makes `<root>/sandfs`, or falls back (for `Auto`).
+    /// Resolves `kind` on this machine: makes `<root>/wardfs`, or falls back (for `Auto`).
     pub fn open(kind: &FreezerKind) -> Result<Freezer, String> {
         let v2 = |root: &Path| -> Result<Freezer, String> {
-            let dir = root.join("sandfs");
+            let dir = root.join("wardfs");
             mkdir(&dir)?;
             Ok(Freezer::V2(dir))
         };
         let v1 = |root: &Path| -> Result<Freezer, String> {
-            let dir = root.join("sandfs");
+            let dir = root.join("wardfs");
             mkdir(&dir)?;
             Ok(Freezer::V1(dir))
         };

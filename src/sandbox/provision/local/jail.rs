@@ -44,7 +44,7 @@ pub struct Jail {
     pub root: Root,
     /// Host directories bound read-only at the same path.
     pub ro_binds: Vec<PathBuf>,
-    /// Host files bound read-only at a path inside (`/run/sandfs/...`).
+    /// Host files bound read-only at a path inside (`/run/wardfs/...`).
     pub ro_files: Vec<(PathBuf, String)>,
     /// Directories made inside before the command starts.
     pub dirs: Vec<String>,
@@ -135,7 +135,7 @@ impl Jail {
                 let mut cmd = Command::new("unshare");
                 cmd.args(["--mount", "--propagation", "private", "--", "/bin/sh", "-c"])
                     .arg(
-                        "mount -t overlay sandfs -o \"lowerdir=$1,upperdir=$2,workdir=$3\" \"$4\" \
+                        "mount -t overlay wardfs -o \"lowerdir=$1,upperdir=$2,workdir=$3\" \"$4\" \
                          && shift 4 && exec \"$@\"",
                     )
                     .arg("sh")

@@ -44,7 +44,7 @@
 //!
 //! Known limits: the sandbox can read its pid 1's command line (bwrap's), which names the
 //! host paths of its snapshot, volume and sandbox dirs (not their contents); the parent cgroup
-//! `<cgroup root>/sandfs` is made once and left in place (empty).
+//! `<cgroup root>/wardfs` is made once and left in place (empty).
 //!
 //! Every call is idempotent: pausing a paused sandbox, destroying a missing one succeed. A
 //! sandbox whose tree died (a reboot) is `Stopped`, and `resume` starts it again on its volume.
@@ -81,11 +81,11 @@ use jail::{Jail, Root};
 pub use tree::Proc;
 
 /// Where the agent's binary and token appear inside a sandbox (a tmpfs).
-const RUN_DIR: &str = "/run/sandfs";
+const RUN_DIR: &str = "/run/wardfs";
 /// The agent's `HOME` inside: on the tmpfs, so it is clean at every start.
-const AGENT_HOME: &str = "/run/sandfs/home";
+const AGENT_HOME: &str = "/run/wardfs/home";
 /// Starts the agent with the token read from its file (never in bwrap's arguments).
-const AGENT_SCRIPT: &str = "read -r t </run/sandfs/token && exec /run/sandfs/sandbox-agent \
+const AGENT_SCRIPT: &str = "read -r t </run/wardfs/token && exec /run/wardfs/sandbox-agent \
 server --token \"$t\" --no-telemetry --host 127.0.0.1 --port 2468";
 
 /// How a sandbox's root is assembled.
@@ -1209,7 +1209,7 @@ mod tests {
 
     #[test]
     fn names_are_plain_and_errors_name_the_key_and_the_rule() {
-        for good in ["dev", "a.b_c-1", "sandfs-0123456789abcdef"] {
+        for good in ["dev", "a.b_c-1", "wardfs-0123456789abcdef"] {
             check_name("sandbox.name", good).unwrap();
         }
         for bad in [
@@ -1258,7 +1258,7 @@ mod tests {
             .contains("sandbox.volume.volume"));
         spec.volume = Some(super::super::VolumeMount {
             volume: "v".into(),
-            mount_path: "/run/sandfs".into(),
+            mount_path: "/run/wardfs".into(),
         });
         assert!(check_spec(&spec)
             .unwrap_err()
@@ -1274,7 +1274,7 @@ mod tests {
 
     #[test]
     fn the_overlay_never_gets_a_path_that_splits_its_options() {
-        assert!(jail::overlay_safe(Path::new("/var/lib/sandfs/provision")));
+        assert!(jail::overlay_safe(Path::new("/var/lib/wardfs/provision")));
         assert!(!jail::overlay_safe(Path::new("/tmp/a,upperdir=/etc")));
         assert!(!jail::overlay_safe(Path::new("/tmp/a:b")));
     }
