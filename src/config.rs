@@ -27,17 +27,63 @@ pub enum ConfigError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("config {origin}: {source}")]
+    #[error("config {origin}: {}", source.to_string().trim_end())]
     Parse {
         origin: String,
         source: Box<toml::de::Error>,
     },
-    #[error("config {origin}: `{key}`: {rule}")]
+    #[error("config {origin}{}: `{key}`: {rule}", at.map(|(l, c)| format!(", line {l}, column {c}")).unwrap_or_default())]
     Invalid {
         origin: String,
         key: String,
         rule: String,
+        /// Where the key is written (line and column, from 1), when it is written at all.
+        at: Option<(usize, usize)>,
     },
+}
+
+impl ConfigError {
+    /// Returns the error with the line and column of its key in `text`, when it has one.
+    fn located(self, text: &str) -> ConfigError {
+        match self {
+            ConfigError::Invalid {
+                origin,
+                key,
+                rule,
+                at: None,
+            } => {
+                let at = locate(text, &key);
+                ConfigError::Invalid {
+                    origin,
+                    key,
+                    rule,
+                    at,
+                }
+            }
+            other => other,
+        }
+    }
+}
+
+/// Returns the line and column (from 1) of the dotted `key` in the TOML `text`: the deepest
+/// part of the key that is written there (a key left to its default has no place of its own).
+fn locate(text: &str, key: &str) -> Option<(usize, usize)> {
+    let doc = toml::de::DeTable::parse(text).ok()?;
+    let mut table = doc.get_ref();
+    let mut found = None;
+    for part in key.split('.') {
+        let (k, v) = table.iter().find(|(k, _)| k.get_ref().as_ref() == part)?;
+        found = Some(k.span().start);
+        match v.get_ref() {
+            toml::de::DeValue::Table(t) => table = t,
+            _ => break,
+        }
+    }
+    let offset = found?;
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    Some((line, column))
 }
 
 /// The file format of `config.toml`.
@@ -243,6 +289,10 @@ pub struct GitSection {
     pub token_over_http: bool,
     /// Hosts besides loopback that remotes may be reached at over plain http.
     pub http_hosts: Vec<String>,
+    /// Directories beneath which a local repository (a path or `file://` URL) may be pulled
+    /// from or pushed to; none by default, so no client of the socket reads a repository
+    /// outside the zones.
+    pub local_remotes: Vec<PathBuf>,
 }
 
 impl Default for GitSection {
@@ -259,6 +309,7 @@ impl Default for GitSection {
             token_hosts: Vec::new(),
             token_over_http: false,
             http_hosts: Vec::new(),
+            local_remotes: Vec::new(),
         }
     }
 }
@@ -1075,7 +1126,7 @@ impl Settings {
             origin: origin.to_string(),
             source: Box::new(e),
         })?;
-        resolve(file, origin, base, source)
+        resolve(file, origin, base, source).map_err(|e| e.located(text))
     }
 }
 
@@ -1089,6 +1140,7 @@ fn resolve(
         origin: origin.to_string(),
         key: key.to_string(),
         rule,
+        at: None,
     };
     let abs = |key: &str, p: &Path| -> Result<PathBuf, ConfigError> {
         if p.as_os_str().is_empty() {
@@ -1352,6 +1404,11 @@ fn resolve(
     if let Some(k) = &git.ssh_key {
         git.ssh_key = Some(abs("git.ssh_key", k)?);
     }
+    git.local_remotes = git
+        .local_remotes
+        .iter()
+        .map(|d| abs("git.local_remotes", d))
+        .collect::<Result<_, _>>()?;
     if file.journal.keep_days > 36_500 {
         return Err(bad(
             "journal.keep_days",

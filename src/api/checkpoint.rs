@@ -7,24 +7,90 @@
 use std::sync::Arc;
 
 use axum::extract::{ConnectInfo, Query, State};
-use axum::routing::post;
-use axum::{Json, Router};
+use axum::Json;
 use serde::{Deserialize, Serialize};
 
 use super::body::JsonBody;
 use super::error::ApiError;
 use super::fs::origin;
+use super::openapi::{route, Route};
 use super::peer::Peer;
 use super::AppState;
 use crate::checkpoint::{Checkpoints, DiffResult, RestoreResult};
+use crate::core::ErrorCode::*;
 use crate::core::{FsError, FsResult, ZoneId};
 use crate::state::{CheckpointRow, RestoreRow};
 
-pub fn routes() -> Router<Arc<AppState>> {
-    Router::new()
-        .route("/v1/checkpoints", post(create).get(list))
-        .route("/v1/checkpoints/diff", post(diff))
-        .route("/v1/checkpoints/restore", post(restore))
+/// The checkpoint routes.
+pub(super) fn routes() -> Vec<Route> {
+    vec![
+        route!(
+            /// Checkpoint a zone or a directory now
+            ///
+            /// Snapshots the zone (default: workspace), or with `path` a directory in a zone (the
+            /// tree is the zone's; the row names the directory, which its restore and diff cover),
+            /// into the daemon's object store. Incremental: the paths the journal names since the
+            /// previous checkpoint are looked at again, the rest is the previous snapshot. Files
+            /// and their executable bit, symlinks and empty directories are kept;
+            /// `checkpoints.exclude`, what the zone's `.gitignore` files ignore and `.git/` are
+            /// left out; files over `checkpoints.max_file_bytes` are recorded by size only. A
+            /// checkpoint asked for here is recorded even when nothing changed since the last one.
+            /// INVALID_ARGUMENT also for an unknown zone, both `zone` and `path`, a path that is
+            /// not a directory, a zone served from a sandbox, a bad message; NOT_FOUND when `path`
+            /// does not exist; CONFLICT when a file kept changing while it was read.
+            "checkpointCreate": POST "/v1/checkpoints" => create
+        )
+        .errors(&[
+            InvalidPath,
+            OutsideZone,
+            PermissionDenied,
+            NotFound,
+            NotDir,
+            Conflict,
+            ZoneUnavailable,
+        ]),
+        route!(
+            /// List checkpoints
+            ///
+            /// Newest first, of one zone or of all; with the latest restores (a `resumed` one was
+            /// cut short by a crash and finished at the daemon's next start). `zone` and `limit`
+            /// are the only query parameters accepted.
+            "checkpointList": GET "/v1/checkpoints" => list
+        ),
+        route!(
+            /// Compare a checkpoint with another or with now
+            ///
+            /// The changes from checkpoint `from` to checkpoint `to` (same zone) or, without `to`,
+            /// to the zone as it is now: each file with its status and line counts, and the patch
+            /// in git's format (cut at 4 MiB). INVALID_ARGUMENT also for checkpoints of two
+            /// zones; NOT_FOUND when there is no such checkpoint.
+            "checkpointDiff": POST "/v1/checkpoints/diff" => diff
+        )
+        .errors(&[NotFound, Conflict, ZoneUnavailable]),
+        route!(
+            /// Restore a checkpoint, all of it or some paths
+            ///
+            /// Puts the zone (or only `paths` and what is beneath them) back as it was at
+            /// checkpoint `id`. The present is checkpointed first (`before` in the answer: restore
+            /// it to undo this restore), so nothing is lost. Files are changed through the core:
+            /// the journal records each change, the mount sees them at once, and a file that
+            /// changed while the restore ran is left alone and listed in `conflicts`. Excluded
+            /// paths and files recorded by size only are left as they are. INVALID_ARGUMENT also
+            /// for a path outside the checkpoint's zone or more than 10,000 paths; NOT_FOUND when
+            /// there is no such checkpoint.
+            "checkpointRestore": POST "/v1/checkpoints/restore" => restore
+        )
+        .errors(&[
+            InvalidPath,
+            OutsideZone,
+            PermissionDenied,
+            ReadOnly,
+            NotFound,
+            Conflict,
+            ZoneUnavailable,
+            NoSpace,
+        ]),
+    ]
 }
 
 async fn blocking<T, F>(app: &Arc<AppState>, f: F) -> Result<Json<T>, ApiError>
@@ -50,16 +116,22 @@ fn zone(name: Option<&str>) -> FsResult<ZoneId> {
     })
 }
 
-#[derive(Deserialize)]
+/// Which zone or directory to checkpoint, and why.
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "CheckpointRequest")]
 struct CreateReq {
     /// `workspace` (the default) or `cache`.
     #[serde(default)]
     zone: Option<String>,
-    /// A directory to checkpoint (a virtual path); its zone is the checkpoint's. Not with `zone`.
+    /// A directory to checkpoint instead of a whole zone (a virtual path such as
+    /// /workspace/src); its zone is the checkpoint's. Not with `zone`. A restore or diff of the
+    /// checkpoint covers that directory unless given paths.
     #[serde(default)]
     path: Option<String>,
+    /// What the checkpoint is for (at most 4096 bytes, no NUL).
     #[serde(default)]
+    #[schemars(length(max = 4096))]
     message: Option<String>,
 }
 
@@ -85,15 +157,22 @@ async fn create(
     }
 }
 
-#[derive(Deserialize)]
+/// Query of `GET /v1/checkpoints`.
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ListQuery {
+    /// Only this zone's checkpoints: `workspace` or `cache`. Default: both.
     zone: Option<String>,
+    /// Most checkpoints to list: default 100; a value outside 1 to 10,000 is taken as the
+    /// nearer bound.
     limit: Option<usize>,
 }
 
-#[derive(Serialize)]
+/// Checkpoints, newest first, and the latest restores.
+#[derive(Serialize, schemars::JsonSchema)]
+#[schemars(rename = "CheckpointList")]
 struct ListBody {
+    /// Newest first.
     checkpoints: Vec<CheckpointRow>,
     /// The latest restores (at most 20), newest first: a `resumed` one was cut short by a crash
     /// and finished at the daemon's next start.
@@ -119,9 +198,12 @@ async fn list(
     .await
 }
 
-#[derive(Deserialize)]
+/// The two moments to compare.
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "CheckpointDiffRequest")]
 struct DiffReq {
+    /// The checkpoint to compare from.
     from: i64,
     /// Another checkpoint of the same zone; absent: the zone as it is now.
     #[serde(default)]
@@ -135,12 +217,17 @@ async fn diff(
     blocking(&app, move |c| c.diff(r.from, r.to)).await
 }
 
-#[derive(Deserialize)]
+/// The checkpoint to restore, and which of its paths.
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "RestoreRequest")]
 struct RestoreReq {
+    /// The checkpoint to restore.
     id: i64,
-    /// Virtual paths to restore (and what is beneath them); absent or empty: the whole zone.
+    /// Virtual paths to restore (and what is beneath them), at most 10,000; absent or empty:
+    /// the checkpoint's scope (its directory, or the whole zone).
     #[serde(default)]
+    #[schemars(length(max = 10_000))]
     paths: Vec<String>,
 }
 
@@ -156,9 +243,10 @@ async fn restore(
 }
 
 /// Checkpoints `zone` before an operation that overwrites many files (a git or mirror pull, a
-/// discard with `revert`), so that `wardfs restore` can undo it. A zone served from a sandbox
-/// (checkpoints cover local zones) or switched off is skipped; any other failure stops the
-/// operation before it changes anything.
+/// discard with `revert`), so that `wardfs restore` can undo it; when nothing changed since the
+/// zone's latest checkpoint, that one undoes it and none is recorded. A zone served from a
+/// sandbox (checkpoints cover local zones) or switched off is skipped; any other failure stops
+/// the operation before it changes anything.
 pub(super) async fn before(
     app: &Arc<AppState>,
     zone: ZoneId,
@@ -168,11 +256,13 @@ pub(super) async fn before(
         return Ok(());
     }
     let cps = app.checkpoints.clone();
-    tokio::task::spawn_blocking(move || cps.create(zone, &what, crate::state::Origin::INTERNAL))
-        .await
-        .map_err(|e| ApiError::Fs(FsError::Internal(format!("worker failed: {e}"))))?
-        .map(|_| ())
-        .map_err(ApiError::Fs)
+    tokio::task::spawn_blocking(move || {
+        cps.create_if_changed(zone, &what, crate::state::Origin::INTERNAL)
+    })
+    .await
+    .map_err(|e| ApiError::Fs(FsError::Internal(format!("worker failed: {e}"))))?
+    .map(|_| ())
+    .map_err(ApiError::Fs)
 }
 
 /// The zone a virtual path names (the workspace when there is none or it does not parse: the

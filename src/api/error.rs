@@ -64,17 +64,37 @@ impl ApiError {
         }
     }
 
-    /// The JSON body.
-    pub fn body(&self) -> serde_json::Value {
-        serde_json::json!({ "code": self.code(), "message": self.message(), "path": self.path() })
+    /// The error as the last line of an NDJSON stream carries it.
+    pub fn body(&self) -> StreamError {
+        StreamError {
+            code: self.code(),
+            message: self.message(),
+            path: self.path().map(str::to_string),
+        }
     }
 }
 
-/// The JSON body of every error response.
-#[derive(Debug, Serialize)]
+/// An error inside an NDJSON stream: the fields of Error, but `path` is always present (null
+/// when the error is not about a path).
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct StreamError {
+    pub code: ErrorCode,
+    /// For people; do not parse it.
+    pub message: String,
+    /// The virtual path the error is about, or null.
+    pub path: Option<String>,
+}
+
+/// The body of every error response.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "Error")]
 pub struct ErrorBody<'a> {
     pub code: ErrorCode,
+    /// Human-readable explanation naming the input (path, field or config key) and the rule it
+    /// broke. Not stable; do not parse it.
     pub message: String,
+    /// The virtual path the error is about, as given or as normalized. Absent when the error is
+    /// not about a path (INVALID_ARGUMENT, INTERNAL without a path).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub path: Option<&'a str>,
 }

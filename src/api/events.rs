@@ -24,8 +24,8 @@ use tokio::time::Instant;
 
 use super::error::ApiError;
 use super::AppState;
-use crate::core::FsError;
-use crate::state::{Cursor, Db, Event, EventBounds, JournalFilter};
+use crate::core::{ErrorCode, FsError};
+use crate::state::{CheckpointRow, Cursor, Db, Event, EventBounds, JournalFilter, JournalRow};
 
 /// How long a stream stays silent before it sends a heartbeat.
 pub const HEARTBEAT: Duration = Duration::from_secs(15);
@@ -34,12 +34,25 @@ pub const HEARTBEAT: Duration = Duration::from_secs(15);
 const BATCH: usize = 256;
 
 /// Query of `/v1/events`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct EventsQuery {
+    /// Where to start: the `cursor` of a line already seen (`<journal row>-<checkpoint>`, e.g.
+    /// `1042-7`) for the events after it; `0` for the oldest event the journal keeps. Absent:
+    /// only events from now on.
+    #[schemars(length(max = 64))]
     since: Option<String>,
+    /// Only the changes and checkpoints of this zone (`workspace`, `cache`, or `sandboxes` for
+    /// the sandboxes' lifecycle). Ignored when `path` names a place inside a zone (the path's
+    /// zone is used).
     zone: Option<String>,
+    /// Only changes to this virtual path or paths beneath it, e.g. `/workspace/src`, and the
+    /// checkpoints of its zone. `/` (or a zone root) means no path filter.
+    #[schemars(length(min = 1, max = 4096))]
     path: Option<String>,
+    /// `true` (the default): keep the stream open and send new events as they happen. `false`:
+    /// send the events there are, then a heartbeat with the cursor reached, and end.
+    #[schemars(extend("default" = true))]
     follow: Option<bool>,
 }
 
@@ -211,29 +224,53 @@ impl Stream {
         }
         let mut out = Vec::new();
         for (cursor, event) in &batch.events {
-            let cursor = cursor.to_string();
-            match event {
-                Event::Change(row) => push_line(&mut out, "change", &cursor, row),
-                Event::Checkpoint(row) => push_line(&mut out, "checkpoint", &cursor, row),
-            }
+            let cursor = &cursor.to_string();
+            push_line(
+                &mut out,
+                &match event {
+                    Event::Change(row) => EventLine::Change { cursor, row },
+                    Event::Checkpoint(row) => EventLine::Checkpoint { cursor, row },
+                },
+            );
         }
         Ok(Some(Bytes::from(out)))
     }
 }
 
-/// A line of the stream: its kind, the cursor after it, and the row's own fields (those of a
-/// `/v1/log` entry, or of a `/v1/checkpoints` item).
-#[derive(Serialize)]
-struct Line<'a, T: Serialize> {
-    kind: &'static str,
-    cursor: &'a str,
-    #[serde(flatten)]
-    row: &'a T,
+/// One line of `/v1/events`, with its `kind` and, but for an error, the `cursor` after it
+/// (`<journal row>-<checkpoint>`): pass the last one seen as `since` to resume with no event
+/// repeated and none missed (a heartbeat's cursor also passes events the filters left out).
+#[derive(Serialize, schemars::JsonSchema)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub(super) enum EventLine<'a> {
+    /// A change: the fields of a `/v1/log` entry.
+    Change {
+        /// The position after this line.
+        cursor: &'a str,
+        #[serde(flatten)]
+        row: &'a JournalRow,
+    },
+    /// A checkpoint, right after the last change it includes: the fields of a
+    /// `/v1/checkpoints` item.
+    Checkpoint {
+        /// The position after this line.
+        cursor: &'a str,
+        #[serde(flatten)]
+        row: &'a CheckpointRow,
+    },
+    /// Only the cursor the stream has reached: once when a following stream opens, after every
+    /// 15 s without a line, and as the last line with `follow=false`.
+    Heartbeat {
+        /// The position reached.
+        cursor: &'a str,
+    },
+    /// The last line of a stream that failed after it began (its status is already 200).
+    Error { code: ErrorCode, message: String },
 }
 
-fn push_line<T: Serialize>(out: &mut Vec<u8>, kind: &'static str, cursor: &str, row: &T) {
+fn push_line(out: &mut Vec<u8>, line: &EventLine<'_>) {
     // A row of plain strings and numbers always serializes.
-    if serde_json::to_writer(&mut *out, &Line { kind, cursor, row }).is_ok() {
+    if serde_json::to_writer(&mut *out, line).is_ok() {
         out.push(b'\n');
     }
 }
@@ -242,22 +279,22 @@ fn heartbeat(at: Cursor) -> Bytes {
     let mut out = Vec::new();
     push_line(
         &mut out,
-        "heartbeat",
-        &at.to_string(),
-        &serde_json::json!({}),
+        &EventLine::Heartbeat {
+            cursor: &at.to_string(),
+        },
     );
     Bytes::from(out)
 }
 
-/// The last line of a stream that failed after it began (its status is already 200).
 fn error_line(e: &FsError) -> Bytes {
-    let mut out = serde_json::to_vec(&serde_json::json!({
-        "kind": "error",
-        "code": e.code(),
-        "message": e.to_string(),
-    }))
-    .unwrap_or_default();
-    out.push(b'\n');
+    let mut out = Vec::new();
+    push_line(
+        &mut out,
+        &EventLine::Error {
+            code: e.code(),
+            message: e.to_string(),
+        },
+    );
     Bytes::from(out)
 }
 

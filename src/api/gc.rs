@@ -7,17 +7,18 @@
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::routing::post;
-use axum::{Json, Router};
+use axum::Json;
 use serde::{Deserialize, Serialize};
 
 use super::body::JsonBody;
 use super::error::ApiError;
+use super::openapi::{route, Route};
 use super::AppState;
 use crate::core::{retention, FsError};
 
 /// What one garbage collection pass removed.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
+#[schemars(rename = "GcResult")]
 pub struct GcReport {
     /// The retention in force (`[journal] keep_days`; 0 keeps rows forever).
     pub keep_days: u32,
@@ -37,13 +38,26 @@ pub struct GcReport {
     pub checkpoint_objects: u64,
 }
 
-/// The body of `POST /v1/gc` (no fields yet; `{}`).
-#[derive(Debug, Default, Deserialize)]
+/// The body of `POST /v1/gc`: no fields, `{}`.
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "GcRequest")]
 struct GcReq {}
 
-pub fn routes() -> Router<Arc<AppState>> {
-    Router::new().route("/v1/gc", post(run_route))
+pub(super) fn routes() -> Vec<Route> {
+    vec![route!(
+        /// Collect garbage now
+        ///
+        /// Deletes journal rows older than `[journal] keep_days` (0 keeps them forever), the rows
+        /// of discarded staged commits last changed before that, `refs/wardfs/staged/*` refs in
+        /// the mirrors that no live staged commit owns, `.wardfs-tmp-*` files older than an hour
+        /// in the zones (left by a write interrupted between writing and renaming; at once when
+        /// the process that wrote one is gone, so the pass at start-up clears what a killed
+        /// daemon left), the checkpoints past `[checkpoints] keep` or `keep_days`, and the objects
+        /// no kept checkpoint holds. The daemon also does this at start and every hour. "Now" is
+        /// the daemon's clock. Returns what was removed.
+        "gc": POST "/v1/gc" => run_route
+    )]
 }
 
 async fn run_route(

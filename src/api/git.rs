@@ -4,31 +4,194 @@
 //! `"progress": true` the answer is NDJSON (`application/x-ndjson`), `{"progress": …}` lines
 //! (at most ten a second) and then one `{"result": …}` or `{"error": {code, message, path}}`.
 
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
 use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Json;
 use serde::{Deserialize, Serialize};
 
 use super::body::JsonBody;
 use super::error::ApiError;
+use super::openapi::{route, Route, StreamLine};
 use super::AppState;
+use crate::core::ErrorCode::*;
 use crate::core::{FsError, ZoneId};
 use crate::git::{Git, GitFailure, Progress, PullRequest, PushRequest, StageRequest, StagedCommit};
+use crate::git::{PullResult, PushResult};
 
-pub fn routes() -> Router<Arc<AppState>> {
-    Router::new()
-        .route("/v1/git/pull", post(pull))
-        .route("/v1/git/status", post(status))
-        .route("/v1/git/stage", post(stage))
-        .route("/v1/git/resolve", post(resolve))
-        .route("/v1/git/staged", get(list))
-        .route("/v1/git/staged/show", post(show))
-        .route("/v1/git/push", post(push))
-        .route("/v1/git/discard", post(discard))
+/// The git routes.
+pub(super) fn routes() -> Vec<Route> {
+    vec![
+        route!(
+            /// Pull a repository branch into a workspace directory
+            ///
+            /// Fetches `branch` of `remote` (shallowly, into a mirror wardfs keeps under its state
+            /// directory) and writes its files into `into` (default `/workspace/<repository
+            /// name>`) through the normal file rules, recording each file's base; pass the
+            /// answer's `repo` to the other git routes. Pulling again updates the directory: files
+            /// the agent did not touch follow upstream (written or deleted), files the agent
+            /// changed are never overwritten: when upstream changed them too they are left as they
+            /// are and listed in `conflicts` (status shows them as `conflict`; merge the upstream
+            /// change into the file, then POST /v1/git/resolve before staging). Submodules and
+            /// symlinks pointing out of the repository are listed in `skipped`. A local zone is
+            /// checkpointed first (POST /v1/checkpoints/restore undoes the pull). Credentials:
+            /// the token in the environment variable named by `git.token_env` for https,
+            /// ssh-agent or `git.ssh_key` for ssh; never put a password in the URL.
+            ///
+            /// With `"progress": true` the answer is NDJSON: `progress` lines (at most ten a
+            /// second) and then exactly one `result` or `error` line.
+            ///
+            /// INVALID_ARGUMENT also for `into` not in /workspace, a bad branch name, a `paths`
+            /// entry with `..`, a URL with a password, no default branch; AUTH_FAILED for missing
+            /// or refused credentials; NOT_FOUND for no such branch, or a `paths` entry missing
+            /// upstream; CONFLICT when `into` already holds a pull of another remote; REJECTED
+            /// when the fetched tree holds an entry that must not be written (nothing is written);
+            /// REMOTE_UNAVAILABLE when the remote cannot be reached; INTERNAL for a git failure.
+            "gitPull": POST "/v1/git/pull" => pull
+        )
+        .reply::<PullResult>()
+        .ndjson::<StreamLine<Progress, PullResult>>()
+        .errors(&[
+            InvalidPath,
+            OutsideZone,
+            AuthFailed,
+            ReadOnly,
+            PermissionDenied,
+            Rejected,
+            NotFound,
+            Conflict,
+            ZoneUnavailable,
+            RemoteUnavailable,
+            NoSpace,
+            Internal,
+        ]),
+        route!(
+            /// List what changed in the pulled repositories
+            ///
+            /// For each pulled repository (or only the one holding `repo`), every file that
+            /// differs from its base, as `created`, `modified`, `deleted` or `conflict` (changed
+            /// upstream and locally; see pull). Cheap to call often: it reads the journal and
+            /// re-hashes only the paths changed through wardfs (API or mount) since the last look.
+            /// Changes made directly in the backing directory, beside wardfs, are invisible to the
+            /// journal: pass `rescan: true` to re-hash every file. Files ignored by the
+            /// repository's root `.gitignore` are not reported as created. No repository pulled
+            /// and no `repo`: no repositories. INVALID_ARGUMENT also for `repo` not in /workspace;
+            /// NOT_FOUND when no repository is pulled at `repo`.
+            "gitStatus": POST "/v1/git/status" => status
+        )
+        .errors(&[InvalidPath, OutsideZone, PermissionDenied, NotFound]),
+        route!(
+            /// Stage changes as a commit for a person to review
+            ///
+            /// Builds a commit of the chosen changes (`files`, default: every change not already
+            /// staged) on the repository's base, inside wardfs's mirror only: the workspace and
+            /// anyone's checkout are untouched, and nothing is pushed. Answers the staged commit,
+            /// state `staged`, its files without patches. This is where an agent stops: a person
+            /// reviews the commit (POST /v1/git/staged/show) and decides to push it (POST
+            /// /v1/git/push) or discard it. Author and committer are `git.author_name` and
+            /// `git.author_email`. INVALID_ARGUMENT also for a blank `message`, a bad `branch`, a
+            /// file outside the repository, several repositories pulled and no `repo`; NOT_FOUND
+            /// when no repository is pulled there; CONFLICT when a chosen file is in `conflict`
+            /// state (merge and resolve it first) or an identical commit is already staged;
+            /// NO_MATCH when there is nothing to stage, or a named file has no changes.
+            "gitStage": POST "/v1/git/stage" => stage
+        )
+        .errors(&[
+            InvalidPath,
+            OutsideZone,
+            PermissionDenied,
+            NotFound,
+            Conflict,
+            NoMatch,
+        ]),
+        route!(
+            /// Mark a file a pull reported as conflicting as merged
+            ///
+            /// Clears the `conflict` mark that a pull put on a file changed both upstream and
+            /// locally, so it can be staged; answers the file with state `modified`. It merges
+            /// nothing: the file's base is already the upstream version, so whatever the file
+            /// holds when it is staged replaces upstream's change — merge that change into the
+            /// file first. INVALID_ARGUMENT also for a path not in /workspace; NOT_FOUND when no
+            /// pulled repository holds it; NO_MATCH when the file is not in conflict.
+            "gitResolve": POST "/v1/git/resolve" => resolve
+        )
+        .errors(&[InvalidPath, OutsideZone, NotFound, NoMatch]),
+        route!(
+            /// List staged commits
+            ///
+            /// Newest first, every state (or only `state`), with each file's line counts but no
+            /// patches (POST /v1/git/staged/show has them). `state` is the only query parameter
+            /// accepted; an unknown state or parameter gives INVALID_ARGUMENT.
+            "gitStagedList": GET "/v1/git/staged" => list
+        ),
+        route!(
+            /// Show a staged commit with its diff
+            ///
+            /// One staged commit with every file's git-format patch (`diff`, what GitHub will
+            /// show) and its parsed `hunks` of numbered `context`/`add`/`delete` lines. Binary
+            /// files and files over `git.max_diff_bytes` are flagged (`binary`, `oversized`)
+            /// without a patch. After a push found the remote moved, the commit is `rebased`:
+            /// `base` is the remote tip and the patch is against it, which is what must be
+            /// reviewed before pushing again. NOT_FOUND when no staged commit has that id.
+            "gitStagedShow": POST "/v1/git/staged/show" => show
+        )
+        .errors(&[NotFound]),
+        route!(
+            /// Push a staged commit (a person's decision)
+            ///
+            /// Pushes a reviewed staged commit (state `staged`, `rebased` or `rejected`) to its
+            /// branch, or with `pr: true` to the branch `wardfs/<id>` and opens a GitHub pull
+            /// request into its branch (token from the environment variable named by
+            /// `git.token_env`; API `git.github_api`). Pushing is for the person who reviewed the
+            /// commit: an agent stages and stops. The push carries a lease, so nothing on the
+            /// remote is ever overwritten. When the remote branch moved since the commit's base,
+            /// the commit is rebased onto it by a three-way merge: if the remote changed only
+            /// other files it is pushed (`rebased: true`); if it also changed files the commit
+            /// touches, nothing is pushed, the commit becomes `rebased` and the answer is
+            /// REMOTE_MOVED — review it again with POST /v1/git/staged/show, then push again; if
+            /// the same lines changed, nothing is pushed, the commit becomes `conflicted` (files in
+            /// `conflicts`) and the answer is CONFLICT. A hook or branch protection refusing the
+            /// push gives REJECTED and state `rejected` (push again once the remote accepts it). A
+            /// direct push of a commit built on the workspace's base makes it the new base (its
+            /// files are clean in status); after a rebase, pull to bring the upstream changes into
+            /// the workspace.
+            ///
+            /// With `"progress": true` the answer is NDJSON: `progress` lines (at most ten a
+            /// second) and then exactly one `result` or `error` line.
+            ///
+            /// INVALID_ARGUMENT also with `pr` for a remote that names no owner/repository;
+            /// AUTH_FAILED for credentials missing or refused, by the remote or by GitHub;
+            /// NOT_FOUND when no staged commit has that id; CONFLICT also when the commit is
+            /// `pushed`, `conflicted` or `discarded`; REMOTE_MOVED also when the remote moved
+            /// twice during the push; REMOTE_UNAVAILABLE when the remote or GitHub cannot be
+            /// reached or failed.
+            "gitPush": POST "/v1/git/push" => push
+        )
+        .reply::<PushResult>()
+        .ndjson::<StreamLine<Progress, PushResult>>()
+        .errors(&[
+            AuthFailed,
+            Rejected,
+            NotFound,
+            Conflict,
+            RemoteMoved,
+            RemoteUnavailable,
+            Internal,
+        ]),
+        route!(
+            /// Discard a staged commit
+            ///
+            /// Drops a staged commit that was not pushed (state becomes `discarded`). Its files in
+            /// the workspace stay as they are, unless `revert` is true: then the workspace is
+            /// checkpointed, and each file is put back to the commit's base (files it created are
+            /// deleted), except files changed again since staging, which are left alone and listed
+            /// in `kept`. NOT_FOUND when no staged commit has that id; CONFLICT when it was pushed
+            /// or discarded already; READ_ONLY, PERMISSION_DENIED or NO_SPACE while reverting.
+            "gitDiscard": POST "/v1/git/discard" => discard
+        )
+        .errors(&[NotFound, Conflict, ReadOnly, PermissionDenied, NoSpace]),
+    ]
 }
 
 /// Runs a git call on the blocking pool.
@@ -59,11 +222,9 @@ where
     let git = app.git.clone();
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<String>();
     tokio::task::spawn_blocking(move || {
-        let last = Mutex::new(Instant::now() - Duration::from_secs(1));
+        let gate = super::progress::Gate::default();
         let report = |p: &Progress| {
-            let mut last = last.lock().expect("not poisoned");
-            if last.elapsed() >= Duration::from_millis(100) || (p.total > 0 && p.done == p.total) {
-                *last = Instant::now();
+            if gate.pass(p.phase, p.done as u64, p.total as u64) {
                 let _ = tx.send(serde_json::json!({ "progress": p }).to_string() + "\n");
             }
         };
@@ -86,13 +247,18 @@ async fn pull(State(app): State<Arc<AppState>>, JsonBody(r): JsonBody<PullReques
     with_progress(&app, stream, move |g, p| g.pull(&r, p)).await
 }
 
-#[derive(Deserialize)]
+/// Which repositories to look at.
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "StatusRequest")]
 struct StatusReq {
-    /// A path in the repository's directory (default: every pulled repository).
+    /// Only the pulled repository holding this virtual path (its directory or anything in it).
+    /// Default: every pulled repository.
     #[serde(default)]
     repo: Option<String>,
-    /// Re-hash every file instead of only those the journal mentions.
+    /// Re-hash every file instead of only those the journal says changed since the last look.
+    /// Needed after changes made directly in the backing directory, beside wardfs, which the
+    /// journal cannot see.
     #[serde(default)]
     rescan: bool,
 }
@@ -111,9 +277,13 @@ async fn stage(
     blocking(&app, move |g| g.stage(&r)).await
 }
 
-#[derive(Deserialize)]
+/// The conflicted file to mark as merged.
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "ResolveRequest")]
 struct PathReq {
+    /// The file's virtual path, e.g. `/workspace/demo/src/lib.rs`.
+    #[schemars(length(min = 1))]
     path: String,
 }
 
@@ -124,14 +294,21 @@ async fn resolve(
     blocking(&app, move |g| g.resolve(&r.path)).await
 }
 
-#[derive(Deserialize)]
+/// Query of `GET /v1/git/staged`.
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ListQuery {
+    /// Only commits in this state: `staged`, `rebased`, `pushed`, `conflicted`, `rejected` or
+    /// `discarded`.
+    #[schemars(extend("enum" = STATES))]
     state: Option<String>,
 }
 
-#[derive(Serialize)]
+/// Staged commits, newest first.
+#[derive(Serialize, schemars::JsonSchema)]
+#[schemars(rename = "StagedList")]
 struct ListBody {
+    /// Newest first; files without `diff` and `hunks`.
     staged: Vec<StagedCommit>,
 }
 
@@ -164,9 +341,12 @@ async fn list(
     .await
 }
 
-#[derive(Deserialize)]
+/// A request naming one staged commit.
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "IdRequest")]
 struct IdReq {
+    /// The staged commit's id (from stage or the list).
     id: String,
 }
 
@@ -182,10 +362,16 @@ async fn push(State(app): State<Arc<AppState>>, JsonBody(r): JsonBody<PushReques
     with_progress(&app, stream, move |g, p| g.push(&r, p)).await
 }
 
-#[derive(Deserialize)]
+/// Which staged commit to discard.
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "DiscardRequest")]
 struct DiscardReq {
+    /// The staged commit's id.
     id: String,
+    /// Also put its files in the workspace back to the commit's base (files it created are
+    /// deleted). A file changed again since it was staged is left as it is and reported in
+    /// `kept`.
     #[serde(default)]
     revert: bool,
 }

@@ -1,9 +1,10 @@
 //! The Unix-socket HTTP API: HTTP/1.1 + JSON under `/v1`, served by axum.
 //!
 //! Handlers are thin: they parse the request, run the core operation on the blocking pool, and
-//! turn the result or the [`FsError`](crate::core::FsError) into JSON. The OpenAPI document in
-//! `openapi.json` beside this file is served verbatim at `/v1/openapi.json`; a test keeps it and
-//! the router in step.
+//! turn the result or the [`FsError`](crate::core::FsError) into JSON. Every route is a row of
+//! one table (`routes`, gathered from the modules' own): the router serves it and the OpenAPI
+//! document served at `/v1/openapi.json` is built from it (`openapi.rs`), so the two cannot
+//! disagree.
 //!
 //! Owns the HTTP routes and their error codes. May import `core`, `git`, `sandbox`, `state` and
 //! `config`; never `cli`, `fuse`, `mcp`, `review` or `daemon` (`tests/rules` checks the imports).
@@ -16,18 +17,20 @@ mod fs;
 pub mod gc;
 mod git;
 mod metrics;
+mod openapi;
 mod peer;
+mod progress;
 mod sandbox;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use axum::extract::{Query, State};
 use axum::http::header;
-use axum::response::IntoResponse;
-use axum::routing::get;
+use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 
 pub use error::{status_of, ApiError, ErrorBody};
 pub use gc::GcReport;
@@ -35,11 +38,10 @@ pub use metrics::Metrics;
 pub use peer::{BindError, Peer, PeerListener};
 
 use crate::config::{Backing, Settings};
+use crate::core::ErrorCode::{InvalidPath, OutsideZone};
 use crate::core::{FsError, Zone, Zones};
-use crate::state::JournalFilter;
-
-/// The OpenAPI document, as kept in the repository.
-pub const OPENAPI: &str = include_str!("openapi.json");
+use crate::state::{JournalFilter, JournalRow};
+use openapi::{route, Route};
 
 /// What every handler can reach.
 pub struct AppState {
@@ -89,20 +91,95 @@ impl AppState {
     }
 }
 
+/// Every route of the API: the router serves them and the OpenAPI document describes them.
+fn routes() -> Vec<Route> {
+    let mut routes = vec![
+        route!(
+            /// Check that the daemon is up
+            ///
+            /// Answers as soon as the daemon serves requests. Never fails; use it as a liveness
+            /// probe before other calls.
+            "health": GET "/v1/health" => health
+        ),
+        route!(
+            /// Get this OpenAPI document
+            ///
+            /// This OpenAPI 3.1 document, built from the daemon's route table, describing every
+            /// route, field, default, limit and error code.
+            "openapi": GET "/v1/openapi.json" => openapi_json
+        )
+        .content(
+            "application/json",
+            json!({ "type": "object", "required": ["openapi", "info", "paths"] }),
+        ),
+        route!(
+            /// Describe the daemon: version, config, socket, zones, sandboxes
+            ///
+            /// The version, pid, uptime, the config file in use, the socket and mount paths, the
+            /// state database and its journal size, the staged commits awaiting review, for each
+            /// zone whether it is available, where it lives and whether it is read-only, the
+            /// sandboxes' session status and the write-backs queued for a sandbox. INTERNAL when
+            /// the state database cannot be read.
+            "status": GET "/v1/status" => status
+        ),
+        route!(
+            /// List recent changes from the journal
+            ///
+            /// The change journal, newest first: one row per write, edit, delete, mkdir or move,
+            /// whoever made it (API, FUSE mount, …), with the client's pid and uid, and the git
+            /// and sandbox events. Filter by zone, by path (the path itself and everything beneath
+            /// it), by time and by a range of journal ids. Only the query parameters below are
+            /// accepted; an unknown one, a bad `limit` or an unknown `zone` gives
+            /// INVALID_ARGUMENT; a bad `path` INVALID_PATH or OUTSIDE_ZONE.
+            "log": GET "/v1/log" => log
+        )
+        .errors(&[InvalidPath, OutsideZone]),
+        route!(
+            /// Follow changes and checkpoints as they happen (NDJSON stream)
+            ///
+            /// Streams the change journal and the checkpoints, oldest first, as
+            /// `application/x-ndjson`: one JSON object per line, each with `kind` and `cursor`
+            /// (EventLine). The stream is long-lived: it ends when the client disconnects or the
+            /// daemon stops, or with `follow=false` once it has sent what exists. A failure after
+            /// the stream began is a last line of kind `error` (the status is already 200). Only
+            /// the query parameters below are accepted; an unknown one gives INVALID_ARGUMENT, as
+            /// do a malformed cursor, a cursor past the newest event, one whose next journal rows
+            /// were pruned by `journal.keep_days`, and an unknown `zone`; a bad `path` gives
+            /// INVALID_PATH or OUTSIDE_ZONE.
+            "events": GET "/v1/events" => events::events
+        )
+        .ndjson::<events::EventLine<'static>>()
+        .errors(&[InvalidPath, OutsideZone]),
+        route!(
+            /// Prometheus metrics
+            ///
+            /// The Prometheus text exposition format (version 0.0.4):
+            /// `wardfs_requests_total{route}`, `wardfs_request_duration_seconds{route}`
+            /// (histogram) and `wardfs_errors_total{route,code}`. Routes are the matched route
+            /// templates; requests that match no route are labelled `unmatched`.
+            "metrics": GET "/metrics" => metrics_text
+        )
+        .content("text/plain", json!({ "type": "string" })),
+    ];
+    routes.extend(fs::routes());
+    routes.extend(git::routes());
+    routes.extend(gc::routes());
+    routes.extend(sandbox::routes());
+    routes.extend(checkpoint::routes());
+    routes
+}
+
+/// The OpenAPI document of the route table, built at its first use.
+pub fn openapi_document() -> &'static str {
+    static DOCUMENT: OnceLock<String> = OnceLock::new();
+    DOCUMENT.get_or_init(|| openapi::document(&routes()).to_string())
+}
+
 /// Builds the router with every route.
 pub fn router(state: Arc<AppState>) -> Router {
-    Router::new()
-        .route("/v1/health", get(health))
-        .route("/v1/openapi.json", get(openapi))
-        .route("/v1/status", get(status))
-        .route("/v1/log", get(log))
-        .route("/v1/events", get(events::events))
-        .route("/metrics", get(metrics_text))
-        .merge(fs::routes())
-        .merge(git::routes())
-        .merge(checkpoint::routes())
-        .merge(gc::routes())
-        .merge(sandbox::routes())
+    routes()
+        .into_iter()
+        .fold(Router::new(), |router, r| r.serve_on(router))
         .fallback(not_found)
         .layer(axum::middleware::map_response(method_not_allowed_json))
         .layer(axum::middleware::from_fn_with_state(
@@ -129,19 +206,36 @@ pub async fn serve(
         .await
 }
 
-async fn health() -> Json<serde_json::Value> {
-    Json(serde_json::json!({ "ok": true, "version": env!("CARGO_PKG_VERSION") }))
+/// Liveness answer.
+#[derive(Serialize, schemars::JsonSchema)]
+struct Health {
+    /// Always true.
+    ok: bool,
+    /// The daemon's version (Cargo package version).
+    version: &'static str,
 }
 
-async fn openapi() -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "application/json")], OPENAPI)
+async fn health() -> Json<Health> {
+    Json(Health {
+        ok: true,
+        version: env!("CARGO_PKG_VERSION"),
+    })
 }
 
-async fn metrics_text(State(app): State<Arc<AppState>>) -> impl IntoResponse {
+async fn openapi_json() -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        openapi_document(),
+    )
+        .into_response()
+}
+
+async fn metrics_text(State(app): State<Arc<AppState>>) -> Response {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         app.metrics.render(),
     )
+        .into_response()
 }
 
 async fn not_found(uri: axum::http::Uri) -> ApiError {
@@ -191,47 +285,74 @@ pub(crate) fn ndjson(
         .into_response()
 }
 
-/// One zone in `/v1/status`.
-#[derive(Debug, Serialize, Deserialize)]
+/// One zone in `/v1/status`, as configured and served.
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ZoneStatus {
+    /// `cache` or `workspace`.
     pub name: String,
+    /// True when the zone is served; false when disabled by configuration (requests to it fail
+    /// with ZONE_UNAVAILABLE).
     pub available: bool,
+    /// The host directory backing the zone (`<sandbox>:<directory>` for a zone served from a
+    /// sandbox). Present only when `available` is true.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub root: Option<String>,
+    /// Why the zone is disabled. Present only when it is.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// True when the zone refuses changes (READ_ONLY).
     pub read_only: bool,
 }
 
-/// The body of `/v1/status`.
-#[derive(Debug, Serialize, Deserialize)]
+/// The body of `/v1/status`: the daemon's state.
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Status {
+    /// The daemon's version.
     pub version: String,
+    /// The daemon's process id.
     pub pid: u32,
+    /// Seconds since the daemon started serving.
     pub uptime_s: u64,
+    /// Path of the config file in use, or `(embedded default)`.
     pub config: String,
+    /// Path of the API's Unix socket.
     pub socket: String,
+    /// Where the FUSE filesystem is (or would be) mounted.
     pub mount: String,
+    /// Whether this daemon mounted the zones at `mount` with FUSE (false when started with
+    /// `serve --no-mount`).
     pub mounted: bool,
+    /// Path of the SQLite state database (journal).
     pub state_db: String,
+    /// Number of rows in the change journal (see GET /v1/log).
     pub journal_rows: u64,
-    /// Staged commits waiting for a human (staged, rebased, conflicted or rejected).
+    /// Staged commits waiting for a human: in state staged, rebased, conflicted or rejected
+    /// (see GET /v1/git/staged).
     pub staged_awaiting_review: u64,
+    /// Both zones, `cache` first.
     pub zones: Vec<ZoneStatus>,
-    /// The named sandboxes and their session status (`wardfs sandbox list` has the details).
+    /// The named sandboxes (from config and `sandbox add`) and their session status
+    /// (`GET /v1/sandboxes` has the details).
     #[serde(default)]
     pub sandboxes: Vec<StatusSandbox>,
-    /// Files written through the mount that a remote zone's sandbox has not taken yet (queued
-    /// on disk, retried with backoff).
+    /// Files written through the mount in a remote zone that the sandbox has not taken yet:
+    /// their content is queued on disk under the state dir (`remote-spool/<zone>/pending/`) and
+    /// sent again with backoff (0.5 s doubling to 60 s), also after a restart. Until then
+    /// `fsync` and `close` of a writable descriptor of the file fail with EIO. Empty when
+    /// nothing is queued.
     #[serde(default)]
     pub pending_write_backs: Vec<crate::core::remote_zone::PendingWriteBack>,
 }
 
 /// One sandbox in `/v1/status`.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StatusSandbox {
+    /// The sandbox's name.
     pub name: String,
+    /// Its session's status: `creating`, `active`, `resuming`, `paused`, `error` or
+    /// `destroyed`.
     pub status: String,
+    /// Why the last attach or check failed, when it did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
 }
@@ -309,21 +430,40 @@ async fn status(State(app): State<Arc<AppState>>) -> Result<Json<Status>, ApiErr
 }
 
 /// Query of `/v1/log`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct LogQuery {
+    /// Most rows to return, 1 to 100000. Default 100.
+    #[schemars(range(min = 1, max = 100_000), extend("default" = 100))]
     limit: Option<usize>,
+    /// Only rows of this zone (`workspace`, `cache`, or `sandboxes` for the sandboxes'
+    /// lifecycle). Ignored when `path` names a place inside a zone (the path's zone is used).
     zone: Option<String>,
+    /// Only rows about this virtual path or paths beneath it, e.g. `/workspace/src`. `/` (or a
+    /// zone root) means no path filter.
+    #[schemars(length(min = 1, max = 4096))]
     path: Option<String>,
+    /// Only rows with `time_ms` at or after this time (milliseconds since the Unix epoch).
     since_ms: Option<i64>,
+    /// Only rows whose `id` is greater than this journal id. With `until_id` and a checkpoint's
+    /// `journal_pos` and its predecessor's, the changes that went into that checkpoint.
     after_id: Option<i64>,
+    /// Only rows whose `id` is at most this journal id.
     until_id: Option<i64>,
+}
+
+/// Journal rows, newest first.
+#[derive(Serialize, schemars::JsonSchema)]
+#[schemars(rename = "LogResult")]
+struct LogBody {
+    /// Matching rows, newest first, at most `limit`.
+    entries: Vec<JournalRow>,
 }
 
 async fn log(
     State(app): State<Arc<AppState>>,
     q: Result<Query<LogQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<LogBody>, ApiError> {
     let Query(q) = q.map_err(|e| FsError::invalid("query", e.body_text()))?;
     let scope = journal_filter(q.zone.as_deref(), q.path.as_deref())?;
     let limit = q.limit.unwrap_or(100);
@@ -342,7 +482,7 @@ async fn log(
     .await
     .map_err(|e| FsError::Internal(e.to_string()))?
     .map_err(|e| FsError::Internal(e.to_string()))?;
-    Ok(Json(serde_json::json!({ "entries": rows })))
+    Ok(Json(LogBody { entries: rows }))
 }
 
 /// Returns the rows a `zone` and a `path` query parameter select (of `/v1/log` and

@@ -16,14 +16,17 @@
 //! left as they are by a restore.
 //!
 //! A restore checkpoints the present first, so it is undone by restoring that checkpoint:
-//! nothing is ever lost. It changes files through the core (`Zones::overwrite_file`,
-//! `replace_entry`, `remove_entry`), so the mount is invalidated, the journal records each change
-//! and the path locks hold; a file whose content is no longer what the pre-restore checkpoint
-//! recorded (it changed while the restore ran) is left alone and reported as a conflict. A plain
-//! file (one link, not open for writing through the mount) is rewritten in place, as `git
-//! checkout` rewrites files: a reader meanwhile may see it partly written, and a crash midway
-//! leaves it so until the restore is finished at the next start. Anything else is replaced by a
-//! temp file and a rename.
+//! nothing is ever lost. The checkpoints the daemon takes on its own (a restore's, `auto`, before
+//! a pull) are not recorded when the zone's latest checkpoint (of the whole zone) has the same
+//! tree: that one already holds the moment, and stands for it
+//! ([`Checkpoints::create_if_changed`]). A restore changes files through the core
+//! (`Zones::overwrite_file`, `replace_entry`, `remove_entry`), so the mount is invalidated, the
+//! journal records each change and the path locks hold; a file whose content is no longer what
+//! the pre-restore checkpoint recorded (it changed while the restore ran) is left alone and
+//! reported as a conflict. A plain file (one link, not open for writing through the mount) is
+//! rewritten in place, as `git checkout` rewrites files: a reader meanwhile may see it partly
+//! written, and a crash midway leaves it so until the restore is finished at the next start.
+//! Anything else is replaced by a temp file and a rename.
 //!
 //! Owns the object store and the snapshot and restore algorithms. May import `core`, `state` and
 //! `config`; no adapter.
@@ -80,18 +83,24 @@ fn state_err(e: crate::state::StateError) -> FsError {
 }
 
 /// What a diff between two checkpoints (or one and now) found, per file.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
+#[schemars(rename = "CheckpointDiffFile")]
 pub struct DiffFile {
+    /// Relative to the zone.
     pub path: String,
     /// `added`, `deleted`, `modified` or `type-changed`.
     pub status: String,
+    /// Lines added.
     pub additions: usize,
+    /// Lines deleted.
     pub deletions: usize,
 }
 
 /// The answer of a diff.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "CheckpointDiff")]
 pub struct DiffResult {
+    /// The checkpoint compared from.
     pub from: i64,
     /// The checkpoint compared with, or `None` for the zone as it is now.
     pub to: Option<i64>,
@@ -103,7 +112,7 @@ pub struct DiffResult {
 }
 
 /// The answer of a restore.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RestoreResult {
     /// The checkpoint restored.
     pub checkpoint: i64,
@@ -122,6 +131,25 @@ pub struct RestoreResult {
 /// The files a snapshot read and hashed, by virtual path: the blob and the version read. A
 /// restore right after compares a file's version with this instead of hashing it again.
 type Hashed = HashMap<String, (Oid, Seen)>;
+
+/// What a checkpoint does when the zone's tree is that of its latest checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unchanged {
+    /// Records one anyway.
+    Record,
+    /// Records none: the latest checkpoint, when it is of the whole zone, already holds this
+    /// moment and stands for it.
+    UseLatest,
+}
+
+/// The checkpoint of the present a call asked for: a new one, or the latest one standing for it.
+struct Taken {
+    row: CheckpointRow,
+    /// Whether `row` was recorded by this call.
+    new: bool,
+    /// What the snapshot read and hashed.
+    hashed: Hashed,
+}
 
 /// A tree built from a zone.
 struct Snapshot {
@@ -156,10 +184,27 @@ impl Checkpoints {
         })
     }
 
-    /// Checkpoints `zone` now.
+    /// Checkpoints `zone` now, even when nothing changed since its latest checkpoint (a client
+    /// asked for this moment by name).
     pub fn create(&self, zone: ZoneId, message: &str, origin: Origin) -> FsResult<CheckpointRow> {
         let repo = self.repo.lock().expect("not poisoned");
-        Ok(self.create_locked(&repo, zone, None, message, origin)?.0)
+        Ok(self
+            .create_locked(&repo, zone, None, message, origin, Unchanged::Record)?
+            .row)
+    }
+
+    /// Checkpoints `zone` now unless its latest checkpoint (of the whole zone) already holds the
+    /// zone as it is: the daemon's own checkpoints (`auto`, before a pull), which must not fill
+    /// the list with moments that changed nothing. Returns the new checkpoint, or `None`.
+    pub fn create_if_changed(
+        &self,
+        zone: ZoneId,
+        message: &str,
+        origin: Origin,
+    ) -> FsResult<Option<CheckpointRow>> {
+        let repo = self.repo.lock().expect("not poisoned");
+        let taken = self.create_locked(&repo, zone, None, message, origin, Unchanged::UseLatest)?;
+        Ok(taken.new.then_some(taken.row))
     }
 
     /// Checkpoints the directory at virtual path `path` now (a zone's root: the whole zone). The
@@ -183,10 +228,19 @@ impl Checkpoints {
         };
         let repo = self.repo.lock().expect("not poisoned");
         Ok(self
-            .create_locked(&repo, vp.zone(), scope.as_deref(), message, origin)?
-            .0)
+            .create_locked(
+                &repo,
+                vp.zone(),
+                scope.as_deref(),
+                message,
+                origin,
+                Unchanged::Record,
+            )?
+            .row)
     }
 
+    /// Snapshots `zone` and records the checkpoint, or, as `unchanged` says, hands back the
+    /// zone's latest checkpoint when that one (of the whole zone) has the same tree.
     fn create_locked(
         &self,
         repo: &Repository,
@@ -194,7 +248,8 @@ impl Checkpoints {
         scope: Option<&str>,
         message: &str,
         origin: Origin,
-    ) -> FsResult<(CheckpointRow, Hashed)> {
+        unchanged: Unchanged,
+    ) -> FsResult<Taken> {
         if message.contains('\0') || message.len() > 4096 {
             return Err(FsError::invalid(
                 "message",
@@ -202,6 +257,23 @@ impl Checkpoints {
             ));
         }
         let snap = self.snapshot(repo, zone)?;
+        if unchanged == Unchanged::UseLatest {
+            let tree_hex = snap.tree.to_string();
+            let same = |p: &&CheckpointRow| p.scope.is_none() && p.tree == tree_hex;
+            if let Some(latest) = snap.parent.as_ref().filter(same) {
+                tracing::debug!(
+                    zone = zone.name(),
+                    latest = latest.id,
+                    message,
+                    "nothing changed since the latest checkpoint: none recorded"
+                );
+                return Ok(Taken {
+                    row: latest.clone(),
+                    new: false,
+                    hashed: snap.hashed,
+                });
+            }
+        }
         let tree = repo.find_tree(snap.tree).map_err(store_err)?;
         let files = count_files(&tree);
         let not_kept = snap.not_kept;
@@ -227,7 +299,11 @@ impl Checkpoints {
             .checkpoint_get(id)
             .map_err(state_err)?
             .ok_or_else(|| FsError::Internal("a checkpoint vanished as it was made".into()))?;
-        Ok((row, snap.hashed))
+        Ok(Taken {
+            row,
+            new: true,
+            hashed: snap.hashed,
+        })
     }
 
     /// Deletes the checkpoints past `checkpoints.keep` per zone and older than
@@ -488,7 +564,19 @@ impl Checkpoints {
             scope.extend(target.scope.clone());
         }
         let repo = self.repo.lock().expect("not poisoned");
-        let (before, hashed) = self.create_locked(&repo, zone, None, before_message, origin)?;
+        // The zone's latest checkpoint undoes the restore as well when nothing changed since it.
+        let Taken {
+            row: before,
+            hashed,
+            ..
+        } = self.create_locked(
+            &repo,
+            zone,
+            None,
+            before_message,
+            origin,
+            Unchanged::UseLatest,
+        )?;
         let db = self.zones.db();
         let row = db
             .restore_begin(
@@ -967,6 +1055,7 @@ impl Filter {
             .exclude
             .matched_path_or_any_parents(rel, dir)
             .is_ignore()
+            || !storable(rel)
         {
             return true;
         }
@@ -1502,10 +1591,10 @@ impl CatchUp<'_> {
 /// One line of what a restore did, for its row in the state database.
 fn summary(r: &RestoreResult) -> String {
     format!(
-        "{} restored, {} removed, {} conflicts, {} not kept; undo: restore checkpoint {}",
+        "{} restored, {} removed, {}, {} not kept; undo: restore checkpoint {}",
         r.restored.len(),
         r.removed.len(),
-        r.conflicts.len(),
+        crate::core::text::count(r.conflicts.len() as u64, "conflict"),
         r.not_kept.len(),
         r.before
     )
@@ -1548,6 +1637,20 @@ fn empty_dirs(repo: &Repository, tree: &git2::Tree<'_>, scope: &[String]) -> Vec
         git2::TreeWalkResult::Ok
     });
     out
+}
+
+/// Whether a tree can hold `rel`: git refuses a `.git` in any spelling (`.GIT`, `.git.`,
+/// `git~1`, …), and a name or path over the kernel's limits cannot be read back. Such a path is
+/// left out of the checkpoint and named in the log, never a reason for the whole checkpoint to
+/// fail (a file an agent named `.GIT/x` would otherwise stop every checkpoint, restore and pull).
+fn storable(rel: &str) -> bool {
+    match crate::core::foreign::check_rel(rel, crate::core::foreign::GitDir::Refuse) {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!(path = %e.path, rule = e.rule, "not checkpointed");
+            false
+        }
+    }
 }
 
 fn is_not_kept(repo: &Repository, blob: Oid, mode: FileMode) -> bool {
@@ -2194,5 +2297,55 @@ mod tests {
             .unwrap_err();
         assert!(e.to_string().contains("not in /workspace"), "{e}");
         assert!(matches!(cps.get(999), Err(FsError::NotFound { .. })));
+    }
+
+    #[test]
+    fn the_daemons_checkpoints_are_not_recorded_when_nothing_changed() {
+        let t = tempfile::tempdir().unwrap();
+        let (z, cps) = setup(t.path(), "");
+        let ws = ZoneId::Workspace;
+        let ids = || -> Vec<i64> {
+            cps.list(Some(ws), 100)
+                .unwrap()
+                .iter()
+                .map(|c| c.id)
+                .collect()
+        };
+        z.write("/workspace/d/a.txt", "one\n", API).unwrap();
+        let first = cps
+            .create_if_changed(ws, "auto", API)
+            .unwrap()
+            .expect("a first one");
+        // Journaled, nothing changed: an event (a git stage, a pull of nothing new) and a
+        // rewrite with the same content.
+        let dir = VPath::new(ws, "d").unwrap();
+        z.record_event(&dir, "git-stage", "staged 1 file", API);
+        z.write("/workspace/d/a.txt", "one\n", API).unwrap();
+        assert_eq!(cps.create_if_changed(ws, "auto", API).unwrap(), None);
+        // A restore names the latest checkpoint as its undo instead of recording another.
+        let r = cps.restore(first.id, &[], API).unwrap();
+        assert_eq!(r.before, first.id, "{r:?}");
+        assert_eq!(ids(), [first.id]);
+        // One asked for by a client is recorded all the same.
+        let named = cps.create(ws, "named", API).unwrap();
+        assert_eq!(ids(), [named.id, first.id]);
+        // A real change is recorded.
+        z.write("/workspace/d/a.txt", "two\n", API).unwrap();
+        let second = cps
+            .create_if_changed(ws, "auto", API)
+            .unwrap()
+            .expect("a change");
+        assert_eq!(second.parent, Some(named.id));
+        assert_ne!(second.tree, named.tree);
+        // A checkpoint of a directory does not stand for the zone, though its tree is the same:
+        // restoring it would put back that directory only.
+        let of_dir = cps.create_at("/workspace/d", "d", API).unwrap();
+        assert_eq!(of_dir.tree, second.tree);
+        let taken = cps
+            .create_if_changed(ws, "auto", API)
+            .unwrap()
+            .expect("of the zone");
+        assert_eq!(taken.tree, second.tree);
+        assert_eq!(ids(), [taken.id, of_dir.id, second.id, named.id, first.id]);
     }
 }

@@ -9,6 +9,7 @@
 
 mod cmd;
 mod output;
+mod progress;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -17,16 +18,21 @@ use clap::{Parser, Subcommand};
 
 pub use crate::client::{Client, ClientError};
 
+use crate::client::paths::{self, Layout};
+
 use crate::config::Settings;
 use crate::core::ErrorCode;
 
 const AFTER_HELP: &str = "\
-Paths are virtual: /workspace/... and /cache/... (the zones the daemon serves).
+Paths name files in the zones the daemon serves, in any of three forms: virtual
+(/workspace/src/lib.rs, /cache/paper.pdf), through the mount (.wardfs/mnt/workspace/src/lib.rs,
+or lib.rs typed in .wardfs/mnt/workspace/src), or in a zone's own directory. Relative paths are
+taken from where you stand, as git takes them.
 
 Exit codes:
   0  success
   1  grep or glob found nothing
-  2  bad usage, invalid path or argument
+  2  bad usage, invalid path or argument, a config that does not load
   3  not found
   4  exists / is a directory / not a directory / not empty
   5  edit failed: no match, not unique, conflict
@@ -100,6 +106,71 @@ pub enum Outcome {
 pub struct Ctx {
     pub client: Client,
     pub json: bool,
+    /// Where the zones are, asked of the daemon the first time a path is not virtual.
+    layout: tokio::sync::OnceCell<Layout>,
+}
+
+impl Ctx {
+    /// Returns the virtual path of a path as typed: virtual already, relative to where the
+    /// caller stands, or a real path under the mount or a zone's directory ([`paths`]).
+    pub async fn vpath(&self, input: &str) -> Result<String, ClientError> {
+        if paths::is_virtual(input) {
+            return Ok(input.to_string());
+        }
+        let layout = self
+            .layout
+            .get_or_try_init(|| async {
+                let s: serde_json::Value = self.client.get("/v1/status").await?;
+                let zones = s["zones"].as_array().cloned().unwrap_or_default();
+                Ok::<_, ClientError>(Layout::new(
+                    s["mount"].as_str().unwrap_or_default(),
+                    zones.iter().map(|z| {
+                        let name = z["name"].as_str().unwrap_or_default().to_string();
+                        (name, z["root"].as_str().map(str::to_string))
+                    }),
+                ))
+            })
+            .await?;
+        paths::to_virtual(input, &paths::cwd(), layout).map_err(|why| ClientError::Api {
+            code: ErrorCode::InvalidPath,
+            message: why,
+            path: Some(input.to_string()),
+        })
+    }
+
+    /// Returns the virtual paths of several paths as typed ([`Ctx::vpath`]).
+    pub async fn vpaths(&self, inputs: &[String]) -> Result<Vec<String>, ClientError> {
+        let mut out = Vec::with_capacity(inputs.len());
+        for p in inputs {
+            out.push(self.vpath(p).await?);
+        }
+        Ok(out)
+    }
+
+    /// Returns the virtual paths of files to stage: a relative path typed outside every zone
+    /// stays as it is, a path in the repository (the daemon takes both).
+    pub async fn stage_paths(&self, inputs: &[String]) -> Result<Vec<String>, ClientError> {
+        let mut out = Vec::with_capacity(inputs.len());
+        for p in inputs {
+            match self.vpath(p).await {
+                Ok(v) => out.push(v),
+                Err(ClientError::Api {
+                    code: ErrorCode::InvalidPath,
+                    ..
+                }) if !p.starts_with('/') => out.push(p.clone()),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Returns the virtual path of an optional path as typed.
+    pub async fn vpath_opt(&self, input: Option<&str>) -> Result<Option<String>, ClientError> {
+        match input {
+            Some(p) => Ok(Some(self.vpath(p).await?)),
+            None => Ok(None),
+        }
+    }
 }
 
 /// Parses the command line and runs it.
@@ -137,15 +208,13 @@ pub fn main() -> ExitCode {
         Some(s) => s,
         None => match Settings::load(cli.config.as_deref()) {
             Ok(s) => s.socket,
-            Err(e) => {
-                eprintln!("wardfs: {e}");
-                return ExitCode::from(2);
-            }
+            Err(e) => return config_failed(cli.json, &e),
         },
     };
     let ctx = Ctx {
         client: Client::new(socket),
         json: cli.json,
+        layout: tokio::sync::OnceCell::new(),
     };
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -193,27 +262,60 @@ pub fn main() -> ExitCode {
         Ok(Outcome::Ok) => ExitCode::SUCCESS,
         Ok(Outcome::NothingFound) => ExitCode::from(1),
         Err(e) => {
-            if ctx.json {
-                if let ClientError::Api {
-                    code,
-                    message,
-                    path,
-                } = &e
-                {
-                    println!(
-                        "{}",
-                        serde_json::json!({ "code": code, "message": message, "path": path })
-                    );
-                } else {
-                    println!(
-                        "{}",
-                        serde_json::json!({ "code": null, "message": e.to_string() })
-                    );
-                }
-            }
-            eprintln!("wardfs: {e}");
+            let path = match &e {
+                ClientError::Api { path, .. } => path.as_deref(),
+                _ => None,
+            };
+            fail(ctx.json, code_name(&e), &e.to_string(), path);
             ExitCode::from(exit_code(&e))
         }
+    }
+}
+
+/// The exit code of bad usage, an invalid argument or path, and a config that does not load.
+pub const EXIT_USAGE: u8 = 2;
+/// The exit code of a daemon that is not running or could not start, and of an unavailable
+/// zone, sandbox or remote.
+pub const EXIT_UNAVAILABLE: u8 = 8;
+
+/// Reports a failure: `wardfs: MESSAGE` on standard error and, with `--json`, the error object
+/// `{code, message, path?}` on standard output (the API's shape; `path` left out when none).
+/// The message is one line for people: a control character in it (a hostile file name the
+/// daemon quotes back) is escaped.
+pub fn fail(json: bool, code: &str, message: &str, path: Option<&str>) {
+    print_error_json(json, code, message, path);
+    eprintln!("wardfs: {}", crate::core::text::line(message));
+}
+
+fn print_error_json(json: bool, code: &str, message: &str, path: Option<&str>) {
+    if json {
+        let mut v = serde_json::json!({ "code": code, "message": message });
+        if let Some(p) = path {
+            v["path"] = serde_json::json!(p);
+        }
+        println!("{v}");
+    }
+}
+
+/// Reports a config that does not load (`INVALID_CONFIG`, exit 2), the same for every command.
+/// A parse error spans lines (the line of the file, a caret under the column): they are kept,
+/// each escaped.
+pub fn config_failed(json: bool, e: &crate::config::ConfigError) -> ExitCode {
+    let message = e.to_string();
+    print_error_json(json, "INVALID_CONFIG", &message, None);
+    let shown: Vec<_> = message.lines().map(crate::core::text::line).collect();
+    eprintln!("wardfs: {}", shown.join("\n"));
+    ExitCode::from(EXIT_USAGE)
+}
+
+/// Returns the code an error is reported with: the daemon's code, or one of the client's own
+/// (`DAEMON_NOT_RUNNING`, `INVALID_ARGUMENT`, `INTERNAL`).
+pub fn code_name(e: &ClientError) -> &'static str {
+    match e {
+        ClientError::Api { code, .. } => code.as_str(),
+        ClientError::NotRunning { .. } => "DAEMON_NOT_RUNNING",
+        ClientError::Local(_) => "INVALID_ARGUMENT",
+        ClientError::Transport(_) => "INTERNAL",
     }
 }
 
@@ -221,17 +323,17 @@ pub fn main() -> ExitCode {
 pub fn exit_code(e: &ClientError) -> u8 {
     use ErrorCode::*;
     match e {
-        ClientError::NotRunning { .. } => 8,
+        ClientError::NotRunning { .. } => EXIT_UNAVAILABLE,
         ClientError::Transport(_) => 9,
-        ClientError::Local(_) => 2,
+        ClientError::Local(_) => EXIT_USAGE,
         ClientError::Api { code, .. } => match code {
-            InvalidPath | InvalidArgument => 2,
+            InvalidPath | InvalidArgument => EXIT_USAGE,
             NotFound => 3,
             Exists | IsDir | NotDir | NotEmpty => 4,
             NoMatch | NotUnique | Conflict | RemoteMoved => 5,
             OutsideZone | ReadOnly | PermissionDenied | AuthFailed | Rejected => 6,
             TooLarge | Binary | NoSpace => 7,
-            ZoneUnavailable | SandboxUnavailable | RemoteUnavailable => 8,
+            ZoneUnavailable | SandboxUnavailable | RemoteUnavailable => EXIT_UNAVAILABLE,
             Internal => 9,
         },
     }

@@ -3,6 +3,8 @@
 //!
 //! May import only the core's error codes (`crate::core::ErrorCode`), never an adapter.
 
+pub mod paths;
+
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
@@ -20,7 +22,7 @@ use crate::core::ErrorCode;
 /// A failed call to the daemon.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    #[error("wardfs daemon is not running at {socket} ({reason}); start it with `wardfs serve`")]
+    #[error("the daemon is not running at {socket} ({reason}); start it with `wardfs serve`")]
     NotRunning { socket: String, reason: String },
     #[error("{message}")]
     Api {

@@ -9,32 +9,96 @@ use std::io;
 
 use serde::{Deserialize, Serialize};
 
-/// Stable, machine-readable error codes shared by the API, the CLI and (later) FUSE.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// Stable, machine-readable error code. Branch on this, never on `message`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum ErrorCode {
+    /// The path (or a parent directory of it) does not exist. git: no repository is pulled into
+    /// the directory, no staged commit has that id, or the remote has no such branch or path.
+    /// Sandboxes: no sandbox of that name, or a provisioned sandbox, its volume or its snapshot
+    /// is gone at the provider.
     NotFound,
+    /// Something already exists at the path (mkdir, move without overwrite, replacing a
+    /// non-empty directory).
     Exists,
+    /// The path is a directory where a file is needed (read, write, edit, raw).
     IsDir,
+    /// A component of the path is not a directory, or list was given a file.
     NotDir,
+    /// delete of a non-empty directory without `recursive`.
     NotEmpty,
+    /// A file, a requested window or a request body is over `limits.max_read_bytes`,
+    /// `limits.max_write_bytes` or (a zone served from a sandbox) `limits.sandbox_file_bytes`;
+    /// the message names the limit and its config key.
     TooLarge,
+    /// The path is malformed: empty, contains a NUL byte, unknown zone, a name over 255 bytes,
+    /// over 4096 bytes, names `/` or a zone root where an entry is needed, or a symlink target
+    /// that is not UTF-8.
     InvalidPath,
+    /// The path leaves its zone: `..` above the zone root, a symlink pointing outside (absolute
+    /// or climbing out), a /proc magic link, or a regular file with several hard links (one may
+    /// lie outside the zone) while `zones.<zone>.allow_hardlinks` is false.
     OutsideZone,
+    /// The zone is disabled by configuration (e.g. /cache in single mode without
+    /// `cache_subdir`); the message says why.
     ZoneUnavailable,
+    /// The zone is configured `read_only` (or its backing filesystem is mounted read-only);
+    /// nothing was changed.
     ReadOnly,
+    /// edit: `old` does not occur in the file. git: nothing to stage (no changes, or all of them
+    /// already staged), a named file has no changes, or resolve of a file that is not in
+    /// conflict.
     NoMatch,
+    /// edit: `old` occurs more than once and `replace_all` is false; the message gives the
+    /// count.
     NotUnique,
+    /// edit: the file changed between reading and replacing it; read it again and retry. git:
+    /// pull into a directory holding another remote's pull; stage of files that changed
+    /// upstream too (resolve them first); an identical commit already staged; push or discard
+    /// of a staged commit in a state that does not allow it; a push whose rebase onto the moved
+    /// remote hit conflicting lines (the commit is now `conflicted`). Sandboxes: a lifecycle
+    /// step the sandbox's state does not allow (create of one that has a sandbox, pause of one
+    /// that has none).
     Conflict,
+    /// git: the remote wants credentials wardfs does not have or refused them (the token in
+    /// the environment variable named by `git.token_env`, sent as the password of user
+    /// `git.token_user`; for ssh: ssh-agent, then `git.ssh_key`), or GitHub refused the token
+    /// while opening a pull request. Sandboxes: the sandbox (or its provider) refused the token,
+    /// or the variable naming it is not set. The token is never logged or stored.
     AuthFailed,
+    /// git push: the remote branch had moved; the staged commit was rebased onto it (three-way
+    /// merge) but touches files the remote also changed, so it was not pushed and is now
+    /// `rebased`: review it again (POST /v1/git/staged/show) and push again. Also when the
+    /// remote moved twice during one push.
     RemoteMoved,
+    /// git push: the remote refused the push (a pre-receive or update hook, branch protection);
+    /// the message carries what the remote said. Nothing was pushed and the staged commit is now
+    /// `rejected`; it can be pushed again once the remote accepts it. git pull: the fetched tree
+    /// holds an entry that must not be written (`..`, `.git`, a path leaving the directory);
+    /// nothing was written.
     Rejected,
+    /// A sandbox could not be reached after its retries (`sandboxes.<name>.retries`), did not
+    /// answer within `request_timeout_secs`, or is gone (destroyed): the sandbox and mirror
+    /// routes, and the file routes on a zone served from a sandbox.
     SandboxUnavailable,
+    /// git: the remote (or GitHub's API, for a pull request) could not be reached or failed.
     RemoteUnavailable,
+    /// read or edit of a file that is not UTF-8 text (a NUL byte in the first 8 KiB, or invalid
+    /// UTF-8); use GET /v1/fs/raw for bytes.
     Binary,
+    /// A request field, query parameter or body is invalid (malformed JSON, unknown or missing
+    /// field, wrong type, out-of-range number, bad regex or glob, unknown route, a method the
+    /// route does not take); for git also a bad remote, branch name or repository path,
+    /// `into`/`repo` outside /workspace, an empty commit message, several repositories pulled
+    /// and none named, or a remote that names no owner/repository for a pull request. The
+    /// message names the field and the rule.
     InvalidArgument,
+    /// The operating system refused the operation (EACCES/EPERM) on the backing file.
     PermissionDenied,
+    /// The zone's filesystem is full (ENOSPC) or over quota (EDQUOT).
     NoSpace,
+    /// An unexpected failure (an I/O error with no better code, the state database, a worker
+    /// crash, a git failure, a sandbox failing an operation). The message has details.
     Internal,
 }
 

@@ -54,16 +54,39 @@ impl From<ForeignPathError> for FsError {
     }
 }
 
-/// Whether `name` is `.git` as git or a case-insensitive, trailing-dot-trimming filesystem reads it.
+/// Whether `name` is `.git` as git, or a disk git may one day be checked out on, reads it: in any
+/// letter case; with trailing dots and spaces or an NTFS stream (`.git.`, `.git::$INDEX_ALLOCATION`);
+/// as NTFS's short name `git~1`; or with the code points HFS+ ignores (`.g\u{200c}it`).
 fn is_git_dir(name: &[u8]) -> bool {
-    let trimmed = {
-        let mut n = name;
-        while let [rest @ .., b'.' | b' '] = n {
-            n = rest;
-        }
-        n
+    is_ntfs_git_dir(name) || std::str::from_utf8(name).is_ok_and(is_hfs_git_dir)
+}
+
+/// `.git` or `git~1` (any case), then only dots and spaces up to the end or to a `:` (an NTFS
+/// alternate data stream).
+fn is_ntfs_git_dir(name: &[u8]) -> bool {
+    let strip = |prefix: &[u8]| {
+        (name.len() >= prefix.len() && name[..prefix.len()].eq_ignore_ascii_case(prefix))
+            .then(|| &name[prefix.len()..])
     };
-    trimmed.eq_ignore_ascii_case(b".git") || trimmed.eq_ignore_ascii_case(b"git~1")
+    let Some(rest) = strip(b".git").or_else(|| strip(b"git~1")) else {
+        return false;
+    };
+    let before_stream = rest.split(|b| *b == b':').next().unwrap_or(rest);
+    before_stream.iter().all(|b| matches!(b, b'.' | b' '))
+}
+
+/// `.git` (any case) once the code points HFS+ leaves out of names are left out.
+fn is_hfs_git_dir(name: &str) -> bool {
+    let ignorable = |c: char| matches!(c, '\u{200C}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{206A}'..='\u{206F}' | '\u{FEFF}');
+    let mut shown = name.chars().filter(|c| !ignorable(*c));
+    let mut expected = ".git".chars();
+    loop {
+        match (shown.next(), expected.next()) {
+            (None, None) => return true,
+            (Some(a), Some(b)) if a.eq_ignore_ascii_case(&b) => {}
+            _ => return false,
+        }
+    }
 }
 
 /// Checks one component of a foreign path (a tree entry's name, a listing's name).
@@ -222,12 +245,30 @@ mod tests {
             b".Git.",
             b".git ",
             b"GIT~1",
+            b"git~1...",
+            b".git::$INDEX_ALLOCATION",
+            b".GIT:stream",
+            ".g\u{200c}it".as_bytes(),
+            "\u{feff}.GI\u{200d}T".as_bytes(),
+            ".git\u{206a}".as_bytes(),
             b"\xff",
         ] {
             assert!(check_name(bad, GitDir::Refuse).is_err(), "{bad:?}");
         }
         assert!(check_name(&[b'x'; 256], GitDir::Allow).is_err());
-        for good in [&b"a"[..], b".gitignore", b"..a", b"a..", b".github", b"git"] {
+        for good in [
+            &b"a"[..],
+            b".gitignore",
+            b".gitmodules",
+            b"..a",
+            b"a..",
+            b".github",
+            b"git",
+            b"git~2",
+            b".git-x",
+            b".gi",
+            ".git\u{e9}".as_bytes(),
+        ] {
             assert!(check_name(good, GitDir::Refuse).is_ok(), "{good:?}");
         }
         assert!(check_name(b".git", GitDir::Allow).is_ok());

@@ -31,6 +31,7 @@ pub mod retention;
 pub mod sandbox_node;
 mod search;
 pub mod store;
+pub mod text;
 pub mod zone;
 
 use std::path::PathBuf;
@@ -57,8 +58,9 @@ use locks::PathLocks;
 use remote_zone::{Connector, RemoteZone};
 use zone::LocalZone;
 
-/// The kind of a directory entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// The kind of a filesystem entry (symlinks are reported as `symlink`, not followed). `other`
+/// covers FIFOs, sockets and devices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum EntryKind {
     File,

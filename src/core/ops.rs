@@ -24,84 +24,118 @@ use crate::state::Origin;
 /// How many leading bytes are checked for NUL when deciding a file is binary.
 const BINARY_PROBE: usize = 8192;
 
-/// The result of `read`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+/// Text read from a file.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct ReadResult {
+    /// The normalized virtual path.
     pub path: String,
+    /// The lines returned, with their line endings, concatenated. Empty when `offset` is past
+    /// the end.
     pub content: String,
-    /// 1-based number of the first line returned.
+    /// 1-based number of the first line returned (the requested `offset`, 1 by default).
     pub offset: u64,
-    /// Number of lines returned.
+    /// Number of lines returned in `content`.
     pub lines: u64,
+    /// Number of lines in the whole file (a last line without a trailing newline counts).
     pub total_lines: u64,
-    /// True when lines after the returned ones exist.
+    /// True when lines after the returned ones exist: read on with `offset` = `offset` +
+    /// `lines`.
     pub truncated: bool,
+    /// Size of the whole file in bytes.
     pub size: u64,
 }
 
-/// The result of `write` and `write_binary`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+/// A completed write.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct WriteResult {
+    /// The virtual path written: the normalized request path, or the symlink's target when the
+    /// last component was a symlink inside the zone.
     pub path: String,
+    /// Bytes written (the file's new size).
     pub bytes: u64,
     /// True when the file did not exist before.
     pub created: bool,
 }
 
-/// The result of `edit`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+/// A completed edit.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct EditResult {
+    /// The virtual path edited (after following a symlink in the last component).
     pub path: String,
+    /// Occurrences of `old` replaced (1 unless `replace_all`).
     pub replacements: usize,
+    /// The file's new size in bytes.
     pub bytes: u64,
 }
 
 /// One directory entry.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct Entry {
+    /// The entry's name (not a path).
     pub name: String,
     pub kind: EntryKind,
+    /// Size in bytes (for a symlink: the length of its target; for a directory: as the
+    /// filesystem reports).
     pub size: u64,
+    /// Modification time in milliseconds since the Unix epoch.
     pub mtime_ms: i64,
 }
 
-/// The result of `list`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+/// A directory's entries.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct ListResult {
+    /// The normalized virtual path of the directory (`/` for the top level).
     pub path: String,
+    /// The entries sorted by name, hidden ones included, not recursive. Names that are not
+    /// UTF-8 are skipped.
     pub entries: Vec<Entry>,
 }
 
-/// The result of `stat` (symlinks are not followed).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+/// Metadata of one path (a symlink in the last component is not followed).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct StatResult {
+    /// The normalized virtual path (`/` for the top level).
     pub path: String,
     pub kind: EntryKind,
+    /// Size in bytes.
     pub size: u64,
-    /// Permission bits, e.g. 420 (0o644).
+    /// Permission bits including setuid/setgid/sticky (`st_mode & 0o7777`), e.g. 420 for
+    /// 0o644.
     pub mode: u32,
+    /// Modification time in milliseconds since the Unix epoch (0 for `/`).
     pub mtime_ms: i64,
+    /// Number of hard links.
     pub nlink: u64,
+    /// The symlink's target as stored (not resolved). Present only when `kind` is `symlink`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
+    /// True when the path's zone refuses changes (always true for `/`).
     pub read_only: bool,
 }
 
-/// The result of `exists`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+/// Whether a path exists.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct ExistsResult {
+    /// The normalized virtual path (`/` for the top level).
     pub path: String,
+    /// True when something is at the path (a dangling symlink exists too).
     pub exists: bool,
+    /// What is there (symlinks not followed). Present only when `exists` is true.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kind: Option<EntryKind>,
 }
 
-/// The result of `resolve`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+/// The host path behind a virtual path.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct ResolveResult {
+    /// The normalized virtual path.
     pub path: String,
+    /// Absolute host path. For an existing path, resolved by the kernel (symlinks inside the
+    /// zone followed); for a missing one, the real parent directory joined with the name.
     pub real_path: String,
+    /// Whether the path exists (a dangling symlink counts as missing).
     pub exists: bool,
+    /// The host directory backing the zone.
     pub zone_root: String,
 }
 

@@ -94,16 +94,18 @@ struct Pending {
     last_error: String,
 }
 
-/// One queued write-back, as `wardfs status` shows it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+/// A queued write-back to a remote zone's sandbox, as `wardfs status` shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct PendingWriteBack {
     /// The virtual path (`/workspace/a.txt`).
     pub path: String,
+    /// Size of the queued content.
     pub bytes: u64,
     /// When the first write-back failed (ms since the epoch).
     pub queued_ms: i64,
     /// Failed attempts so far (the close that queued it included).
     pub attempts: u32,
+    /// Why the last attempt failed.
     pub last_error: String,
 }
 

@@ -30,47 +30,65 @@ fn default_true() -> bool {
 }
 
 /// What `glob` looks for.
-#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "GlobRequest")]
 pub struct GlobOptions {
-    /// A glob; without `/` it matches file names anywhere (like `fd -g`), with `/` the path
-    /// relative to the search directory (`src/**/*.rs`).
+    /// A glob (`*`, `?`, `[abc]`, `{a,b}`, `**`; `*` never crosses `/`; backslash escapes).
+    /// Without `/` it matches file names at any depth (like `fd -g`): `*.rs`. With `/` it
+    /// matches the path relative to the search directory: `src/**/*.rs` (a leading `./` is
+    /// ignored).
+    #[schemars(length(min = 1))]
     pub pattern: String,
-    /// Directory to search (default `/workspace`).
+    /// Directory to search, a zone root or a directory inside a zone. Default (absent or null):
+    /// `/workspace`. The directory itself is never returned; a file yields no matches.
     #[serde(default)]
+    #[schemars(length(min = 1, max = 4096))]
     pub path: Option<String>,
-    /// Honour `.gitignore`, `.ignore` and git excludes (default true).
+    /// Honour `.gitignore`, `.ignore` and git excludes, as ripgrep and fd do.
     #[serde(default = "default_true")]
     pub gitignore: bool,
-    /// Include hidden files and directories (default false).
+    /// Include hidden files and directories (names starting with `.`).
     #[serde(default)]
     pub hidden: bool,
-    /// `file` (default), `dir` or `any`.
+    /// What to return: `file` (regular files; the default, also for null), `dir` (directories)
+    /// or `any` (also symlinks and other kinds). Symlinks are never followed.
     #[serde(default)]
+    #[schemars(extend("enum" = ["file", "dir", "any", null]))]
     pub kind: Option<String>,
-    /// Most paths to return (default and maximum: `limits.glob_max_results`).
+    /// Most paths to return. Default (absent or null) and maximum: `limits.glob_max_results`
+    /// (1000 by default); larger values are refused with INVALID_ARGUMENT.
     #[serde(default)]
+    #[schemars(range(min = 1))]
     pub limit: Option<usize>,
 }
 
 /// One path found by `glob`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct GlobMatch {
+    /// The virtual path found.
     pub path: String,
+    /// Modification time in milliseconds since the Unix epoch.
     pub mtime_ms: i64,
 }
 
-/// The result of `glob`: newest first.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+/// Paths matching a glob, newest first.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct GlobResult {
+    /// Matches sorted by modification time, newest first (ties by path), at most `limit`.
     pub matches: Vec<GlobMatch>,
-    /// Number of matches found (before the cap).
+    /// Number of matches found before the cap.
     pub total: usize,
+    /// True when `total` is larger than the number of matches returned.
     pub truncated: bool,
 }
 
-/// How `grep` reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+/// How grep reports: `content` (matching lines with optional context, in `lines`), `files`
+/// (paths of files with a match, in `files`) or `count` (matching lines per file, in
+/// `counts`).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum GrepMode {
     /// Matching lines (with context lines when asked).
@@ -83,94 +101,137 @@ pub enum GrepMode {
 }
 
 /// What `grep` looks for.
-#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "GrepRequest")]
 pub struct GrepOptions {
-    /// A regular expression (Rust regex syntax), or a literal string with `literal`.
+    /// A regular expression in Rust `regex` syntax (like ripgrep), matched line by line (a
+    /// match never spans lines); with `literal`, a plain string.
+    #[schemars(length(min = 1))]
     pub pattern: String,
-    /// File or directory to search (default `/workspace`).
+    /// File or directory to search (a zone root or a path inside a zone). Default (absent or
+    /// null): `/workspace`.
     #[serde(default)]
+    #[schemars(length(min = 1, max = 4096))]
     pub path: Option<String>,
+    /// Treat `pattern` as a literal string, not a regex (ripgrep `-F`).
     #[serde(default)]
     pub literal: bool,
+    /// Match case-insensitively (ripgrep `-i`).
     #[serde(default)]
     pub ignore_case: bool,
-    /// Globs that select files (`*.rs`; `!` excludes), as ripgrep's `-g`.
+    /// Globs selecting the files to search, relative to the search directory, as ripgrep's
+    /// `-g`: `*.rs` includes, `!target/**` excludes. null is refused; omit the field instead.
     #[serde(default)]
     pub glob: Vec<String>,
-    /// File types (`rust`, `py`, …), as ripgrep's `-t`.
+    /// ripgrep file types to search (`rust`, `py`, `js`, `md`, …), as `rg -t`. An unknown type
+    /// is refused with INVALID_ARGUMENT. null is refused; omit the field instead.
     #[serde(default, rename = "type")]
     pub file_type: Vec<String>,
-    /// Lines of context before and after each match.
+    /// Lines of context before and after each match (content mode only; `before`/`after`
+    /// override it). At most 1000.
     #[serde(default)]
+    #[schemars(range(max = 1000))]
     pub context: Option<usize>,
+    /// Lines of context before each match (content mode only; overrides `context`). At most
+    /// 1000.
     #[serde(default)]
+    #[schemars(range(max = 1000))]
     pub before: Option<usize>,
+    /// Lines of context after each match (content mode only; overrides `context`). At most
+    /// 1000.
     #[serde(default)]
+    #[schemars(range(max = 1000))]
     pub after: Option<usize>,
+    /// Output mode (`content`, `files` or `count`); null is refused.
     #[serde(default)]
     pub mode: GrepMode,
-    /// Most results (matching lines, files or counts; default and maximum `limits.grep_max_results`).
+    /// Most results: matching lines (content mode) or files (files and count modes). Default
+    /// (absent or null) and maximum: `limits.grep_max_results` (1000 by default); larger values
+    /// are refused with INVALID_ARGUMENT.
     #[serde(default)]
+    #[schemars(range(min = 1))]
     pub limit: Option<usize>,
+    /// Honour `.gitignore`, `.ignore` and git excludes (ripgrep's default).
     #[serde(default = "default_true")]
     pub gitignore: bool,
+    /// Search hidden files and directories too (ripgrep `--hidden`).
     #[serde(default)]
     pub hidden: bool,
 }
 
 /// Whether a grep line matched or is context around a match.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum LineKind {
     Match,
     Context,
 }
 
-/// One line of `grep` output.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+/// One line of `grep` output (content mode).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct GrepLine {
+    /// Virtual path of the file.
     pub path: String,
+    /// 1-based line number.
     pub line: u64,
+    /// The line without its trailing newline (and `\r`); bytes that are not UTF-8 are replaced
+    /// with U+FFFD. A line longer than 2048 bytes is cut there (never inside a UTF-8 character)
+    /// and ends with `… [line cut: N more bytes]`.
     pub text: String,
     pub kind: LineKind,
 }
 
-/// Matching lines in one file.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+/// Matching lines in one file (count mode).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct GrepCount {
+    /// Virtual path of the file.
     pub path: String,
+    /// Number of matching lines in the file.
     pub count: u64,
 }
 
-/// The result of `grep`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default)]
+/// What grep found, sorted by path and line. Only the array of the requested mode is present,
+/// and only when not empty.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default, schemars::JsonSchema)]
 pub struct GrepResult {
     pub mode: GrepMode,
+    /// content mode: matching lines, with context lines when asked. Absent when empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lines: Vec<GrepLine>,
+    /// files mode: virtual paths of files with at least one match. Absent when empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<String>,
+    /// count mode: matching lines per file. Absent when empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub counts: Vec<GrepCount>,
-    /// Matching lines found (in content and count mode) or files found (in files mode).
+    /// Results in this answer: matching lines returned (content mode), files returned (files
+    /// mode) or the sum of the returned counts (count mode). Counted after the cap, so it is not
+    /// the number of matches in the whole tree when `truncated`.
     pub total: usize,
+    /// Number of files opened and searched (binary files included; fewer than all when the cap
+    /// stopped the search).
     pub files_searched: usize,
-    /// True when the result cap stopped the search early.
+    /// True when the result cap (`limit`) stopped the search early: more matches may exist.
+    /// Narrow the search or raise `limit` up to `limits.grep_max_results`.
     pub truncated: bool,
-    /// Files not searched and why (a multiply-linked file, a line over the length cap, a remote
-    /// file over the size cap); at most [`MAX_SKIPPED_SHOWN`] are named.
+    /// Files not searched and the rule that kept each out: a regular file with more than one
+    /// hard link (unless the zone's `allow_hardlinks` is true, as for `read`), a file with a line
+    /// longer than `limits.max_read_bytes`, a remote-zone file larger than
+    /// `limits.max_read_bytes`. At most 100 are named. Absent when empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<GrepSkip>,
-    /// Files not searched, all of them (`skipped` names the first few).
+    /// Number of files not searched (all of them; `skipped` names the first 100).
     #[serde(default)]
     pub skipped_total: usize,
 }
 
 /// A file `grep` did not search, and the rule that kept it out.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct GrepSkip {
+    /// Virtual path of the file.
     pub path: String,
+    /// The rule that kept it out, naming its config key.
     pub reason: String,
 }
 

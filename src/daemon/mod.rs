@@ -52,6 +52,9 @@ pub const BLOCKING_THREADS: usize = 32;
 /// `no_mount`), serves the API, and keeps the schedules; then stops the API and unmounts.
 pub fn run(settings: Settings, no_mount: bool) -> anyhow::Result<()> {
     limit_malloc_arenas();
+    // Held until this returns: a second daemon on the same state would journal this one's files
+    // as deleted.
+    let _state_lock = crate::state::DirLock::take(&settings.state_dir)?;
     let db = Arc::new(Db::open_in(&settings.state_dir)?);
     Db::start_flusher(&db);
     // A zone served from a sandbox wardfs makes itself reaches it through the registry, which
@@ -295,9 +298,9 @@ impl Signals {
     }
 }
 
-/// Runs a garbage collection pass now and then every [`GC_EVERY`], logging what it removed.
 /// Checkpoints each local zone that changed once the journal has been quiet for
 /// `checkpoints.auto_quiet_ms` (0: never), so a moment after every burst of work can be restored.
+/// A zone whose journal moved but whose tree is its latest checkpoint's gets none.
 async fn auto_checkpoints(state: Arc<AppState>) {
     let quiet = Duration::from_millis(state.settings.checkpoints.auto_quiet_ms);
     if quiet.is_zero() {
@@ -340,11 +343,14 @@ async fn auto_checkpoints(state: Arc<AppState>) {
                 ) {
                     continue;
                 }
+                // Journaled but changing nothing kept (a `git stage`, a pull that found
+                // nothing new): the latest checkpoint holds the zone already.
                 match app
                     .checkpoints
-                    .create(id, "auto", crate::state::Origin::INTERNAL)
+                    .create_if_changed(id, "auto", crate::state::Origin::INTERNAL)
                 {
-                    Ok(_) => made += 1,
+                    Ok(Some(_)) => made += 1,
+                    Ok(None) => {}
                     Err(e) => {
                         tracing::warn!(zone = id.name(), error = %e, "automatic checkpoint failed")
                     }
@@ -362,6 +368,7 @@ async fn auto_checkpoints(state: Arc<AppState>) {
     }
 }
 
+/// Runs a garbage collection pass now and then every [`GC_EVERY`], logging what it removed.
 async fn collect_garbage(state: Arc<AppState>) {
     let mut every = tokio::time::interval(GC_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -1,8 +1,14 @@
-//! The `fuser::Filesystem` implementation: a thin layer of `*at` system calls on inode fds.
+//! The `fuser::Filesystem` implementation: the mount's side of every kernel request.
 //!
-//! Each callback resolves its inode(s) from [`Inodes`], performs one system call beneath the
-//! backing fd, and answers with the errno of that call. Mutations are recorded in the core's journal
-//! with the calling pid and uid; data writes are recorded once per open file, at release.
+//! Each callback resolves its inode(s) from [`Inodes`] and hands the work to the core. On a local
+//! zone, lookups and changes (create, mkdir, rename, setattr, xattrs, …) go to the core's
+//! inode-level operations (`Zones::node_*`, `core::node`), which make the system calls beneath
+//! the inodes' `O_PATH` descriptors under the zone's rules (read-only, hard links, path locks) and
+//! record each change in the journal with the calling pid and uid; reads and writes go to the open
+//! file (`core::node::io`), and a file's data writes are journaled once, when it is released. A
+//! zone served from a sandbox is answered by its [`RemoteTree`]. What stays here is the kernel's
+//! business: file and directory handles, attributes and their TTLs, directory listings,
+//! passthrough backing files, metadata prefetch, and the errno of each answer.
 //!
 //! Two I/O modes per zone (`zones.<zone>.io`, [`IoMode`]). Passthrough: `OPEN` hands the kernel
 //! the backing file. Cached (the default): when every zone is local, writable and cached, the
@@ -1599,7 +1605,9 @@ impl fuser::Filesystem for WardFs {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        if self.tree(ino.0).is_some() {
+        // The top level (`ls -la` asks of `workspace/..`) and a sandbox's tree keep no
+        // attributes: none is set, which is ENODATA, not a missing file.
+        if ino.0 == ROOT_INO || self.tree(ino.0).is_some() {
             return reply.error(Errno::from_i32(libc::ENODATA));
         }
         let res = self.inode(ino).and_then(|i| {
@@ -1619,7 +1627,7 @@ impl fuser::Filesystem for WardFs {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        if self.tree(ino.0).is_some() {
+        if ino.0 == ROOT_INO || self.tree(ino.0).is_some() {
             return if size == 0 {
                 reply.size(0)
             } else {

@@ -63,20 +63,24 @@ pub fn file_patches(
 }
 
 /// One line of a hunk.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct HunkLine {
     /// `context`, `add` or `delete`.
     pub kind: String,
+    /// Its 1-based line number in the old file; null for `add`.
     pub old_line: Option<u32>,
+    /// Its 1-based line number in the new file; null for `delete`.
     pub new_line: Option<u32>,
+    /// The line without its `+`/`-`/space prefix and line ending.
     pub text: String,
 }
 
 /// One hunk of a file's diff.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct Hunk {
     /// The `@@ -a,b +c,d @@` header.
     pub header: String,
+    /// Its lines, in order.
     pub lines: Vec<HunkLine>,
 }
 

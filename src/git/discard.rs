@@ -4,11 +4,13 @@
 use super::*;
 
 /// What a discard did.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DiscardResult {
+    /// The discarded commit's id.
     pub id: String,
+    /// Virtual paths put back to the base (empty without `revert`).
     pub reverted: Vec<String>,
-    /// Files `revert` left alone (changed again since staging).
+    /// With `revert`: files left as they are (changed again since staging), and why.
     pub kept: Vec<PathNote>,
 }
 

@@ -425,7 +425,8 @@ impl Git {
                 }),
                 1 => Ok(repos.into_iter().next().expect("one")),
                 _ => Err(CommonError::WhichRepo(format!(
-                    "several repositories are pulled ({}); name one",
+                    "several repositories are pulled ({}); name one with --repo DIR (`repo` \
+                     in the API)",
                     repos
                         .iter()
                         .map(|r| vdir(&r.dir))
@@ -542,7 +543,10 @@ mod tests {
         first: &[(&str, &str)],
         extra: &str,
     ) -> (Arc<Zones>, Git, PullRequest) {
-        let config = format!("[zones]\nroot = \"z\"\n{extra}");
+        let config = format!(
+            "[zones]\nroot = \"z\"\n[git]\nlocal_remotes = [\"{}\"]\n{extra}",
+            dir.display()
+        );
         let settings = Settings::from_str(&config, "test", dir, None).unwrap();
         let zones = Arc::new(
             Zones::open(

@@ -6,40 +6,55 @@
 //! pull failed.
 
 use super::*;
+use crate::core::text::count;
 
-/// `pull`'s request.
-#[derive(Debug, Clone, Deserialize)]
+/// `pull`'s request: what to pull and where.
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PullRequest {
-    /// A remote URL (https://, git://, ssh://, user@host:path, a local path) or `owner/repo`.
+    /// The remote: a URL (`https://`, `http://`, `git://`, `ssh://`, `user@host:path`), a local
+    /// path to a repository, or `owner/repo` (shorthand for `<git.github_url>/owner/repo.git`).
+    /// An https URL must not carry a password (INVALID_ARGUMENT): put the token in the
+    /// environment variable named by `git.token_env`.
+    #[schemars(length(min = 1))]
     pub remote: String,
-    /// The branch (default: the remote's default branch).
+    /// The branch to pull. Default: the remote's default branch (else `main` or `master`).
     #[serde(default)]
     pub branch: Option<String>,
-    /// Paths of the repository to pull (files or directories; default: all).
+    /// Only these files or directories of the repository (repository-relative, e.g. `src` or
+    /// `docs/guide.md`; no `.` or `..`). Default: everything. A path missing upstream is
+    /// NOT_FOUND.
     #[serde(default)]
     pub paths: Vec<String>,
-    /// The workspace directory to pull into (default: /workspace/<repository name>).
+    /// The workspace directory to pull into (a virtual path in /workspace). Default:
+    /// `/workspace/<repository name>` (the URL's last segment without `.git`). A directory
+    /// holds the pull of one remote only.
     #[serde(default)]
     pub into: Option<String>,
-    /// Stream progress as NDJSON (API only).
+    /// Stream progress as NDJSON (`application/x-ndjson`) instead of answering with one JSON
+    /// object (API only).
     #[serde(default)]
     pub progress: bool,
 }
 
-/// One path a pull did not write, and why.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+/// One path a pull did not write, or a discard did not revert, and why.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct PathNote {
+    /// The virtual path.
     pub path: String,
+    /// Why, for people (e.g. `changed locally and upstream`).
     pub reason: String,
 }
 
 /// A file changed both upstream and locally, left as it is.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct PullConflict {
+    /// The virtual path of the local file.
     pub path: String,
+    /// What happened on each side.
     pub reason: String,
-    /// Where the upstream version can be read, to merge it (in /cache).
+    /// Where the upstream version was saved (under /cache/.wardfs-upstream/), to read and merge
+    /// it. Absent when upstream deleted the file or /cache is unavailable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upstream: Option<String>,
 }
@@ -93,21 +108,35 @@ impl GitFailure for PullError {
 }
 
 /// What a pull did.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PullResult {
-    /// The workspace directory (a virtual path).
+    /// The workspace directory pulled into (a virtual path). Pass it as `repo` to status and
+    /// stage.
     pub repo: String,
+    /// The remote URL (`owner/repo` expanded).
     pub url: String,
+    /// The branch pulled.
     pub branch: String,
+    /// The commit pulled: the new base of the directory's files.
     pub commit: String,
+    /// The base before this pull; null on the first pull into the directory.
     pub previous: Option<String>,
+    /// Files written (new, or changed upstream and untouched locally).
     pub written: usize,
+    /// Files deleted because they are gone upstream (or no longer chosen by `paths`) and were
+    /// untouched locally.
     pub deleted: usize,
+    /// Files already up to date, or unchanged upstream (a local change is kept).
     pub unchanged: usize,
-    /// Files changed both upstream and locally: left as they are, reported.
+    /// Files changed both upstream and locally: left exactly as they are, reported here and as
+    /// `conflict` by status. Stage refuses them (CONFLICT) until the agent has merged the
+    /// upstream change into the file and called POST /v1/git/resolve. Each conflict names where
+    /// the upstream version was saved (`upstream`, in /cache) so that it can be read and merged.
     pub conflicts: Vec<PullConflict>,
-    /// Entries not written (submodules, symlinks pointing out of the repository, …).
+    /// Entries not written: submodules, symlinks pointing out of the repository, entries the
+    /// zone refused.
     pub skipped: Vec<PathNote>,
+    /// How long the pull took, in milliseconds.
     pub duration_ms: u64,
 }
 
@@ -375,13 +404,14 @@ impl Git {
                 }
             }
             let total = upstream.len();
+            let mut bytes_written = 0;
             for (i, (path, (oid, mode))) in upstream.iter().enumerate() {
                 if i % 256 == 0 {
                     progress(&Progress {
                         phase: "write",
                         done: i,
                         total,
-                        bytes: 0,
+                        bytes: bytes_written,
                     });
                 }
                 let v = vfile(&dir, path);
@@ -446,6 +476,7 @@ impl Git {
                     match self.write_entry(&v, &dir, path, blob.content(), *mode, seen, &links) {
                         Ok(()) => {
                             written += 1;
+                            bytes_written += blob.content().len();
                             clean_row(&mut rows);
                             continue;
                         }
@@ -478,6 +509,12 @@ impl Git {
                     });
                 }
             }
+            progress(&Progress {
+                phase: "write",
+                done: total,
+                total,
+                bytes: bytes_written,
+            });
             mirror
                 .reference(&base_ref(&dir), tip, true, "wardfs: pulled")
                 .map_err(libgit2("pin base"))?;
@@ -530,9 +567,9 @@ impl Git {
             &dir,
             "git-pull",
             &format!(
-                "{url} {branch} at {}: {written} written, {deleted} deleted, {} conflicts",
+                "{url} {branch} at {}: {written} written, {deleted} deleted, {}",
                 remote::short(tip),
-                result.conflicts.len()
+                count(result.conflicts.len() as u64, "conflict")
             ),
         );
         Ok(result)

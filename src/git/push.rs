@@ -3,33 +3,44 @@
 
 use super::*;
 
-/// `push`'s request.
-#[derive(Debug, Clone, Deserialize)]
+/// `push`'s request: which staged commit to push, and how.
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PushRequest {
+    /// The staged commit's id.
     pub id: String,
-    /// Push to `wardfs/<id>` and open a pull request instead of pushing to the branch.
+    /// Push to the branch `wardfs/<id>` and open a GitHub pull request into the commit's branch
+    /// instead of pushing to that branch. Needs a token in the environment variable named by
+    /// `git.token_env` and a remote URL naming an owner and repository; the API is
+    /// `git.github_api`.
     #[serde(default)]
     pub pr: bool,
-    /// Stream progress as NDJSON (API only).
+    /// Stream progress as NDJSON (`application/x-ndjson`) instead of answering with one JSON
+    /// object (API only).
     #[serde(default)]
     pub progress: bool,
 }
 
 /// What a push did.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PushResult {
+    /// The staged commit's id.
     pub id: String,
+    /// Always `pushed`.
     pub state: String,
     /// The commit that reached the remote.
     pub commit_sha: String,
     /// The remote ref it was pushed to.
     pub pushed_ref: String,
-    /// The pull request, with `pr`.
+    /// With `pr`: the pull request's URL (an existing one for the branch is reused). Left out
+    /// otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
-    /// True when the commit was rebased onto a remote that had moved.
+    /// True when this call rebased the commit onto a remote that had moved (only other files
+    /// changed) and pushed it. False when it was pushed as it was, including a commit rebased by
+    /// an earlier call that answered REMOTE_MOVED.
     pub rebased: bool,
+    /// How long the push took, in milliseconds.
     pub duration_ms: u64,
 }
 

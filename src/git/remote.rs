@@ -35,13 +35,17 @@ pub const MAX_AUTH_ATTEMPTS: u32 = 3;
 /// `GIT_FETCH_DEPTH_UNSHALLOW`).
 pub const UNSHALLOW: i32 = i32::MAX;
 
-/// Progress of a fetch or push.
-#[derive(Debug, Clone, Serialize)]
+/// Progress of a pull or push.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Progress {
-    /// `fetch`, `push` or `write` (files written into the workspace).
+    /// `fetch` (objects received), `push` (objects sent) or `write` (files written into the
+    /// workspace).
     pub phase: &'static str,
+    /// Objects (or files) done so far.
     pub done: usize,
+    /// Objects (or files) in all; 0 while unknown.
     pub total: usize,
+    /// Bytes transferred so far (0 in the `write` phase).
     pub bytes: usize,
 }
 
@@ -221,6 +225,9 @@ pub fn check_transport(url: &str, settings: &GitSection) -> Result<(), RemoteErr
         None => Some(url),
     };
     if let Some(path) = local {
+        if let Err(rule) = local_remote_allowed(path, &settings.local_remotes) {
+            return bad(rule);
+        }
         if git2::Repository::open_bare(path)
             .or_else(|_| git2::Repository::open(path))
             .is_err()
@@ -229,6 +236,33 @@ pub fn check_transport(url: &str, settings: &GitSection) -> Result<(), RemoteErr
         }
     }
     Ok(())
+}
+
+/// Allows a local repository only beneath a directory of `git.local_remotes`, judged on its real
+/// path (symlinks resolved), so a client of the socket cannot copy a repository from anywhere
+/// the daemon's user can read.
+fn local_remote_allowed(path: &str, allowed: &[std::path::PathBuf]) -> Result<(), String> {
+    if allowed.is_empty() {
+        return Err(format!(
+            "{path} is a local repository, and local repositories are refused: list a directory \
+             holding it in git.local_remotes to allow it"
+        ));
+    }
+    let real =
+        std::fs::canonicalize(path).map_err(|e| format!("no git repository at {path} ({e})"))?;
+    let inside = allowed
+        .iter()
+        .filter_map(|d| std::fs::canonicalize(d).ok())
+        .any(|d| real.starts_with(d));
+    if inside {
+        return Ok(());
+    }
+    let dirs: Vec<String> = allowed.iter().map(|d| d.display().to_string()).collect();
+    Err(format!(
+        "{path} is a local repository outside git.local_remotes ({}); only repositories \
+         beneath those may be pulled from or pushed to",
+        dirs.join(", ")
+    ))
 }
 
 /// Turns a failed network operation into the error a user can act on.
@@ -477,14 +511,48 @@ mod tests {
             path("plain"),
             format!("file://{}", path("nope")),
         ];
+        let local_ok = GitSection {
+            local_remotes: vec![d.path().to_path_buf()],
+            ..GitSection::default()
+        };
         for url in &bad {
-            match super::ls_remote(&mirror, url, &s) {
+            match super::ls_remote(&mirror, url, &local_ok) {
                 Err(RemoteError::BadRemote { reason, .. }) => assert!(!reason.is_empty(), "{url}"),
                 other => panic!("{url}: {:?}", other.map(|_| ())),
             }
         }
+        // Local repositories only beneath git.local_remotes.
         for ok in [path("up.git"), format!("file://{}", path("up.git"))] {
-            assert!(check_transport(&ok, &s).is_ok(), "{ok}");
+            match check_transport(&ok, &s) {
+                Err(RemoteError::BadRemote { reason, .. }) => {
+                    assert!(reason.contains("git.local_remotes"), "{reason}")
+                }
+                other => panic!("{ok} allowed by default: {other:?}"),
+            }
+        }
+        let allowed = GitSection {
+            local_remotes: vec![d.path().to_path_buf()],
+            ..GitSection::default()
+        };
+        for ok in [path("up.git"), format!("file://{}", path("up.git"))] {
+            assert!(check_transport(&ok, &allowed).is_ok(), "{ok}");
+        }
+        let elsewhere = tempfile::tempdir().unwrap();
+        let outside = GitSection {
+            local_remotes: vec![elsewhere.path().to_path_buf()],
+            ..GitSection::default()
+        };
+        std::os::unix::fs::symlink(d.path().join("up.git"), elsewhere.path().join("link.git"))
+            .unwrap();
+        let through_link = elsewhere.path().join("link.git").display().to_string();
+        for url in [path("up.git"), through_link] {
+            assert!(
+                matches!(
+                    check_transport(&url, &outside),
+                    Err(RemoteError::BadRemote { .. })
+                ),
+                "{url}"
+            );
         }
         // Nothing listens on port 1: a network failure, told by its class.
         match super::ls_remote(&mirror, "git://127.0.0.1:1/x", &s) {

@@ -4,66 +4,107 @@
 //! [`ListError`].
 
 use super::*;
+use crate::core::text::count;
 
-/// `stage`'s request.
-#[derive(Debug, Clone, Deserialize)]
+/// `stage`'s request: what to stage and how to describe it.
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StageRequest {
-    /// The repository's workspace directory (optional when only one is pulled).
+    /// The repository's workspace directory (or a path in it). May be left out when only one
+    /// repository is pulled; otherwise INVALID_ARGUMENT.
     #[serde(default)]
     pub repo: Option<String>,
-    /// Files or directories to stage (virtual paths, or paths inside the repository); default:
-    /// every change not already in a staged commit.
+    /// Files or directories to stage: virtual paths (`/workspace/demo/src`) or paths inside the
+    /// repository (`src/main.rs`). Each must hold at least one change (else NO_MATCH). Default:
+    /// every change not already in a staged commit built on the same base.
     #[serde(default)]
     pub files: Vec<String>,
+    /// The commit message: first line a summary (the pull request's title with `pr`), then
+    /// optionally a blank line and a body. Must not be blank.
+    #[schemars(length(min = 1))]
     pub message: String,
-    /// The branch to push to (default: the pulled branch).
+    /// The branch it will be pushed to. Default: the pulled branch.
     #[serde(default)]
     pub branch: Option<String>,
 }
 
-/// A staged commit as the API and CLI show it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// A staged commit as the API and CLI show it: a commit built in wardfs's mirror of the remote
+/// (never in the workspace or anyone's checkout), kept for review. Optional fields are left out
+/// when empty.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StagedCommit {
+    /// Its id: the first 10 hex digits of the commit as first staged (it stays the same after a
+    /// rebase).
     pub id: String,
     /// The repository's workspace directory.
     pub repo: String,
+    /// The remote URL.
     pub url: String,
+    /// The branch it is pushed to (with `pr`: the pull request's base).
     pub branch: String,
+    /// The commit message.
     pub message: String,
+    /// The parent commit: the pulled base, or after a rebase the remote tip it was rebased onto.
     pub base: String,
+    /// The commit itself (changes when rebased).
     pub commit: String,
+    /// Where it stands. `staged`: waiting for review. `rebased`: a push found the remote branch
+    /// moved and rebased the commit onto it, touching files the remote also changed; review it
+    /// again (show) before pushing again. `pushed`: on the remote (final). `conflicted`: the
+    /// rebase hit conflicting lines (see `conflicts`); nothing was pushed and it cannot be
+    /// pushed: discard it, pull, merge, resolve and stage again. `rejected`: the remote refused
+    /// the push (see `reason`); it may be pushed again. `discarded`: dropped (final).
     pub state: String,
+    /// Why the last push failed (left out once pushed or discarded).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// State `conflicted`: the conflicting files, as paths inside the repository (`src/lib.rs`,
+    /// not virtual paths).
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub conflicts: Vec<String>,
+    /// The commit that reached the remote.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pushed_commit: Option<String>,
+    /// The remote ref it was pushed to (`refs/heads/main`, or `refs/heads/wardfs/<id>` with
+    /// `pr`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pushed_ref: Option<String>,
+    /// The pull request opened for it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pr_url: Option<String>,
+    /// When it was staged (milliseconds since the Unix epoch).
     pub created_at: i64,
+    /// When its state last changed (milliseconds since the Unix epoch).
     pub updated_at: i64,
+    /// Lines added, all files.
     pub additions: u64,
+    /// Lines deleted, all files.
     pub deletions: u64,
+    /// Its files, sorted by path; with `diff` and `hunks` only in show.
     pub files: Vec<StagedFile>,
 }
 
 /// One file of a staged commit.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StagedFile {
+    /// The virtual path.
     pub path: String,
+    /// What the commit does to it: `create`, `update` or `delete` (a rename is a delete and a
+    /// create).
     pub operation: String,
+    /// Lines added (0 for binary and oversized files).
     pub additions: u64,
+    /// Lines deleted (0 for binary and oversized files).
     pub deletions: u64,
+    /// Binary: no patch is shown.
     pub binary: bool,
+    /// Over `git.max_diff_bytes` (1 MiB by default): no patch is shown.
     pub oversized: bool,
-    /// The git-format patch (absent for binary and oversized files, and in lists).
+    /// The git-format unified patch (what GitHub will show). Only in POST
+    /// /v1/git/staged/show, and absent for binary and oversized files.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub diff: Option<String>,
-    /// The patch's hunks with typed lines (in `show` only).
+    /// The patch's hunks with numbered, typed lines. Present exactly when `diff` is.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hunks: Option<Vec<diff::Hunk>>,
 }
@@ -132,13 +173,77 @@ impl GitFailure for ShowError {
 pub type ListError = CommonError;
 
 impl Git {
+    /// Returns the repository a stage is for: the one named (`repo`), the one holding the first
+    /// file named by its virtual path, the only one pulled, or the only one with changes; with
+    /// changes in several, asks for `repo` and names them.
+    fn repo_to_stage(&self, req: &StageRequest) -> Result<RepoRow, StageError> {
+        if req.repo.is_some() {
+            return Ok(self.repo_for(req.repo.as_deref())?);
+        }
+        if let Some(f) = req.files.iter().find(|f| f.starts_with('/')) {
+            return Ok(self.repo_for(Some(f))?);
+        }
+        let repos = self.zones.db().repos().map_err(CommonError::from)?;
+        if repos.len() <= 1 {
+            return Ok(self.repo_for(None)?);
+        }
+        let mut changed = Vec::new();
+        for r in repos {
+            if self.has_unstaged(&r)? {
+                changed.push(r);
+            }
+        }
+        match changed.len() {
+            1 => Ok(changed.remove(0)),
+            0 => Err(StageError::Nothing(
+                "none of the pulled repositories has changes to stage".into(),
+            )),
+            _ => Err(CommonError::WhichRepo(format!(
+                "several pulled repositories have changes ({}); name the one to stage with \
+                 --repo DIR (`repo` in the API)",
+                changed
+                    .iter()
+                    .map(|r| vdir(&r.dir))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+            .into()),
+        }
+    }
+
+    /// Returns whether `repo` has a change that no staged commit holds yet.
+    fn has_unstaged(&self, repo: &RepoRow) -> Result<bool, StageError> {
+        let st = self.refresh(repo, false)?;
+        if st.changes.is_empty() {
+            return Ok(false);
+        }
+        let staged: HashSet<(String, Option<String>)> = self
+            .zones
+            .db()
+            .staged_blobs(repo.id, &repo.base)?
+            .into_iter()
+            .collect();
+        for c in &st.changes {
+            let rel = c.path[vdir(&repo.dir).len()..].trim_start_matches('/');
+            let now = self.local_content(&c.path)?.map(|(bytes, _)| {
+                Oid::hash_object(ObjectType::Blob, &bytes)
+                    .map(|o| o.to_string())
+                    .unwrap_or_default()
+            });
+            if !staged.contains(&(rel.to_string(), now)) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
     /// Builds a commit of the chosen changes on the repo's base, in the mirror only.
     pub fn stage(&self, req: &StageRequest) -> Result<StagedCommit, StageError> {
         let message = req.message.trim();
         if message.is_empty() {
             return Err(invalid("message", "must not be empty; say what the change does").into());
         }
-        let repo = self.repo_for(req.repo.as_deref())?;
+        let repo = self.repo_to_stage(req)?;
         let branch = req.branch.clone().unwrap_or_else(|| repo.branch.clone());
         check_branch(&branch)?;
         let st = self.refresh(&repo, false)?;
@@ -294,7 +399,7 @@ impl Git {
         self.event(
             &repo.dir,
             "git-stage",
-            &format!("{id}: {} files: {message}", files.len()),
+            &format!("{id}: {}: {message}", count(files.len() as u64, "file")),
         );
         Ok(self.view(row, false)?)
     }

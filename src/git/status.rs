@@ -5,29 +5,39 @@
 use super::*;
 
 /// One changed file in `status`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct Change {
     /// The virtual path.
     pub path: String,
-    /// `created`, `modified`, `deleted` or `conflict` (changed upstream and locally).
+    /// `created`, `modified`, `deleted` (relative to the pulled base), or `conflict`: changed
+    /// upstream and locally (reported by a pull; resolve it before staging).
     pub state: String,
 }
 
-/// The status of one pulled repository.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// The changes of one pulled repository.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RepoStatus {
+    /// The repository's workspace directory.
     pub repo: String,
+    /// The remote URL.
     pub url: String,
+    /// The branch pulled.
     pub branch: String,
+    /// The commit the files are compared with (the last pull, or the last direct push of a
+    /// commit built on it).
     pub base: String,
+    /// Every file that differs from the base, sorted by path (empty when clean). Files already
+    /// in a staged commit are still listed until pushed or reverted.
     pub changes: Vec<Change>,
-    /// Paths re-hashed (0 when nothing changed since the last look).
+    /// Paths from the journal re-hashed by this call; 0 when nothing changed, and also after a
+    /// full re-hash (`rescan`, or a change to the directory itself).
     pub examined: usize,
 }
 
-/// `status`'s answer.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// `status`'s answer: the status of the pulled repositories.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StatusResult {
+    /// One entry per repository (none pulled: empty).
     pub repos: Vec<RepoStatus>,
 }
 

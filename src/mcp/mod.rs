@@ -5,26 +5,35 @@
 //! keeps the path rules, limits, journal and locks, so an agent sees the same files and errors
 //! through MCP as through the API and the mount. A tool's result is the route's JSON answer, as
 //! `structuredContent` and as text (`read` gives the file's text instead, followed by a note when
-//! lines are left). A failed call is a tool error (`isError: true`) whose content is the API's
-//! error object, `{"code", "message", "path"}`, with the API's stable codes; two more codes say
-//! that the daemon could not be asked: `DAEMON_NOT_RUNNING` and, for a broken connection,
-//! `INTERNAL`.
+//! lines are left); every tool declares that answer's shape as its `outputSchema`
+//! ([`replies`]). Paths in results are virtual (`/workspace/src/lib.rs`): the rows of the journal
+//! and of the checkpoints, which the daemon gives relative to their zone, are rewritten
+//! ([`rows`]). A failed call is a tool error (`isError: true`) whose content is the API's error
+//! object, `{"code", "message", "path"}` (`path` left out when the error is not about one), with
+//! the API's stable codes; two more codes say that the daemon could not be asked:
+//! `DAEMON_NOT_RUNNING` and, for a broken connection, `INTERNAL`.
 //!
 //! Pushing is a person's decision: the `git_push` tool exists only when the config says
 //! `[mcp] allow_push = true`; without it no tool reaches `/v1/git/push`. Likewise making and
 //! destroying sandboxes (`sandbox_create`, `sandbox_list`, `sandbox_destroy`) needs
-//! `[mcp] allow_sandboxes = true`.
+//! `[mcp] allow_sandboxes = true`. [`tools_help`] lists every tool for `wardfs mcp --help`
+//! ([`TOOLS`], which a test holds equal to the server's own tool list).
 //!
 //! Owns the MCP tools and their descriptions. Reaches the daemon only through `client`; may
 //! import `core`'s types besides (`tests/rules` checks the imports).
 
 mod params;
+mod replies;
+mod rows;
 
 use std::ops::ControlFlow;
+use std::sync::Arc;
 
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig};
+use rmcp::model::{
+    CallToolResult, ContentBlock, Implementation, JsonObject, ServerCapabilities, ServerConfig,
+};
 use rmcp::{tool, tool_handler, tool_router, ErrorData, ServerHandler, ServiceExt};
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -32,6 +41,40 @@ use serde_json::{json, Value};
 use crate::client::encode;
 use crate::client::{Client, ClientError};
 pub use params::*;
+use replies::*;
+
+/// Every tool a server can offer, sorted by name: those of its router
+/// (`every_tool_is_in_the_list` checks). `wardfs mcp --help` lists these rather than building
+/// the router, whose schemas would cost every `wardfs` command more than the rest of its start.
+pub const TOOLS: [&str; 24] = [
+    "checkpoint",
+    "checkpoint_diff",
+    "checkpoint_list",
+    "edit",
+    "events",
+    "git_push",
+    "git_stage",
+    "git_status",
+    "glob",
+    "grep",
+    "ls",
+    "mirror_pull",
+    "mirror_push",
+    "mv",
+    "read",
+    "restore",
+    "rm",
+    "sandbox_create",
+    "sandbox_destroy",
+    "sandbox_list",
+    "staged_list",
+    "staged_show",
+    "stat",
+    "write",
+];
+
+/// The tool offered only with `[mcp] allow_push = true`.
+pub const PUSH_TOOL: &str = "git_push";
 
 /// The tools offered only with `[mcp] allow_sandboxes = true`.
 pub const SANDBOX_TOOLS: [&str; 3] = ["sandbox_create", "sandbox_destroy", "sandbox_list"];
@@ -63,8 +106,16 @@ pub struct Server {
 
 /// Returns the successful answer of a route as a tool result.
 fn answer(bytes: &[u8]) -> CallToolResult {
+    answer_with(bytes, |_| {})
+}
+
+/// Returns the successful answer of a route as a tool result, changed by `fix` first.
+fn answer_with(bytes: &[u8], fix: fn(&mut Value)) -> CallToolResult {
     match serde_json::from_slice::<Value>(bytes) {
-        Ok(v) => CallToolResult::structured(v),
+        Ok(mut v) => {
+            fix(&mut v);
+            CallToolResult::structured(v)
+        }
         // Every JSON route answers JSON; anything else is shown as it came.
         Err(_) => CallToolResult::success(vec![ContentBlock::text(
             String::from_utf8_lossy(bytes).into_owned(),
@@ -72,25 +123,42 @@ fn answer(bytes: &[u8]) -> CallToolResult {
     }
 }
 
+/// A tool error's content: the API's error object, whose `path` is left out when the error is
+/// not about one.
+#[derive(Debug, Serialize)]
+struct ToolError<'a> {
+    code: &'a str,
+    message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    path: Option<&'a str>,
+}
+
+impl ToolError<'_> {
+    fn result(&self) -> CallToolResult {
+        // A struct of strings always serializes.
+        CallToolResult::structured_error(serde_json::to_value(self).unwrap_or(Value::Null))
+    }
+}
+
 /// Returns a failed call as a tool error carrying the API's `code`, `message` and `path`.
 fn failure(e: ClientError) -> CallToolResult {
-    let body = match &e {
-        ClientError::Api {
-            code,
-            message,
-            path,
-        } => json!({ "code": code, "message": message, "path": path }),
-        ClientError::NotRunning { .. } => {
-            json!({ "code": "DAEMON_NOT_RUNNING", "message": e.to_string(), "path": null })
-        }
-        ClientError::Transport(_) => {
-            json!({ "code": "INTERNAL", "message": e.to_string(), "path": null })
-        }
-        ClientError::Local(_) => {
-            json!({ "code": "INVALID_ARGUMENT", "message": e.to_string(), "path": null })
-        }
+    let (code, path) = match &e {
+        ClientError::Api { code, path, .. } => (code.as_str(), path.as_deref()),
+        ClientError::NotRunning { .. } => ("DAEMON_NOT_RUNNING", None),
+        ClientError::Transport(_) => ("INTERNAL", None),
+        ClientError::Local(_) => ("INVALID_ARGUMENT", None),
     };
-    CallToolResult::structured_error(body)
+    ToolError {
+        code,
+        message: e.to_string(),
+        path,
+    }
+    .result()
+}
+
+/// Returns the schema of what a tool returns, for its `outputSchema`.
+fn schema<T: schemars::JsonSchema + 'static>() -> Arc<JsonObject> {
+    rmcp::handler::server::tool::schema_for_output::<T>()
 }
 
 /// Returns a `read` answer with the file's text as the content a model reads.
@@ -128,7 +196,7 @@ impl Server {
     pub fn with_switches(client: Client, allow_push: bool, allow_sandboxes: bool) -> Server {
         let mut tool_router = Server::tool_router();
         if !allow_push {
-            tool_router.remove_route("git_push");
+            tool_router.remove_route(PUSH_TOOL);
         }
         if !allow_sandboxes {
             for tool in SANDBOX_TOOLS {
@@ -158,6 +226,51 @@ impl Server {
     }
 }
 
+/// Returns the list of tools for `wardfs mcp --help`: every tool of [`TOOLS`], by the config
+/// switch that offers it, each group's names on indented lines.
+pub fn tools_help() -> String {
+    let (push, rest): (Vec<&str>, Vec<&str>) = TOOLS.into_iter().partition(|n| *n == PUSH_TOOL);
+    let (sandboxes, always): (Vec<&str>, Vec<&str>) =
+        rest.into_iter().partition(|n| SANDBOX_TOOLS.contains(n));
+    [
+        (
+            "Tools (each calls the running daemon, `wardfs serve`, through its socket):",
+            always,
+        ),
+        ("Only with `[mcp] allow_push = true` in the config:", push),
+        (
+            "Only with `[mcp] allow_sandboxes = true` in the config:",
+            sandboxes,
+        ),
+    ]
+    .iter()
+    .map(|(title, names)| format!("{title}\n{}", indented_list(names)))
+    .collect::<Vec<_>>()
+    .join("\n")
+}
+
+/// Returns `names` comma-separated on lines of at most 80 columns, each indented by two.
+fn indented_list(names: &[&str]) -> String {
+    let mut lines: Vec<String> = Vec::new();
+    let mut line = String::new();
+    for (i, name) in names.iter().enumerate() {
+        let item = if i + 1 < names.len() {
+            format!("{name},")
+        } else {
+            name.to_string()
+        };
+        if !line.is_empty() && line.len() + 1 + item.len() > 78 {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(&item);
+    }
+    lines.push(line);
+    lines.iter().map(|l| format!("  {l}\n")).collect()
+}
+
 type ToolResult = Result<CallToolResult, ErrorData>;
 
 #[tool_router]
@@ -170,7 +283,10 @@ impl Server {
     /// fit that limit (TOO_LARGE otherwise). Errors: NOT_FOUND, IS_DIR, BINARY (not UTF-8 text),
     /// TOO_LARGE, OUTSIDE_ZONE, INVALID_PATH, INVALID_ARGUMENT (offset or limit of 0),
     /// PERMISSION_DENIED, ZONE_UNAVAILABLE.
-    #[tool(annotations(read_only_hint = true, open_world_hint = false))]
+    #[tool(
+        output_schema = schema::<ReadResult>(),
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
     async fn read(&self, Parameters(p): Parameters<ReadParams>) -> ToolResult {
         Ok(match self.client.post_raw("/v1/fs/read", &p).await {
             Ok(bytes) => read_answer(&bytes),
@@ -183,11 +299,10 @@ impl Server {
     /// Returns {path, bytes (new size), created (true when it did not exist)}. Errors: IS_DIR,
     /// NOT_DIR, TOO_LARGE (over limits.max_write_bytes, 100 MiB by default), READ_ONLY,
     /// OUTSIDE_ZONE, INVALID_PATH, PERMISSION_DENIED, NO_SPACE, ZONE_UNAVAILABLE.
-    #[tool(annotations(
-        destructive_hint = true,
-        idempotent_hint = true,
-        open_world_hint = false
-    ))]
+    #[tool(
+        output_schema = schema::<WriteResult>(),
+        annotations(destructive_hint = true, idempotent_hint = true, open_world_hint = false)
+    )]
     async fn write(&self, Parameters(p): Parameters<WriteParams>) -> ToolResult {
         Ok(self.post("/v1/fs/write", &p).await)
     }
@@ -199,7 +314,10 @@ impl Server {
     /// replace_all), CONFLICT (the file changed meanwhile: read it again and retry), NOT_FOUND,
     /// BINARY, TOO_LARGE, INVALID_ARGUMENT (empty old, or new equal to old), READ_ONLY,
     /// OUTSIDE_ZONE, INVALID_PATH.
-    #[tool(annotations(destructive_hint = true, open_world_hint = false))]
+    #[tool(
+        output_schema = schema::<EditResult>(),
+        annotations(destructive_hint = true, open_world_hint = false)
+    )]
     async fn edit(&self, Parameters(p): Parameters<EditParams>) -> ToolResult {
         Ok(self.post("/v1/fs/edit", &p).await)
     }
@@ -208,7 +326,10 @@ impl Server {
     /// kind (file, dir, symlink, other), size, mtime_ms}]} sorted by name, hidden entries
     /// included. Path / lists the zones. Errors: NOT_FOUND, NOT_DIR, OUTSIDE_ZONE, INVALID_PATH,
     /// PERMISSION_DENIED, ZONE_UNAVAILABLE.
-    #[tool(annotations(read_only_hint = true, open_world_hint = false))]
+    #[tool(
+        output_schema = schema::<ListResult>(),
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
     async fn ls(&self, Parameters(p): Parameters<LsParams>) -> ToolResult {
         let path = p.path.as_deref().unwrap_or("/workspace");
         Ok(self.post("/v1/fs/list", &json!({ "path": path })).await)
@@ -220,7 +341,10 @@ impl Server {
     /// limits.glob_max_results paths (1000 by default); a larger limit is INVALID_ARGUMENT.
     /// Errors: INVALID_ARGUMENT (bad pattern or limit), NOT_FOUND, NOT_DIR, OUTSIDE_ZONE,
     /// INVALID_PATH, ZONE_UNAVAILABLE.
-    #[tool(annotations(read_only_hint = true, open_world_hint = false))]
+    #[tool(
+        output_schema = schema::<GlobResult>(),
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
     async fn glob(&self, Parameters(p): Parameters<GlobParams>) -> ToolResult {
         Ok(self.post("/v1/fs/glob", &p).await)
     }
@@ -230,11 +354,15 @@ impl Server {
     /// text, kind (match or context)}] (content mode), files: [path] (files mode) or counts:
     /// [{path, count}] (count mode), total, files_searched, truncated, skipped_total, skipped:
     /// [{path, reason}] (files a rule kept out, e.g. a hard-linked file)}; the array is left out
-    /// when nothing matched; a line over 2048 bytes is cut with a marker. Results are sorted by path and line. Limit: at most the daemon's
+    /// when nothing matched; a line over 2048 bytes is cut with a marker. Results are sorted by
+    /// path and line. Limit: at most the daemon's
     /// limits.grep_max_results results (1000 by default); truncated is true when more matches
     /// exist: narrow the path, glob or pattern. Errors: INVALID_ARGUMENT (bad regex, glob, type or
     /// limit), NOT_FOUND, NOT_DIR, OUTSIDE_ZONE, INVALID_PATH, ZONE_UNAVAILABLE.
-    #[tool(annotations(read_only_hint = true, open_world_hint = false))]
+    #[tool(
+        output_schema = schema::<GrepResult>(),
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
     async fn grep(&self, Parameters(p): Parameters<GrepParams>) -> ToolResult {
         Ok(self.post("/v1/fs/grep", &p).await)
     }
@@ -244,7 +372,10 @@ impl Server {
     /// 0o644), mtime_ms, nlink, read_only (the zone refuses changes), target (symlinks only)}.
     /// Errors: NOT_FOUND, NOT_DIR, OUTSIDE_ZONE, INVALID_PATH, PERMISSION_DENIED,
     /// ZONE_UNAVAILABLE.
-    #[tool(annotations(read_only_hint = true, open_world_hint = false))]
+    #[tool(
+        output_schema = schema::<StatResult>(),
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
     async fn stat(&self, Parameters(p): Parameters<StatParams>) -> ToolResult {
         Ok(self.post("/v1/fs/stat", &p).await)
     }
@@ -252,7 +383,10 @@ impl Server {
     /// Delete a file, a symlink (never its target) or a directory. Returns {path, ok: true}.
     /// Errors: NOT_FOUND, NOT_EMPTY (a non-empty directory without recursive), NOT_DIR, READ_ONLY,
     /// OUTSIDE_ZONE, INVALID_PATH (a zone root), PERMISSION_DENIED, ZONE_UNAVAILABLE.
-    #[tool(annotations(destructive_hint = true, open_world_hint = false))]
+    #[tool(
+        output_schema = schema::<DoneReply>(),
+        annotations(destructive_hint = true, open_world_hint = false)
+    )]
     async fn rm(&self, Parameters(p): Parameters<RmParams>) -> ToolResult {
         Ok(self.post("/v1/fs/delete", &p).await)
     }
@@ -261,7 +395,10 @@ impl Server {
     /// {path (the destination), ok: true}. Errors: NOT_FOUND (from is missing), EXISTS (to exists
     /// and overwrite is false, or is a non-empty directory), INVALID_ARGUMENT (to is inside from),
     /// IS_DIR, NOT_DIR, TOO_LARGE, READ_ONLY, OUTSIDE_ZONE, INVALID_PATH, ZONE_UNAVAILABLE.
-    #[tool(annotations(destructive_hint = true, open_world_hint = false))]
+    #[tool(
+        output_schema = schema::<DoneReply>(),
+        annotations(destructive_hint = true, open_world_hint = false)
+    )]
     async fn mv(&self, Parameters(p): Parameters<MvParams>) -> ToolResult {
         Ok(self.post("/v1/fs/move", &p).await)
     }
@@ -272,7 +409,10 @@ impl Server {
     /// Changes made beside wardfs are found only with rescan. A file in conflict changed upstream
     /// too: merge the upstream version into it before staging. Errors: NOT_FOUND (no repository
     /// pulled at repo), INVALID_ARGUMENT (repo not in /workspace), INVALID_PATH.
-    #[tool(annotations(read_only_hint = true, open_world_hint = false))]
+    #[tool(
+        output_schema = schema::<GitStatusReply>(),
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
     async fn git_status(&self, Parameters(p): Parameters<GitStatusParams>) -> ToolResult {
         Ok(self.post("/v1/git/status", &p).await)
     }
@@ -285,7 +425,10 @@ impl Server {
     /// conflict, or an identical commit is already staged), NOT_FOUND (no repository pulled
     /// there), INVALID_ARGUMENT (blank message, bad branch, several repositories pulled and no
     /// repo).
-    #[tool(annotations(destructive_hint = false, open_world_hint = false))]
+    #[tool(
+        output_schema = schema::<StagedCommit>(),
+        annotations(destructive_hint = false, open_world_hint = false)
+    )]
     async fn git_stage(&self, Parameters(p): Parameters<GitStageParams>) -> ToolResult {
         Ok(self.post("/v1/git/stage", &p).await)
     }
@@ -293,23 +436,34 @@ impl Server {
     /// Checkpoint a zone now (the workspace unless zone says cache): a snapshot to go back to
     /// with restore, holding every writer's changes (these tools, the mount, shell commands,
     /// pulls, an editor). Cheap: only what changed since the previous checkpoint is read. Take
-    /// one before a risky change. Returns {id, zone, message, time_ms, files, …}. Errors:
-    /// INVALID_ARGUMENT, ZONE_UNAVAILABLE.
-    #[tool(annotations(destructive_hint = false, open_world_hint = false))]
+    /// one before a risky change. Returns {id, zone, message, time_ms, files, scope (the
+    /// directory checkpointed, null for the whole zone), …}. Errors: INVALID_ARGUMENT,
+    /// ZONE_UNAVAILABLE.
+    #[tool(
+        output_schema = schema::<Checkpoint>(),
+        annotations(destructive_hint = false, open_world_hint = false)
+    )]
     async fn checkpoint(&self, Parameters(p): Parameters<CheckpointParams>) -> ToolResult {
-        Ok(self.post("/v1/checkpoints", &p).await)
+        Ok(match self.client.post_raw("/v1/checkpoints", &p).await {
+            Ok(bytes) => answer_with(&bytes, rows::checkpoint_row),
+            Err(e) => failure(e),
+        })
     }
 
     /// List checkpoints, newest first. Returns {checkpoints: [{id, zone, message, via (who
-    /// asked), time_ms, files, parent}]}. Errors: INVALID_ARGUMENT.
-    #[tool(annotations(read_only_hint = true, open_world_hint = false))]
+    /// asked), time_ms, files, parent, scope}], restores: [{checkpoint, before, paths, state,
+    /// …}] (the latest restores)}. Errors: INVALID_ARGUMENT.
+    #[tool(
+        output_schema = schema::<CheckpointListReply>(),
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
     async fn checkpoint_list(&self, Parameters(p): Parameters<CheckpointListParams>) -> ToolResult {
         let mut route = format!("/v1/checkpoints?limit={}", p.limit.unwrap_or(100));
         if let Some(z) = &p.zone {
             route.push_str(&format!("&zone={}", encode(z)));
         }
         Ok(match self.client.get_raw(&route).await {
-            Ok(bytes) => answer(&bytes),
+            Ok(bytes) => answer_with(&bytes, rows::checkpoint_list),
             Err(e) => failure(e),
         })
     }
@@ -317,10 +471,14 @@ impl Server {
     /// What changed since `since`: every change (API, mount, git, mirror, edits beside wardfs)
     /// and checkpoint, in order, at most `limit` (default 200, at most 1000). Without `since`
     /// only the cursor to start from is returned. Returns {events: [{kind (change, checkpoint),
-    /// cursor, ...the row}], cursor (resume from it: nothing repeated, nothing missed), more
+    /// cursor, ...the row: a change has zone, path (virtual, like every tool's), op, to_path,
+    /// via, …}], cursor (resume from it: nothing repeated, nothing missed), more
     /// (true when cut at the limit)}. Errors: INVALID_ARGUMENT (a cursor the journal no longer
     /// keeps, or one from another daemon).
-    #[tool(annotations(read_only_hint = true, open_world_hint = false))]
+    #[tool(
+        output_schema = schema::<EventsReply>(),
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
     async fn events(&self, Parameters(p): Parameters<EventsParams>) -> ToolResult {
         let limit = p.limit.unwrap_or(200).clamp(1, 1000) as usize;
         let mut route = "/v1/events?follow=false".to_string();
@@ -349,7 +507,16 @@ impl Server {
                         more = true;
                         return ControlFlow::Break(());
                     }
-                    _ => events.push(v.clone()),
+                    Some("checkpoint") => {
+                        let mut row = v.clone();
+                        rows::checkpoint_row(&mut row);
+                        events.push(row);
+                    }
+                    _ => {
+                        let mut row = v.clone();
+                        rows::change_row(&mut row);
+                        events.push(row);
+                    }
                 }
                 if let Some(c) = v.get("cursor").and_then(Value::as_str) {
                     cursor = Some(c.to_string());
@@ -359,11 +526,12 @@ impl Server {
             .await;
         Ok(match (read, failed) {
             (Err(e), _) => failure(e),
-            (Ok(()), Some(err)) => CallToolResult::structured_error(json!({
-                "code": err.get("code").cloned().unwrap_or(json!("INTERNAL")),
-                "message": err.get("message").cloned().unwrap_or(Value::Null),
-                "path": null,
-            })),
+            (Ok(()), Some(err)) => ToolError {
+                code: err["code"].as_str().unwrap_or("INTERNAL"),
+                message: err["message"].as_str().unwrap_or_default().to_string(),
+                path: err["path"].as_str(),
+            }
+            .result(),
             (Ok(()), None) => CallToolResult::structured(json!({
                 "events": events,
                 "cursor": cursor,
@@ -376,7 +544,10 @@ impl Server {
     /// Returns {files: [{path, status (added, deleted, modified, type-changed), additions,
     /// deletions}], patch (git's unified format, cut at 4 MiB: truncated)}. Errors: NOT_FOUND,
     /// INVALID_ARGUMENT.
-    #[tool(annotations(read_only_hint = true, open_world_hint = false))]
+    #[tool(
+        output_schema = schema::<CheckpointDiffReply>(),
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
     async fn checkpoint_diff(&self, Parameters(p): Parameters<CheckpointDiffParams>) -> ToolResult {
         Ok(self.post("/v1/checkpoints/diff", &p).await)
     }
@@ -386,7 +557,10 @@ impl Server {
     /// Files that changed while the restore ran are left alone (conflicts). Returns {checkpoint,
     /// before, restored, removed, conflicts, not_kept}. Errors: NOT_FOUND, INVALID_ARGUMENT,
     /// READ_ONLY.
-    #[tool(annotations(destructive_hint = true, open_world_hint = false))]
+    #[tool(
+        output_schema = schema::<RestoreReply>(),
+        annotations(destructive_hint = true, open_world_hint = false)
+    )]
     async fn restore(&self, Parameters(p): Parameters<RestoreParams>) -> ToolResult {
         Ok(self.post("/v1/checkpoints/restore", &p).await)
     }
@@ -395,7 +569,10 @@ impl Server {
     /// reason (why the last push failed, when it did), additions, deletions, files, created_at,
     /// updated_at, …}]}. States: staged (awaiting review), rebased (review again), pushed,
     /// conflicted, rejected, discarded. Errors: INVALID_ARGUMENT.
-    #[tool(annotations(read_only_hint = true, open_world_hint = false))]
+    #[tool(
+        output_schema = schema::<StagedListReply>(),
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
     async fn staged_list(&self, Parameters(p): Parameters<StagedListParams>) -> ToolResult {
         let route = match p.state {
             Some(s) => format!("/v1/git/staged?state={}", encode(s.as_str())),
@@ -412,7 +589,10 @@ impl Server {
     /// ([{header, lines: [{kind (context, add, delete), old_line, new_line, text}]}]); binary
     /// files and files over git.max_diff_bytes are flagged binary or oversized instead. Errors:
     /// NOT_FOUND (no staged commit with that id), INVALID_ARGUMENT.
-    #[tool(annotations(read_only_hint = true, open_world_hint = false))]
+    #[tool(
+        output_schema = schema::<StagedCommit>(),
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
     async fn staged_show(&self, Parameters(p): Parameters<StagedShowParams>) -> ToolResult {
         Ok(self.post("/v1/git/staged/show", &p).await)
     }
@@ -425,7 +605,10 @@ impl Server {
     /// files: review it with staged_show, then push again), CONFLICT (conflicting lines, or the
     /// commit is already pushed or discarded), REJECTED (a hook or branch protection refused it),
     /// AUTH_FAILED, NOT_FOUND, REMOTE_UNAVAILABLE.
-    #[tool(annotations(destructive_hint = true, open_world_hint = true))]
+    #[tool(
+        output_schema = schema::<GitPushReply>(),
+        annotations(destructive_hint = true, open_world_hint = true)
+    )]
     async fn git_push(&self, Parameters(p): Parameters<GitPushParams>) -> ToolResult {
         Ok(self.post("/v1/git/push", &p).await)
     }
@@ -436,7 +619,10 @@ impl Server {
     /// alone. Errors: NOT_FOUND (no such sandbox), SANDBOX_UNAVAILABLE (the sandbox cannot be
     /// reached or is gone), AUTH_FAILED, INVALID_ARGUMENT (bad zone or directory),
     /// ZONE_UNAVAILABLE, INTERNAL.
-    #[tool(annotations(destructive_hint = true, open_world_hint = true))]
+    #[tool(
+        output_schema = schema::<MirrorPushReply>(),
+        annotations(destructive_hint = true, open_world_hint = true)
+    )]
     async fn mirror_push(&self, Parameters(p): Parameters<MirrorPushParams>) -> ToolResult {
         Ok(self.post("/v1/mirror/push", &p).await)
     }
@@ -447,7 +633,10 @@ impl Server {
     /// beside it (remote_copy). Errors: NOT_FOUND (no such sandbox), SANDBOX_UNAVAILABLE (the
     /// sandbox cannot be reached or is gone), AUTH_FAILED, INVALID_ARGUMENT (bad zone or
     /// directory), READ_ONLY (the zone refuses changes), ZONE_UNAVAILABLE, INTERNAL.
-    #[tool(annotations(destructive_hint = true, open_world_hint = true))]
+    #[tool(
+        output_schema = schema::<MirrorPullReply>(),
+        annotations(destructive_hint = true, open_world_hint = true)
+    )]
     async fn mirror_pull(&self, Parameters(p): Parameters<MirrorPullParams>) -> ToolResult {
         Ok(self.post("/v1/mirror/pull", &p).await)
     }
@@ -456,7 +645,10 @@ impl Server {
     /// [mcp] allow_sandboxes = true. Returns {sandboxes: [{name, provider, status (creating,
     /// active, resuming, paused, error, destroyed), provider_id, root, last_accessed_at,
     /// paused_at, idle_pause_s, paused_ttl_s, last_error, ...}]}.
-    #[tool(annotations(read_only_hint = true))]
+    #[tool(
+        output_schema = schema::<SandboxListReply>(),
+        annotations(read_only_hint = true)
+    )]
     async fn sandbox_list(&self, Parameters(_p): Parameters<SandboxListParams>) -> ToolResult {
         Ok(match self.client.get_raw("/v1/sandboxes").await {
             Ok(bytes) => answer(&bytes),
@@ -469,7 +661,10 @@ impl Server {
     /// [mcp] allow_sandboxes = true. Returns the sandbox as sandbox_list shows it (status
     /// active). Errors: CONFLICT (it already has a sandbox), INVALID_ARGUMENT (an attached
     /// sandbox, or a bad snapshot or volume name), NOT_FOUND, SANDBOX_UNAVAILABLE.
-    #[tool(annotations(destructive_hint = false, open_world_hint = true))]
+    #[tool(
+        output_schema = schema::<Sandbox>(),
+        annotations(destructive_hint = false, open_world_hint = true)
+    )]
     async fn sandbox_create(&self, Parameters(p): Parameters<SandboxCreateParams>) -> ToolResult {
         Ok(self.post("/v1/sandboxes/create", &p).await)
     }
@@ -477,7 +672,10 @@ impl Server {
     /// Destroy a sandbox the daemon made (provider local or daytona); its files are lost unless
     /// on a kept volume. Offered only because the daemon's config sets [mcp] allow_sandboxes =
     /// true. Returns the sandbox (status destroyed); the next mirror_push makes a new one.
-    #[tool(annotations(destructive_hint = true, open_world_hint = true))]
+    #[tool(
+        output_schema = schema::<Sandbox>(),
+        annotations(destructive_hint = true, open_world_hint = true)
+    )]
     async fn sandbox_destroy(&self, Parameters(p): Parameters<SandboxDestroyParams>) -> ToolResult {
         Ok(self.post("/v1/sandboxes/destroy", &p).await)
     }
@@ -510,28 +708,13 @@ mod tests {
     use super::*;
     use crate::core::ErrorCode;
 
-    const TOOLS: [&str; 20] = [
-        "checkpoint",
-        "checkpoint_diff",
-        "checkpoint_list",
-        "edit",
-        "events",
-        "git_stage",
-        "git_status",
-        "glob",
-        "grep",
-        "ls",
-        "mirror_pull",
-        "mirror_push",
-        "mv",
-        "read",
-        "restore",
-        "rm",
-        "staged_list",
-        "staged_show",
-        "stat",
-        "write",
-    ];
+    /// The tools offered whatever the config says.
+    fn always() -> Vec<&'static str> {
+        TOOLS
+            .into_iter()
+            .filter(|t| *t != PUSH_TOOL && !SANDBOX_TOOLS.contains(t))
+            .collect()
+    }
 
     fn names(allow_push: bool) -> Vec<String> {
         let mut n = Server::new(Client::new("/nonexistent.sock"), allow_push).tool_names();
@@ -541,11 +724,22 @@ mod tests {
 
     #[test]
     fn git_push_is_a_tool_only_when_allowed() {
-        assert_eq!(names(false), TOOLS);
-        let mut with_push: Vec<&str> = TOOLS.to_vec();
-        with_push.push("git_push");
+        assert_eq!(names(false), always());
+        let mut with_push = always();
+        with_push.push(PUSH_TOOL);
         with_push.sort();
         assert_eq!(names(true), with_push);
+    }
+
+    #[test]
+    fn every_tool_is_in_the_list() {
+        let mut routed: Vec<String> = Server::tool_router()
+            .list_all()
+            .into_iter()
+            .map(|t| t.name.to_string())
+            .collect();
+        routed.sort();
+        assert_eq!(routed, TOOLS);
     }
 
     #[test]
@@ -553,7 +747,7 @@ mod tests {
         let mut all: Vec<String> =
             Server::with_switches(Client::new("/nonexistent.sock"), false, true).tool_names();
         all.sort();
-        let mut want: Vec<&str> = TOOLS.iter().chain(SANDBOX_TOOLS.iter()).copied().collect();
+        let mut want: Vec<&str> = always().into_iter().chain(SANDBOX_TOOLS).collect();
         want.sort();
         assert_eq!(all, want);
     }
@@ -577,10 +771,57 @@ mod tests {
             socket: "/run/s.sock".into(),
             reason: "connection refused".into(),
         });
+        let err = r.structured_content.unwrap();
+        assert_eq!(err["code"], json!("DAEMON_NOT_RUNNING"));
+        assert!(err.get("path").is_none(), "{err}");
+    }
+
+    #[test]
+    fn an_error_about_no_path_has_no_path_field() {
+        let r = failure(ClientError::Api {
+            code: ErrorCode::InvalidArgument,
+            message: "limit: must be between 1 and 1000".into(),
+            path: None,
+        });
         assert_eq!(
-            r.structured_content.unwrap()["code"],
-            json!("DAEMON_NOT_RUNNING")
+            r.structured_content,
+            Some(
+                json!({"code": "INVALID_ARGUMENT", "message": "limit: must be between 1 and 1000"})
+            )
         );
+    }
+
+    #[test]
+    fn the_help_names_every_tool_once() {
+        let help = tools_help();
+        let mut listed: Vec<&str> = help
+            .lines()
+            .filter(|l| l.starts_with("  "))
+            .flat_map(|l| l.split(|c: char| c == ',' || c.is_whitespace()))
+            .filter(|w| !w.is_empty())
+            .collect();
+        listed.sort();
+        assert_eq!(listed, TOOLS, "{help}");
+        assert!(help.contains("allow_push = true`"), "{help}");
+        assert!(help.lines().all(|l| l.len() <= 80), "{help}");
+    }
+
+    #[test]
+    fn every_tool_declares_an_object_output_schema() {
+        let router = Server::tool_router();
+        for tool in router.list_all() {
+            let schema = tool
+                .output_schema
+                .unwrap_or_else(|| panic!("{} has no outputSchema", tool.name));
+            assert_eq!(schema.get("type"), Some(&json!("object")), "{}", tool.name);
+            assert!(
+                schema
+                    .get("properties")
+                    .is_some_and(|p| p.as_object().is_some_and(|o| !o.is_empty())),
+                "{}: {schema:?}",
+                tool.name
+            );
+        }
     }
 
     #[test]

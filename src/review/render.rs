@@ -3,9 +3,15 @@
 //!
 //! Everything that came from the daemon (paths, messages, reasons, diff text) passes through
 //! [`escape`] before it reaches the page; nothing here emits markup built from unescaped input.
-//! Diffs are parsed from the git-format patches the API returns. A run of deleted lines followed
-//! by added lines is a change block: its lines are paired in order and each pair gets a word-level
-//! diff (`similar`), so the words that changed are marked inside the line.
+//! Diffs are parsed from the git-format patches the API returns. The header lines of a file's
+//! patch (`diff --git`, `index`, `---`, `+++`) are not shown, the file's own header names it;
+//! what they say besides (a mode, a rename) is a short note beside the path ([`header_notes`]).
+//! A run of deleted lines followed by added lines is a change block: its lines are paired in
+//! order and each pair gets a word-level diff (`similar`), so the words that changed are marked
+//! inside the line.
+//!
+//! Times are sent as `<time>` elements ([`time_html`]) whose text is the exact time in UTC and
+//! whose `title` keeps it; the page's script shows them relative to now or in local time.
 
 use std::fmt::Write as _;
 
@@ -225,16 +231,16 @@ fn commit(out: &mut String, c: &StagedCommit, view: View) {
         "<section class=\"commit card\" id=\"commit-{id}\" data-id=\"{id}\" data-state=\"{state}\">\
          <div class=\"commit-head\"><span class=\"badge state-{state}\">{state}</span> \
          <code class=\"id\">{id}</code> <strong class=\"title\">{}</strong></div>\
-         <div class=\"meta\">{} → <code>{}</code> on <code>{}</code> · {} files \
+         <div class=\"meta\">{} → <code>{}</code> on <code>{}</code> · {} \
          <span class=\"add\">+{}</span> <span class=\"del\">-{}</span> · staged {}</div>",
         escape(title),
         escape(&c.repo),
         escape(&c.url),
         escape(&c.branch),
-        c.files.len(),
+        crate::core::text::count(c.files.len() as u64, "file"),
         c.additions,
         c.deletions,
-        escape(&time(c.created_at)),
+        time_html(c.created_at),
     );
     let rest = c.message.split_once('\n').map(|x| x.1.trim()).unwrap_or("");
     if !rest.is_empty() {
@@ -265,13 +271,17 @@ fn commit(out: &mut String, c: &StagedCommit, view: View) {
     }
     out.push_str("<div class=\"actions\">");
     if PUSHABLE_STATES.contains(&c.state.as_str()) {
+        // The script's confirmation names the branch and the remote a push goes to.
         let _ = write!(
             out,
-            "<button type=\"button\" class=\"push\" data-action=\"push\" data-id=\"{id}\" \
-             data-pr=\"false\">Push to {}</button>\
-             <button type=\"button\" class=\"push-pr\" data-action=\"push\" data-id=\"{id}\" \
-             data-pr=\"true\">Push as pull request</button>",
-            escape(&c.branch)
+            "<button type=\"button\" class=\"push-pr\" data-action=\"push\" data-id=\"{id}\" \
+             data-pr=\"true\" data-branch=\"{branch}\" data-remote=\"{remote}\">\
+             Push as pull request</button>\
+             <button type=\"button\" class=\"push\" data-action=\"push\" data-id=\"{id}\" \
+             data-pr=\"false\" data-branch=\"{branch}\" data-remote=\"{remote}\">\
+             Push to {branch}</button>",
+            branch = escape(&c.branch),
+            remote = escape(&c.url),
         );
     }
     let _ = write!(
@@ -314,7 +324,7 @@ fn done_row(out: &mut String, c: &StagedCommit) {
             let _ = write!(out, " pull request: <code>{}</code>", escape(u));
         }
     }
-    let _ = write!(out, "</td><td>{}</td></tr>", escape(&time(c.updated_at)));
+    let _ = write!(out, "</td><td>{}</td></tr>", time_html(c.updated_at));
 }
 
 /// One file's change as the page shows it: a file of a staged commit or of a checkpoint diff.
@@ -345,31 +355,37 @@ fn staged_file(f: &StagedFile) -> FileDiff<'_> {
     }
 }
 
-/// One file: its path and operation, then its diff (or why there is none).
+/// One file: its path, operation and header notes, then its diff (or why there is none).
 pub fn file(out: &mut String, f: &FileDiff<'_>, view: View) {
+    let parsed = f.patch.ok().map(parse_patch);
     let _ = write!(
         out,
         "<details class=\"file\" open data-path=\"{path}\"><summary><span class=\"op op-{op}\">{op}</span> \
          <code class=\"path\">{path}</code> <span class=\"add\">+{}</span> \
-         <span class=\"del\">-{}</span></summary>",
+         <span class=\"del\">-{}</span>",
         f.additions,
         f.deletions,
         op = escape(f.operation),
         path = escape(f.path),
     );
-    match f.patch {
-        Ok(d) => {
-            let parsed = parse_patch(d);
-            match view {
-                View::Unified => unified(out, &parsed),
-                View::Split => split(out, &parsed),
-            }
-        }
-        Err(why) => {
-            let _ = write!(out, "<p class=\"nodiff\">{}</p>", escape(why));
-        }
+    for note in parsed.iter().flat_map(|p| &p.notes) {
+        let _ = write!(out, " <span class=\"file-note\">{}</span>", escape(note));
+    }
+    out.push_str("</summary>");
+    match (&parsed, f.patch) {
+        (Some(p), _) if !p.hunks.is_empty() => match view {
+            View::Unified => unified(out, p),
+            View::Split => split(out, p),
+        },
+        (_, Err(why)) => nodiff(out, why),
+        (_, Ok(_)) => nodiff(out, "No textual change (mode or type only)."),
     }
     out.push_str("</details>");
+}
+
+/// Why a file shows no diff.
+fn nodiff(out: &mut String, why: &str) {
+    let _ = write!(out, "<p class=\"nodiff\">{}</p>", escape(why));
 }
 
 /// A piece of a line: text, and whether the word diff marked it as changed.
@@ -404,11 +420,58 @@ pub struct Hunk {
     pub blocks: Vec<Block>,
 }
 
-/// A parsed git-format patch: the header lines (`diff --git`, `index`, modes) and the hunks.
+/// A parsed git-format patch: what its header lines say that the file's own header does not
+/// ([`header_notes`]), and the hunks.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Patch {
-    pub meta: Vec<String>,
+    pub notes: Vec<String>,
     pub hunks: Vec<Hunk>,
+}
+
+/// The mode git gives a plain file, which a new file's note leaves out.
+const PLAIN_MODE: &str = "100644";
+
+/// What the header lines of one file's patch say, in short: `mode 100644 → 100755`, `new file,
+/// mode 100755`, `renamed from a.rs`, `copied from a.rs`, and any line this does not know, as it
+/// is. The lines that only name the file again or its blobs (`diff --git`, `index`, `---`,
+/// `+++`, `similarity index`) say nothing more and are left out; that a file is new or deleted
+/// is its operation, shown beside it, and only a new file's unusual mode is noted.
+pub fn header_notes(meta: &[&str]) -> Vec<String> {
+    let field = |prefix: &str| meta.iter().find_map(|l| l.strip_prefix(prefix));
+    let mut notes = Vec::new();
+    if let (Some(old), Some(new)) = (field("old mode "), field("new mode ")) {
+        notes.push(format!("mode {old} → {new}"));
+    }
+    if let Some(mode) = field("new file mode ").filter(|m| *m != PLAIN_MODE) {
+        notes.push(format!("new file, mode {mode}"));
+    }
+    if let Some(from) = field("rename from ") {
+        notes.push(format!("renamed from {from}"));
+    }
+    if let Some(from) = field("copy from ") {
+        notes.push(format!("copied from {from}"));
+    }
+    const KNOWN: [&str; 14] = [
+        "diff --git ",
+        "index ",
+        "--- ",
+        "+++ ",
+        "old mode ",
+        "new mode ",
+        "new file mode ",
+        "deleted file mode ",
+        "rename from ",
+        "rename to ",
+        "copy from ",
+        "copy to ",
+        "similarity index ",
+        "dissimilarity index ",
+    ];
+    let unknown = meta
+        .iter()
+        .filter(|l| !l.is_empty() && !KNOWN.iter().any(|k| l.starts_with(k)));
+    notes.extend(unknown.map(|l| l.to_string()));
+    notes
 }
 
 /// Parses a git-format unified patch of one file (read by [`patch_lines`], the one diff reader),
@@ -424,6 +487,7 @@ pub fn parse_patch(text: &str) -> Patch {
         }
     };
     let mut current: Option<Hunk> = None;
+    let mut meta: Vec<&str> = Vec::new();
     for line in patch_lines(text) {
         if let PatchLine::Header(header) = line {
             if let Some(mut h) = current.take() {
@@ -438,7 +502,7 @@ pub fn parse_patch(text: &str) -> Patch {
         }
         let Some(h) = current.as_mut() else {
             if let PatchLine::Meta(m) = line {
-                patch.meta.push(m.to_string());
+                meta.push(m);
             }
             continue;
         };
@@ -465,6 +529,7 @@ pub fn parse_patch(text: &str) -> Patch {
         flush(&mut h, &mut dels, &mut adds);
         patch.hunks.push(h);
     }
+    patch.notes = header_notes(&meta);
     patch
 }
 
@@ -555,22 +620,11 @@ fn segs_html(out: &mut String, segs: &[Seg], tag: &str) {
     }
 }
 
-fn meta_rows(out: &mut String, p: &Patch, cols: usize) {
-    for m in &p.meta {
-        let _ = write!(
-            out,
-            "<tr class=\"meta-line\"><td colspan=\"{cols}\">{}</td></tr>",
-            escape(m)
-        );
-    }
-}
-
 fn unified(out: &mut String, p: &Patch) {
     out.push_str(
         "<table class=\"diff unified\"><colgroup><col class=\"no\"><col class=\"no\">\
          <col class=\"sign\"><col></colgroup><tbody>",
     );
-    meta_rows(out, p, 4);
     for h in &p.hunks {
         full_row(out, "hunk", &h.header);
         for b in &h.blocks {
@@ -626,7 +680,6 @@ fn split(out: &mut String, p: &Patch) {
         "<table class=\"diff split\"><colgroup><col class=\"no\"><col>\
          <col class=\"no\"><col></colgroup><tbody>",
     );
-    meta_rows(out, p, 4);
     let side = |out: &mut String, l: Option<&Line>, class: &str, tag: &str| match l {
         Some(l) => {
             let _ = write!(
@@ -672,6 +725,14 @@ pub fn time(ms: i64) -> String {
     humantime::format_rfc3339_seconds(t).to_string()
 }
 
+/// A millisecond timestamp as the page shows it: a `<time>` whose text and `title` are the exact
+/// time in UTC (RFC 3339); the page's script rewrites the text as "3 min ago" or local time and
+/// leaves the `title`.
+pub fn time_html(ms: i64) -> String {
+    let iso = escape(&time(ms));
+    format!("<time class=\"when\" datetime=\"{iso}\" title=\"{iso} (UTC)\">{iso}</time>")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -695,7 +756,11 @@ index 1111111..2222222 100644\n\
     #[test]
     fn parses_hunks_and_line_numbers() {
         let p = parse_patch(PATCH);
-        assert_eq!(p.meta.len(), 4);
+        assert_eq!(
+            p.notes,
+            Vec::<String>::new(),
+            "the header only names the file"
+        );
         assert_eq!(p.hunks.len(), 2);
         assert_eq!(p.hunks[0].blocks[0], Block::Context(1, 1, "line1".into()));
         let Block::Change { dels, adds } = &p.hunks[0].blocks[1] else {
@@ -813,6 +878,8 @@ index 1111111..2222222 100644\n\
         assert!(html.contains("Why rejected:"));
         assert!(html.contains("data-action=\"push\" data-id=\"0123456789\" data-pr=\"false\""));
         assert!(html.contains("data-pr=\"true\""));
+        // What the confirmation names: the branch and the remote.
+        assert!(html.contains("data-branch=\"main\" data-remote=\"git://127.0.0.1:1/proj.git\""));
     }
 
     #[test]
@@ -820,6 +887,95 @@ index 1111111..2222222 100644\n\
         let html = page_of(&[], &[staged("pushed")]);
         assert!(!html.contains("href=\"javascript:"), "{html}");
         assert!(html.contains("pull request: <code>javascript:alert(1)</code>"));
+    }
+
+    #[test]
+    fn header_lines_become_short_notes_beside_the_path() {
+        assert!(header_notes(&[
+            "diff --git a/x b/x",
+            "new file mode 100644",
+            "index 0000000..1111111",
+            "--- /dev/null",
+            "+++ b/x",
+        ])
+        .is_empty());
+        assert_eq!(
+            header_notes(&["diff --git a/x b/x", "new file mode 100755", "index 0..1"]),
+            ["new file, mode 100755"]
+        );
+        assert_eq!(
+            header_notes(&["diff --git a/x b/x", "old mode 100644", "new mode 100755"]),
+            ["mode 100644 → 100755"]
+        );
+        assert_eq!(
+            header_notes(&[
+                "diff --git a/old.rs b/new.rs",
+                "similarity index 90%",
+                "rename from old.rs",
+                "rename to new.rs",
+                "index 1..2 100644",
+            ]),
+            ["renamed from old.rs"]
+        );
+        assert!(header_notes(&["diff --git a/x b/x", "deleted file mode 100644"]).is_empty());
+    }
+
+    #[test]
+    fn a_file_shows_no_header_lines_and_its_notes_escaped() {
+        let patch = "diff --git a/<b>.sh b/<b>.sh\nold mode 100644\nnew mode 100755\n\
+                     rename from <i>x</i>.sh\nrename to <b>.sh\n\
+                     index 1111111..2222222\n--- a/<b>.sh\n+++ b/<b>.sh\n@@ -1 +1 @@\n-a\n+b\n";
+        for view in [View::Unified, View::Split] {
+            let mut out = String::new();
+            let f = FileDiff {
+                path: "/workspace/<b>.sh",
+                operation: "update",
+                additions: 1,
+                deletions: 1,
+                patch: Ok(patch),
+            };
+            file(&mut out, &f, view);
+            for header in [
+                "diff --git",
+                "index 1111111",
+                "--- a/",
+                "+++ b/",
+                "meta-line",
+            ] {
+                assert!(!out.contains(header), "{header} in {out}");
+            }
+            assert!(out.contains("<span class=\"file-note\">mode 100644 → 100755</span>"));
+            assert!(
+                out.contains("renamed from &lt;i&gt;x&lt;/i&gt;.sh"),
+                "{out}"
+            );
+            assert!(!out.contains("<b>") && !out.contains("<i>"), "{out}");
+        }
+        // A change of mode alone: the note, and no table.
+        let mut out = String::new();
+        let mode_only = "diff --git a/x b/x\nold mode 100644\nnew mode 100755\n";
+        let f = FileDiff {
+            path: "/workspace/x",
+            operation: "modified",
+            additions: 0,
+            deletions: 0,
+            patch: Ok(mode_only),
+        };
+        file(&mut out, &f, View::Split);
+        assert!(
+            out.contains("mode 100644 → 100755") && !out.contains("<table"),
+            "{out}"
+        );
+        assert!(out.contains("No textual change (mode or type only)."));
+    }
+
+    #[test]
+    fn times_are_time_elements_with_the_exact_utc_time_in_the_title() {
+        assert_eq!(
+            time_html(1_700_000_000_000),
+            "<time class=\"when\" datetime=\"2023-11-14T22:13:20Z\" \
+             title=\"2023-11-14T22:13:20Z (UTC)\">2023-11-14T22:13:20Z</time>"
+        );
     }
 
     #[test]

@@ -15,6 +15,7 @@
 //! guard as push and discard. All text from the daemon is escaped by [`render::escape`]; diffs are
 //! drawn by [`render::file`], the renderer of staged commits.
 
+use crate::core::text::count;
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 
@@ -531,18 +532,20 @@ fn compared(out: &mut String, c: &Compared, zone: ZoneId, view: View) {
         .fold((0, 0), |(a, r), f| (a + f.additions, r + f.deletions));
     let _ = write!(
         out,
-        "<div class=\"meta\">{} files <span class=\"add\">+{adds}</span> \
+        "<div class=\"meta\">{} <span class=\"add\">+{adds}</span> \
          <span class=\"del\">-{dels}</span></div><div class=\"actions\">",
-        d.files.len()
+        count(d.files.len() as u64, "file")
     );
     if d.files.len() <= DIFF_FILES_SHOWN {
         let _ = write!(
             out,
             "<button type=\"button\" class=\"restore restore-files\" data-action=\"restore\" \
-             data-id=\"{from}\" data-scope=\"diff\">Restore these {n} files as they were at \
-             #{from}</button>",
+             data-id=\"{from}\" data-scope=\"diff\">Restore {what} as at #{from}</button>",
             from = c.from,
-            n = d.files.len(),
+            what = match d.files.len() {
+                1 => "this file".to_string(),
+                n => format!("these {n} files"),
+            },
         );
     }
     out.push_str("<span class=\"busy\" hidden></span></div>");
@@ -551,11 +554,11 @@ fn compared(out: &mut String, c: &Compared, zone: ZoneId, view: View) {
         let path = format!("/{}/{}", zone.name(), f.path);
         // One patch per file, in the order of `files`: both are the daemon's one tree diff.
         let patch = match patches.get(i) {
-            Some(p) if p.lines().any(|l| l.starts_with("@@")) => Ok(*p),
             Some(p) if p.lines().any(|l| l.starts_with("Binary files")) => {
                 Err("Binary file, not shown.")
             }
-            Some(_) => Err("No textual change (mode or type only)."),
+            // Without a hunk: a change of mode or type, which the file's notes say.
+            Some(p) => Ok(*p),
             None if d.truncated => Err("Not shown: the diff was cut at 4 MiB."),
             None => Err("No patch."),
         };
@@ -660,14 +663,14 @@ fn entry(
          <label class=\"pick\"><input type=\"radio\" name=\"to\" value=\"{id}\"{}> to</label> \
          <code class=\"id\">#{id}</code> <strong class=\"cp-message\">{}</strong> \
          <span class=\"badge origin origin-{}\">{}</span></div>\
-         <div class=\"meta\">{} · {} files",
+         <div class=\"meta\">{} · {}",
         checked(from == Some(id)),
         checked(to == Side::Checkpoint(id)),
         escape(message),
         escape(&c.via),
         escape(&origin(c)),
-        escape(&render::time(c.time_ms)),
-        c.files,
+        render::time_html(c.time_ms),
+        count(c.files, "file"),
     );
     if c.not_kept > 0 {
         let _ = write!(out, " ({} kept by size only)", c.not_kept);

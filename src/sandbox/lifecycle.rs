@@ -77,26 +77,32 @@ impl Provisioned {
     }
 }
 
-/// A sandbox to create now (`POST /v1/sandboxes/create`).
-#[derive(Debug, Clone, Deserialize)]
+/// A provisioned sandbox to create now (`POST /v1/sandboxes/create`).
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "SandboxCreateRequest")]
 pub struct CreateRequest {
+    /// The sandbox's name (a `[sandboxes.<name>]` of provider `local` or `daytona`).
     pub name: String,
-    /// Must match the config file's `provider` when given (`local`, `daytona`).
+    /// Must match the config file's `provider` when given (`local`, `daytona`): a check, not a
+    /// choice.
     #[serde(default)]
     pub provider: Option<String>,
-    /// A snapshot id to start from, instead of the config's.
+    /// A snapshot id to start from, instead of the config's (letters, digits, `.`, `_`, `-`).
     #[serde(default)]
     pub snapshot: Option<String>,
-    /// A volume to attach, instead of the config's.
+    /// A volume to attach (made when missing), instead of the config's (letters, digits, `.`,
+    /// `_`, `-`).
     #[serde(default)]
     pub volume: Option<String>,
 }
 
-/// A sandbox to destroy (`POST /v1/sandboxes/destroy`).
-#[derive(Debug, Clone, Deserialize)]
+/// A provisioned sandbox to destroy (`POST /v1/sandboxes/destroy`).
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "SandboxDestroyRequest")]
 pub struct DestroyRequest {
+    /// The sandbox's name.
     pub name: String,
     /// Keep the sandbox's volume (a volume named in the config is always kept).
     #[serde(default)]
@@ -104,9 +110,12 @@ pub struct DestroyRequest {
 }
 
 /// A snapshot built (or found) for a sandbox (`POST /v1/sandboxes/snapshot`).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
+#[schemars(rename = "SandboxSnapshot")]
 pub struct SnapshotInfo {
+    /// The sandbox's name.
     pub name: String,
+    /// Its provider (`local` or `daytona`).
     pub provider: String,
     /// The snapshot's id; the sandbox's next create starts from it.
     pub snapshot: String,

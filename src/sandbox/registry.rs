@@ -122,26 +122,41 @@ impl SandboxError {
     }
 }
 
-/// A sandbox to add (`POST /v1/sandboxes/add`): the keys of `[sandboxes.<name>]`.
-#[derive(Debug, Clone, Deserialize)]
+/// A sandbox to add (`POST /v1/sandboxes/add`): the keys of `[sandboxes.<name>]` (docs/config.md
+/// has their ranges and defaults).
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "SandboxAddRequest")]
 pub struct AddRequest {
+    /// The sandbox's name.
     pub name: String,
+    /// Only `sandbox-agent` (a sandbox someone else started) can be added at run time.
     #[serde(default = "default_provider")]
     pub provider: String,
+    /// The server's base URL (`http://127.0.0.1:2468`); plain http only to loopback and the
+    /// hosts of `api.sandbox_http_hosts`.
     pub url: String,
+    /// The environment variable holding the token (never the token); only one listed in
+    /// `api.sandbox_token_envs`.
     #[serde(default)]
     pub token_env: Option<String>,
+    /// The directory inside the sandbox that mirror push sends to and pull reads from
+    /// (default `/workspace`).
     #[serde(default)]
     pub root: Option<String>,
+    /// `lazy` (connect on first use, the default) or `warm` (when the daemon starts).
     #[serde(default)]
     pub mode: Option<String>,
+    /// Minutes without use before the connection is dropped (0: never; default 30).
     #[serde(default)]
     pub idle_ttl_minutes: Option<u64>,
+    /// Health-check attempts after the first fails (default 3).
     #[serde(default)]
     pub retries: Option<u32>,
+    /// The first wait between attempts, doubling each time (default 500).
     #[serde(default)]
     pub retry_backoff_ms: Option<u64>,
+    /// Longest time one request to the sandbox may take (default 30).
     #[serde(default)]
     pub request_timeout_secs: Option<u64>,
 }
@@ -196,26 +211,40 @@ impl AddPolicy {
     }
 }
 
-/// A sandbox as the API reports it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+/// A sandbox and its session, as the API reports it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
+#[schemars(rename = "Sandbox")]
 pub struct SandboxInfo {
+    /// The sandbox's name.
     pub name: String,
+    /// `sandbox-agent`, `local` or `daytona`.
     pub provider: String,
+    /// The server's base URL; for a provisioned sandbox the one its provider handed out while
+    /// attached, else empty.
     pub url: String,
     /// The environment variable holding the token (never the token).
     pub token_env: Option<String>,
+    /// The directory inside the sandbox that mirror push and pull use by default.
     pub root: String,
+    /// `lazy` or `warm`.
     pub mode: String,
+    /// Minutes without use before the connection is dropped (0: never).
     pub idle_ttl_minutes: u64,
     /// `config` (from the config file) or `added` (`wardfs sandbox add`).
     pub origin: String,
+    /// The session's status: `creating`, `active`, `resuming`, `paused`, `error` or
+    /// `destroyed`.
     pub status: String,
+    /// When it was last used, milliseconds since the epoch.
     pub last_accessed_at: Option<i64>,
+    /// Failed attempts to resume since the last success.
     pub resume_fail_count: u32,
+    /// Why the last attach or check failed, when it did.
     pub last_error: Option<String>,
     /// Whether a connection is held now.
     pub attached: bool,
-    /// Provisioned (`local`, `daytona`): the provider's id of the sandbox it runs now.
+    /// Provisioned (`local`, `daytona`): the provider's id of the sandbox it runs now (null
+    /// before the first create and after a destroy).
     #[serde(default)]
     pub provider_id: Option<String>,
     /// Provisioned: the volume it was made with.
@@ -224,10 +253,11 @@ pub struct SandboxInfo {
     /// Provisioned: the snapshot it was made from.
     #[serde(default)]
     pub snapshot: Option<String>,
-    /// Provisioned: when it was paused.
+    /// Provisioned: when it was paused, milliseconds since the epoch.
     #[serde(default)]
     pub paused_at: Option<i64>,
-    /// Provisioned: seconds without use before it is paused (0: never).
+    /// Provisioned: seconds without use before the cleanup loop pauses it (0: never; 0 for
+    /// attached sandboxes).
     #[serde(default)]
     pub idle_pause_s: u64,
     /// Provisioned: seconds a paused sandbox is kept before it is destroyed (0: forever).
@@ -235,24 +265,27 @@ pub struct SandboxInfo {
     pub paused_ttl_s: u64,
 }
 
-/// A mirror run to do.
-#[derive(Debug, Clone, Deserialize)]
+/// A mirror run to do: which zone, which sandbox, which remote directory.
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MirrorRequest {
+    /// The sandbox's name.
     pub sandbox: String,
     /// `workspace` (default) or `cache`.
     #[serde(default)]
     pub zone: Option<String>,
-    /// Push: the remote directory (default: the sandbox's root).
+    /// Push only: the remote directory (default: the sandbox's root). A pull refuses it.
     #[serde(default)]
     pub to: Option<String>,
-    /// Pull: the remote directory (default: the sandbox's root).
+    /// Pull only: the remote directory (default: the sandbox's root). A push refuses it.
     #[serde(default)]
     pub from: Option<String>,
-    /// Push: hash every local file instead of trusting unchanged stats.
+    /// Push only: hash every local file instead of trusting unchanged stats. A pull refuses
+    /// it.
     #[serde(default)]
     pub full_hash: bool,
-    /// Stream NDJSON progress lines.
+    /// Stream progress as NDJSON (`application/x-ndjson`) instead of answering with one JSON
+    /// object.
     #[serde(default)]
     pub progress: bool,
 }

@@ -61,23 +61,34 @@ pub struct NewCheckpoint<'a> {
     pub scope: Option<&'a str>,
 }
 
-/// A recorded checkpoint.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+/// A checkpoint: a snapshot of a zone in the daemon's object store.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
+#[schemars(rename = "Checkpoint")]
 pub struct CheckpointRow {
     pub id: i64,
+    /// `workspace` or `cache`.
     pub zone: String,
+    /// The git tree id of the snapshot.
     pub tree: String,
+    /// The previous checkpoint of the zone.
     pub parent: Option<i64>,
+    /// What it is for, as given (the daemon's own say why: `auto`, `before git pull of …`).
     pub message: String,
+    /// Who asked: `api`, `fuse`, `git`, `mirror`, `watcher` or `internal`.
     pub via: String,
     pub pid: Option<u32>,
     pub uid: Option<u32>,
+    /// When it was taken, milliseconds since the Unix epoch.
     pub time_ms: i64,
+    /// The last journal row the snapshot includes.
     pub journal_pos: i64,
+    /// Files and symlinks in the snapshot.
     pub files: u64,
+    /// Files of the changes it recorded that are over `checkpoints.max_file_bytes`: recorded by
+    /// size only.
     pub not_kept: u64,
     /// The directory (relative to the zone) it was taken of, which a restore and a diff cover
-    /// unless told otherwise; `None`: the whole zone. (The tree is the whole zone's either way.)
+    /// unless told otherwise; null: the whole zone. (The tree is the whole zone's either way.)
     #[serde(default)]
     pub scope: Option<String>,
 }
@@ -106,23 +117,29 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<CheckpointRow> {
 /// A restore: `running` from before its first change until it ends (`done`, or `failed` with
 /// the error in `detail`); one found `running` at start was cut short by a crash and is marked
 /// `interrupted`, then `resumed` (with what the finishing restore did in `detail`).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
+#[schemars(rename = "Restore")]
 pub struct RestoreRow {
     pub id: i64,
     /// The checkpoint restored.
     pub checkpoint: i64,
     /// The checkpoint of the zone taken just before (restoring it undoes the restore).
     pub before: i64,
+    /// `workspace` or `cache`.
     pub zone: String,
-    /// The paths restored (relative to the zone); empty: all of the checkpoint's scope.
+    /// The virtual paths asked for, as given; empty: all of the checkpoint's scope.
     pub paths: Vec<String>,
+    /// Who asked: `api`, `fuse`, `git`, `mirror`, `watcher` or `internal`.
     pub via: String,
     pub pid: Option<u32>,
     pub uid: Option<u32>,
+    /// When it began, milliseconds since the Unix epoch.
     pub started_ms: i64,
+    /// When it ended; null while it runs.
     pub finished_ms: Option<i64>,
     /// `running`, `done`, `failed`, `interrupted` or `resumed`.
     pub state: String,
+    /// What it did (counts and the undo checkpoint), or the error that stopped it.
     pub detail: Option<String>,
 }
 

@@ -71,19 +71,41 @@ pub struct JournalEntry<'a> {
     pub detail: Option<&'a str>,
 }
 
-/// A recorded mutation.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+/// A recorded mutation or event. Every field but `detail` is always present; unknown values are
+/// null.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct JournalRow {
+    /// Row id; increases with every change (rows are returned by decreasing id).
     pub id: i64,
+    /// When the change happened, in milliseconds since the Unix epoch.
     pub time_ms: i64,
+    /// `workspace` or `cache`; `sandboxes` for the lifecycle of provisioned sandboxes (then
+    /// `path` is the sandbox's name and `op` `sandbox-created`, `sandbox-paused`, …).
     pub zone: String,
+    /// The changed path relative to the zone root, without a leading slash (`docs/notes.md`);
+    /// the virtual path is `/<zone>/<path>`.
     pub path: String,
+    /// What happened: `write`, `edit`, `delete`, `mkdir`, `move` (API and FUSE), from the FUSE
+    /// mount also `create`, `symlink`, `link`, `setxattr`, and git events on a pulled
+    /// repository's directory: `git-pull`, `git-stage`, `git-push` (also failed attempts),
+    /// `git-discard`. Files a pull writes or deletes are recorded as ordinary changes with `via`
+    /// `git`.
     pub op: String,
+    /// Bytes written (write, edit, create), else null.
     pub bytes: Option<u64>,
+    /// For `move`: the destination, relative to its zone root (the destination zone is not
+    /// recorded). Null otherwise.
     pub to_path: Option<String>,
+    /// The adapter the change came through: `api`, `fuse`, `watcher`, `git`, `mirror` or
+    /// `internal`.
     pub via: String,
+    /// Process id of the client that made the change, when known.
     pub pid: Option<u32>,
+    /// User id of the client that made the change, when known.
     pub uid: Option<u32>,
+    /// Present only on events that are not a plain file change: what happened, e.g.
+    /// `7c28e432b4: 1 files: Greet the world` (git-stage) or `b737395fc3: failed: the remote
+    /// rejected the push ...` (git-push).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
 }

@@ -16,6 +16,7 @@ mod checkpoint;
 mod events;
 mod git;
 mod journal;
+mod lock;
 mod mirror;
 mod sandbox;
 
@@ -28,6 +29,7 @@ pub use checkpoint::{CheckpointRow, NewCheckpoint, RestoreRow};
 pub use events::{Cursor, Event, EventBatch, EventBounds};
 pub use git::{FileRow, RepoRow, StagedFileRow, StagedRow};
 pub use journal::{JournalEntry, JournalFilter, JournalRow, Origin, OwnedEntry, Via, SANDBOX_ZONE};
+pub use lock::DirLock;
 pub use mirror::MirrorEntryRow;
 pub use sandbox::SandboxRow;
 
@@ -52,6 +54,8 @@ pub enum StateError {
         path: String,
         source: std::io::Error,
     },
+    #[error("another wardfs daemon{} uses the state directory {path}; stop it first, or give this one a state_dir of its own", pid.map(|p| format!(" (pid {p})")).unwrap_or_default())]
+    InUse { path: String, pid: Option<u32> },
 }
 
 /// Schema migrations, in order. Never edit one that has shipped: append a new one.

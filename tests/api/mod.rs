@@ -5,6 +5,7 @@ mod cli;
 mod concurrency;
 mod escape;
 mod events;
+mod first_hour;
 mod grep;
 mod http;
 mod parity;

@@ -2,5 +2,6 @@
 //! real tools (git, cargo, coreutils-style syscalls). Every test unmounts, also on failure.
 
 mod test_checkpoint;
+mod test_first_hour;
 mod test_model;
 mod test_mount;

@@ -15,9 +15,9 @@ use std::path::Path;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use serde_json::json;
 use wardfs::client::Client;
 use wardfs::core::{EntryKind, ErrorCode, ListResult, ReadResult};
-use serde_json::json;
 
 use crate::support::Daemon;
 

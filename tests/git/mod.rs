@@ -3,5 +3,6 @@
 //! repositories in temp dirs. The servers are `crate::support::git_servers`, the daemon
 //! `Daemon::git`; `smoke` proves the servers with the git CLI.
 
+mod first_hour;
 mod scenarios;
 mod smoke;

@@ -1,7 +1,7 @@
 //! Git sync end to end: a real daemon pulls from, and pushes to, real git servers on loopback.
 
-use wardfs::core::ErrorCode;
 use serde_json::{json, Value};
+use wardfs::core::ErrorCode;
 
 use crate::support::daemon::GIT_TOKEN_VAR;
 use crate::support::files::contains;
@@ -475,6 +475,109 @@ fn binary_rename_symlink_and_a_thousand_files() {
     assert_eq!(repo.read_file("main", "many/f0999.txt").unwrap(), b"999\n");
     assert!(repo.read_file("main", "README.md").is_none());
     assert_eq!(repo.file_mode("main", "bin/run.sh").unwrap(), "100755");
+}
+
+/// A checkpoint of the workspace: (id, parent, message, journal position).
+type Cp = (i64, Option<i64>, String, i64);
+
+/// The workspace's checkpoints, newest first.
+fn workspace_checkpoints(d: &Daemon) -> Vec<Cp> {
+    let list = d.get("/v1/checkpoints?zone=workspace&limit=100");
+    list["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["id"].as_i64().unwrap(),
+                c["parent"].as_i64(),
+                c["message"].as_str().unwrap().to_string(),
+                c["journal_pos"].as_i64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The workspace's journal rows after position `after`, oldest first: (id, op).
+fn journal_after(d: &Daemon, after: i64) -> Vec<(i64, String)> {
+    let log = d.get(&format!(
+        "/v1/log?zone=workspace&after_id={after}&limit=1000"
+    ));
+    let mut rows: Vec<(i64, String)> = log["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["id"].as_i64().unwrap(),
+                e["op"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    rows.reverse();
+    rows
+}
+
+/// Waits until an automatic checkpoint includes every workspace change so far; returns the
+/// checkpoints then.
+fn wait_for_auto(d: &Daemon) -> Vec<Cp> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let cps = workspace_checkpoints(d);
+        if let Some((_, _, message, pos)) = cps.first() {
+            if message == "auto" && journal_after(d, *pos).is_empty() {
+                return cps;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no automatic checkpoint of every change: {cps:?}\n{}",
+            d.log_text()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_stage_and_a_pull_that_change_nothing_make_no_checkpoint_and_a_change_does() {
+    let repo = seeded();
+    let server = GitDaemon::serve(&repo);
+    // Automatic checkpoints 100 ms after the journal goes quiet.
+    let d = Daemon::git("[checkpoints]\nauto_quiet_ms = 100\n", None);
+    pull(&d, &server.url("proj"));
+    let cps = wait_for_auto(&d);
+    // The oldest holds the empty workspace from before the pull.
+    assert!(
+        cps.last().unwrap().2.starts_with("before git pull of "),
+        "{cps:?}"
+    );
+    d.write("/workspace/proj/README.md", "# proj, edited\n");
+    let settled = wait_for_auto(&d);
+    assert!(settled.len() > cps.len(), "{settled:?}");
+    let latest = settled[0].clone();
+
+    // Staging, and pulling a remote that did not move, journal events and change no file.
+    stage(&d, "Edit the README");
+    let again = pull(&d, &server.url("proj"));
+    assert_eq!(again["written"], 0, "{again}");
+    let ops: Vec<String> = journal_after(&d, latest.3)
+        .into_iter()
+        .map(|r| r.1)
+        .collect();
+    assert!(
+        ops.contains(&"git-stage".into()) && ops.contains(&"git-pull".into()),
+        "journaled since the latest checkpoint: {ops:?}"
+    );
+    // Neither the checkpoint before the pull nor an automatic one after them is recorded: the
+    // latest checkpoint holds the workspace as it is. (Ten quiet periods: time for one.)
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    assert_eq!(workspace_checkpoints(&d), settled);
+
+    // A real change is checkpointed, on top of the latest one.
+    d.write("/workspace/proj/notes.txt", "new\n");
+    let after = wait_for_auto(&d);
+    assert_eq!(after.len(), settled.len() + 1, "{after:?}");
+    assert_eq!((after[0].1, after[0].2.as_str()), (Some(latest.0), "auto"));
 }
 
 #[test]

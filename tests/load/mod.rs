@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use wardfs::client::{Client, ClientError};
 use serde_json::{json, Value};
+use wardfs::client::{Client, ClientError};
 
 use crate::support::git_servers::{BareRepo, GitDaemon};
 use crate::support::Daemon;

@@ -9,12 +9,22 @@ Spawns `WARDFS_BIN --socket SOCKET --config CONFIG mcp` and, by MODE:
   git        with a repository pulled into /workspace/demo (README.md "# Demo\n"): edits it, then
              checks git_status, git_stage, staged_list and staged_show
   no-daemon  checks that a call with no daemon behind the socket is a DAEMON_NOT_RUNNING error
+  list       prints `listed NAME...`: the tools/list names, sorted (the config allows every tool)
+  push       (also) with a repository pulled into /workspace/demo from a bare repository the
+             daemon can push to: stages a change of README.md and pushes it with git_push
+  sandbox    with a sandbox `dev` of provider local and [mcp] allow_sandboxes = true: lists,
+             creates, mirrors to and from, and destroys it, and reads its lifecycle in events
   rewind     an agent's session with a way back: files written with MCP, changed by shell commands
              in the mounted workspace ($WARDFS_TEST_MNT), a checkpoint, more changes of both
              kinds, a restore that puts back what the shell and the tools did, and its undo
  Prints one `ok <check>`
 line per passed check and `PASS` at the end; the first failed check raises, so the exit status
 is non-zero and the traceback names it.
+
+Every mode first checks that each listed tool declares an object `outputSchema`; every
+successful call's `structuredContent` is then validated against its tool's schema here, with
+`jsonschema` (which the MCP client itself uses, and validates with too), and the last line
+before `PASS` names the tools whose answers were validated.
 """
 
 import asyncio
@@ -23,6 +33,7 @@ import os
 import subprocess
 import sys
 
+from jsonschema.validators import validator_for
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
@@ -31,6 +42,11 @@ TOOLS = {
     "git_status", "git_stage", "staged_list", "staged_show", "mirror_push", "mirror_pull",
     "checkpoint", "checkpoint_list", "checkpoint_diff", "restore", "events",
 }
+
+
+# Each listed tool's outputSchema, by name; and the tools whose answers were validated.
+SCHEMAS = {}
+VALIDATED = set()
 
 
 def ok(what):
@@ -47,10 +63,35 @@ def text_of(result):
     return "".join(c.text for c in result.content if getattr(c, "type", None) == "text")
 
 
+def schema_errors(name, document):
+    """Returns what is wrong with `document` as an answer of tool `name` (empty: nothing)."""
+    schema = SCHEMAS[name]
+    validator = validator_for(schema)(schema)
+    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(document)]
+
+
+async def load_schemas(session):
+    """Lists the tools; checks that each declares an object outputSchema; keeps them."""
+    for t in (await session.list_tools()).tools:
+        schema = t.output_schema
+        check(isinstance(schema, dict) and schema.get("type") == "object" and schema.get("properties"),
+              f"{t.name} has an object outputSchema", schema)
+        validator_for(schema).check_schema(schema)
+        SCHEMAS[t.name] = schema
+
+
 async def call(session, name, args):
     result = await session.call_tool(name, args)
     check(not result.is_error, f"{name} succeeds", text_of(result))
+    errors = schema_errors(name, result.structured_content)
+    check(not errors, f"{name}'s answer matches its outputSchema", (errors, result.structured_content))
+    VALIDATED.add(name)
     return result
+
+
+def passed():
+    print("ok answers validated against their outputSchema: " + " ".join(sorted(VALIDATED)), flush=True)
+    print("PASS", flush=True)
 
 
 async def call_error(session, name, args, code):
@@ -62,6 +103,9 @@ async def call_error(session, name, args, code):
     check(isinstance(err, dict) and err.get("code") == code, f"{name} error code is {code}", err)
     check(isinstance(err.get("message"), str) and err["message"], f"{name} error has a message", err)
     check(json.loads(text_of(result)) == err, f"{name} error text is the same JSON", text_of(result))
+    # `path` names the path the error is about, and is left out when there is none: never null.
+    check(set(err) <= {"code", "message", "path"} and ("path" not in err or isinstance(err["path"], str)),
+          f"{name} error has a path string or none", err)
     return err
 
 
@@ -138,6 +182,40 @@ async def git_flow(session):
     check(r.structured_content["staged"][0]["state"] == "staged", "the commit awaits review")
 
 
+async def push_flow(session):
+    """A change of the pulled repository, staged and pushed by the agent itself."""
+    await call(session, "edit", {"path": "/workspace/demo/README.md", "old": "# Demo", "new": "# Pushed"})
+    r = await call(session, "git_stage", {"message": "Push from MCP"})
+    staged = r.structured_content["id"]
+    r = await call(session, "git_push", {"id": staged})
+    check(r.structured_content["state"] == "pushed" and r.structured_content["id"] == staged,
+          "git_push pushes the staged commit", r.structured_content)
+    err = await call_error(session, "git_push", {"id": staged}, "CONFLICT")
+    print(f"git_push again: {err}", flush=True)
+
+
+async def sandbox_flow(session):
+    """A sandbox's life through the tools: listed, made, mirrored both ways, destroyed."""
+    r = await call(session, "events", {})
+    start = r.structured_content["cursor"]
+    r = await call(session, "sandbox_list", {})
+    check([s["name"] for s in r.structured_content["sandboxes"]] == ["dev"], "sandbox_list names dev",
+          r.structured_content)
+    r = await call(session, "sandbox_create", {"name": "dev"})
+    check(r.structured_content["status"] == "active", "sandbox_create makes it active", r.structured_content)
+    await call(session, "write", {"path": "/workspace/m/a.txt", "content": "mirrored\n"})
+    r = await call(session, "mirror_push", {"sandbox": "dev"})
+    check(r.structured_content["files_sent"] == 1, "mirror_push sends the file", r.structured_content)
+    r = await call(session, "mirror_pull", {"sandbox": "dev"})
+    check(r.structured_content["conflicts"] == [], "mirror_pull meets no conflict", r.structured_content)
+    r = await call(session, "sandbox_destroy", {"name": "dev"})
+    check(r.structured_content["status"] == "destroyed", "sandbox_destroy destroys it", r.structured_content)
+    r = await call(session, "events", {"since": start, "zone": "sandboxes"})
+    rows = r.structured_content["events"]
+    check(rows and all(e["zone"] == "sandboxes" and e["path"] == "dev" for e in rows),
+          "a sandbox's events keep its name as their path", rows)
+
+
 async def main():
     binary, socket, config, mode = sys.argv[1:5]
     params = StdioServerParameters(
@@ -148,29 +226,40 @@ async def main():
             init = await session.initialize()
             check(init.server_info.name == "wardfs", "server names itself wardfs", init.server_info)
             check(bool(init.instructions), "server gives instructions")
+            await load_schemas(session)
 
+            if mode == "list":
+                print("listed " + " ".join(sorted(SCHEMAS)), flush=True)
+                passed()
+                return
             if mode == "no-daemon":
                 err = await call_error(session, "read", {"path": "/workspace/a"}, "DAEMON_NOT_RUNNING")
                 check(socket in err["message"], "the error names the socket", err)
-                print("PASS", flush=True)
+                check("path" not in err, "DAEMON_NOT_RUNNING has no path", err)
+                passed()
                 return
             if mode == "git":
                 await git_flow(session)
-                print("PASS", flush=True)
+                passed()
                 return
             if mode == "rewind":
                 await rewind_flow(session, os.environ["WARDFS_TEST_MNT"])
-                print("PASS", flush=True)
+                passed()
+                return
+            if mode == "sandbox":
+                await sandbox_flow(session)
+                passed()
                 return
             tools = {t.name: t for t in (await session.list_tools()).tools}
             names = set(tools)
             if mode == "push":
                 check(names == TOOLS | {"git_push"}, "tools are the 20 plus git_push", sorted(names))
                 check(bool(tools["git_push"].description), "git_push is described")
-                print("PASS", flush=True)
+                await push_flow(session)
+                passed()
                 return
             if mode != "tools":
-                raise SystemExit(f"unknown mode {mode!r}: tools, push, git, rewind or no-daemon")
+                raise SystemExit(f"unknown mode {mode!r}: tools, list, push, git, sandbox, rewind or no-daemon")
             check(names == TOOLS, "tools are the 20, no git_push", sorted(names))
             for t in tools.values():
                 check(len(t.description or "") > 80, f"{t.name} has a description for a model")
@@ -229,7 +318,8 @@ async def main():
             r = await call(session, "glob", {"pattern": "*.md"})
             check([m["path"] for m in r.structured_content["matches"]] == ["/workspace/notes/a.md"],
                   "glob finds the markdown file", r.structured_content)
-            await call_error(session, "glob", {"pattern": "*", "limit": 5000}, "INVALID_ARGUMENT")
+            err = await call_error(session, "glob", {"pattern": "*", "limit": 5000}, "INVALID_ARGUMENT")
+            check("path" not in err, "an error about no path leaves path out", err)
             r = await call(session, "grep", {"pattern": "gamma", "mode": "content"})
             lines = r.structured_content["lines"]
             check(lines == [{"path": "/workspace/notes/a.md", "line": 3, "text": "gamma BETA", "kind": "match"}],
@@ -272,12 +362,19 @@ async def main():
             await call(session, "write", {"path": "/cache/ev-other.txt", "content": "x\n"})
             r = await call(session, "events", {"since": start, "zone": "workspace", "limit": 2})
             got = r.structured_content
-            check([e["path"] for e in got["events"]] == ["ev/0.txt", "ev/1.txt"]
+            check([e["path"] for e in got["events"]] == ["/workspace/ev/0.txt", "/workspace/ev/1.txt"]
                   and got["more"] is True, "events gives the first two, in order, and says more", got)
+            check(all(e["kind"] == "change" and e["zone"] == "workspace" for e in got["events"]),
+                  "events rows keep their kind and zone", got)
             r = await call(session, "events", {"since": got["cursor"], "zone": "workspace"})
             rest = r.structured_content
-            check([e["path"] for e in rest["events"]] == ["ev/2.txt"] and rest["more"] is False,
+            check([e["path"] for e in rest["events"]] == ["/workspace/ev/2.txt"] and rest["more"] is False,
                   "resuming from the cursor gives the rest, nothing repeated", rest)
+            await call(session, "mv", {"from": "/workspace/ev/2.txt", "to": "/workspace/ev/moved.txt"})
+            r = await call(session, "events", {"since": rest["cursor"], "path": "/workspace/ev"})
+            moves = [(e["op"], e["path"], e["to_path"]) for e in r.structured_content["events"]]
+            check(moves == [("move", "/workspace/ev/2.txt", "/workspace/ev/moved.txt")],
+                  "a move names both ends as virtual paths", r.structured_content)
             await call_error(session, "events", {"since": "bogus"}, "INVALID_ARGUMENT")
 
             # checkpoints: take one, change a file, see the change, go back, and undo that
@@ -314,7 +411,13 @@ async def main():
             result = await session.call_tool("read", {"path": "/workspace/x", "bogus": 1})
             check(result.is_error, "an unknown argument is refused", text_of(result))
 
-    print("PASS", flush=True)
+            # the schemas are not vacuous: an answer of the wrong shape fails them
+            check(schema_errors("write", {"path": 1, "bytes": 2}) != [], "a wrong answer fails the schema")
+            check(schema_errors("events", {"events": [{"kind": "change", "cursor": "1-0"}],
+                                           "cursor": "1-0", "more": False}) != [],
+                  "an event without its row fails the schema")
+
+    passed()
 
 
 asyncio.run(main())

@@ -1,13 +1,15 @@
 //! Tests of `wardfs mcp` with a real MCP client: the official MCP Python SDK's stdio client
 //! (`mcp` from PyPI, installed into a virtualenv by `.ci/install-deps test`) runs
 //! `tests/mcp/client.py`, which spawns `wardfs mcp` against a real daemon started here, lists
-//! the tools, calls each one and checks results and error shapes. These tests assert on the
-//! script's exit status and output; a missing Python or `mcp` package fails them, naming the fix.
+//! the tools, calls each one and checks results, error shapes and that every answer matches its
+//! tool's `outputSchema`. These tests assert on the script's exit status and output; a missing
+//! Python or `mcp` package fails them, naming the fix.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::sandbox_agent::agent_binary;
 use crate::support::{Daemon, BIN};
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp/client.py");
@@ -98,6 +100,21 @@ fn run_client_env(socket: &Path, config: &Path, mode: &str, env: &[(&str, &Path)
     child.wait_with_output().unwrap()
 }
 
+/// Asserts that the script's stdout says the answers of exactly `tools` were validated against
+/// their `outputSchema`.
+fn validated(stdout: &str, tools: &[&str]) {
+    let mut want = tools.to_vec();
+    want.sort();
+    let line = format!(
+        "ok answers validated against their outputSchema: {}",
+        want.join(" ")
+    );
+    assert!(
+        stdout.lines().any(|l| l == line),
+        "no `{line}` in:\n{stdout}"
+    );
+}
+
 /// Asserts that the script passed; returns its stdout.
 fn passed(out: &Output) -> String {
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -118,8 +135,15 @@ fn every_tool_answers_a_real_mcp_client() {
     for line in [
         "ok tools are the 20, no git_push",
         "ok events gives the first two, in order, and says more",
+        "ok events rows keep their kind and zone",
         "ok resuming from the cursor gives the rest, nothing repeated",
+        "ok a move names both ends as virtual paths",
         "ok events error code is INVALID_ARGUMENT",
+        "ok an error about no path leaves path out",
+        "ok NOT_UNIQUE names the path",
+        "ok read has an object outputSchema",
+        "ok a wrong answer fails the schema",
+        "ok an event without its row fails the schema",
         "ok read returns the text written",
         "ok a truncated read says how to go on",
         "ok edit error code is NOT_UNIQUE",
@@ -140,6 +164,27 @@ fn every_tool_answers_a_real_mcp_client() {
             "no `{line}` in:\n{stdout}"
         );
     }
+    validated(
+        &stdout,
+        &[
+            "checkpoint",
+            "checkpoint_diff",
+            "checkpoint_list",
+            "edit",
+            "events",
+            "git_status",
+            "glob",
+            "grep",
+            "ls",
+            "mv",
+            "read",
+            "restore",
+            "rm",
+            "staged_list",
+            "stat",
+            "write",
+        ],
+    );
     // What the tools did went through the daemon: the files are in the zones' directories.
     let root = d.dir.path().join("root");
     assert_eq!(
@@ -217,18 +262,147 @@ fn git_tools_stage_a_commit_for_review() {
         stdout.lines().any(|l| l == "ok staged_show has the diff"),
         "{stdout}"
     );
+    validated(
+        &stdout,
+        &[
+            "edit",
+            "git_stage",
+            "git_status",
+            "staged_list",
+            "staged_show",
+            "write",
+        ],
+    );
 }
 
 #[test]
-fn git_push_is_offered_only_when_the_config_allows_it() {
+fn git_push_is_offered_only_when_the_config_allows_it_and_pushes() {
     let d = Daemon::start("[mcp]\nallow_push = true\n");
-    let stdout = passed(&run_client(&d.socket, &d.config, "push"));
-    assert!(
-        stdout
-            .lines()
-            .any(|l| l == "ok tools are the 20 plus git_push"),
-        "{stdout}"
+    // A bare repository with one commit, pulled into the workspace.
+    let bare = d.dir.path().join("demo.git");
+    let seed = d.dir.path().join("seed");
+    git(
+        d.dir.path(),
+        &["init", "-q", "--bare", "-b", "main", "demo.git"],
     );
+    git(d.dir.path(), &["init", "-q", "-b", "main", "seed"]);
+    std::fs::write(seed.join("README.md"), "# Demo\n").unwrap();
+    git(&seed, &["add", "README.md"]);
+    git(&seed, &["commit", "-q", "-m", "Start"]);
+    git(&seed, &["push", "-q", bare.to_str().unwrap(), "main"]);
+    let out = Command::new(BIN)
+        .arg("--socket")
+        .arg(&d.socket)
+        .args(["git", "pull", "--into", "/workspace/demo"])
+        .arg(&bare)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "wardfs git pull: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = passed(&run_client(&d.socket, &d.config, "push"));
+    for line in [
+        "ok tools are the 20 plus git_push",
+        "ok git_push pushes the staged commit",
+    ] {
+        assert!(
+            stdout.lines().any(|l| l == line),
+            "no `{line}` in:\n{stdout}"
+        );
+    }
+    validated(&stdout, &["edit", "git_push", "git_stage"]);
+    // The push reached the remote.
+    let shown = Command::new("git")
+        .arg("--git-dir")
+        .arg(&bare)
+        .args(["show", "main:README.md"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&shown.stdout), "# Pushed\n");
+}
+
+#[test]
+fn sandbox_tools_make_mirror_and_destroy_a_sandbox() {
+    let d = Daemon::start(&format!(
+        "[mcp]\nallow_sandboxes = true\n\
+         [sandboxes.dev]\nprovider = \"local\"\nagent_bin = \"{}\"\n",
+        agent_binary().display()
+    ));
+    let stdout = passed(&run_client(&d.socket, &d.config, "sandbox"));
+    for line in [
+        "ok sandbox_create makes it active",
+        "ok mirror_push sends the file",
+        "ok sandbox_destroy destroys it",
+        "ok a sandbox's events keep its name as their path",
+    ] {
+        assert!(
+            stdout.lines().any(|l| l == line),
+            "no `{line}` in:\n{stdout}"
+        );
+    }
+    validated(
+        &stdout,
+        &[
+            "events",
+            "mirror_pull",
+            "mirror_push",
+            "sandbox_create",
+            "sandbox_destroy",
+            "sandbox_list",
+            "write",
+        ],
+    );
+}
+
+/// Returns the tool names `wardfs mcp --help` lists: the comma-separated names on the indented
+/// lines under each `Tools …:` / `Only with …:` heading.
+fn tools_in_help(help: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut in_list = false;
+    for line in help.lines() {
+        if line.starts_with("Tools ") || line.starts_with("Only with ") {
+            in_list = true;
+        } else if in_list && line.starts_with("  ") {
+            names.extend(
+                line.split(',')
+                    .map(str::trim)
+                    .filter(|n| !n.is_empty())
+                    .map(str::to_string),
+            );
+        } else {
+            in_list = false;
+        }
+    }
+    names.sort();
+    names
+}
+
+#[test]
+fn the_help_names_exactly_the_tools_the_server_lists() {
+    // Every switch on: tools/list then offers every tool there is.
+    let d = Daemon::options()
+        .extra("[mcp]\nallow_push = true\nallow_sandboxes = true\n")
+        .prepare();
+    let help = Command::new(BIN).args(["mcp", "--help"]).output().unwrap();
+    assert!(help.status.success(), "{help:?}");
+    let help = String::from_utf8_lossy(&help.stdout).into_owned();
+    let stdout = passed(&run_client(&d.socket, &d.config, "list"));
+    let listed: Vec<String> = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("listed "))
+        .unwrap_or_else(|| panic!("no `listed` line in:\n{stdout}"))
+        .split(' ')
+        .map(str::to_string)
+        .collect();
+    assert_eq!(listed.len(), 24, "{stdout}");
+    assert_eq!(tools_in_help(&help), listed, "{help}");
+    // Each tool behind a switch is listed under its switch.
+    let push = help.find("allow_push = true").unwrap();
+    let sandboxes = help.find("allow_sandboxes = true").unwrap();
+    assert!(push < help.find("git_push").unwrap(), "{help}");
+    assert!(sandboxes < help.find("sandbox_create").unwrap(), "{help}");
 }
 
 #[test]
@@ -236,10 +410,13 @@ fn a_missing_daemon_is_a_tool_error_naming_the_socket() {
     // Configured, never started.
     let d = Daemon::options().prepare();
     let stdout = passed(&run_client(&d.socket, &d.config, "no-daemon"));
-    assert!(
-        stdout
-            .lines()
-            .any(|l| l == "ok read error code is DAEMON_NOT_RUNNING"),
-        "{stdout}"
-    );
+    for line in [
+        "ok read error code is DAEMON_NOT_RUNNING",
+        "ok DAEMON_NOT_RUNNING has no path",
+    ] {
+        assert!(
+            stdout.lines().any(|l| l == line),
+            "no `{line}` in:\n{stdout}"
+        );
+    }
 }

@@ -5,8 +5,8 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use wardfs::core::ErrorCode;
 use serde_json::json;
+use wardfs::core::ErrorCode;
 
 use crate::support::api::Api;
 use crate::support::faults::{Fault, Proxy, Tmpfs};

@@ -8,6 +8,7 @@
 //! --offline --test main reliability::` (root: FUSE, tmpfs, and a loopback-only network namespace for
 //! sandbox-agent). `WARDFS_RELIABILITY_SEED=<n>` replays a crash run.
 
+mod bad_entry;
 mod checkpoint;
 mod crash;
 mod faults;

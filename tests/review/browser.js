@@ -1,6 +1,9 @@
 // What the review page's browser scenarios share (drive.js, timeline.js): the environment they
-// read and headless Chromium started for this machine's closed network.
+// read, headless Chromium started for this machine's closed network, the page's dialogs answered
+// as a scenario says, and checks of what every page shows (times, diffs).
 "use strict";
+
+const assert = require("node:assert/strict");
 
 /// Returns the environment variable `name`, failing loudly when it is not set.
 function env(name) {
@@ -33,17 +36,55 @@ async function launch() {
 }
 
 /// Opens a page that collects page errors and console errors (but those `expected` says are
-/// wanted) into the returned `problems`, and accepts every dialog.
+/// wanted) into the returned `problems`. Every dialog's message goes into `dialogs`; a dialog is
+/// answered by the first of `answers` (true: OK, false: Cancel), taken off it, or accepted when
+/// `answers` is empty.
 async function open(browser, expected) {
   const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
   page.setDefaultTimeout(30000);
   const problems = [];
+  const dialogs = [];
+  const answers = [];
   page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
   page.on("console", (m) => {
     if (m.type() === "error" && !expected(m.text())) problems.push(`console: ${m.text()}`);
   });
-  page.on("dialog", (d) => d.accept());
-  return { page, problems };
+  page.on("dialog", (d) => {
+    dialogs.push(d.message());
+    const yes = answers.length === 0 ? true : answers.shift();
+    (yes ? d.accept() : d.dismiss()).catch((e) => problems.push(`dialog: ${e.message}`));
+  });
+  return { page, problems, dialogs, answers };
+}
+
+const ISO_UTC = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/;
+
+/// Checks that each of `times` (a locator of <time> elements, at least one) shows a time relative
+/// to now (they are all recent), not the UTC stamp, and has the exact time in UTC as its tooltip.
+/// Returns what they show.
+async function checkTimes(times) {
+  const seen = await times.evaluateAll((els) =>
+    els.map((e) => ({ text: e.textContent, title: e.title, datetime: e.dateTime })));
+  assert.ok(seen.length > 0, "no time shown");
+  for (const t of seen) {
+    assert.match(t.datetime, ISO_UTC, JSON.stringify(t));
+    assert.equal(t.title, `${t.datetime} (UTC)`, JSON.stringify(t));
+    assert.match(t.text, /^(just now|\d+ min ago)$/, JSON.stringify(t));
+    const age = Date.now() - Date.parse(t.datetime);
+    assert.ok(age > -60000 && age < 3600000, `${JSON.stringify(t)} is ${age} ms old`);
+  }
+  return seen.map((t) => t.text);
+}
+
+/// Checks that no diff line under `scope` is one of git's file header lines: the file's own
+/// header names the file.
+async function checkNoDiffHeaders(scope) {
+  const lines = await scope.locator("table.diff tr").allTextContents();
+  assert.ok(lines.length > 0, "no diff shown");
+  const header = /diff --git |index [0-9a-f]+\.\.[0-9a-f]+|--- (a\/|\/dev\/null)|\+\+\+ (b\/|\/dev\/null)/;
+  const headers = lines.filter((l) => header.test(l));
+  assert.deepEqual(headers, [], "git header lines shown as diff lines");
+  assert.equal(await scope.locator("tr.meta-line").count(), 0);
 }
 
 /// Runs `main`, printing any failure and exiting non-zero.
@@ -54,4 +95,4 @@ function run(main) {
   });
 }
 
-module.exports = { env, launch, open, run };
+module.exports = { env, launch, open, run, checkTimes, checkNoDiffHeaders };

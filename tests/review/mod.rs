@@ -1,9 +1,10 @@
 //! The review web page end to end, in a real browser: a real daemon (`serve --no-mount`) pulls a
 //! repository from a real `git daemon` on loopback, three commits are staged, `wardfs review` serves
 //! the page, and headless Chromium (Debian's `chromium`, driven by `playwright-core` from npm
-//! through `drive.js`) reads a diff, discards one commit, pushes another, sees why the server
-//! refused a third, and takes a screenshot. The outcome is then checked where it matters: the daemon's API and the bare
-//! repository.
+//! through `drive.js`) reads a diff (without git's header lines) and when each commit was staged,
+//! discards one commit, cancels the confirmation of a push (nothing is sent), pushes another once
+//! confirmed, sees why the server refused a third, and takes a screenshot. The outcome is then
+//! checked where it matters: the daemon's API and the bare repository.
 //!
 //! The daemon and the git server come from the shared harness (`Daemon::git`,
 //! `support::git_servers`). Nothing is skipped: a missing browser, node or playwright-core fails
@@ -257,6 +258,7 @@ fn review_page_shows_diffs_discards_and_pushes_in_chromium() {
         "drive.js",
         &review,
         &[
+            ("REMOTE", server.url("proj")),
             ("KEEP_ID", keep.clone()),
             ("DROP_ID", drop.clone()),
             ("BLOCKED_ID", blocked.clone()),

@@ -3,13 +3,14 @@
 // Environment: PLAYWRIGHT_CORE, CHROMIUM (as drive.js), REVIEW_URL (the URL `wardfs review`
 // printed), OLD_ID and NEW_ID (two checkpoints of /workspace, the older first), API_PID (the
 // test's own pid: its API writes), MOUNT_PID (the process that wrote through the mount),
-// SCREENSHOT (where to save the PNG). Restores the older checkpoint, then undoes that by
-// restoring the files of the diff from the undo checkpoint to now. Prints one JSON line with the
-// two undo checkpoints; exits non-zero, saying why, on any failure.
+// SCREENSHOT (where to save the PNG). Restores the older checkpoint (nothing changed since the
+// newer one, which is named as its undo), then undoes that by restoring the files of the diff
+// from the undo checkpoint to now. Prints one JSON line with the two undo checkpoints; exits
+// non-zero, saying why, on any failure.
 "use strict";
 
 const assert = require("node:assert/strict");
-const { env, launch, open, run } = require("./browser.js");
+const { env, launch, open, run, checkTimes, checkNoDiffHeaders } = require("./browser.js");
 
 const url = env("REVIEW_URL");
 const older = env("OLD_ID");
@@ -34,6 +35,9 @@ async function main() {
     assert.ok((await cpNew.locator(".cp-message").textContent()).includes("second <b>draft</b>"));
     assert.equal(await cpNew.locator(".cp-message b").count(), 0);
     assert.equal((await cpNew.locator(".origin").textContent()).trim(), `api pid ${apiPid}`);
+    // When: relative to now, the exact time in UTC in the tooltip.
+    const times = await checkTimes(page.locator("li.checkpoint .meta time.when"));
+    assert.equal(times.length, 2, `${times}`);
 
     // Who changed what since the older checkpoint: the API, the mount, beside wardfs.
     const group = (via, pid) =>
@@ -64,6 +68,8 @@ async function main() {
     await diff.getByText("<script>window.__pwned = 4</script>").first().waitFor();
     assert.equal(await page.evaluate(() => window.__pwned), undefined);
     assert.equal(await page.locator("img").count(), 0);
+    // The files' git header lines are not diff lines.
+    await checkNoDiffHeaders(diff);
     await page.screenshot({ path: screenshot, fullPage: true });
 
     // The same change in the unified view (the parameters are kept).
@@ -71,6 +77,7 @@ async function main() {
     await page.waitForURL(/view=unified/);
     assert.ok(page.url().includes(`from=${older}`), page.url());
     await page.locator("#diff tr.add td.code", { hasText: "second" }).first().waitFor();
+    await checkNoDiffHeaders(page.locator("#diff"));
 
     // Restore the older checkpoint, the whole zone, through its button (confirmed).
     await cpOld.locator("button.restore").click();
@@ -79,16 +86,14 @@ async function main() {
     const flash = await page.locator("#flash").textContent();
     assert.ok(flash.includes(`Restored checkpoint #${older}`), flash);
     const before = (await hint.textContent()).match(/#(\d+)/)[1];
-    // The checkpoint of the present made first is listed, marked as the undo.
+    // Nothing changed since the newer checkpoint: it holds the present, no other was made, and
+    // it is marked as the undo.
+    assert.equal(before, newer, "the newer checkpoint undoes the restore");
     const undo = page.locator(`#checkpoint-${before}`);
     await undo.waitFor();
     assert.ok(await undo.evaluate((e) => e.classList.contains("undo")));
-    assert.ok((await undo.locator(".cp-message").textContent()).includes(`before restoring checkpoint ${older}`));
-    assert.equal(
-      await page.locator("li.checkpoint").first().getAttribute("data-id"),
-      before,
-      "the undo checkpoint is the newest",
-    );
+    const listed = await page.locator("li.checkpoint").evaluateAll((els) => els.map((e) => e.dataset.id));
+    assert.deepEqual(listed, [newer, older], "no checkpoint of an unchanged zone");
     assert.equal(await page.evaluate(() => window.__pwned), undefined);
     await page.screenshot({ path: screenshot.replace(/\.png$/, "-restored.png"), fullPage: true });
 

@@ -1,10 +1,14 @@
 //! The review page's timeline end to end, in a real browser: a mounted daemon whose workspace
 //! is changed through the API, through the mount (a shell's redirect) and beside wardfs (the
 //! watcher), with a checkpoint before and after; `wardfs review` serves the page and headless
-//! Chromium (`timeline.js`) reads who changed what, compares the two checkpoints, restores the
-//! older one through its button, and undoes that by restoring the files of a diff. The outcome
-//! is checked where it matters: through the daemon's API and on disk. The restore route is refused without the token and from another
-//! origin, and bad input is refused with what was wrong, before any browser runs.
+//! Chromium (`timeline.js`) reads who changed what (and when, relative to now, the exact time in
+//! a tooltip), compares the two checkpoints (a diff without git's header lines), restores the
+//! older one through its button, and undoes that by restoring the files of a diff. Nothing
+//! changed since the newer checkpoint, so the first restore records no checkpoint before it and
+//! names the newer one as its undo; the undo, from a changed zone, records one. The outcome is
+//! checked where it matters: through the daemon's API and on disk. The restore route is refused
+//! without the token and from another origin, and bad input is refused with what was wrong,
+//! before any browser runs.
 
 use std::path::Path;
 use std::process::Command;
@@ -191,13 +195,13 @@ fn review_timeline_shows_who_changed_what_diffs_and_restores_in_chromium() {
     let undone_by = said["undone_by"].as_i64().unwrap();
     assert_eq!(said["files"], 4, "{said}");
 
-    // The restore put the older checkpoint back: the checkpoint taken right before the undo
-    // holds exactly what the older one does. The one the page named holds the newer state.
+    // Nothing changed since the newer checkpoint, so the restore recorded none before it: the
+    // page named the newer one as its undo. The undo itself found the zone changed (at the older
+    // state) and checkpointed it first: that checkpoint holds exactly what the older one does.
+    assert_eq!(before, newer, "{said}");
     let diff = |from: i64, to: i64| d.ok("/v1/checkpoints/diff", json!({ "from": from, "to": to }));
     let restored = diff(older, undone_by);
     assert_eq!(restored["files"], json!([]), "{restored}");
-    let undo = diff(before, newer);
-    assert_eq!(undo["files"], json!([]), "{undo}");
     let cps = d.get("/v1/checkpoints?zone=workspace");
     let messages: Vec<(i64, &str)> = cps["checkpoints"]
         .as_array()
@@ -205,15 +209,11 @@ fn review_timeline_shows_who_changed_what_diffs_and_restores_in_chromium() {
         .iter()
         .map(|c| (c["id"].as_i64().unwrap(), c["message"].as_str().unwrap()))
         .collect();
-    let (b, u) = (
-        format!("before restoring checkpoint {older}"),
-        format!("before restoring checkpoint {before}"),
-    );
+    let u = format!("before restoring checkpoint {newer}");
     assert_eq!(
         messages,
         [
             (undone_by, u.as_str()),
-            (before, b.as_str()),
             (newer, "second <b>draft</b>"),
             (older, "first draft")
         ]

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use wardfs::core::ErrorCode;
 use serde_json::{json, Value};
+use wardfs::core::ErrorCode;
 
 use crate::support::sandbox_agent::AgentServer;
 use crate::support::{Daemon, BIN};

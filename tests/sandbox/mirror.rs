@@ -446,6 +446,76 @@ async fn a_hostile_sandbox_is_masked_and_its_bad_entries_skipped() {
         .any(|k| k.reason.contains("sandbox_file_bytes")));
 }
 
+/// A sandbox offers a `.git` in every spelling git, NTFS or HFS+ would read as `.git` (config with
+/// an fsmonitor command, an executable hook, a `.git` file pointing elsewhere): none of it lands,
+/// each is named, the rest of the tree comes, and git run there finds no repository to obey.
+#[tokio::test]
+async fn a_mirror_pull_never_writes_a_git_directory_in_any_spelling() {
+    let server = AgentServer::start();
+    let fs = server.provider();
+    let src = server.work().join("src");
+    let marker = tempfile::tempdir().unwrap();
+    let pwned = marker.path().join("pwned");
+    let config = format!(
+        "[core]\n\tfsmonitor = \"touch {}\"\n\trepositoryformatversion = 0\n",
+        pwned.display()
+    );
+    let dirs = [
+        ".git",
+        ".GIT",
+        ".git.",
+        "git~1",
+        ".git::$INDEX_ALLOCATION",
+        ".g\u{200c}it",
+        "sub/.Git ",
+    ];
+    for d in dirs {
+        std::fs::create_dir_all(src.join(d).join("hooks")).unwrap();
+        std::fs::write(src.join(d).join("config"), &config).unwrap();
+        std::fs::write(src.join(d).join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        let hook = src.join(d).join("hooks/pre-commit");
+        std::fs::write(&hook, format!("#!/bin/sh\ntouch {}\n", pwned.display())).unwrap();
+        std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::create_dir_all(src.join("other")).unwrap();
+    std::fs::write(src.join("other/.git"), "gitdir: /tmp/elsewhere\n").unwrap();
+    std::fs::write(src.join("ok.txt"), b"fine\n").unwrap();
+
+    let local = tempfile::tempdir().unwrap();
+    let mut manifest = Manifest::in_memory();
+    let s = mirror::pull(
+        local.path(),
+        &fs,
+        &format!("{}/src", server.root()),
+        &mut manifest,
+        &opts(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        std::fs::read(local.path().join("ok.txt")).unwrap(),
+        b"fine\n"
+    );
+    for d in dirs {
+        assert!(
+            std::fs::symlink_metadata(local.path().join(d)).is_err(),
+            "{d:?} was written"
+        );
+        assert!(
+            s.skipped
+                .iter()
+                .any(|k| k.path.starts_with(d) && k.reason.contains(".git")),
+            "{d:?} not named: {s:?}"
+        );
+    }
+    assert!(std::fs::symlink_metadata(local.path().join("other/.git")).is_err());
+    // git run where the pull landed finds no repository of the sandbox's, so runs nothing.
+    let out = crate::support::git_servers::try_git(local.path(), &["status"]);
+    assert!(!out.status.success(), "git found a repository");
+    let _ = crate::support::git_servers::try_git(&local.path().join("sub"), &["status"]);
+    assert!(!pwned.exists(), "the sandbox's command ran on the host");
+}
+
 /// An agent writes the file after the pull compared it and before the pull replaces it (the
 /// progress callback runs at that moment): the agent's write is kept, the sandbox's copy is
 /// saved beside it, and a conflict is reported, never a silent loss.

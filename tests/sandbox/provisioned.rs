@@ -10,11 +10,11 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use serde_json::{json, Value};
 use wardfs::core::ErrorCode;
 use wardfs::sandbox::provision::local::{LocalConfig, LocalProvisioner};
 use wardfs::sandbox::provision::{ProviderState, Provisioner, SandboxSpec};
 use wardfs::sandbox::{RemoteFs, SandboxAgent};
-use serde_json::{json, Value};
 
 use wardfs::sandbox::provision::local::Proc;
 

@@ -8,8 +8,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use wardfs::core::ErrorCode;
 use serde_json::{json, Value};
+use wardfs::core::ErrorCode;
 
 use crate::support::rng::noise;
 use crate::support::sandbox_agent::AgentServer;

@@ -197,3 +197,59 @@ fn a_symlink_out_through_the_mount_is_never_followed_by_the_daemon() {
         assert!(!text.contains("TOP-SECRET"), "{text}");
     }
 }
+
+/// An agent on the socket asks the daemon to pull a repository the daemon's user can read
+/// anywhere (a path, a `file://` URL, a symlink into it): refused unless a person listed a
+/// directory holding it in `git.local_remotes`, and nothing of it reaches the workspace.
+#[test]
+fn a_pull_of_a_local_repository_outside_git_local_remotes_is_refused() {
+    let secrets = crate::support::git_servers::BareRepo::seeded(
+        "secrets",
+        &[("id_rsa", b"-----BEGIN PRIVATE KEY-----\n")],
+    );
+    let allowed = tempfile::tempdir().unwrap();
+    let mine = crate::support::git_servers::BareRepo::new_in(allowed.path(), "mine");
+    mine.seed(&[("a.txt", b"mine\n")]);
+    symlink(secrets.path(), allowed.path().join("sneaky.git")).unwrap();
+    let d = Daemon::git(
+        &format!("local_remotes = [\"{}\"]\n", allowed.path().display()),
+        None,
+    );
+    let refused = [
+        secrets.path().display().to_string(),
+        secrets.file_url(),
+        allowed.path().join("sneaky.git").display().to_string(),
+        format!("file://{}/sneaky.git", allowed.path().display()),
+    ];
+    for (i, remote) in refused.iter().enumerate() {
+        let into = format!("/workspace/r{i}");
+        let (status, body) = d.post("/v1/git/pull", &json!({ "remote": remote, "into": into }));
+        assert_eq!(status, 400, "{remote}: {body}");
+        assert_eq!(code(&body), "INVALID_ARGUMENT", "{body}");
+        assert!(
+            body["message"]
+                .as_str()
+                .unwrap()
+                .contains("git.local_remotes"),
+            "{body}"
+        );
+        assert!(!d.zone_dir("workspace").join(format!("r{i}")).exists());
+    }
+    // What a person listed is pulled.
+    let r = d.ok(
+        "/v1/git/pull",
+        json!({ "remote": mine.path().display().to_string(), "into": "/workspace/mine" }),
+    );
+    assert_eq!(r["written"], 1);
+    // And with nothing listed (the default), nothing local is pulled at all.
+    let plain = Daemon::git("", None);
+    let (status, body) = plain.post(
+        "/v1/git/pull",
+        &json!({ "remote": mine.path().display().to_string() }),
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("refused"),
+        "{body}"
+    );
+}

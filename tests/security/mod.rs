@@ -15,3 +15,4 @@ mod escape;
 mod fuzz_api;
 mod secrets;
 mod socket;
+mod terminal;

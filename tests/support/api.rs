@@ -5,9 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
+use serde_json::Value;
 use wardfs::client::{Client, ClientError};
 use wardfs::core::ErrorCode;
-use serde_json::Value;
 
 /// An API error as the tests see it: the code and message, or `None` for a transport failure
 /// (the daemon died or the socket is gone).

@@ -22,8 +22,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use wardfs::core::ErrorCode;
 use serde_json::Value;
+use wardfs::core::ErrorCode;
 
 use super::api::Api;
 use super::mount::{lazy_unmount, mounted, require_fuse};

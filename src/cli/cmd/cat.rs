@@ -11,6 +11,8 @@ pub struct Args {
 
 pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
     let mut out = tokio::io::stdout();
-    ctx.client.download(&a.path, &mut out).await?;
+    ctx.client
+        .download(&ctx.vpath(&a.path).await?, &mut out)
+        .await?;
     Ok(Outcome::Ok)
 }

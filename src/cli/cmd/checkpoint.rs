@@ -7,6 +7,7 @@ use serde_json::json;
 use crate::checkpoint::{DiffResult, RestoreResult};
 use crate::cli::output::{decode, print_json, time};
 use crate::cli::{ClientError, Ctx, Outcome};
+use crate::core::text::{self, count};
 use crate::state::{CheckpointRow, RestoreRow};
 
 /// Checkpoint a zone or a directory now (the workspace unless told), or list and compare checkpoints
@@ -39,6 +40,7 @@ pub enum CheckpointCommand {
     },
     /// Show what changed from checkpoint FROM to checkpoint TO (or to now), in git's format
     Diff {
+        /// The checkpoint to compare from (see `wardfs checkpoint list`)
         from: i64,
         /// Another checkpoint of the same zone; without it, the zone as it is now
         to: Option<i64>,
@@ -65,20 +67,39 @@ fn print_row(c: &CheckpointRow) {
     let msg = if c.message.is_empty() {
         String::new()
     } else {
-        format!("  {}", c.message)
+        format!("  {}", text::line(&c.message))
     };
     let place = match &c.scope {
-        Some(dir) => format!("/{}/{dir}", c.zone),
+        Some(dir) => text::name(&format!("/{}/{dir}", c.zone)).into_owned(),
         None => format!("/{}", c.zone),
     };
     println!(
-        "{:>5}  {}  {:<10}  {:>6} files  {}{msg}",
+        "{:>5}  {}  {:<10}  {:>12}  {}{msg}",
         c.id,
         time(c.time_ms),
         place,
-        c.files,
+        count(c.files, "file"),
         who
     );
+}
+
+/// Returns what `wardfs checkpoint` says of the checkpoint it made:
+/// `created checkpoint 12 of /workspace (340 files): before the refactor`.
+fn created(c: &CheckpointRow) -> String {
+    let place = match &c.scope {
+        Some(dir) => text::name(&format!("/{}/{dir}", c.zone)).into_owned(),
+        None => format!("/{}", c.zone),
+    };
+    let msg = if c.message.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", text::line(&c.message))
+    };
+    format!(
+        "created checkpoint {} of {place} ({}){msg}",
+        c.id,
+        count(c.files, "file")
+    )
 }
 
 /// A restore that did not simply run to its end (cut short by a crash, or failed).
@@ -109,7 +130,7 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
                 body["zone"] = json!(z);
             }
             if let Some(p) = &a.path {
-                body["path"] = json!(p);
+                body["path"] = json!(ctx.vpath(p).await?);
             }
             ctx.client.post_raw("/v1/checkpoints", &body).await?
         }
@@ -135,11 +156,11 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
     match &a.command {
         None => {
             let c: CheckpointRow = decode(&raw)?;
-            print_row(&c);
+            println!("{}", created(&c));
             if c.not_kept > 0 {
                 println!(
-                    "       {} file(s) over checkpoints.max_file_bytes recorded by size only",
-                    c.not_kept
+                    "  {} over checkpoints.max_file_bytes recorded by size only",
+                    count(c.not_kept, "file")
                 );
             }
         }
@@ -168,14 +189,19 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
                 for f in &d.files {
                     println!(
                         "{:<13} +{:<5} -{:<5} {}",
-                        f.status, f.additions, f.deletions, f.path
+                        f.status,
+                        f.additions,
+                        f.deletions,
+                        text::name(&f.path)
                     );
                 }
                 if d.files.is_empty() {
                     println!("no changes");
                 }
             } else {
-                print!("{}", d.patch);
+                for line in d.patch.lines() {
+                    println!("{}", text::line(line));
+                }
                 if d.truncated {
                     println!("… (cut at 4 MiB; `--stat` lists every file)");
                 }
@@ -190,7 +216,7 @@ pub async fn restore(ctx: &Ctx, a: &RestoreArgs) -> Result<Outcome, ClientError>
         .client
         .post_raw(
             "/v1/checkpoints/restore",
-            &json!({ "id": a.id, "paths": a.paths }),
+            &json!({ "id": a.id, "paths": ctx.vpaths(&a.paths).await? }),
         )
         .await?;
     if ctx.json {
@@ -206,10 +232,13 @@ pub async fn restore(ctx: &Ctx, a: &RestoreArgs) -> Result<Outcome, ClientError>
         r.before
     );
     for p in &r.conflicts {
-        println!("  left alone, changed while restoring: {p}");
+        println!("  left alone, changed while restoring: {}", text::name(p));
     }
     for p in &r.not_kept {
-        println!("  left alone, only its size was recorded: {p}");
+        println!(
+            "  left alone, only its size was recorded: {}",
+            text::name(p)
+        );
     }
     Ok(Outcome::Ok)
 }

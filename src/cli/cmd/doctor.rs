@@ -5,9 +5,9 @@
 //! ends `ok`, `warn` (works, but slower or limited) or `FAIL` (the mount or the API cannot work),
 //! with the fix for anything not ok.
 
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use serde::Serialize;
 
@@ -100,11 +100,12 @@ pub fn run(config: Option<&Path>, socket: Option<PathBuf>, json: bool, _: &Args)
     checks.push(fd_limit());
     checks.push(inotify());
     if let Some(s) = &settings {
-        checks.push(mount_point(&s.mount));
+        let running = running_daemon(&s.socket);
+        checks.push(mount_point(&s.mount, running.as_ref()));
         for z in &s.zones {
             checks.push(zone(z.id.name(), &z.backing));
         }
-        checks.push(daemon(&s.socket));
+        checks.push(daemon(&s.socket, running.as_ref()));
     }
     report(&checks, json)
 }
@@ -114,7 +115,7 @@ fn report(checks: &[Check], json: bool) -> ExitCode {
     if json {
         println!("{}", serde_json::json!({ "ok": !failed, "checks": checks }));
     } else {
-        let color = std::io::stdout().is_terminal();
+        let color = crate::cli::output::color(&std::io::stdout());
         for c in checks {
             let (tag, paint) = match c.level {
                 Level::Ok => ("ok  ", "32"),
@@ -352,9 +353,34 @@ fn inotify() -> Check {
     }
 }
 
-fn mount_point(path: &Path) -> Check {
+/// What the daemon listening on the socket says of itself (`/v1/status`), if one answers.
+fn running_daemon(socket: &Path) -> Option<serde_json::Value> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .ok()?;
+    let client = crate::client::Client::new(socket.to_path_buf());
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(5), client.get("/v1/status"))
+            .await
+            .ok()?
+            .ok()
+    })
+}
+
+fn mount_point(path: &Path, running: Option<&serde_json::Value>) -> Check {
     const C: &str = "mount point";
     let shown = path.display();
+    let served_by_it = running.is_some_and(|s| {
+        s["mounted"].as_bool() == Some(true) && s["mount"].as_str() == path.to_str()
+    });
+    if served_by_it {
+        let pid = running.and_then(|s| s["pid"].as_u64()).unwrap_or(0);
+        return ok(
+            C,
+            format!("{shown}: mounted by the running daemon (pid {pid})"),
+        );
+    }
     if crate::fuse::is_mounted(path) {
         return match rustix::fs::statvfs(path) {
             gone if crate::fuse::daemon_gone(&gone) => warn(
@@ -486,9 +512,19 @@ fn zone(name: &'static str, backing: &Backing) -> Check {
     }
 }
 
-fn daemon(socket: &Path) -> Check {
+fn daemon(socket: &Path, running: Option<&serde_json::Value>) -> Check {
     const C: &str = "daemon";
     let shown = socket.display();
+    if let Some(s) = running {
+        return ok(
+            C,
+            format!(
+                "running (pid {}, version {}), listening on {shown}",
+                s["pid"].as_u64().unwrap_or(0),
+                s["version"].as_str().unwrap_or("?")
+            ),
+        );
+    }
     match std::os::unix::net::UnixStream::connect(socket) {
         Ok(_) => ok(C, format!("running, listening on {shown}")),
         Err(e) if socket.exists() => warn(

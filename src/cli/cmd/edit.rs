@@ -4,6 +4,7 @@ use serde_json::json;
 
 use crate::cli::output::print_json;
 use crate::cli::{ClientError, Ctx, Outcome};
+use crate::core::text;
 use crate::core::EditResult;
 
 /// Replace an exact string in a file (it must occur once unless --all)
@@ -21,7 +22,7 @@ pub struct Args {
 }
 
 pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
-    let body = json!({ "path": a.path, "old": a.old, "new": a.new, "replace_all": a.all });
+    let body = json!({ "path": ctx.vpath(&a.path).await?, "old": a.old, "new": a.new, "replace_all": a.all });
     let raw = ctx.client.post_raw("/v1/fs/edit", &body).await?;
     if ctx.json {
         print_json(&raw);
@@ -29,7 +30,7 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
         let r: EditResult = crate::cli::output::decode(&raw)?;
         println!(
             "{}: replaced {} occurrence{}",
-            r.path,
+            text::name(&r.path),
             r.replacements,
             if r.replacements == 1 { "" } else { "s" }
         );

@@ -5,6 +5,7 @@ use std::ops::ControlFlow;
 use crate::cli::output::{decode, print_json, time};
 use crate::cli::{ClientError, Ctx, Outcome};
 use crate::client::encode;
+use crate::core::text;
 use crate::core::ErrorCode;
 use crate::state::{CheckpointRow, JournalRow};
 
@@ -36,7 +37,8 @@ struct Line {
 
 pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
     let mut route = format!("/v1/events?follow={}", !a.no_follow);
-    for (key, value) in [("since", &a.since), ("zone", &a.zone), ("path", &a.path)] {
+    let path = ctx.vpath_opt(a.path.as_deref()).await?;
+    for (key, value) in [("since", &a.since), ("zone", &a.zone), ("path", &path)] {
         if let Some(v) = value {
             route.push_str(&format!("&{key}={}", encode(v)));
         }
@@ -91,14 +93,14 @@ fn print_event(raw: &[u8]) -> Result<(), ClientError> {
             let c: CheckpointRow = decode(raw)?;
             let message = Some(&c.message)
                 .filter(|m| !m.is_empty())
-                .map(|m| format!(": {m}"))
+                .map(|m| format!(": {}", text::line(m)))
                 .unwrap_or_default();
             println!(
-                "{}  checkpoint {} of /{} ({} files) [{}]{message}",
+                "{}  checkpoint {} of /{} ({}) [{}]{message}",
                 time(c.time_ms),
                 c.id,
                 c.zone,
-                c.files,
+                text::count(c.files, "file"),
                 c.via
             );
         }

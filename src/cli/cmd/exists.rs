@@ -16,7 +16,10 @@ pub struct Args {
 pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
     let raw = ctx
         .client
-        .post_raw("/v1/fs/exists", &json!({ "path": a.path }))
+        .post_raw(
+            "/v1/fs/exists",
+            &json!({ "path": ctx.vpath(&a.path).await? }),
+        )
         .await?;
     let r: ExistsResult = crate::cli::output::decode(&raw)?;
     if ctx.json {

@@ -21,8 +21,8 @@ pub async fn run(ctx: &Ctx, _: &Args) -> Result<Outcome, ClientError> {
     let r: GcReport = crate::cli::output::decode(&raw)?;
     match r.before_ms {
         Some(before) => println!(
-            "journal: removed {} rows older than {} (keep_days = {})",
-            r.journal_rows,
+            "journal: removed {} older than {} (keep_days = {})",
+            crate::core::text::count(r.journal_rows, "row"),
             time(before),
             r.keep_days
         ),

@@ -1,11 +1,11 @@
 //! `wardfs git`: pull a repository into the workspace, see what changed, stage it for review.
 
-use std::io::IsTerminal;
-
 use serde_json::json;
 
-use crate::cli::output::{print_json, size};
+use crate::cli::output::print_json;
+use crate::cli::progress::{Tick, View};
 use crate::cli::{ClientError, Ctx, Outcome};
+use crate::core::text::{self, count};
 use crate::git::{PullResult, StagedCommit, StatusResult};
 
 /// Pull a repository into the workspace, see what the agent changed, stage it for review
@@ -63,26 +63,16 @@ pub enum GitCommand {
     },
 }
 
-/// Prints progress on stderr when it is a terminal.
-pub fn progress_printer() -> impl FnMut(&serde_json::Value) {
-    let tty = std::io::stderr().is_terminal();
-    move |p: &serde_json::Value| {
-        if !tty {
-            return;
-        }
-        let phase = p["phase"].as_str().unwrap_or("");
-        let done = p["done"].as_u64().unwrap_or(0);
-        let total = p["total"].as_u64().unwrap_or(0);
-        let bytes = p["bytes"].as_u64().unwrap_or(0);
-        let unit = if phase == "write" { "files" } else { "objects" };
-        let pct = (done * 100).checked_div(total).unwrap_or(0);
-        eprint!(
-            "\r\x1b[2K{phase}: {done}/{total} {unit} ({pct}%), {}",
-            size(bytes)
-        );
-        if total > 0 && done == total {
-            eprintln!();
-        }
+/// Returns the progress update a git route streamed (`{phase, done, total, bytes}`).
+pub fn git_tick(p: &serde_json::Value) -> Tick {
+    let phase = p["phase"].as_str().unwrap_or("").to_string();
+    let unit = if phase == "write" { "files" } else { "objects" };
+    Tick {
+        done: p["done"].as_u64().unwrap_or(0),
+        total: p["total"].as_u64().unwrap_or(0),
+        bytes: p["bytes"].as_u64(),
+        unit,
+        phase,
     }
 }
 
@@ -94,16 +84,17 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
             paths,
             into,
         } => {
+            let into = ctx.vpath_opt(into.as_deref()).await?;
             let body = json!({
                 "remote": remote, "branch": branch, "paths": paths, "into": into, "progress": true,
             });
-            let r: PullResult = ctx
+            let mut view = View::new(ctx.json);
+            let r = ctx
                 .client
-                .post_progress("/v1/git/pull", &body, progress_printer())
-                .await?;
-            if std::io::stderr().is_terminal() {
-                eprint!("\r\x1b[2K");
-            }
+                .post_progress("/v1/git/pull", &body, |p| view.update(git_tick(p)))
+                .await;
+            view.finish();
+            let r: PullResult = r?;
             if ctx.json {
                 println!("{}", serde_json::to_string(&r).unwrap_or_default());
                 return Ok(Outcome::Ok);
@@ -113,7 +104,7 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
                 r.url,
                 r.branch,
                 &r.commit[..12],
-                r.repo,
+                text::name(&r.repo),
                 r.written,
                 r.deleted,
                 r.unchanged,
@@ -122,18 +113,21 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
             if !r.conflicts.is_empty() {
                 println!("changed both upstream and here (left as they are; merge, then `wardfs git resolve PATH`):");
                 for c in &r.conflicts {
-                    println!("  {}  ({})", c.path, c.reason);
+                    println!("  {}  ({})", text::name(&c.path), text::line(&c.reason));
                 }
             }
             for s in &r.skipped {
-                println!("skipped {}: {}", s.path, s.reason);
+                println!("skipped {}: {}", text::name(&s.path), text::line(&s.reason));
             }
             Ok(Outcome::Ok)
         }
         GitCommand::Status { path, rescan } => {
             let raw = ctx
                 .client
-                .post_raw("/v1/git/status", &json!({ "repo": path, "rescan": rescan }))
+                .post_raw(
+                    "/v1/git/status",
+                    &json!({ "repo": ctx.vpath_opt(path.as_deref()).await?, "rescan": rescan }),
+                )
                 .await?;
             if ctx.json {
                 print_json(&raw);
@@ -146,8 +140,8 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
             for r in &s.repos {
                 println!(
                     "{} ({} {} at {})",
-                    r.repo,
-                    r.url,
+                    text::name(&r.repo),
+                    text::line(&r.url),
                     r.branch,
                     &r.base[..12.min(r.base.len())]
                 );
@@ -166,7 +160,7 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
                     } else {
                         ""
                     };
-                    println!("  {tag} {}{note}", c.path);
+                    println!("  {tag} {}{note}", text::name(&c.path));
                 }
             }
             Ok(Outcome::Ok)
@@ -181,7 +175,12 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
                 .client
                 .post_raw(
                     "/v1/git/stage",
-                    &json!({ "files": files, "message": message, "branch": branch, "repo": repo }),
+                    &json!({
+                        "files": ctx.stage_paths(files).await?,
+                        "message": message,
+                        "branch": branch,
+                        "repo": ctx.vpath_opt(repo.as_deref()).await?,
+                    }),
                 )
                 .await?;
             if ctx.json {
@@ -190,16 +189,16 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
             }
             let c: StagedCommit = crate::cli::output::decode(&raw)?;
             println!(
-                "staged {}: {} files (+{} -{}) for {} of {}",
+                "staged {}: {} (+{} -{}) for {} of {}",
                 c.id,
-                c.files.len(),
+                count(c.files.len() as u64, "file"),
                 c.additions,
                 c.deletions,
                 c.branch,
-                c.url
+                text::line(&c.url)
             );
             for f in &c.files {
-                println!("  {:<6} {}", f.operation, f.path);
+                println!("  {:<6} {}", f.operation, text::name(&f.path));
             }
             println!(
                 "review: wardfs staged show {id}    push: wardfs staged push {id}",
@@ -208,6 +207,7 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
             Ok(Outcome::Ok)
         }
         GitCommand::Resolve { path } => {
+            let path = ctx.vpath(path).await?;
             let raw = ctx
                 .client
                 .post_raw("/v1/git/resolve", &json!({ "path": path }))
@@ -215,7 +215,7 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
             if ctx.json {
                 print_json(&raw);
             } else {
-                println!("{path}: resolved; it can be staged now");
+                println!("{}: resolved; it can be staged now", text::name(&path));
             }
             Ok(Outcome::Ok)
         }

@@ -2,6 +2,7 @@
 
 use crate::cli::output::print_json;
 use crate::cli::{ClientError, Ctx, Outcome};
+use crate::core::text;
 use crate::core::{GlobOptions, GlobResult};
 
 /// Find files by glob, newest first ('*.rs' matches names anywhere; 'src/**/*.rs' matches paths)
@@ -29,7 +30,7 @@ pub struct Args {
 pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
     let opts = GlobOptions {
         pattern: a.pattern.clone(),
-        path: Some(a.path.clone()),
+        path: Some(ctx.vpath(&a.path).await?),
         gitignore: !a.no_ignore,
         hidden: a.hidden,
         kind: Some(a.kind.clone()),
@@ -44,7 +45,7 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
         use std::io::Write;
         let mut out = std::io::BufWriter::new(std::io::stdout().lock());
         for m in &r.matches {
-            let _ = writeln!(out, "{}", m.path);
+            let _ = writeln!(out, "{}", text::name(&m.path));
         }
         let _ = out.flush();
         if r.truncated {

@@ -2,6 +2,7 @@
 
 use crate::cli::output::print_json;
 use crate::cli::{ClientError, Ctx, Outcome};
+use crate::core::text;
 use crate::core::{GrepMode, GrepOptions, GrepResult, LineKind};
 
 /// Search file contents with a regex (or -F literal), ripgrep-style
@@ -63,7 +64,7 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
     };
     let opts = GrepOptions {
         pattern: a.pattern.clone(),
-        path: Some(a.path.clone()),
+        path: Some(ctx.vpath(&a.path).await?),
         literal: a.fixed_strings,
         ignore_case: a.ignore_case,
         glob: a.glob.clone(),
@@ -91,12 +92,12 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
     match mode {
         GrepMode::Files => {
             for f in &r.files {
-                let _ = writeln!(out, "{f}");
+                let _ = writeln!(out, "{}", text::name(f));
             }
         }
         GrepMode::Count => {
             for c in &r.counts {
-                let _ = writeln!(out, "{}:{}", c.path, c.count);
+                let _ = writeln!(out, "{}:{}", text::name(&c.path), c.count);
             }
         }
         GrepMode::Content => {
@@ -111,7 +112,13 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
                     }
                 }
                 let sep = if l.kind == LineKind::Match { ':' } else { '-' };
-                let _ = writeln!(out, "{}{sep}{}{sep}{}", l.path, l.line, l.text);
+                let _ = writeln!(
+                    out,
+                    "{}{sep}{}{sep}{}",
+                    text::name(&l.path),
+                    l.line,
+                    text::line(&l.text)
+                );
                 prev = Some((&l.path, l.line));
             }
         }
@@ -119,7 +126,11 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
     let _ = out.flush();
     // Like ripgrep's warnings: on stderr, so piped output stays lines of matches.
     for s in &r.skipped {
-        eprintln!("{}: not searched: {}", s.path, s.reason);
+        eprintln!(
+            "{}: not searched: {}",
+            text::name(&s.path),
+            text::line(&s.reason)
+        );
     }
     if r.skipped_total > r.skipped.len() {
         eprintln!(

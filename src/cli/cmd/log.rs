@@ -3,6 +3,7 @@
 use crate::cli::output::{print_json, time};
 use crate::cli::{ClientError, Ctx, Outcome};
 use crate::client::encode;
+use crate::core::text;
 use crate::state::JournalRow;
 
 /// Show the change journal, newest first
@@ -26,8 +27,8 @@ struct LogBody {
 
 pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
     let mut route = format!("/v1/log?limit={}", a.limit);
-    if let Some(p) = &a.path {
-        route.push_str(&format!("&path={}", encode(p)));
+    if let Some(p) = ctx.vpath_opt(a.path.as_deref()).await? {
+        route.push_str(&format!("&path={}", encode(&p)));
     }
     if let Some(z) = &a.zone {
         route.push_str(&format!("&zone={}", encode(z)));
@@ -49,7 +50,7 @@ pub fn line(r: &JournalRow) -> String {
     let to = r
         .to_path
         .as_ref()
-        .map(|t| format!(" -> /{}/{t}", r.zone))
+        .map(|t| format!(" -> {}", text::name(&format!("/{}/{t}", r.zone))))
         .unwrap_or_default();
     let bytes = r.bytes.map(|b| format!(" ({b} bytes)")).unwrap_or_default();
     let who = match (r.pid, r.uid) {
@@ -59,13 +60,12 @@ pub fn line(r: &JournalRow) -> String {
     let detail = r
         .detail
         .as_ref()
-        .map(|d| format!(": {d}"))
+        .map(|d| format!(": {}", text::line(d)))
         .unwrap_or_default();
     format!(
-        "{}  {:<6} /{}/{}{to}{bytes}{who}{detail}",
+        "{}  {:<6} {}{to}{bytes}{who}{detail}",
         time(r.time_ms),
         r.op,
-        r.zone,
-        r.path
+        text::name(&format!("/{}/{}", r.zone, r.path))
     )
 }

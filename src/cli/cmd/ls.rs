@@ -4,6 +4,7 @@ use serde_json::json;
 
 use crate::cli::output::{print_json, size, time};
 use crate::cli::{ClientError, Ctx, Outcome};
+use crate::core::text;
 use crate::core::{EntryKind, ListResult};
 
 /// List a directory (default: / , the zones)
@@ -20,7 +21,7 @@ pub struct Args {
 pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
     let raw = ctx
         .client
-        .post_raw("/v1/fs/list", &json!({ "path": a.path }))
+        .post_raw("/v1/fs/list", &json!({ "path": ctx.vpath(&a.path).await? }))
         .await?;
     if ctx.json {
         print_json(&raw);
@@ -44,10 +45,10 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
                 "{kind:<5} {:>10}  {}  {}{suffix}",
                 size(e.size),
                 time(e.mtime_ms),
-                e.name
+                text::name(&e.name)
             );
         } else {
-            println!("{}{suffix}", e.name);
+            println!("{}{suffix}", text::name(&e.name));
         }
     }
     Ok(Outcome::Ok)

@@ -1,7 +1,8 @@
 //! `wardfs mcp`: the MCP server on stdin/stdout, for agents that cannot use the mount.
 //!
 //! The subcommand only wires the config to [`crate::mcp`]: the socket (from `--socket`, else the
-//! config), `[mcp] allow_push` and `[mcp] allow_sandboxes`. stdout belongs to the protocol, so every message of this
+//! config), `[mcp] allow_push` and `[mcp] allow_sandboxes`; its help lists the tools
+//! ([`crate::mcp::tools_help`]). stdout belongs to the protocol, so every message of this
 //! command goes to stderr.
 
 use std::path::{Path, PathBuf};
@@ -13,20 +14,15 @@ use crate::mcp::Server;
 
 /// Serve the daemon's tools over MCP on stdin/stdout (for Claude Code and other MCP clients)
 ///
-/// Tools: read, write, edit, ls, glob, grep, stat, rm, mv, git_status, git_stage, staged_list,
-/// staged_show, mirror_push, mirror_pull; git_push only with `[mcp] allow_push = true` in the
-/// config; sandbox_create, sandbox_list, sandbox_destroy only with `[mcp] allow_sandboxes =
-/// true`. Each calls the running daemon (`wardfs serve`) through its socket.
+/// The tools are listed below; `docs/agents.md` describes each.
 #[derive(Debug, clap::Args)]
+#[command(after_help = crate::mcp::tools_help())]
 pub struct Args {}
 
 pub fn run(config: Option<&Path>, socket: Option<PathBuf>, _args: &Args) -> ExitCode {
     let settings = match Settings::load(config) {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("wardfs mcp: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return crate::cli::config_failed(false, &e),
     };
     let client = Client::new(socket.unwrap_or(settings.socket));
     let server = Server::with_switches(

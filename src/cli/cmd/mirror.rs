@@ -1,11 +1,11 @@
 //! `wardfs mirror`: push a zone to a sandbox, pull what the sandbox changed.
 
-use std::io::IsTerminal;
-
 use serde_json::{json, Value};
 
 use crate::cli::output::size;
+use crate::cli::progress::{Tick, View};
 use crate::cli::{ClientError, Ctx, Outcome};
+use crate::core::text::{self, count};
 
 /// Keep a zone and a directory inside a sandbox in step, on demand
 #[derive(Debug, clap::Args)]
@@ -55,47 +55,32 @@ pub enum MirrorCommand {
     },
 }
 
-/// Prints progress on stderr when it is a terminal: the phase, then files and bytes done (of the
-/// total, for a push) and the transfer rate.
-fn progress_printer() -> impl FnMut(&Value) {
-    let tty = std::io::stderr().is_terminal();
-    let started = std::time::Instant::now();
-    move |p: &Value| {
-        if !tty {
-            return;
-        }
-        let sandbox = p["sandbox"].as_str().unwrap_or("");
-        let n = |k: &str| p[k].as_u64().unwrap_or(0);
-        let line = match p["phase"].as_str().unwrap_or("") {
-            "attach" => format!("connecting to {sandbox}…"),
-            "scan" => format!("comparing with {sandbox}…"),
-            phase @ ("send" | "receive" | "downloaded") => {
-                let secs = started.elapsed().as_secs_f64().max(0.001);
-                let rate = size((n("bytes_done") as f64 / secs) as u64);
-                let verb = if phase == "send" {
-                    "pushing to"
-                } else {
-                    "pulling from"
-                };
-                if n("files_total") > 0 {
-                    format!(
-                        "{verb} {sandbox}: {}/{} files, {} of {}, {rate}/s",
-                        n("files_done"),
-                        n("files_total"),
-                        size(n("bytes_done")),
-                        size(n("bytes_total"))
-                    )
-                } else {
-                    format!(
-                        "{verb} {sandbox}: {} files, {}, {rate}/s",
-                        n("files_done"),
-                        size(n("bytes_done"))
-                    )
-                }
-            }
-            other => format!("{other} {sandbox}…"),
-        };
-        eprint!("\r\x1b[2K{line}");
+/// Returns the progress update a mirror route streamed (`{phase, sandbox, files_done, …}`).
+fn mirror_tick(p: &Value) -> Tick {
+    let sandbox = p["sandbox"].as_str().unwrap_or("");
+    let n = |k: &str| p[k].as_u64().unwrap_or(0);
+    let phase = p["phase"].as_str().unwrap_or("");
+    let moving = |label: String| Tick {
+        phase: label,
+        done: n("files_done"),
+        total: n("files_total"),
+        unit: "files",
+        bytes: Some(n("bytes_done")),
+    };
+    match phase {
+        "send" => moving(format!("pushing to {sandbox}")),
+        "receive" | "downloaded" => moving(format!("pulling from {sandbox}")),
+        _ => Tick {
+            phase: match phase {
+                "attach" => format!("connecting to {sandbox}"),
+                "scan" => format!("comparing with {sandbox}"),
+                other => format!("{other} {sandbox}"),
+            },
+            done: 0,
+            total: 0,
+            unit: "",
+            bytes: None,
+        },
     }
 }
 
@@ -105,8 +90,8 @@ fn conflicts(v: &Value) {
         for c in list {
             println!(
                 "  {}  ({})",
-                c["path"].as_str().unwrap_or(""),
-                c["reason"].as_str().unwrap_or("")
+                text::name(c["path"].as_str().unwrap_or("")),
+                text::line(c["reason"].as_str().unwrap_or(""))
             );
         }
     }
@@ -115,12 +100,12 @@ fn conflicts(v: &Value) {
         for c in list {
             let copy = c["remote_copy"]
                 .as_str()
-                .map(|p| format!("; the sandbox's copy is {p}"))
+                .map(|p| format!("; the sandbox's copy is {}", text::name(p)))
                 .unwrap_or_default();
             println!(
                 "  {}  ({}{copy})",
-                c["path"].as_str().unwrap_or(""),
-                c["reason"].as_str().unwrap_or("")
+                text::name(c["path"].as_str().unwrap_or("")),
+                text::line(c["reason"].as_str().unwrap_or(""))
             );
         }
     }
@@ -207,13 +192,12 @@ async fn once(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
             json!({ "sandbox": sandbox, "zone": zone, "from": from, "progress": true }),
         ),
     };
+    let mut view = View::new(ctx.json);
     let result: Result<Value, ClientError> = ctx
         .client
-        .post_progress(route, &body, progress_printer())
+        .post_progress(route, &body, |p| view.update(mirror_tick(p)))
         .await;
-    if std::io::stderr().is_terminal() {
-        eprint!("\r\x1b[2K");
-    }
+    view.finish();
     let v = result?;
     if ctx.json {
         println!("{v}");
@@ -222,20 +206,26 @@ async fn once(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
     let n = |k: &str| v[k].as_u64().unwrap_or(0);
     match &a.command {
         MirrorCommand::Push { sandbox, .. } => println!(
-            "pushed to {sandbox}: {} files ({}) sent, {} deleted, {} renamed, {} conflicts ({} ms)",
-            n("files_sent"),
+            "pushed to {sandbox}: {} ({}) sent, {} deleted, {} renamed, {} ({} ms)",
+            count(n("files_sent"), "file"),
             size(n("bytes_sent")),
             n("deleted"),
             n("renamed"),
-            v["conflicts"].as_array().map_or(0, Vec::len),
+            count(
+                v["conflicts"].as_array().map_or(0, Vec::len) as u64,
+                "conflict"
+            ),
             n("duration_ms")
         ),
         MirrorCommand::Pull { sandbox, .. } => println!(
-            "pulled from {sandbox}: {} files ({}) received, {} deleted, {} conflicts ({} ms)",
-            n("files_received"),
+            "pulled from {sandbox}: {} ({}) received, {} deleted, {} ({} ms)",
+            count(n("files_received"), "file"),
             size(n("bytes_received")),
             n("deleted"),
-            v["conflicts"].as_array().map_or(0, Vec::len),
+            count(
+                v["conflicts"].as_array().map_or(0, Vec::len) as u64,
+                "conflict"
+            ),
             n("duration_ms")
         ),
     }

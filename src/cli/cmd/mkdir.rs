@@ -20,7 +20,7 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
         .client
         .post_raw(
             "/v1/fs/mkdir",
-            &json!({ "path": a.path, "parents": a.parents }),
+            &json!({ "path": ctx.vpath(&a.path).await?, "parents": a.parents }),
         )
         .await?;
     if ctx.json {

@@ -22,7 +22,7 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
         .client
         .post_raw(
             "/v1/fs/move",
-            &json!({ "from": a.from, "to": a.to, "overwrite": a.force }),
+            &json!({ "from": ctx.vpath(&a.from).await?, "to": ctx.vpath(&a.to).await?, "overwrite": a.force }),
         )
         .await?;
     if ctx.json {

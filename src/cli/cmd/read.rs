@@ -23,7 +23,7 @@ pub struct Args {
 }
 
 pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
-    let body = json!({ "path": a.path, "offset": a.offset, "limit": a.limit });
+    let body = json!({ "path": ctx.vpath(&a.path).await?, "offset": a.offset, "limit": a.limit });
     if ctx.json {
         print_json(&ctx.client.post_raw("/v1/fs/read", &body).await?);
         return Ok(Outcome::Ok);

@@ -17,7 +17,7 @@ pub struct Args {
 }
 
 pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
-    for p in &a.paths {
+    for p in &ctx.vpaths(&a.paths).await? {
         let raw = ctx
             .client
             .post_raw(

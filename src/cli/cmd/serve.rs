@@ -13,14 +13,24 @@ pub struct Args {
     pub no_mount: bool,
 }
 
+/// Runs the daemon until SIGINT or SIGTERM. A config error exits 2, as every other command's does;
+/// a daemon that could not start (or stopped on an error) exits 8.
 pub fn run(config: Option<&Path>, socket: Option<PathBuf>, args: &Args) -> ExitCode {
     init_tracing();
-    match serve(config, socket, args) {
+    let mut settings = match Settings::load(config) {
+        Ok(s) => s,
+        Err(e) => return crate::cli::config_failed(false, &e),
+    };
+    if let Some(s) = socket {
+        settings.socket = s;
+    }
+    // Each error's message holds its cause (the error types print their source), so it is
+    // printed once, whole, without the chain (`{:#}` would repeat every cause).
+    match crate::daemon::run(settings, args.no_mount) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!("{e:#}");
-            eprintln!("wardfs: {e:#}");
-            ExitCode::from(8)
+            eprintln!("wardfs: {}", crate::core::text::line(&e.to_string()));
+            ExitCode::from(crate::cli::EXIT_UNAVAILABLE)
         }
     }
 }
@@ -31,7 +41,7 @@ fn init_tracing() {
     let logger = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_ansi(crate::cli::output::color(&std::io::stderr()))
         .with_target(false);
     // Under systemd, stderr goes to the journal, which stamps each line itself.
     if std::env::var_os("JOURNAL_STREAM").is_some() {
@@ -39,12 +49,4 @@ fn init_tracing() {
     } else {
         let _ = logger.try_init();
     }
-}
-
-fn serve(config: Option<&Path>, socket: Option<PathBuf>, args: &Args) -> anyhow::Result<()> {
-    let mut settings = Settings::load(config)?;
-    if let Some(s) = socket {
-        settings.socket = s;
-    }
-    crate::daemon::run(settings, args.no_mount)
 }

@@ -4,9 +4,11 @@ use std::io::{IsTerminal, Write};
 
 use serde_json::json;
 
-use crate::cli::cmd::git::progress_printer;
+use crate::cli::cmd::git::git_tick;
 use crate::cli::output::{print_json, time};
+use crate::cli::progress::View;
 use crate::cli::{ClientError, Ctx, Outcome};
+use crate::core::text;
 use crate::git::{DiscardResult, PushResult, StagedCommit};
 
 /// Review staged commits, then push or discard them
@@ -26,16 +28,18 @@ pub enum StagedCommand {
     },
     /// Show a staged commit with its diff (paged through $PAGER on a terminal)
     Show {
+        /// The staged commit to show (see `wardfs staged list`)
         id: String,
         /// Only the files and their line counts
         #[arg(long)]
         stat: bool,
-        /// Never page or color
+        /// Never page (colour follows the terminal and NO_COLOR)
         #[arg(long)]
         no_pager: bool,
     },
     /// Push a staged commit to its branch (rebased first when the remote moved)
     Push {
+        /// The staged commit to push (see `wardfs staged list`)
         id: String,
         /// Push to the branch wardfs/<id> and open a pull request instead
         #[arg(long, conflicts_with = "direct")]
@@ -46,6 +50,7 @@ pub enum StagedCommand {
     },
     /// Discard a staged commit (its files stay as they are unless --revert)
     Discard {
+        /// The staged commit to discard (see `wardfs staged list`)
         id: String,
         /// Also put its files back to how they were pulled
         #[arg(long)]
@@ -75,15 +80,15 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
             }
             for c in &b.staged {
                 println!(
-                    "{}  {:<10} {:<12} {:>3} files +{:<5} -{:<5} {}  {}",
+                    "{}  {:<10} {:<12} {:>9} +{:<5} -{:<5} {}  {}",
                     c.id,
                     c.state,
                     c.branch,
-                    c.files.len(),
+                    text::count(c.files.len() as u64, "file"),
                     c.additions,
                     c.deletions,
                     time(c.created_at),
-                    c.message.lines().next().unwrap_or("")
+                    text::line(c.message.lines().next().unwrap_or(""))
                 );
             }
             Ok(Outcome::Ok)
@@ -98,9 +103,9 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
                 return Ok(Outcome::Ok);
             }
             let c: StagedCommit = crate::cli::output::decode(&raw)?;
-            let tty = std::io::stdout().is_terminal() && !no_pager;
-            let text = render(&c, *stat, tty);
-            if tty && !stat {
+            let paged = std::io::stdout().is_terminal() && !no_pager && !stat;
+            let text = render(&c, *stat, crate::cli::output::color(&std::io::stdout()));
+            if paged {
                 page(&text);
             } else {
                 print!("{text}");
@@ -108,14 +113,17 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
             Ok(Outcome::Ok)
         }
         StagedCommand::Push { id, pr, direct: _ } => {
-            let r: PushResult = ctx
+            let mut view = View::new(ctx.json);
+            let r = ctx
                 .client
                 .post_progress(
                     "/v1/git/push",
                     &json!({ "id": id, "pr": pr, "progress": true }),
-                    progress_printer(),
+                    |p| view.update(git_tick(p)),
                 )
-                .await?;
+                .await;
+            view.finish();
+            let r: PushResult = r?;
             if ctx.json {
                 println!("{}", serde_json::to_string(&r).unwrap_or_default());
                 return Ok(Outcome::Ok);
@@ -148,10 +156,10 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
             let r: DiscardResult = crate::cli::output::decode(&raw)?;
             println!("discarded {}", r.id);
             for p in &r.reverted {
-                println!("  reverted {p}");
+                println!("  reverted {}", text::name(p));
             }
             for k in &r.kept {
-                println!("  kept {}: {}", k.path, k.reason);
+                println!("  kept {}: {}", text::name(&k.path), text::line(&k.reason));
             }
             Ok(Outcome::Ok)
         }
@@ -172,22 +180,22 @@ fn render(c: &StagedCommit, stat: bool, color: bool) -> String {
     out.push_str(&format!(
         "  [{}]\nrepo:    {} ({})\nbranch:  {}\nbase:    {}\ncommit:  {}\ncreated: {}\n",
         c.state,
-        c.repo,
-        c.url,
+        text::name(&c.repo),
+        text::line(&c.url),
         c.branch,
         c.base,
         c.commit,
         time(c.created_at)
     ));
     if let Some(r) = &c.reason {
-        out.push_str(&format!("why:     {r}\n"));
+        out.push_str(&format!("why:     {}\n", text::line(r)));
     }
     if let Some(u) = &c.pr_url {
         out.push_str(&format!("pull request: {u}\n"));
     }
     out.push('\n');
     for line in c.message.lines() {
-        out.push_str(&format!("    {line}\n"));
+        out.push_str(&format!("    {}\n", text::line(line)));
     }
     out.push('\n');
     for f in &c.files {
@@ -202,11 +210,15 @@ fn render(c: &StagedCommit, stat: bool, color: bool) -> String {
                 paint("31", &format!(" -{}", f.deletions))
             )
         };
-        out.push_str(&format!(" {:<6} {}{note}\n", f.operation, f.path));
+        out.push_str(&format!(
+            " {:<6} {}{note}\n",
+            f.operation,
+            text::name(&f.path)
+        ));
     }
     out.push_str(&format!(
-        " {} files changed, {} insertions(+), {} deletions(-)\n",
-        c.files.len(),
+        " {} changed, {} insertions(+), {} deletions(-)\n",
+        text::count(c.files.len() as u64, "file"),
         c.additions,
         c.deletions
     ));
@@ -218,6 +230,7 @@ fn render(c: &StagedCommit, stat: bool, color: bool) -> String {
         match &f.diff {
             Some(d) => {
                 for line in d.lines() {
+                    let line = &*text::line(line);
                     let colored = if line.starts_with("diff --git")
                         || line.starts_with("+++")
                         || line.starts_with("---")
@@ -239,7 +252,7 @@ fn render(c: &StagedCommit, stat: bool, color: bool) -> String {
             }
             None => out.push_str(&format!(
                 "{}: {}\n",
-                f.path,
+                text::name(&f.path),
                 if f.binary {
                     "binary file, not shown"
                 } else {

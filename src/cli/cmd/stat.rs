@@ -4,6 +4,7 @@ use serde_json::json;
 
 use crate::cli::output::{print_json, time};
 use crate::cli::{ClientError, Ctx, Outcome};
+use crate::core::text;
 use crate::core::StatResult;
 
 /// Describe a path (symlinks are not followed)
@@ -16,14 +17,14 @@ pub struct Args {
 pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
     let raw = ctx
         .client
-        .post_raw("/v1/fs/stat", &json!({ "path": a.path }))
+        .post_raw("/v1/fs/stat", &json!({ "path": ctx.vpath(&a.path).await? }))
         .await?;
     if ctx.json {
         print_json(&raw);
         return Ok(Outcome::Ok);
     }
     let s: StatResult = crate::cli::output::decode(&raw)?;
-    println!("path:  {}", s.path);
+    println!("path:  {}", text::name(&s.path));
     println!(
         "kind:  {}",
         serde_json::to_value(s.kind)
@@ -36,7 +37,7 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
     println!("mtime: {}", time(s.mtime_ms));
     println!("links: {}", s.nlink);
     if let Some(t) = &s.target {
-        println!("target: {t}");
+        println!("target: {}", text::name(t));
     }
     if s.read_only {
         println!("zone:  read-only");

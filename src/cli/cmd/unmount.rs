@@ -22,10 +22,7 @@ pub struct Args {}
 pub fn run(config: Option<&Path>, json: bool, _: &Args) -> ExitCode {
     let settings = match Settings::load(config) {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("wardfs: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return crate::cli::config_failed(json, &e),
     };
     let mount = &settings.mount;
     let shown = mount.display().to_string();
@@ -48,7 +45,8 @@ pub fn run(config: Option<&Path>, json: bool, _: &Args) -> ExitCode {
     let answer = crate::fuse::statvfs_within(mount, crate::fuse::HUNG_MOUNT_TIMEOUT);
     if answer.is_none() {
         if let Err(e) = crate::fuse::abort_connection(mount) {
-            eprintln!("wardfs: {shown} does not answer and its connection cannot be aborted: {e}; as root: umount -f {shown}");
+            let msg = format!("{shown} does not answer and its connection cannot be aborted: {e}; as root: umount -f {shown}");
+            crate::cli::fail(json, "INTERNAL", &msg, Some(&shown));
             return ExitCode::from(9);
         }
     }
@@ -62,14 +60,14 @@ pub fn run(config: Option<&Path>, json: bool, _: &Args) -> ExitCode {
                 ExitCode::SUCCESS
             }
             Err(e) => {
-                eprintln!("wardfs: cannot unmount {shown}: {e} (try `fusermount3 -uz {shown}` or umount -l as root)");
+                let msg = format!("cannot unmount {shown}: {e} (try `fusermount3 -uz {shown}` or umount -l as root)");
+                crate::cli::fail(json, "INTERNAL", &msg, Some(&shown));
                 ExitCode::from(9)
             }
         },
         _ => {
-            eprintln!(
-                "wardfs: {shown} is served by a live daemon: stop it instead (SIGTERM, or `systemctl --user stop wardfs`), which unmounts cleanly"
-            );
+            let msg = format!("{shown} is served by a live daemon: stop it instead (SIGTERM, or `systemctl --user stop wardfs`), which unmounts cleanly");
+            crate::cli::fail(json, "REJECTED", &msg, Some(&shown));
             ExitCode::from(6)
         }
     }

@@ -4,6 +4,7 @@ use serde_json::json;
 
 use crate::cli::output::print_json;
 use crate::cli::{ClientError, Ctx, Outcome};
+use crate::core::text;
 use crate::core::WriteResult;
 
 /// Write a file atomically (parents created); reads stdin when CONTENT is not given
@@ -20,9 +21,10 @@ pub struct Args {
 }
 
 pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
+    let path = ctx.vpath(&a.path).await?;
     let r: WriteResult = match &a.content {
         Some(c) => {
-            let body = json!({ "path": a.path, "content": c, "fsync": a.sync });
+            let body = json!({ "path": path, "content": c, "fsync": a.sync });
             let raw = ctx.client.post_raw("/v1/fs/write", &body).await?;
             if ctx.json {
                 print_json(&raw);
@@ -30,11 +32,7 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
             }
             crate::cli::output::decode(&raw)?
         }
-        None => {
-            ctx.client
-                .upload(&a.path, a.sync, tokio::io::stdin())
-                .await?
-        }
+        None => ctx.client.upload(&path, a.sync, tokio::io::stdin()).await?,
     };
     if ctx.json {
         println!("{}", serde_json::to_string(&r).unwrap_or_default());
@@ -42,7 +40,7 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
         println!(
             "{} {} ({} bytes)",
             if r.created { "created" } else { "wrote" },
-            r.path,
+            text::name(&r.path),
             r.bytes
         );
     }

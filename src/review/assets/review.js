@@ -1,7 +1,9 @@
 // The review page's buttons: push (to the branch or as a pull request), discard, restore a
 // checkpoint (the whole zone, or the files of the diff shown), and the timeline's compare button.
-// Each action is a same-origin POST with the page's token in a header; the answer is shown as
-// text (never as HTML), kept across the reload that shows the new state.
+// Each action asks first, naming what it will change, then is a same-origin POST with the page's
+// token in a header; the answer is shown as text (never as HTML), kept across the reload that
+// shows the new state. Times (<time class="when">, sent as UTC) are shown relative to now, or in
+// local time when older than a day; their title keeps the exact time in UTC.
 "use strict";
 
 (function () {
@@ -82,10 +84,23 @@
     return text;
   }
 
+  // What a push will do, for its confirmation: the branch and the remote it goes to.
+  function pushQuestion(button) {
+    const b = button.dataset;
+    if (b.pr === "true") {
+      return "Push staged commit " + b.id + " to branch wardfs/" + b.id + " of " + b.remote +
+        " and open a pull request against " + b.branch + "?";
+    }
+    return "Push staged commit " + b.id + " straight to branch " + b.branch + " of " + b.remote +
+      "? Everyone who uses " + b.branch + " gets it; there is no review on the server first.";
+  }
+
   // The request body of an action, or null when the person said no.
   function request(action, button) {
     const id = button.dataset.id;
-    if (action === "push") return { id: id, pr: button.dataset.pr === "true" };
+    if (action === "push") {
+      return window.confirm(pushQuestion(button)) ? { id: id, pr: button.dataset.pr === "true" } : null;
+    }
     if (action === "discard") {
       return window.confirm("Discard staged commit " + id + "?") ? { id: id } : null;
     }
@@ -150,6 +165,27 @@
     url.hash = "diff";
     window.location.assign(url.toString());
   }
+
+  // "just now", "3 min ago", "5 h ago", or the local date and time past a day.
+  function when(ms, now) {
+    const s = Math.round((now - ms) / 1000);
+    if (s < -60 || s >= 86400) {
+      return new Date(ms).toLocaleString(undefined, { dateStyle: "medium", timeStyle: "short" });
+    }
+    if (s < 60) return "just now";
+    if (s < 3600) return Math.floor(s / 60) + " min ago";
+    return Math.floor(s / 3600) + " h ago";
+  }
+
+  function showTimes() {
+    const now = Date.now();
+    for (const t of document.querySelectorAll("time.when")) {
+      const ms = Date.parse(t.dateTime);
+      if (!Number.isNaN(ms)) t.textContent = when(ms, now);
+    }
+  }
+  showTimes();
+  setInterval(showTimes, 30000);
 
   document.addEventListener("click", (ev) => {
     const button = ev.target.closest("button[data-action]");

@@ -156,13 +156,17 @@ impl Manifest {
 
 /// How far a push or a pull has got: reported before the transfer starts and after every batch
 /// (push) or file (pull). `files_total`/`bytes_total` are 0 when not known ahead (pull).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct MirrorProgress {
     /// `attach`, `scan`, `send` (push) or `receive`, `downloaded` and `delete` (pull).
     pub phase: &'static str,
+    /// Files (and symlinks) sent or received so far.
     pub files_done: u64,
+    /// Files to send (push; 0 for a pull, not known ahead).
     pub files_total: u64,
+    /// Bytes of file content sent or received so far.
     pub bytes_done: u64,
+    /// Bytes to send (push; 0 for a pull).
     pub bytes_total: u64,
 }
 
@@ -253,9 +257,12 @@ impl MirrorOptions {
 }
 
 /// A path changed on both sides, left as it is on both.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "MirrorConflict")]
 pub struct Conflict {
+    /// The path, relative to the zone and the remote directory.
     pub path: String,
+    /// What happened on each side.
     pub reason: String,
     /// Where the remote copy was saved locally (pull only).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -263,24 +270,32 @@ pub struct Conflict {
 }
 
 /// What a push did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "MirrorPushResult")]
 pub struct PushSummary {
     /// Files and symlinks sent.
     pub files_sent: u64,
     /// Bytes of file content sent.
     pub bytes_sent: u64,
+    /// Remote entries deleted (gone locally since the last run).
     pub deleted: u64,
+    /// Remote entries renamed instead of sent again.
     pub renamed: u64,
+    /// Paths changed on both sides since the last run, left as they are.
     pub conflicts: Vec<Conflict>,
     /// Local files not sent (a file the zone's hard-link rule refuses), with why.
     pub skipped: Vec<Skipped>,
+    /// How long the push took, in milliseconds.
     pub duration_ms: u64,
 }
 
 /// An entry a push or pull left alone, and why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "MirrorSkipped")]
 pub struct Skipped {
+    /// The path, relative to the zone and the remote directory.
     pub path: String,
+    /// Why it was left alone.
     pub reason: String,
 }
 
@@ -306,16 +321,22 @@ impl PullSummary {
 }
 
 /// What a pull did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "MirrorPullResult")]
 pub struct PullSummary {
     /// Files and symlinks written locally.
     pub files_received: u64,
+    /// Bytes of file content written locally.
     pub bytes_received: u64,
+    /// Local entries deleted (gone in the sandbox since the last run).
     pub deleted: u64,
+    /// Paths changed on both sides since the last run, left as they are; `remote_copy` names
+    /// where the sandbox's version was saved.
     pub conflicts: Vec<Conflict>,
     /// Remote entries left alone (a bad name, an escaping link, a file over the size limit, a
     /// local error at that path), with why.
     pub skipped: Vec<Skipped>,
+    /// How long the pull took, in milliseconds.
     pub duration_ms: u64,
     /// What changed locally, in order (path, `write`/`symlink`/`delete`, bytes), for the journal.
     #[serde(skip)]
@@ -985,8 +1006,10 @@ pub async fn pull(
         if path.ends_with(&ctx.suffix) && manifest.get(path).is_none() {
             continue;
         }
-        // A bad entry is skipped and reported; the rest of the tree still comes.
-        if let Err(e) = foreign::check_rel(path, GitDir::Allow) {
+        // A bad entry is skipped and reported; the rest of the tree still comes. A `.git` in any
+        // spelling is one: its config and hooks would run the sandbox's commands on this host
+        // at the next `git status` here.
+        if let Err(e) = foreign::check_rel(path, GitDir::Refuse) {
             summary.skip(path, e.to_string());
             continue;
         }

@@ -1,0 +1,134 @@
+//! How things are said to people: a count with its noun, and names and lines that cannot
+//! drive a terminal.
+//!
+//! Every message a person reads (the CLI, the journal's details, the API's messages) counts
+//! things through [`count`], so nothing says "1 files". Every name and every line of a file shown
+//! to a person on a terminal goes through [`name`] or [`line`]: a file named `ESC]0;…BEL` or
+//! `\r ESC[2K` would otherwise retitle the terminal or erase and forge the rows a reviewer reads.
+//! JSON output keeps names exact; only what is printed for people is escaped.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+
+/// Returns whether a character must not reach a terminal raw: C0 and C1 controls, DEL, and the
+/// bidirectional overrides and isolates that reorder what is shown (U+202A–U+202E,
+/// U+2066–U+2069), as well as the line and paragraph separators.
+fn unsafe_char(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{2028}' | '\u{2029}')
+}
+
+/// Writes the escape of one unsafe character: C escapes where C has one, else `\ooo` (octal, as
+/// git quotes names) below U+0100 and `\u{…}` above.
+fn escape_char(out: &mut String, c: char) {
+    match c {
+        '\n' => out.push_str("\\n"),
+        '\r' => out.push_str("\\r"),
+        '\t' => out.push_str("\\t"),
+        '\u{7}' => out.push_str("\\a"),
+        '\u{8}' => out.push_str("\\b"),
+        '\u{c}' => out.push_str("\\f"),
+        '\u{b}' => out.push_str("\\v"),
+        c if (c as u32) < 0x100 => {
+            let _ = write!(out, "\\{:03o}", c as u32);
+        }
+        c => {
+            let _ = write!(out, "\\u{{{:x}}}", c as u32);
+        }
+    }
+}
+
+/// Returns a file name or path as it may be shown on a terminal: unchanged when it holds no
+/// unsafe character, else in double quotes with every unsafe character, `"` and `\` escaped
+/// (git's `core.quotePath` style: `"a\033]0;x\a.txt"`).
+pub fn name(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(unsafe_char) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if unsafe_char(c) => escape_char(&mut out, c),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    Cow::Owned(out)
+}
+
+/// Returns a line of a file (a diff line, a grep match) as it may be shown on a terminal: tabs
+/// kept, every other unsafe character escaped, no quotes added.
+pub fn line(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(|c| c != '\t' && unsafe_char(c)) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\t' => out.push('\t'),
+            c if unsafe_char(c) => escape_char(&mut out, c),
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// Returns `n` with `noun` in the right number: `1 file`, `2 files`, `1 entry`, `3 entries`.
+pub fn count(n: impl Into<u64>, noun: &str) -> String {
+    let n = n.into();
+    if n == 1 {
+        return format!("1 {noun}");
+    }
+    let plural = match noun.strip_suffix('y') {
+        Some(stem) if !stem.ends_with(['a', 'e', 'i', 'o', 'u']) => format!("{stem}ies"),
+        _ if noun.ends_with('s') || noun.ends_with("sh") || noun.ends_with("ch") => {
+            format!("{noun}es")
+        }
+        _ => format!("{noun}s"),
+    };
+    format!("{n} {plural}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{count, line, name};
+
+    #[test]
+    fn plain_names_pass_unchanged_and_unsafe_ones_are_quoted_and_escaped() {
+        assert_eq!(name("src/lib.rs"), "src/lib.rs");
+        assert_eq!(name("ünïcödé 名前.txt"), "ünïcödé 名前.txt");
+        assert_eq!(name("a\x1b]0;pwned\x07.txt"), "\"a\\033]0;pwned\\a.txt\"");
+        assert_eq!(name("x\r\x1b[2Kforged"), "\"x\\r\\033[2Kforged\"");
+        assert_eq!(name("two\nlines"), "\"two\\nlines\"");
+        assert_eq!(name("q\"\\\x7f"), "\"q\\\"\\\\\\177\"");
+        assert_eq!(name("\u{9b}31m"), "\"\\23331m\"");
+        assert_eq!(name("abc\u{202E}gpj.exe"), "\"abc\\u{202e}gpj.exe\"");
+        // Nothing unsafe survives, whatever the input.
+        for c in (0u32..0x110000).filter_map(char::from_u32) {
+            let shown = name(&c.to_string()).into_owned();
+            assert!(!shown.chars().any(super::unsafe_char), "{c:?} -> {shown:?}");
+        }
+    }
+
+    #[test]
+    fn lines_keep_tabs_and_escape_the_rest_without_quotes() {
+        assert_eq!(line("\tlet x = 1;"), "\tlet x = 1;");
+        assert_eq!(line("ok\r\x1b[2K+forged"), "ok\\r\\033[2K+forged");
+        assert_eq!(line("\"quoted\" \\ stays"), "\"quoted\" \\ stays");
+    }
+
+    #[test]
+    fn one_is_singular_and_everything_else_plural() {
+        assert_eq!(count(1u64, "file"), "1 file");
+        assert_eq!(count(0u64, "file"), "0 files");
+        assert_eq!(count(2u32, "file"), "2 files");
+        assert_eq!(count(1u64, "entry"), "1 entry");
+        assert_eq!(count(3u64, "entry"), "3 entries");
+        assert_eq!(count(2u64, "day"), "2 days");
+        assert_eq!(count(2u64, "conflict"), "2 conflicts");
+        assert_eq!(count(2u64, "match"), "2 matches");
+    }
+}
