@@ -271,3 +271,45 @@ fn doctor_calls_a_healthy_daemon_healthy() {
     assert!(detail.contains(&format!("pid {}", d.pid())), "{detail}");
     assert!(code == 0, "{report}");
 }
+
+#[test]
+fn the_daemons_log_on_a_terminal_has_colour_unless_no_color_is_set() {
+    require_tool("script", "bsdutils");
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "state_dir = \"state\"\nsocket = \"{}\"\n[zones]\nroot = \"root\"\n",
+            dir.path().join("run/w.sock").display()
+        ),
+    )
+    .unwrap();
+    // `script` gives the daemon a terminal; SIGINT after a second stops it cleanly.
+    let log = |no_color: Option<&str>| {
+        let cmd = format!(
+            "timeout -s INT 1 {BIN} --config {} serve --no-mount",
+            cfg.display()
+        );
+        let mut c = Command::new("script");
+        c.args(["-qec", &cmd, "/dev/null"])
+            .env("TERM", "xterm")
+            .env("RUST_LOG", "info")
+            .env_remove("WARDFS_SOCKET")
+            .env_remove("WARDFS_CONFIG");
+        match no_color {
+            Some(v) => c.env("NO_COLOR", v),
+            None => c.env_remove("NO_COLOR"),
+        };
+        stdout(&c.output().unwrap())
+    };
+    let coloured = log(None);
+    assert!(coloured.contains("zone ready"), "{coloured:?}");
+    assert!(
+        coloured.contains("\x1b["),
+        "a terminal gets colour: {coloured:?}"
+    );
+    let plain = log(Some("1"));
+    assert!(plain.contains("zone ready"), "{plain:?}");
+    assert!(!plain.contains("\x1b["), "NO_COLOR=1: {plain:?}");
+}

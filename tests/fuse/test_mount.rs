@@ -1176,8 +1176,12 @@ fn doctor_passes_here_and_names_what_to_fix() {
         m.log_text()
     );
     let live = check(&report, "mount point");
+    assert_eq!(live["level"], "ok", "{live}");
     assert!(
-        live["detail"].as_str().unwrap().contains("already mounted"),
+        live["detail"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("mounted by the running daemon (pid {})", m.pid())),
         "{live}"
     );
     assert!(check(&report, "daemon")["detail"]

@@ -238,7 +238,8 @@ fn git(dir: &Path, args: &[&str]) {
 
 #[test]
 fn git_tools_stage_a_commit_for_review() {
-    let d = Daemon::start("");
+    // The repository is a local one in the daemon's temp dir: listed as allowed.
+    let d = Daemon::start("[git]\nlocal_remotes = [\".\"]\n");
     let repo = d.dir.path().join("demo");
     std::fs::create_dir(&repo).unwrap();
     std::fs::write(repo.join("README.md"), "# Demo\n").unwrap();
@@ -277,7 +278,7 @@ fn git_tools_stage_a_commit_for_review() {
 
 #[test]
 fn git_push_is_offered_only_when_the_config_allows_it_and_pushes() {
-    let d = Daemon::start("[mcp]\nallow_push = true\n");
+    let d = Daemon::start("[mcp]\nallow_push = true\n[git]\nlocal_remotes = [\".\"]\n");
     // A bare repository with one commit, pulled into the workspace.
     let bare = d.dir.path().join("demo.git");
     let seed = d.dir.path().join("seed");
