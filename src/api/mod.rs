@@ -189,21 +189,40 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-/// Serves the router on `listener` until `shutdown` completes.
+/// How long a shutdown waits for open connections to end before it closes them: a client that
+/// holds half a request head, or never reads its answer, must not keep the daemon alive.
+pub const SHUTDOWN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Serves the router on `listener` until `shutdown` completes, then lets open answers end for
+/// at most [`SHUTDOWN_DEADLINE`].
 pub async fn serve(
     listener: PeerListener,
     state: Arc<AppState>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let stopping = state.clone();
+    let (began, mut begun) = tokio::sync::watch::channel(false);
     let app = router(state).into_make_service_with_connect_info::<Peer>();
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            // Graceful shutdown waits for every answer to end, streams included.
-            stopping.stopping.send_replace(true);
-        })
-        .await
+    let serving = axum::serve(listener, app).with_graceful_shutdown(async move {
+        shutdown.await;
+        // Graceful shutdown waits for every answer to end, streams included.
+        stopping.stopping.send_replace(true);
+        began.send_replace(true);
+    });
+    let deadline = async move {
+        let _ = begun.wait_for(|b| *b).await;
+        tokio::time::sleep(SHUTDOWN_DEADLINE).await;
+    };
+    tokio::select! {
+        served = serving => served,
+        () = deadline => {
+            tracing::warn!(
+                after_s = SHUTDOWN_DEADLINE.as_secs(),
+                "connections still open after the shutdown deadline: closing them"
+            );
+            Ok(())
+        }
+    }
 }
 
 /// Liveness answer.

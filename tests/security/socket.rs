@@ -91,3 +91,49 @@ fn an_allowed_uid_is_admitted() {
     assert_eq!(status, Some(0), "{out} {err}");
     assert!(out.ends_with("\n200"), "{out}");
 }
+
+/// Returns whether the process `pid` has ended (gone, or a zombie waiting to be reaped).
+fn ended(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+/// A client that sends half a request head and then waits cannot keep the daemon alive: SIGTERM
+/// stops it within the shutdown deadline (10 s) plus a margin, and the log says why it closed.
+#[test]
+fn a_client_holding_half_a_request_cannot_keep_the_daemon_from_stopping() {
+    use std::io::Write as _;
+    let mut d = Daemon::start("");
+    let mut held = std::os::unix::net::UnixStream::connect(&d.socket).unwrap();
+    held.write_all(b"GET /v1/status HTTP/1.1\r\nHost: wardfs\r\n")
+        .unwrap();
+    // The connection is accepted and waits in the middle of its head.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let pid = d.pid();
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(pid as i32).unwrap(),
+        rustix::process::Signal::TERM,
+    )
+    .unwrap();
+    let start = std::time::Instant::now();
+    while !ended(pid) && start.elapsed() < std::time::Duration::from_secs(16) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(
+        ended(pid),
+        "still running {} s after SIGTERM: {}",
+        start.elapsed().as_secs(),
+        d.log_text()
+    );
+    assert!(
+        d.log_text().contains("closing them"),
+        "the log says why: {}",
+        d.log_text()
+    );
+    drop(held);
+    d.stop();
+}
