@@ -873,4 +873,8 @@ async fn the_handle_reaches_a_real_sandbox_agent() {
 
     d.destroy(&handle.id, false).await.unwrap();
     assert_eq!(d.state(&handle.id).await.unwrap(), ProviderState::Missing);
+    // The fake cloud's exec closure holds the server too, and the mock server may outlive the
+    // test in wiremock's pool: stop the agent here, or it outlives the test process.
+    *cloud.fake.exec.lock().unwrap() = None;
+    drop(agent.lock().unwrap().take());
 }
