@@ -410,7 +410,7 @@ impl Server {
     /// too: merge the upstream version into it before staging. Errors: NOT_FOUND (no repository
     /// pulled at repo), INVALID_ARGUMENT (repo not in /workspace), INVALID_PATH.
     #[tool(
-        output_schema = schema::<GitStatusReply>(),
+        output_schema = schema::<StatusResult>(),
         annotations(read_only_hint = true, open_world_hint = false)
     )]
     async fn git_status(&self, Parameters(p): Parameters<GitStatusParams>) -> ToolResult {
@@ -545,7 +545,7 @@ impl Server {
     /// deletions}], patch (git's unified format, cut at 4 MiB: truncated)}. Errors: NOT_FOUND,
     /// INVALID_ARGUMENT.
     #[tool(
-        output_schema = schema::<CheckpointDiffReply>(),
+        output_schema = schema::<DiffResult>(),
         annotations(read_only_hint = true, open_world_hint = false)
     )]
     async fn checkpoint_diff(&self, Parameters(p): Parameters<CheckpointDiffParams>) -> ToolResult {
@@ -558,7 +558,7 @@ impl Server {
     /// before, restored, removed, conflicts, not_kept}. Errors: NOT_FOUND, INVALID_ARGUMENT,
     /// READ_ONLY.
     #[tool(
-        output_schema = schema::<RestoreReply>(),
+        output_schema = schema::<RestoreResult>(),
         annotations(destructive_hint = true, open_world_hint = false)
     )]
     async fn restore(&self, Parameters(p): Parameters<RestoreParams>) -> ToolResult {
@@ -606,7 +606,7 @@ impl Server {
     /// commit is already pushed or discarded), REJECTED (a hook or branch protection refused it),
     /// AUTH_FAILED, NOT_FOUND, REMOTE_UNAVAILABLE.
     #[tool(
-        output_schema = schema::<GitPushReply>(),
+        output_schema = schema::<PushResult>(),
         annotations(destructive_hint = true, open_world_hint = true)
     )]
     async fn git_push(&self, Parameters(p): Parameters<GitPushParams>) -> ToolResult {
@@ -620,7 +620,7 @@ impl Server {
     /// reached or is gone), AUTH_FAILED, INVALID_ARGUMENT (bad zone or directory),
     /// ZONE_UNAVAILABLE, INTERNAL.
     #[tool(
-        output_schema = schema::<MirrorPushReply>(),
+        output_schema = schema::<PushSummary>(),
         annotations(destructive_hint = true, open_world_hint = true)
     )]
     async fn mirror_push(&self, Parameters(p): Parameters<MirrorPushParams>) -> ToolResult {
@@ -634,7 +634,7 @@ impl Server {
     /// sandbox cannot be reached or is gone), AUTH_FAILED, INVALID_ARGUMENT (bad zone or
     /// directory), READ_ONLY (the zone refuses changes), ZONE_UNAVAILABLE, INTERNAL.
     #[tool(
-        output_schema = schema::<MirrorPullReply>(),
+        output_schema = schema::<PullSummary>(),
         annotations(destructive_hint = true, open_world_hint = true)
     )]
     async fn mirror_pull(&self, Parameters(p): Parameters<MirrorPullParams>) -> ToolResult {
@@ -662,7 +662,7 @@ impl Server {
     /// active). Errors: CONFLICT (it already has a sandbox), INVALID_ARGUMENT (an attached
     /// sandbox, or a bad snapshot or volume name), NOT_FOUND, SANDBOX_UNAVAILABLE.
     #[tool(
-        output_schema = schema::<Sandbox>(),
+        output_schema = schema::<SandboxInfo>(),
         annotations(destructive_hint = false, open_world_hint = true)
     )]
     async fn sandbox_create(&self, Parameters(p): Parameters<SandboxCreateParams>) -> ToolResult {
@@ -673,7 +673,7 @@ impl Server {
     /// on a kept volume. Offered only because the daemon's config sets [mcp] allow_sandboxes =
     /// true. Returns the sandbox (status destroyed); the next mirror_push makes a new one.
     #[tool(
-        output_schema = schema::<Sandbox>(),
+        output_schema = schema::<SandboxInfo>(),
         annotations(destructive_hint = true, open_world_hint = true)
     )]
     async fn sandbox_destroy(&self, Parameters(p): Parameters<SandboxDestroyParams>) -> ToolResult {

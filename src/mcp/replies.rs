@@ -2,32 +2,25 @@
 //! type of its answer (the doc comments become the fields' descriptions).
 //!
 //! A tool's `structuredContent` is the daemon's JSON answer as the route sent it (or, for
-//! `events`, built from the route's lines). The file tools' answers are the core's own result
-//! types (`ReadResult`, `GrepResult`, …), so their schemas are those of what the daemon
-//! serializes. The other routes answer with types of rooms this one may not import (git,
-//! checkpoint, sandbox, state, api), so each type here mirrors one of those, field for field as
-//! the daemon writes it (named in its doc): a field the daemon leaves out when empty is optional,
-//! a field it writes as `null` is required and nullable. Fields the daemon adds later still
-//! validate (the schemas allow more properties). Paths are virtual (`/workspace/src/lib.rs`)
-//! unless a field says otherwise. `tests/mcp` validates real answers of every tool against these
-//! schemas with the official MCP client, which is what keeps a mirror true.
+//! `events`, built from the route's lines). Most tools answer with the very types the daemon
+//! serializes (the core's `ReadResult`, git's `StagedCommit`, the mirror's `PushSummary`, …),
+//! re-exported here, so their schemas cannot drift from what is sent. The types defined here are
+//! the API's own wrappers (which this room may not import) and the rows this server rewrites
+//! (checkpoints, restores and journal rows with their paths made virtual): each mirrors its
+//! source field for field (named in its doc), a field the daemon leaves out when empty optional,
+//! one it writes as `null` required and nullable. `tests/mcp` validates real answers of every
+//! tool against these schemas with the official MCP client.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use crate::checkpoint::{DiffResult, RestoreResult};
 pub use crate::core::{
     EditResult, GlobResult, GrepResult, ListResult, ReadResult, StatResult, WriteResult,
 };
-
-use super::params::StagedState;
-
-/// An entry a mirror left alone, and why (`sandbox::mirror::Skipped`).
-#[derive(Debug, Serialize, Deserialize, JsonSchema)]
-pub struct Skipped {
-    /// Relative to the mirrored directory
-    pub path: String,
-    pub reason: String,
-}
+pub use crate::git::{PushResult, StagedCommit, StatusResult};
+pub use crate::sandbox::mirror::{PullSummary, PushSummary};
+pub use crate::sandbox::SandboxInfo;
 
 /// `rm` and `mv` (the API's `Done`).
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
@@ -38,183 +31,11 @@ pub struct DoneReply {
     pub ok: bool,
 }
 
-/// One changed file of a pulled repository (`git::Change`).
-#[derive(Debug, Serialize, Deserialize, JsonSchema)]
-pub struct Change {
-    /// Virtual path
-    pub path: String,
-    /// created, modified, deleted or conflict (changed upstream too)
-    pub state: String,
-}
-
-/// One pulled repository in `git_status` (`git::RepoStatus`).
-#[derive(Debug, Serialize, Deserialize, JsonSchema)]
-pub struct RepoStatus {
-    /// The repository's directory (a virtual path)
-    pub repo: String,
-    /// The remote it was pulled from
-    pub url: String,
-    /// The pulled branch
-    pub branch: String,
-    /// The commit the changes are against
-    pub base: String,
-    pub changes: Vec<Change>,
-    /// Paths hashed again for this answer
-    pub examined: u64,
-}
-
-/// `git_status` (`git::StatusResult`).
-#[derive(Debug, Serialize, Deserialize, JsonSchema)]
-pub struct GitStatusReply {
-    /// Every pulled repository (empty when none is pulled)
-    pub repos: Vec<RepoStatus>,
-}
-
-/// One line of a hunk (`git::diff::HunkLine`).
-#[derive(Debug, Serialize, Deserialize, JsonSchema)]
-pub struct HunkLine {
-    /// context, add or delete
-    pub kind: String,
-    /// The line's number in the old file (null for an added line)
-    pub old_line: Option<u32>,
-    /// The line's number in the new file (null for a deleted line)
-    pub new_line: Option<u32>,
-    pub text: String,
-}
-
-/// One hunk of a file's diff (`git::diff::Hunk`).
-#[derive(Debug, Serialize, Deserialize, JsonSchema)]
-pub struct Hunk {
-    /// The `@@ -a,b +c,d @@` header
-    pub header: String,
-    pub lines: Vec<HunkLine>,
-}
-
-/// One file of a staged commit (`git::StagedFile`).
-#[derive(Debug, Serialize, Deserialize, JsonSchema)]
-pub struct StagedFile {
-    /// Virtual path
-    pub path: String,
-    /// create, update or delete
-    pub operation: String,
-    pub additions: u64,
-    pub deletions: u64,
-    pub binary: bool,
-    /// True when the diff is over git.max_diff_bytes
-    pub oversized: bool,
-    /// The git-format unified patch (staged_show only; not for binary or oversized files)
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub diff: Option<String>,
-    /// The patch's hunks with typed lines (staged_show only)
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hunks: Option<Vec<Hunk>>,
-}
-
-/// A staged commit: `git_stage` and `staged_show`, and each item of `staged_list`
-/// (`git::StagedCommit`).
-#[derive(Debug, Serialize, Deserialize, JsonSchema)]
-pub struct StagedCommit {
-    /// The staged commit's id (10 hex digits)
-    pub id: String,
-    /// The repository's directory (a virtual path)
-    pub repo: String,
-    /// The remote it is pushed to
-    pub url: String,
-    /// The branch it is pushed to
-    pub branch: String,
-    pub message: String,
-    /// The commit it was made on
-    pub base: String,
-    /// The staged commit's own sha
-    pub commit: String,
-    pub state: StagedState,
-    /// Why the last push failed, when it did
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    /// Paths in conflict with the remote (left out when none)
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conflicts: Vec<String>,
-    /// The commit that reached the remote (pushed only)
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pushed_commit: Option<String>,
-    /// The remote ref it was pushed to (pushed only)
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pushed_ref: Option<String>,
-    /// The pull request opened for it, if any
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pr_url: Option<String>,
-    /// Milliseconds since the Unix epoch
-    pub created_at: i64,
-    /// Milliseconds since the Unix epoch
-    pub updated_at: i64,
-    pub additions: u64,
-    pub deletions: u64,
-    pub files: Vec<StagedFile>,
-}
-
 /// `staged_list` (the API's list of `git::StagedCommit`).
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
 pub struct StagedListReply {
     /// Newest first
     pub staged: Vec<StagedCommit>,
-}
-
-/// `git_push` (`git::PushResult`).
-#[derive(Debug, Serialize, Deserialize, JsonSchema)]
-pub struct GitPushReply {
-    /// The staged commit's id
-    pub id: String,
-    /// pushed
-    pub state: StagedState,
-    /// The commit that reached the remote
-    pub commit_sha: String,
-    /// The remote ref it was pushed to
-    pub pushed_ref: String,
-    /// The pull request (with pr)
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub url: Option<String>,
-    /// True when the commit was rebased onto a remote branch that had moved
-    pub rebased: bool,
-    pub duration_ms: u64,
-}
-
-/// A path changed on both sides of a mirror, left alone (`sandbox::mirror::Conflict`).
-#[derive(Debug, Serialize, Deserialize, JsonSchema)]
-pub struct MirrorConflict {
-    /// Relative to the mirrored directory
-    pub path: String,
-    pub reason: String,
-    /// Where the sandbox's copy was saved locally (mirror_pull only)
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub remote_copy: Option<String>,
-}
-
-/// `mirror_push` (`sandbox::mirror::PushSummary`).
-#[derive(Debug, Serialize, Deserialize, JsonSchema)]
-pub struct MirrorPushReply {
-    /// Files and symlinks sent
-    pub files_sent: u64,
-    /// Bytes of file content sent
-    pub bytes_sent: u64,
-    pub deleted: u64,
-    pub renamed: u64,
-    pub conflicts: Vec<MirrorConflict>,
-    /// Local files not sent, and why
-    pub skipped: Vec<Skipped>,
-    pub duration_ms: u64,
-}
-
-/// `mirror_pull` (`sandbox::mirror::PullSummary`).
-#[derive(Debug, Serialize, Deserialize, JsonSchema)]
-pub struct MirrorPullReply {
-    /// Files and symlinks written locally
-    pub files_received: u64,
-    pub bytes_received: u64,
-    pub deleted: u64,
-    pub conflicts: Vec<MirrorConflict>,
-    /// Remote entries left alone, and why
-    pub skipped: Vec<Skipped>,
-    pub duration_ms: u64,
 }
 
 /// A checkpoint: `checkpoint`, each item of `checkpoint_list`, and a checkpoint in `events`
@@ -280,48 +101,6 @@ pub struct CheckpointListReply {
     pub restores: Vec<RestoreRun>,
 }
 
-/// One file of a checkpoint diff (`checkpoint::DiffFile`).
-#[derive(Debug, Serialize, Deserialize, JsonSchema)]
-pub struct DiffFile {
-    /// Relative to the zone's root (as in the patch)
-    pub path: String,
-    /// added, deleted, modified or type-changed
-    pub status: String,
-    pub additions: u64,
-    pub deletions: u64,
-}
-
-/// `checkpoint_diff` (`checkpoint::DiffResult`).
-#[derive(Debug, Serialize, Deserialize, JsonSchema)]
-pub struct CheckpointDiffReply {
-    /// The checkpoint compared from
-    pub from: i64,
-    /// The checkpoint compared with; null: the zone as it is now
-    pub to: Option<i64>,
-    pub files: Vec<DiffFile>,
-    /// The changes in git's unified format
-    pub patch: String,
-    /// True when the patch was cut at 4 MiB (the file list is whole)
-    pub truncated: bool,
-}
-
-/// `restore` (`checkpoint::RestoreResult`).
-#[derive(Debug, Serialize, Deserialize, JsonSchema)]
-pub struct RestoreReply {
-    /// The checkpoint restored
-    pub checkpoint: i64,
-    /// The checkpoint of the zone as it was just before: restore it to undo this restore
-    pub before: i64,
-    /// Virtual paths written back (created or replaced)
-    pub restored: Vec<String>,
-    /// Virtual paths removed (absent from the checkpoint)
-    pub removed: Vec<String>,
-    /// Virtual paths left alone because they changed while the restore ran
-    pub conflicts: Vec<String>,
-    /// Virtual paths left alone because the checkpoint holds only their size
-    pub not_kept: Vec<String>,
-}
-
 /// A change in `events`: one row of the daemon's journal (`state::JournalRow`, its `path` and
 /// `to_path` made virtual paths) and the cursor after it.
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
@@ -381,46 +160,8 @@ pub struct EventsReply {
     pub more: bool,
 }
 
-/// A sandbox: each item of `sandbox_list`, and the answer of `sandbox_create` and
-/// `sandbox_destroy` (`sandbox::SandboxInfo`).
-#[derive(Debug, Serialize, Deserialize, JsonSchema)]
-pub struct Sandbox {
-    pub name: String,
-    /// sandbox-agent, local or daytona
-    pub provider: String,
-    pub url: String,
-    /// The environment variable holding the token (never the token)
-    pub token_env: Option<String>,
-    /// The directory inside the sandbox that mirrors go to
-    pub root: String,
-    pub mode: String,
-    pub idle_ttl_minutes: u64,
-    /// config (from the config file) or added
-    pub origin: String,
-    /// creating, active, resuming, paused, error or destroyed
-    pub status: String,
-    /// Milliseconds since the Unix epoch
-    pub last_accessed_at: Option<i64>,
-    pub resume_fail_count: u32,
-    pub last_error: Option<String>,
-    /// Whether a connection is held now
-    pub attached: bool,
-    /// The provider's id of the sandbox it runs now (local and daytona)
-    pub provider_id: Option<String>,
-    /// The volume it was made with
-    pub volume: Option<String>,
-    /// The snapshot it was made from
-    pub snapshot: Option<String>,
-    /// When it was paused, in milliseconds since the Unix epoch
-    pub paused_at: Option<i64>,
-    /// Seconds without use before it is paused (0: never)
-    pub idle_pause_s: u64,
-    /// Seconds a paused sandbox is kept before it is destroyed (0: forever)
-    pub paused_ttl_s: u64,
-}
-
 /// `sandbox_list` (the API's list of `sandbox::SandboxInfo`).
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
 pub struct SandboxListReply {
-    pub sandboxes: Vec<Sandbox>,
+    pub sandboxes: Vec<SandboxInfo>,
 }

@@ -587,7 +587,12 @@ const ALLOWED: &[(&str, &[&str])] = &[
         &["checkpoint", "config", "core", "git", "sandbox", "state"],
     ),
     ("client", &["core"]),
-    ("mcp", &["client", "core"]),
+    // The reply types of the rooms below, for the tools' output schemas; calls go through
+    // `client`.
+    (
+        "mcp",
+        &["checkpoint", "client", "core", "git", "sandbox", "state"],
+    ),
     ("review", &["client", "core", "git"]),
 ];
 
