@@ -228,21 +228,29 @@ fn a_checkpoint_says_what_it_made_and_counts_say_one_file() {
     assert!(!list.contains("1 files"), "{list}");
 }
 
+/// Runs the shell command `cmd` on a terminal (`script`, `TERM=xterm`, `RUST_LOG=info`, no
+/// WARDFS_* variables) with `NO_COLOR` set to `no_color` or unset; returns what it printed.
+fn on_a_terminal(cmd: &str, no_color: Option<&str>) -> String {
+    let mut c = Command::new("script");
+    c.args(["-qec", cmd, "/dev/null"])
+        .env("TERM", "xterm")
+        .env("RUST_LOG", "info")
+        .env_remove("WARDFS_SOCKET")
+        .env_remove("WARDFS_CONFIG");
+    match no_color {
+        Some(v) => c.env("NO_COLOR", v),
+        None => c.env_remove("NO_COLOR"),
+    };
+    stdout(&c.output().unwrap())
+}
+
 #[test]
 fn no_color_turns_colour_off_on_a_terminal() {
     require_tool("script", "bsdutils");
     let d = Daemon::start("");
     // `script` gives doctor a terminal; its output then has colours unless NO_COLOR is set.
-    let doctor = |no_color: Option<&str>| {
-        let cmd = format!("{BIN} --config {} doctor", d.config.display());
-        let mut c = Command::new("script");
-        c.args(["-qec", &cmd, "/dev/null"]).env("TERM", "xterm");
-        match no_color {
-            Some(v) => c.env("NO_COLOR", v),
-            None => c.env_remove("NO_COLOR"),
-        };
-        stdout(&c.output().unwrap())
-    };
+    let cmd = format!("{BIN} --config {} doctor", d.config.display());
+    let doctor = |no_color: Option<&str>| on_a_terminal(&cmd, no_color);
     let coloured = doctor(None);
     assert!(
         coloured.contains("\x1b[32m"),
@@ -291,17 +299,7 @@ fn the_daemons_log_on_a_terminal_has_colour_unless_no_color_is_set() {
             "timeout -s INT 1 {BIN} --config {} serve --no-mount",
             cfg.display()
         );
-        let mut c = Command::new("script");
-        c.args(["-qec", &cmd, "/dev/null"])
-            .env("TERM", "xterm")
-            .env("RUST_LOG", "info")
-            .env_remove("WARDFS_SOCKET")
-            .env_remove("WARDFS_CONFIG");
-        match no_color {
-            Some(v) => c.env("NO_COLOR", v),
-            None => c.env_remove("NO_COLOR"),
-        };
-        stdout(&c.output().unwrap())
+        on_a_terminal(&cmd, no_color)
     };
     let coloured = log(None);
     assert!(coloured.contains("zone ready"), "{coloured:?}");
