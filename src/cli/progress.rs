@@ -69,11 +69,6 @@ impl View {
     pub fn new(json: bool) -> View {
         let tty =
             std::io::stderr().is_terminal() && std::env::var_os("TERM").is_none_or(|t| t != "dumb");
-        View::with(json, tty)
-    }
-
-    /// Returns a view that draws bars (`tty`) or prints lines, or nothing when `json` is set.
-    pub fn with(json: bool, tty: bool) -> View {
         let sink = match (json, tty) {
             (true, _) => Sink::Off,
             (false, true) => Sink::Bar(None),
