@@ -769,7 +769,7 @@ impl Checkpoints {
         for rel in empty_dirs(repo, &new, scope) {
             let path = format!("/{}/{rel}", zone.name());
             if self.zones.plain_way(&path)? {
-                let _ = self.zones.mkdir(&path, true, origin);
+                let _ = self.zones.mkdir_entry(&path, origin);
             } else {
                 res.conflicts.push(path);
             }
@@ -2164,8 +2164,12 @@ mod tests {
         z.rename("/workspace/d/sub/c", "/workspace/d/e/c", false, API)
             .unwrap();
         z.delete("/workspace/d/new", true, API).unwrap();
-        // What pulls and restores write through.
-        z.replace_entry("/workspace/d/rl", Replacement::Symlink("a"), None, API)
+        // Pulls and restores never write beyond a symlink (`Way::Plain`): a conflict there.
+        let beyond = z
+            .replace_entry("/workspace/d/rl", Replacement::Symlink("a"), None, API)
+            .unwrap_err();
+        assert_eq!(beyond.code(), crate::core::ErrorCode::Conflict, "{beyond}");
+        z.replace_entry("/workspace/x/rl", Replacement::Symlink("a"), None, API)
             .unwrap();
         let journaled = z
             .db()

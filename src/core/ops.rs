@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use super::error::{FsError, FsResult};
 use super::foreign;
 use super::path::{self, Target, VPath, ZoneId};
-use super::store::{self, Moved, Opened, Put, Removal, Replace, Seen};
+use super::store::{self, Moved, Opened, Put, Removal, Replace, Seen, Way};
 use super::zone::mtime_ms;
 use super::{EntryKind, Limit, Zone, Zones};
 use crate::state::Origin;
@@ -432,14 +432,14 @@ impl Zones {
     /// Starts an atomic write of `path`: parents are created, symlinks inside the zone followed.
     pub fn begin_write(&self, path: &str) -> FsResult<AtomicWrite<'_>> {
         let vp = path::parse_entry(path)?;
-        self.start_write(&vp, true)
+        self.start_write(&vp, true, Way::Beneath)
     }
 
     /// Creates the temp file of an [`AtomicWrite`] of `vp` where its store says (beside the
     /// destination, or in a sandbox zone's spool), after the read-only rule.
-    fn start_write(&self, vp: &VPath, follow: bool) -> FsResult<AtomicWrite<'_>> {
+    fn start_write(&self, vp: &VPath, follow: bool, way: Way) -> FsResult<AtomicWrite<'_>> {
         self.check_writable(vp)?;
-        let (vp, parent) = self.store(vp)?.write_dir(vp, follow)?;
+        let (vp, parent) = self.store(vp)?.write_dir(vp, follow, way)?;
         let tmp = store::tmp_name();
         let fd = rustix::fs::openat(
             &parent,
@@ -541,7 +541,7 @@ impl Zones {
         } else {
             text.replacen(old, new, 1)
         };
-        let mut w = self.start_write(&vp, false)?;
+        let mut w = self.start_write(&vp, false, Way::Beneath)?;
         w.write_chunk(updated.as_bytes())?;
         let res = w.commit_locked(Some(seen), "edit", origin)?;
         Ok(EditResult {
@@ -570,7 +570,8 @@ impl Zones {
     /// stored as given; every access through wardfs still resolves beneath the zone.
     pub fn symlink(&self, path: &str, target: &str, origin: Origin) -> FsResult<()> {
         let vp = self.real_entry(path)?;
-        self.symlink_at(&vp, target, true, None, origin).map(|_| ())
+        self.symlink_at(&vp, target, true, None, Way::Beneath, origin)
+            .map(|_| ())
     }
 
     /// Makes `vp` a symlink to `target` (see [`store::Store::symlink`]): the one symlink operation of
@@ -582,13 +583,14 @@ impl Zones {
         target: &str,
         replace: bool,
         expect: Option<Seen>,
+        way: Way,
         origin: Origin,
     ) -> FsResult<bool> {
         check_symlink_target(target)?;
         self.check_writable(vp)?;
         let store = self.store(vp)?;
         let _guard = self.locks.lock(vp);
-        let created = store.symlink(vp, target, replace, expect)?;
+        let created = store.symlink(vp, target, replace, expect, way)?;
         self.record(vp, "symlink", None, None, origin);
         Ok(created)
     }
@@ -622,10 +624,10 @@ impl Zones {
         expect: Option<Seen>,
         origin: Origin,
     ) -> FsResult<WriteResult> {
-        let vp = self.real_entry(path)?;
+        let vp = path::parse_entry(path)?;
         match new {
             Replacement::File { content, mode } => {
-                let mut w = self.start_write(&vp, false)?;
+                let mut w = self.start_write(&vp, false, Way::Plain)?;
                 w.limit = None;
                 w.set_mode(foreign::mask_mode(mode, self.umask));
                 copy_into(&mut w, content)?;
@@ -633,7 +635,7 @@ impl Zones {
                 w.commit_locked(expect, "write", origin)
             }
             Replacement::Symlink(target) => {
-                let created = self.symlink_at(&vp, target, true, expect, origin)?;
+                let created = self.symlink_at(&vp, target, true, expect, Way::Plain, origin)?;
                 Ok(WriteResult {
                     path: vp.to_string(),
                     bytes: 0,
@@ -657,7 +659,7 @@ impl Zones {
         expect: Seen,
         origin: Origin,
     ) -> FsResult<Option<WriteResult>> {
-        let vp = self.real_entry(path)?;
+        let vp = path::parse_entry(path)?;
         self.check_writable(&vp)?;
         let Zone::Local(z) = self.zone(vp.zone()) else {
             return Ok(None);
@@ -684,9 +686,16 @@ impl Zones {
     /// under the path lock, right before the removal): a pull's deletion never removes a write
     /// acknowledged after its check. A directory gives `IS_DIR`; a changed entry `CONFLICT`.
     pub fn remove_entry(&self, path: &str, expect: Seen, origin: Origin) -> FsResult<()> {
-        let vp = self.real_entry(path)?;
-        self.remove_at(&vp, Removal::File, Some(expect), origin)
+        let vp = path::parse_entry(path)?;
+        self.remove_at(&vp, Removal::File, Some(expect), Way::Plain, origin)
             .map(|_| ())
+    }
+
+    /// Creates the directory `path` and its missing parents as a pull or restore does: the way
+    /// to it plain directories ([`Way::Plain`]), a directory already there fine.
+    pub fn mkdir_entry(&self, path: &str, origin: Origin) -> FsResult<()> {
+        let vp = path::parse_entry(path)?;
+        self.mkdir_at(&vp, true, None, Way::Plain, origin)
     }
 
     /// Removes what is at `vp` as `how` allows (see [`store::Store::remove`]): the one removal of every
@@ -697,6 +706,7 @@ impl Zones {
         vp: &VPath,
         how: Removal,
         expect: Option<Seen>,
+        way: Way,
         origin: Origin,
     ) -> FsResult<bool> {
         self.check_writable(vp)?;
@@ -705,7 +715,7 @@ impl Zones {
         if expect.is_some() {
             self.before_replace();
         }
-        let removed = store.remove(vp, how, expect)?;
+        let removed = store.remove(vp, how, expect, way)?;
         if removed {
             self.record(vp, "delete", None, None, origin);
         }
@@ -729,7 +739,7 @@ impl Zones {
     /// Deletes a file or symlink; a directory only with `recursive` (or when empty).
     pub fn delete(&self, path: &str, recursive: bool, origin: Origin) -> FsResult<()> {
         let vp = self.real_entry(path)?;
-        self.remove_at(&vp, Removal::Any { recursive }, None, origin)
+        self.remove_at(&vp, Removal::Any { recursive }, None, Way::Beneath, origin)
             .map(|_| ())
     }
 
@@ -834,7 +844,7 @@ impl Zones {
     /// Creates a directory; with `parents`, missing parents too and no error when it exists.
     pub fn mkdir(&self, path: &str, parents: bool, origin: Origin) -> FsResult<()> {
         let vp = self.real_entry(path)?;
-        self.mkdir_at(&vp, parents, None, origin)
+        self.mkdir_at(&vp, parents, None, Way::Beneath, origin)
     }
 
     /// Creates the directory `vp` (see [`store::Store::mkdir`]): the one mkdir of every entry point,
@@ -844,12 +854,13 @@ impl Zones {
         vp: &VPath,
         parents: bool,
         mode: Option<u32>,
+        way: Way,
         origin: Origin,
     ) -> FsResult<()> {
         self.check_writable(vp)?;
         let store = self.store(vp)?;
         let _guard = self.locks.lock(vp);
-        store.mkdir(vp, parents, mode)?;
+        store.mkdir(vp, parents, mode, way)?;
         self.record(vp, "mkdir", None, None, origin);
         Ok(())
     }
@@ -933,7 +944,7 @@ impl Zones {
         w.commit(origin)?;
         {
             let _guard = self.locks.lock(src);
-            from.remove(src, Removal::File, None)?;
+            from.remove(src, Removal::File, None, Way::Beneath)?;
         }
         self.record(src, "move", None, Some(dst), origin);
         Ok(())

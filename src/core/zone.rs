@@ -15,6 +15,7 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags, Stat};
 
 use super::error::{FsError, FsResult};
 use super::path::{VPath, ZoneId};
+use super::store::Way;
 
 /// Symlinks followed at most when resolving the last component of a path ourselves.
 pub const MAX_SYMLINK_HOPS: usize = 40;
@@ -145,14 +146,23 @@ impl LocalZone {
 
     /// Opens the parent directory of `vp` (`O_PATH`), beneath the zone.
     pub fn open_parent(&self, vp: &VPath) -> FsResult<OwnedFd> {
-        let parent = vp.parent_rel();
-        openat2_beneath(
+        self.open_parent_by(vp, Way::Beneath)
+    }
+
+    /// Opens the parent directory of `vp` (`O_PATH`), beneath the zone, its way reached as `way`
+    /// says: with [`Way::Plain`], a symlink on the way is `CONFLICT` ([`symlink_on_the_way`]).
+    pub fn open_parent_by(&self, vp: &VPath, way: Way) -> FsResult<OwnedFd> {
+        openat2_resolve(
             self.dirfd(),
-            parent,
+            vp.parent_rel(),
             OFlags::PATH | OFlags::DIRECTORY,
             Mode::empty(),
+            resolve_flags(way),
         )
         .map_err(|e| {
+            if way == Way::Plain && e.raw_os_error() == Some(libc::ELOOP) {
+                return symlink_on_the_way(vp);
+            }
             let shown = vp
                 .parent()
                 .map(|p| p.to_string())
@@ -163,34 +173,50 @@ impl LocalZone {
 
     /// Opens the parent directory of `vp`, creating missing directories on the way (`mkdir -p`).
     pub fn ensure_parent(&self, vp: &VPath) -> FsResult<OwnedFd> {
-        match self.open_parent(vp) {
+        self.ensure_parent_by(vp, Way::Beneath)
+    }
+
+    /// [`LocalZone::ensure_parent`], the way reached as `way` says.
+    pub fn ensure_parent_by(&self, vp: &VPath, way: Way) -> FsResult<OwnedFd> {
+        match self.open_parent_by(vp, way) {
             Err(FsError::NotFound { .. }) => {}
             other => return other,
         }
         let parent = vp
             .parent()
             .expect("a path with a missing parent is not a zone root");
-        self.mkdir_p(&parent)?;
-        self.open_parent(vp)
+        self.mkdir_p_by(&parent, way)?;
+        self.open_parent_by(vp, way)
     }
 
     /// Creates `vp` and its missing parents as directories.
     pub fn mkdir_p(&self, vp: &VPath) -> FsResult<()> {
+        self.mkdir_p_by(vp, Way::Beneath)
+    }
+
+    /// [`LocalZone::mkdir_p`], the way reached as `way` says: with [`Way::Plain`], a symlink at
+    /// `vp` (or above) is `CONFLICT`, a symlink to a directory not taken for one.
+    pub fn mkdir_p_by(&self, vp: &VPath, way: Way) -> FsResult<()> {
         if vp.is_root() {
             return Ok(());
         }
-        let parent_fd = self.ensure_parent(vp)?;
+        let parent_fd = self.ensure_parent_by(vp, way)?;
         let name = vp.name().expect("not a root");
         match rustix::fs::mkdirat(&parent_fd, name, Mode::from_raw_mode(0o777)) {
             Ok(()) => Ok(()),
             Err(rustix::io::Errno::EXIST) => {
                 match self.stat_at(&parent_fd, name, vp)? {
                     st if FileType::from_raw_mode(st.st_mode) == FileType::Directory => Ok(()),
-                    st if FileType::from_raw_mode(st.st_mode) == FileType::Symlink => {
+                    st if FileType::from_raw_mode(st.st_mode) == FileType::Symlink
+                        && way == Way::Beneath =>
+                    {
                         // A symlink to a directory is fine when it resolves beneath the zone.
                         let fd = self.open(vp, OFlags::PATH | OFlags::DIRECTORY)?;
                         drop(fd);
                         Ok(())
+                    }
+                    st if FileType::from_raw_mode(st.st_mode) == FileType::Symlink => {
+                        Err(symlink_on_the_way(vp))
                     }
                     _ => Err(FsError::NotDir {
                         path: vp.to_string(),
@@ -370,6 +396,25 @@ fn openat2_resolve(
             Err(rustix::io::Errno::AGAIN) if tries < 64 => tries += 1,
             other => return other.map_err(io::Error::from),
         }
+    }
+}
+
+/// The resolve flags of `way` on top of `RESOLVE_BENEATH`.
+fn resolve_flags(way: Way) -> ResolveFlags {
+    match way {
+        Way::Beneath => ResolveFlags::empty(),
+        Way::Plain => ResolveFlags::NO_SYMLINKS,
+    }
+}
+
+/// `CONFLICT`: a change that may not pass a symlink ([`Way::Plain`]) met one on its way, made
+/// there after the caller looked (or never looked at).
+pub fn symlink_on_the_way(vp: &VPath) -> FsError {
+    FsError::Conflict {
+        path: vp.to_string(),
+        reason: "a symlink is now on the way to it, and a pull or restore never writes beyond a \
+                 symlink; nothing was written there"
+            .into(),
     }
 }
 

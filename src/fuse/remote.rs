@@ -37,6 +37,7 @@ use super::inodes::{zone_ino, ROOT_INO};
 use crate::core::provider::RemoteMeta;
 use crate::core::remote_zone::RemoteZone;
 use crate::core::sandbox_node::{Removal, Replace, SandboxFile};
+use crate::core::store::Way;
 use crate::core::{EntryKind, FsError, VPath, Zone, ZoneId, Zones};
 use crate::state::Origin;
 
@@ -424,7 +425,7 @@ impl RemoteTree {
     pub fn mkdir(&self, parent: u64, name: &OsStr, mode: u32, origin: Origin) -> Res<FileAttr> {
         let (rel, vp) = self.child(parent, name)?;
         self.zones
-            .mkdir_at(&vp, false, Some(mode), origin)
+            .mkdir_at(&vp, false, Some(mode), Way::Beneath, origin)
             .map_err(|e| errno_of(&e))?;
         let meta = self
             .zones
@@ -443,7 +444,7 @@ impl RemoteTree {
             Removal::File
         };
         self.zones
-            .remove_at(&vp, how, None, origin)
+            .remove_at(&vp, how, None, Way::Beneath, origin)
             .map(|_| ())
             .map_err(|e| errno_of(&e))
     }
@@ -459,7 +460,7 @@ impl RemoteTree {
         let (rel, vp) = self.child(parent, name)?;
         let target = target.to_str().ok_or(Errno::EINVAL)?;
         self.zones
-            .symlink_at(&vp, target, false, None, origin)
+            .symlink_at(&vp, target, false, None, Way::Beneath, origin)
             .map_err(|e| errno_of(&e))?;
         let ino = self.ino_of(&rel, true);
         Ok(self.attr(

@@ -13,6 +13,7 @@
 mod creds;
 mod escape;
 mod fuzz_api;
+mod races;
 mod secrets;
 mod socket;
 mod terminal;

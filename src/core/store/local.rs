@@ -11,7 +11,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, Stat};
 
 use super::{
-    tmp_name, Fingerprint, Identity, Meta, Moved, Opened, Put, Removal, Replace, Seen, Store,
+    tmp_name, Fingerprint, Identity, Meta, Moved, Opened, Put, Removal, Replace, Seen, Store, Way,
 };
 use crate::core::error::{FsError, FsResult};
 use crate::core::ops::{Entry, ResolveResult};
@@ -100,7 +100,7 @@ impl LocalZone {
         busy: &dyn Fn(&Stat) -> bool,
     ) -> FsResult<bool> {
         use std::io::Write;
-        let parent = self.open_parent(vp)?;
+        let parent = self.open_parent_by(vp, Way::Plain)?;
         let name = vp.name().expect("entry");
         let Some(st) = check_seen(&parent, name, vp, Some(expect))? else {
             return Ok(false);
@@ -269,7 +269,7 @@ impl Store for LocalZone {
         })
     }
 
-    fn write_dir(&self, vp: &VPath, follow: bool) -> FsResult<(VPath, OwnedFd)> {
+    fn write_dir(&self, vp: &VPath, follow: bool, way: Way) -> FsResult<(VPath, OwnedFd)> {
         // A symlink followed may point through others: the destination's real path.
         let vp = if follow {
             self.real_entry(&self.follow_last(vp)?)?
@@ -281,7 +281,7 @@ impl Store for LocalZone {
                 path: vp.to_string(),
             });
         }
-        let parent = self.ensure_parent(&vp)?;
+        let parent = self.ensure_parent_by(&vp, way)?;
         Ok((vp, parent))
     }
 
@@ -315,9 +315,10 @@ impl Store for LocalZone {
         target: &str,
         replace: bool,
         expect: Option<Seen>,
+        way: Way,
     ) -> FsResult<bool> {
         let name = vp.name().expect("entry");
-        let parent = self.ensure_parent(vp)?;
+        let parent = self.ensure_parent_by(vp, way)?;
         let tmp = tmp_name();
         rustix::fs::symlinkat(target, &parent, tmp.as_str()).map_err(errno_err(vp, "symlink"))?;
         let cleanup = |e: FsError| {
@@ -335,7 +336,7 @@ impl Store for LocalZone {
         Ok(now.is_none())
     }
 
-    fn mkdir(&self, vp: &VPath, parents: bool, mode: Option<u32>) -> FsResult<()> {
+    fn mkdir(&self, vp: &VPath, parents: bool, mode: Option<u32>, way: Way) -> FsResult<()> {
         if parents {
             if let Ok(st) = self.lstat(vp) {
                 return if kind_of(&st) == EntryKind::Dir {
@@ -346,9 +347,9 @@ impl Store for LocalZone {
                     })
                 };
             }
-            self.mkdir_p(vp)?;
+            self.mkdir_p_by(vp, way)?;
             if let Some(mode) = mode {
-                let parent = self.open_parent(vp)?;
+                let parent = self.open_parent_by(vp, way)?;
                 rustix::fs::chmodat(
                     &parent,
                     vp.name().expect("entry"),
@@ -359,7 +360,7 @@ impl Store for LocalZone {
             }
             return Ok(());
         }
-        let parent = self.open_parent(vp)?;
+        let parent = self.open_parent_by(vp, way)?;
         rustix::fs::mkdirat(
             &parent,
             vp.name().expect("entry"),
@@ -368,9 +369,9 @@ impl Store for LocalZone {
         .map_err(errno_err(vp, "mkdir"))
     }
 
-    fn remove(&self, vp: &VPath, how: Removal, expect: Option<Seen>) -> FsResult<bool> {
+    fn remove(&self, vp: &VPath, how: Removal, expect: Option<Seen>, way: Way) -> FsResult<bool> {
         let name = vp.name().expect("entry");
-        let parent = self.open_parent(vp)?;
+        let parent = self.open_parent_by(vp, way)?;
         if expect.is_some() && check_seen(&parent, name, vp, expect)?.is_none() {
             return Ok(false);
         }

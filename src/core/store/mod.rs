@@ -122,6 +122,22 @@ pub struct Put<'a> {
     pub expect: Option<Seen>,
 }
 
+/// How the directories above an entry are reached when a change is made there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Way {
+    /// Symlinks on the way are followed while they stay inside the zone: the changes of the API
+    /// and the mount.
+    Beneath,
+    /// Plain directories only: a symlink on the way fails the change with `CONFLICT`. Pulls,
+    /// restores and discards change entries this way ([`super::Zones::replace_entry`] and its
+    /// kin). They write what came from elsewhere at paths they checked first, and a symlink
+    /// swapped in after the check must make the write fail, never land it elsewhere: every
+    /// directory on the way is opened with `RESOLVE_NO_SYMLINKS` (missing ones made relative to
+    /// the fd of the one above) and the change is made relative to the last fd. A sandbox's store
+    /// resolves paths inside the sandbox and takes both alike.
+    Plain,
+}
+
 /// How a rename went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Moved {
@@ -187,7 +203,8 @@ pub trait Store: Send + Sync {
     /// there followed while it stays inside the zone, and the result made real as by
     /// [`Store::real`]; without, `vp`, which the caller made real; missing parents made) and the
     /// directory for the temp file.
-    fn write_dir(&self, vp: &VPath, follow: bool) -> FsResult<(VPath, OwnedFd)>;
+    /// The directories above are reached as `way` says.
+    fn write_dir(&self, vp: &VPath, follow: bool, way: Way) -> FsResult<(VPath, OwnedFd)>;
 
     /// Puts a written temp file at its destination, as itself (a symlink there is replaced);
     /// `CONFLICT` when the destination is no longer `expect`, `IS_DIR` when it is a directory.
@@ -202,16 +219,17 @@ pub trait Store: Send + Sync {
         target: &str,
         replace: bool,
         expect: Option<Seen>,
+        way: Way,
     ) -> FsResult<bool>;
 
     /// Creates the directory `vp` with permission bits `mode` (`None`: the backend's default,
     /// `0o777` less the umask for a local one); with `parents`, missing parents too and no error
     /// when a directory is there; without, `EXISTS` when anything is there.
-    fn mkdir(&self, vp: &VPath, parents: bool, mode: Option<u32>) -> FsResult<()>;
+    fn mkdir(&self, vp: &VPath, parents: bool, mode: Option<u32>, way: Way) -> FsResult<()>;
 
     /// Removes what is at `vp` as `how` allows, only if it is still `expect` (when given;
     /// `false` when it is gone meanwhile).
-    fn remove(&self, vp: &VPath, how: Removal, expect: Option<Seen>) -> FsResult<bool>;
+    fn remove(&self, vp: &VPath, how: Removal, expect: Option<Seen>, way: Way) -> FsResult<bool>;
 
     /// Renames `from` (in this store) to `to` (in `to_store`), replacing what `replace` allows.
     fn rename(

@@ -9,7 +9,7 @@ use std::os::fd::OwnedFd;
 
 use rustix::fs::{Mode, OFlags};
 
-use super::{Fingerprint, Identity, Meta, Moved, Opened, Put, Removal, Replace, Seen, Store};
+use super::{Fingerprint, Identity, Meta, Moved, Opened, Put, Removal, Replace, Seen, Store, Way};
 use crate::core::error::{FsError, FsResult};
 use crate::core::ops::{Entry, ResolveResult};
 use crate::core::path::VPath;
@@ -145,7 +145,7 @@ impl Store for RemoteZone {
         })
     }
 
-    fn write_dir(&self, vp: &VPath, _follow: bool) -> FsResult<(VPath, OwnedFd)> {
+    fn write_dir(&self, vp: &VPath, _follow: bool, _way: Way) -> FsResult<(VPath, OwnedFd)> {
         if vp.is_root() {
             return Err(is_dir(vp));
         }
@@ -186,6 +186,7 @@ impl Store for RemoteZone {
         target: &str,
         replace: bool,
         expect: Option<Seen>,
+        _way: Way,
     ) -> FsResult<bool> {
         let now = check_seen(self, vp, expect)?;
         match &now {
@@ -201,7 +202,7 @@ impl Store for RemoteZone {
         Ok(now.is_none())
     }
 
-    fn mkdir(&self, vp: &VPath, parents: bool, mode: Option<u32>) -> FsResult<()> {
+    fn mkdir(&self, vp: &VPath, parents: bool, mode: Option<u32>, _way: Way) -> FsResult<()> {
         match self.stat_fresh(vp) {
             Ok(meta) if parents && meta.kind == EntryKind::Dir => return Ok(()),
             Ok(_) => {
@@ -234,7 +235,7 @@ impl Store for RemoteZone {
         Ok(())
     }
 
-    fn remove(&self, vp: &VPath, how: Removal, expect: Option<Seen>) -> FsResult<bool> {
+    fn remove(&self, vp: &VPath, how: Removal, expect: Option<Seen>, _way: Way) -> FsResult<bool> {
         let meta = match check_seen(self, vp, expect)? {
             Some(m) => m,
             None if expect.is_some() => return Ok(false),
