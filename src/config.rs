@@ -338,7 +338,7 @@ impl Default for CheckpointsSection {
     fn default() -> Self {
         CheckpointsSection {
             max_file_bytes: 16 * 1024 * 1024,
-            exclude: vec!["node_modules/".into(), "target/".into(), ".venv/".into()],
+            exclude: vec!["node_modules/".into(), ".venv/".into()],
             gitignore: true,
             auto_quiet_ms: 2000,
             keep: 1000,

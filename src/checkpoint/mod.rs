@@ -992,16 +992,30 @@ impl Checkpoints {
 
 /// The largest `.gitignore` a checkpoint reads (past this, the rest of the file is not read).
 const GITIGNORE_MAX_BYTES: u64 = 1 << 20;
+/// Patterns a checkpoint takes from one `.gitignore`, and from all of a zone's together: each
+/// wildcard pattern costs compile time and memory in the matcher, so a repository's thousands of
+/// them (20 files of 1 MiB of wildcards took 20 s and 540 MB) must not stall every checkpoint.
+/// Past either bound the rest of the file is not used, and the log names the file.
+const GITIGNORE_MAX_PATTERNS: usize = 5_000;
+const GITIGNORE_ZONE_PATTERNS: usize = 20_000;
+/// The longest pattern line a checkpoint takes (git's own paths are shorter than this).
+const GITIGNORE_MAX_LINE: usize = 4096;
 
 /// What checkpoints leave out: `checkpoints.exclude`, and what the zone's `.gitignore` files
 /// ignore (with `checkpoints.gitignore`): the top one and one in any directory, each for the
 /// paths beneath its own directory, the deepest that has a say deciding, as in git.
 struct Filter {
     exclude: Gitignore,
-    /// The zone's root, opened; `None` without `checkpoints.gitignore`.
-    root: Option<(std::path::PathBuf, std::os::fd::OwnedFd)>,
+    /// The zone's root, opened.
+    root: (std::path::PathBuf, std::os::fd::OwnedFd),
+    /// Whether the zone's `.gitignore` files have a say (`checkpoints.gitignore`).
+    gitignore: bool,
+    /// Whether each directory asked about so far is a build output ([`is_build_output`]).
+    outputs: Mutex<HashMap<String, bool>>,
     /// The `.gitignore` of each directory asked about so far (`None`: it has none).
     dirs: Mutex<HashMap<String, Option<Arc<Gitignore>>>>,
+    /// Patterns the zone's `.gitignore` files may still add ([`GITIGNORE_ZONE_PATTERNS`]).
+    patterns_left: std::sync::atomic::AtomicUsize,
 }
 
 impl Filter {
@@ -1016,33 +1030,29 @@ impl Filter {
         let exclude = b
             .build()
             .map_err(|e| FsError::invalid("checkpoints.exclude", e.to_string()))?;
-        let root = if cfg.gitignore {
-            let fd = rustix::fs::open(
-                root,
-                rustix::fs::OFlags::PATH
-                    | rustix::fs::OFlags::DIRECTORY
-                    | rustix::fs::OFlags::CLOEXEC,
-                rustix::fs::Mode::empty(),
-            )
-            .map_err(|e| FsError::Internal(format!("{}: {e}", root.display())))?;
-            Some((root.to_path_buf(), fd))
-        } else {
-            None
-        };
+        let fd = rustix::fs::open(
+            root,
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .map_err(|e| FsError::Internal(format!("{}: {e}", root.display())))?;
         Ok(Filter {
             exclude,
-            root,
+            root: (root.to_path_buf(), fd),
+            gitignore: cfg.gitignore,
             dirs: Mutex::default(),
+            outputs: Mutex::default(),
+            patterns_left: GITIGNORE_ZONE_PATTERNS.into(),
         })
     }
 
     /// The `.gitignore` of directory `dir` (relative to the zone; `""` the root), read once.
     fn gitignore_of(&self, dir: &str) -> Option<Arc<Gitignore>> {
-        let (root, fd) = self.root.as_ref()?;
+        let (root, fd) = &self.root;
         if let Some(known) = self.dirs.lock().expect("not poisoned").get(dir) {
             return known.clone();
         }
-        let read = read_gitignore(fd, root, dir).map(Arc::new);
+        let read = read_gitignore(fd, root, dir, &self.patterns_left).map(Arc::new);
         self.dirs
             .lock()
             .expect("not poisoned")
@@ -1056,10 +1066,11 @@ impl Filter {
             .matched_path_or_any_parents(rel, dir)
             .is_ignore()
             || !storable(rel)
+            || self.in_build_output(rel, dir)
         {
             return true;
         }
-        if self.root.is_none() {
+        if !self.gitignore {
             return false;
         }
         // Each directory above `rel`, from the root down: the deepest `.gitignore` with a match
@@ -1085,10 +1096,76 @@ impl Filter {
     }
 }
 
+impl Filter {
+    /// Whether `rel` (a directory when `dir`) is or lies beneath a build output
+    /// ([`is_build_output`]), each directory on the way asked once.
+    fn in_build_output(&self, rel: &str, dir: bool) -> bool {
+        let mut end = 0;
+        loop {
+            let next = rel[end..].find('/').map(|i| end + i);
+            let at = match next {
+                Some(i) => &rel[..i],
+                None if dir => rel,
+                None => return false,
+            };
+            if self.is_output_dir(at) {
+                return true;
+            }
+            match next {
+                Some(i) => end = i + 1,
+                None => return false,
+            }
+        }
+    }
+
+    fn is_output_dir(&self, dir: &str) -> bool {
+        if let Some(known) = self.outputs.lock().expect("not poisoned").get(dir) {
+            return *known;
+        }
+        let found = is_build_output(&self.root.1, dir);
+        self.outputs
+            .lock()
+            .expect("not poisoned")
+            .insert(dir.to_string(), found);
+        found
+    }
+}
+
+/// Whether directory `dir` (relative to the zone's root `fd`) is a build output, which no
+/// checkpoint records whatever the configuration: a `target` beside a `Cargo.toml` (Cargo's),
+/// or a directory tagged with a `CACHEDIR.TAG` (the cache directory convention, which Cargo and
+/// others follow). A `target` directory elsewhere (`src/target/x.rs`) is source like any other.
+fn is_build_output(fd: &std::os::fd::OwnedFd, dir: &str) -> bool {
+    use rustix::fs::{AtFlags, FileType};
+    let is_file = |rel: &str| {
+        crate::core::zone::openat2_beneath(
+            std::os::fd::AsFd::as_fd(fd),
+            rel,
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::NOFOLLOW,
+            rustix::fs::Mode::empty(),
+        )
+        .ok()
+        .and_then(|f| rustix::fs::statat(&f, "", AtFlags::EMPTY_PATH).ok())
+        .is_some_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::RegularFile)
+    };
+    let (parent, name) = match dir.rsplit_once('/') {
+        Some((p, n)) => (format!("{p}/"), n),
+        None => (String::new(), dir),
+    };
+    (name == "target" && is_file(&format!("{parent}Cargo.toml")))
+        || is_file(&format!("{dir}/CACHEDIR.TAG"))
+}
+
 /// Reads `dir/.gitignore` beneath the zone's root `fd` (at `root`): never through a symlink
 /// (a repository's `.gitignore` may be a link to anything, `/dev/zero` included), only a regular
-/// file, at most [`GITIGNORE_MAX_BYTES`]. Returns its matcher, rooted at `dir`.
-fn read_gitignore(fd: &std::os::fd::OwnedFd, root: &Path, dir: &str) -> Option<Gitignore> {
+/// file, at most [`GITIGNORE_MAX_BYTES`], its patterns within [`GITIGNORE_MAX_PATTERNS`] and what
+/// is `left` of the zone's. Returns its matcher, rooted at `dir`.
+fn read_gitignore(
+    fd: &std::os::fd::OwnedFd,
+    root: &Path,
+    dir: &str,
+    left: &std::sync::atomic::AtomicUsize,
+) -> Option<Gitignore> {
     use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
     let rel = if dir.is_empty() {
         ".gitignore".to_string()
@@ -1113,9 +1190,40 @@ fn read_gitignore(fd: &std::os::fd::OwnedFd, root: &Path, dir: &str) -> Option<G
         .read_to_end(&mut text)
         .ok()?;
     let base = root.join(dir);
+    gitignore_matcher(&base, &String::from_utf8_lossy(&text), &rel, left)
+}
+
+/// Compiles the patterns of `text` (the `.gitignore` at `rel`, for paths beneath `base`), at
+/// most [`GITIGNORE_MAX_PATTERNS`] and what is `left` of the zone's budget (taken from it).
+fn gitignore_matcher(
+    base: &Path,
+    text: &str,
+    rel: &str,
+    left: &std::sync::atomic::AtomicUsize,
+) -> Option<Gitignore> {
+    use std::sync::atomic::Ordering;
     let from = base.join(".gitignore");
-    let mut b = GitignoreBuilder::new(&base);
-    for line in String::from_utf8_lossy(&text).lines() {
+    let patterns = text
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#') && l.len() <= GITIGNORE_MAX_LINE);
+    let total = patterns.clone().count();
+    let allowed = total.min(GITIGNORE_MAX_PATTERNS);
+    let granted = left
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+            Some(n - n.min(allowed))
+        })
+        .map_or(0, |n| n.min(allowed));
+    if granted < total {
+        tracing::warn!(
+            file = %crate::core::text::name(rel),
+            used = granted,
+            unused = total - granted,
+            "a .gitignore has more patterns than a checkpoint takes; the rest are not applied \
+             (files they would ignore are checkpointed)"
+        );
+    }
+    let mut b = GitignoreBuilder::new(base);
+    for line in patterns.take(granted) {
         // A line git would not take is skipped, as git skips it.
         let _ = b.add_line(Some(from.clone()), line);
     }
@@ -1780,6 +1888,70 @@ mod tests {
 
     fn ws(dir: &Path) -> std::path::PathBuf {
         dir.join("z/workspace")
+    }
+
+    #[test]
+    fn a_target_directory_is_left_out_only_where_it_is_a_build_output() {
+        let t = tempfile::tempdir().unwrap();
+        let (z, cps) = setup(t.path(), "");
+        for f in [
+            "Cargo.toml",
+            "target/debug/app",
+            "src/target/x.rs",
+            "crates/a/Cargo.toml",
+            "crates/a/target/x.o",
+            "docs/target/plan.md",
+            "cache/CACHEDIR.TAG",
+            "cache/blob",
+        ] {
+            z.write(&format!("/workspace/{f}"), "x\n", API).unwrap();
+        }
+        // A `Cargo.toml` that is a symlink makes no build output of its neighbour.
+        z.symlink("/workspace/docs/Cargo.toml", "../Cargo.toml", API)
+            .unwrap();
+        let f = Filter::new(&ws(t.path()), &cps.cfg).unwrap();
+        for (path, skipped) in [
+            ("target/debug/app", true),
+            ("crates/a/target/x.o", true),
+            ("cache/blob", true),
+            ("src/target/x.rs", false),
+            ("docs/target/plan.md", false),
+            ("Cargo.toml", false),
+        ] {
+            assert_eq!(f.skips(path, false), skipped, "{path}");
+        }
+        assert!(f.skips("target", true));
+        assert!(!f.skips("src/target", true));
+        let cp = cps.create(ZoneId::Workspace, "", API).unwrap();
+        let repo = Repository::open_bare(t.path().join("state/checkpoints.git")).unwrap();
+        let tree = repo.find_tree(Oid::from_str(&cp.tree).unwrap()).unwrap();
+        assert!(tree.get_path(Path::new("src/target/x.rs")).is_ok());
+        assert!(tree.get_path(Path::new("target")).is_err());
+    }
+
+    #[test]
+    fn a_gitignore_gives_a_checkpoint_a_bounded_number_of_patterns() {
+        let t = tempfile::tempdir().unwrap();
+        let left = std::sync::atomic::AtomicUsize::new(GITIGNORE_ZONE_PATTERNS);
+        // A bomb: far more wildcard patterns than a checkpoint takes; the last one would match.
+        let mut text: String = (0..GITIGNORE_MAX_PATTERNS + 1000)
+            .map(|i| format!("*{i}*q*z*\n"))
+            .collect();
+        text.push_str("*.log\n");
+        let g = gitignore_matcher(t.path(), &text, ".gitignore", &left).unwrap();
+        assert_eq!(g.num_ignores(), GITIGNORE_MAX_PATTERNS as u64);
+        assert!(
+            !g.matched("a.log", false).is_ignore(),
+            "a pattern past the bound applied"
+        );
+        assert!(g.matched("x7qz", false).is_ignore());
+        // The zone's budget is shared: after four such files, the fifth gets nothing.
+        for _ in 0..3 {
+            gitignore_matcher(t.path(), &text, ".gitignore", &left).unwrap();
+        }
+        let fifth = gitignore_matcher(t.path(), &text, ".gitignore", &left).unwrap();
+        assert_eq!(fifth.num_ignores(), 0);
+        assert_eq!(left.load(std::sync::atomic::Ordering::Relaxed), 0);
     }
 
     #[test]
