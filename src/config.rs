@@ -226,12 +226,18 @@ pub struct Limits {
     pub glob_max_results: usize,
     /// Largest JSON answer read from a sandbox (stat, listings, command output).
     pub sandbox_answer_bytes: u64,
-    /// Largest walk listing of a sandbox's tree downloaded (mirror push and pull).
+    /// Largest walk listing of a sandbox's tree read (mirror push and pull): the records
+    /// downloaded, or the paths listed when the sandbox has no GNU find. With
+    /// `sandbox_walk_entries` it bounds what a walk keeps in memory (its paths, plus about
+    /// 100 bytes an entry).
     pub sandbox_listing_bytes: u64,
+    /// Most entries one walk or listing of a sandbox's tree may hold (each is kept in memory).
+    pub sandbox_walk_entries: usize,
     /// Largest file downloaded from a sandbox; mirror pull skips and reports larger ones.
     pub sandbox_file_bytes: u64,
     /// Largest file a git pull takes from a repository (libgit2 reads a blob whole); larger ones
-    /// are skipped and reported.
+    /// are skipped and reported. Plus `git::memory::HEADROOM`, the most libgit2 may allocate at
+    /// once while a fetch or pull reads a repository.
     pub git_blob_bytes: u64,
     /// Descriptors the daemon may hold open. The mount keeps one per inode the kernel caches, so
     /// this bounds how large a tree stays cached (three quarters of it); past that, the least
@@ -239,6 +245,11 @@ pub struct Limits {
     /// this when the system allows (root, or a hard limit at least as high), else to its hard
     /// limit, and says so.
     pub open_files: u64,
+    /// Memory all request bodies being read and parsed may take together (the API's body
+    /// budget): past it a request waits for its turn, then gets BUSY.
+    pub body_memory_bytes: u64,
+    /// How long a request waits for room in `body_memory_bytes` before it gets BUSY.
+    pub body_memory_wait_secs: u64,
 }
 
 impl Default for Limits {
@@ -249,10 +260,13 @@ impl Default for Limits {
             grep_max_results: 1000,
             glob_max_results: 1000,
             sandbox_answer_bytes: 16 << 20,
-            sandbox_listing_bytes: 256 << 20,
+            sandbox_listing_bytes: 64 << 20,
+            sandbox_walk_entries: 1_000_000,
             sandbox_file_bytes: 4 << 30,
             git_blob_bytes: 256 << 20,
             open_files: 262_144,
+            body_memory_bytes: 192 << 20,
+            body_memory_wait_secs: 30,
         }
     }
 }
@@ -269,6 +283,33 @@ pub struct ApiSection {
     /// Hosts besides loopback that a sandbox added through the API may reach over plain http.
     #[serde(default)]
     pub sandbox_http_hosts: Vec<String>,
+    /// Most connections the socket serves at once (see [`Connections`]).
+    #[serde(default)]
+    pub max_connections: Option<usize>,
+    /// Seconds a connection may go without a complete request head (see [`Connections`]).
+    #[serde(default)]
+    pub idle_timeout_secs: Option<u64>,
+}
+
+/// How the API's socket bounds its connections: `api.max_connections` and
+/// `api.idle_timeout_secs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Connections {
+    /// Most connections served at once (the daemon also keeps it under an eighth of its
+    /// descriptor limit).
+    pub max: usize,
+    /// How long a connection may go without a complete request head, from its opening or its
+    /// last answer; then it is closed.
+    pub idle_timeout: Duration,
+}
+
+impl Default for Connections {
+    fn default() -> Self {
+        Connections {
+            max: 1024,
+            idle_timeout: Duration::from_secs(10),
+        }
+    }
 }
 
 /// `[git]`.
@@ -1074,6 +1115,8 @@ pub struct Settings {
     pub zones: Vec<ZoneSettings>,
     pub limits: Limits,
     pub allowed_uids: Vec<u32>,
+    /// `api.max_connections` and `api.idle_timeout_secs`.
+    pub connections: Connections,
     /// `api.sandbox_token_envs`: the token variables `sandbox add` may name.
     pub sandbox_token_envs: Vec<String>,
     /// `api.sandbox_http_hosts`: non-loopback hosts `sandbox add` may name over plain http.
@@ -1128,6 +1171,30 @@ impl Settings {
         })?;
         resolve(file, origin, base, source).map_err(|e| e.located(text))
     }
+}
+
+/// Reads `api.max_connections` (1 to 1000000) and `api.idle_timeout_secs` (1 to 3600), with
+/// their defaults.
+fn connections(api: &ApiSection) -> Result<Connections, (&'static str, String)> {
+    let d = Connections::default();
+    let max = api.max_connections.unwrap_or(d.max);
+    if !(1..=1_000_000).contains(&max) {
+        return Err((
+            "api.max_connections",
+            format!("{max} must be between 1 and 1000000"),
+        ));
+    }
+    let idle = api.idle_timeout_secs.unwrap_or(d.idle_timeout.as_secs());
+    if !(1..=3600).contains(&idle) {
+        return Err((
+            "api.idle_timeout_secs",
+            format!("{idle} must be between 1 and 3600"),
+        ));
+    }
+    Ok(Connections {
+        max,
+        idle_timeout: Duration::from_secs(idle),
+    })
 }
 
 fn resolve(
@@ -1275,6 +1342,7 @@ fn resolve(
     for (key, v) in [
         ("limits.grep_max_results", l.grep_max_results),
         ("limits.glob_max_results", l.glob_max_results),
+        ("limits.sandbox_walk_entries", l.sandbox_walk_entries),
     ] {
         if v == 0 || v > 10_000_000 {
             return Err(bad(key, format!("{v} must be between 1 and 10000000")));
@@ -1299,6 +1367,19 @@ fn resolve(
         }
     }
 
+    if l.body_memory_bytes < 1 << 20 {
+        return Err(bad(
+            "limits.body_memory_bytes",
+            format!("{} must be at least 1048576 (1 MiB)", l.body_memory_bytes),
+        ));
+    }
+    if !(1..=3600).contains(&l.body_memory_wait_secs) {
+        return Err(bad(
+            "limits.body_memory_wait_secs",
+            format!("{} must be between 1 and 3600", l.body_memory_wait_secs),
+        ));
+    }
+    let connections = connections(&file.api).map_err(|(key, rule)| bad(key, rule))?;
     if !(256..=1 << 24).contains(&l.open_files) {
         return Err(bad(
             "limits.open_files",
@@ -1428,6 +1509,7 @@ fn resolve(
         zones,
         limits: l,
         allowed_uids: file.api.allowed_uids,
+        connections,
         sandbox_token_envs: file.api.sandbox_token_envs,
         sandbox_http_hosts: file.api.sandbox_http_hosts,
         git,

@@ -16,6 +16,8 @@ pub enum ApiError {
     /// The error of one git operation (`PullError`, `PushError`, …).
     Git(Box<dyn GitFailure>),
     Sandbox(SandboxError),
+    /// BUSY: the request bodies in flight take the whole body budget; says which limit.
+    Busy(String),
 }
 
 impl From<SandboxError> for ApiError {
@@ -43,6 +45,7 @@ impl ApiError {
             ApiError::Fs(e) => e.code(),
             ApiError::Git(e) => e.code(),
             ApiError::Sandbox(e) => e.code(),
+            ApiError::Busy(_) => ErrorCode::Busy,
         }
     }
 
@@ -51,7 +54,7 @@ impl ApiError {
         match self {
             ApiError::Fs(e) => e.path(),
             ApiError::Git(e) => e.path(),
-            ApiError::Sandbox(_) => None,
+            ApiError::Sandbox(_) | ApiError::Busy(_) => None,
         }
     }
 
@@ -61,6 +64,7 @@ impl ApiError {
             ApiError::Fs(e) => e.to_string(),
             ApiError::Git(e) => e.to_string(),
             ApiError::Sandbox(e) => e.to_string(),
+            ApiError::Busy(m) => m.clone(),
         }
     }
 
@@ -110,7 +114,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         OutsideZone | ReadOnly | PermissionDenied | Rejected => StatusCode::FORBIDDEN,
         NoMatch | NotUnique | Binary => StatusCode::UNPROCESSABLE_ENTITY,
         AuthFailed => StatusCode::UNAUTHORIZED,
-        ZoneUnavailable | SandboxUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+        ZoneUnavailable | SandboxUnavailable | Busy => StatusCode::SERVICE_UNAVAILABLE,
         RemoteUnavailable => StatusCode::BAD_GATEWAY,
         NoSpace => StatusCode::INSUFFICIENT_STORAGE,
         Internal => StatusCode::INTERNAL_SERVER_ERROR,

@@ -11,8 +11,9 @@ use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::body::{drain, expects_continue, JsonBody};
+use super::body::{drain, expects_continue, not_json, JsonBody, JsonBytes};
 use super::error::ApiError;
+use super::json_string::decode_in_place;
 use super::openapi::{route, Route};
 use super::peer::Peer;
 use super::AppState;
@@ -225,11 +226,10 @@ pub(super) fn routes() -> Vec<Route> {
             /// `context`/`before`/`after` lines), `files` (paths of files with a match) or `count`
             /// (matching lines per file). Like ripgrep, hidden files are skipped,
             /// `.gitignore`/`.ignore` are honoured, binary files (a NUL byte) are skipped and
-            /// symlinks are not followed; a multiply-linked file is skipped unless the zone allows
-            /// hard links, and a file with a line longer than `limits.max_read_bytes` is skipped
-            /// (both named in `skipped`); a reported line is cut at 2048 bytes; `glob` and `type`
-            /// select files as `rg -g` and `rg -t`. Results are capped by `limit` (default and
-            /// maximum `limits.grep_max_results`, 1000 by default), counting matching lines in
+            /// symlinks are not followed; a file with a line longer than `limits.max_read_bytes`
+            /// is skipped (named in `skipped`); a reported line is cut at 2048 bytes; `glob` and
+            /// `type` select files as `rg -g` and `rg -t`. Results are capped by `limit` (default
+            /// and maximum `limits.grep_max_results`, 1000 by default), counting matching lines in
             /// content mode and files in files and count modes; when `truncated` is true the search
             /// stopped early and more matches exist: narrow `path`, `glob` or `pattern`.
             /// INVALID_ARGUMENT also for an empty or invalid regex, a bad glob or type, a `limit`
@@ -444,14 +444,16 @@ async fn raw_put(
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 #[schemars(rename = "WriteRequest")]
-struct WriteReq {
+struct WriteReq<'a> {
     /// The file's virtual path. Missing parent directories are created; a symlink in the last
     /// component is followed while it stays inside the zone.
     #[schemars(length(min = 1, max = 4096))]
     path: String,
     /// The complete new contents (UTF-8 text). At most `limits.max_write_bytes` bytes once
     /// encoded (100 MiB by default). For bytes that are not text, use PUT /v1/fs/raw.
-    content: String,
+    #[serde(borrow)]
+    #[schemars(with = "String")]
+    content: &'a serde_json::value::RawValue,
     /// Sync the file and its directory to disk before answering, so the write survives a power
     /// loss, not only a crash of the daemon (slower: one fsync of each). Without it an
     /// acknowledged write survives the daemon being killed, not the machine losing power.
@@ -459,13 +461,47 @@ struct WriteReq {
     fsync: bool,
 }
 
+/// A write's body with its `content` decoded where it lies (`json_string`), so a write holds
+/// its body in memory once, never a second copy of the content.
+struct Write {
+    path: String,
+    fsync: bool,
+    body: Vec<u8>,
+    /// Where the decoded content lies in `body`.
+    content: std::ops::Range<usize>,
+}
+
+impl Write {
+    fn parse(mut body: Vec<u8>) -> Result<Write, ApiError> {
+        let (path, fsync, raw) = {
+            let r: WriteReq = serde_json::from_slice(&body).map_err(not_json)?;
+            let raw = r.content.get();
+            let start = raw.as_ptr() as usize - body.as_ptr() as usize;
+            (r.path, r.fsync, start..start + raw.len())
+        };
+        let len = decode_in_place(&mut body[raw.clone()])
+            .map_err(|rule| FsError::invalid("content", rule))?;
+        Ok(Write {
+            path,
+            fsync,
+            body,
+            content: raw.start..raw.start + len,
+        })
+    }
+
+    fn content(&self) -> &[u8] {
+        &self.body[self.content.clone()]
+    }
+}
+
 async fn write(
     State(app): State<Arc<AppState>>,
     ConnectInfo(peer): ConnectInfo<Peer>,
-    JsonBody(r): JsonBody<WriteReq>,
+    body: JsonBytes<WriteReq<'static>>,
 ) -> AppResult<crate::core::WriteResult> {
+    let w = Write::parse(body.bytes)?;
     blocking(&app, move |z| {
-        z.write_synced(&r.path, r.content.as_bytes(), r.fsync, origin(peer))
+        z.write_synced(&w.path, w.content(), w.fsync, origin(peer))
     })
     .await
 }

@@ -11,11 +11,13 @@
 
 mod body;
 mod checkpoint;
+mod conn;
 mod error;
 mod events;
 mod fs;
 pub mod gc;
 mod git;
+mod json_string;
 mod metrics;
 mod openapi;
 mod peer;
@@ -58,6 +60,8 @@ pub struct AppState {
     pub mounted: bool,
     /// Set when the daemon starts to stop, so that endless answers (`/v1/events`) end.
     pub stopping: tokio::sync::watch::Sender<bool>,
+    /// The one memory budget of the request bodies being read (`limits.body_memory_bytes`).
+    pub(crate) bodies: body::Budget,
 }
 
 impl AppState {
@@ -80,6 +84,10 @@ impl AppState {
                         &settings,
                     ))
                     .with_provision_dir(settings.state_dir.join("provision")),
+            ),
+            bodies: body::Budget::new(
+                settings.limits.body_memory_bytes,
+                std::time::Duration::from_secs(settings.limits.body_memory_wait_secs),
             ),
             zones,
             metrics: Metrics::new(),
@@ -181,6 +189,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .into_iter()
         .fold(Router::new(), |router, r| r.serve_on(router))
         .fallback(not_found)
+        .layer(axum::middleware::from_fn(body::hold))
         .layer(axum::middleware::map_response(method_not_allowed_json))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -189,40 +198,25 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-/// How long a shutdown waits for open connections to end before it closes them: a client that
-/// holds half a request head, or never reads its answer, must not keep the daemon alive.
-pub const SHUTDOWN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+pub use conn::SHUTDOWN_DEADLINE;
 
-/// Serves the router on `listener` until `shutdown` completes, then lets open answers end for
-/// at most [`SHUTDOWN_DEADLINE`].
+/// Serves the router on `listener` (within the connection limits of `api.max_connections` and
+/// `api.idle_timeout_secs`, see `conn`) until `shutdown` completes, then lets open answers end
+/// for at most [`SHUTDOWN_DEADLINE`].
 pub async fn serve(
     listener: PeerListener,
     state: Arc<AppState>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let policy = conn::Policy::of(state.settings.connections);
     let stopping = state.clone();
-    let (began, mut begun) = tokio::sync::watch::channel(false);
-    let app = router(state).into_make_service_with_connect_info::<Peer>();
-    let serving = axum::serve(listener, app).with_graceful_shutdown(async move {
+    let shutdown = async move {
         shutdown.await;
-        // Graceful shutdown waits for every answer to end, streams included.
+        // Endless answers (`/v1/events`) end when they see this.
         stopping.stopping.send_replace(true);
-        began.send_replace(true);
-    });
-    let deadline = async move {
-        let _ = begun.wait_for(|b| *b).await;
-        tokio::time::sleep(SHUTDOWN_DEADLINE).await;
     };
-    tokio::select! {
-        served = serving => served,
-        () = deadline => {
-            tracing::warn!(
-                after_s = SHUTDOWN_DEADLINE.as_secs(),
-                "connections still open after the shutdown deadline: closing them"
-            );
-            Ok(())
-        }
-    }
+    conn::serve(listener, router(state), policy, shutdown).await;
+    Ok(())
 }
 
 /// Liveness answer.

@@ -26,7 +26,7 @@ use schemars::transform::RecursiveTransform;
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde_json::{json, Map, Value};
 
-use super::body::JsonBody;
+use super::body::{JsonBody, JsonBytes};
 use super::error::{status_of, ApiError, ErrorBody, StreamError};
 use super::peer::Peer;
 use super::AppState;
@@ -373,16 +373,32 @@ impl DocumentedArg for axum::body::Body {}
 
 impl<T: JsonSchema> DocumentedArg for JsonBody<T> {
     fn document(op: &mut Operation, s: &mut Schemas) {
-        op.request = Some(json!({
-            "required": true,
-            "description": "A JSON object (parsed as JSON whatever the Content-Type header says). \
-                            Unknown fields are refused with INVALID_ARGUMENT; a body over \
-                            2 × `limits.max_write_bytes` + 64 KiB with TOO_LARGE.",
-            "content": { "application/json": { "schema": s.request::<T>() } },
-        }));
-        op.errors
-            .extend([ErrorCode::InvalidArgument, ErrorCode::TooLarge]);
+        document_json_body::<T>(op, s);
     }
+}
+
+impl<T: JsonSchema> DocumentedArg for JsonBytes<T> {
+    fn document(op: &mut Operation, s: &mut Schemas) {
+        document_json_body::<T>(op, s);
+    }
+}
+
+/// A JSON body of type `T`, and the codes reading one can answer.
+fn document_json_body<T: JsonSchema>(op: &mut Operation, s: &mut Schemas) {
+    op.request = Some(json!({
+        "required": true,
+        "description": "A JSON object (parsed as JSON whatever the Content-Type header says). \
+                        Unknown fields are refused with INVALID_ARGUMENT; a body over \
+                        2 × `limits.max_write_bytes` + 64 KiB with TOO_LARGE; BUSY when the \
+                        bodies being read take all of `limits.body_memory_bytes` for longer \
+                        than `limits.body_memory_wait_secs`.",
+        "content": { "application/json": { "schema": s.request::<T>() } },
+    }));
+    op.errors.extend([
+        ErrorCode::InvalidArgument,
+        ErrorCode::TooLarge,
+        ErrorCode::Busy,
+    ]);
 }
 
 impl<T: JsonSchema> DocumentedArg for Result<Query<T>, QueryRejection> {
@@ -666,14 +682,14 @@ mod tests {
             read[status]["content"]["application/json"]["schema"]["properties"]["code"]["enum"]
                 .clone()
         };
-        // A JSON body: a malformed one and one over the limit.
+        // A JSON body: a malformed one, one over the limit, one finding no room in the budget.
         assert_eq!(codes("400"), json!(["INVALID_PATH", "INVALID_ARGUMENT"]));
         assert_eq!(codes("413"), json!(["TOO_LARGE"]));
         // `Result<Json<_>, ApiError>`: a worker that fails.
         assert_eq!(codes("500"), json!(["INTERNAL"]));
         assert_eq!(
             codes("503"),
-            json!(["ZONE_UNAVAILABLE", "SANDBOX_UNAVAILABLE"])
+            json!(["ZONE_UNAVAILABLE", "SANDBOX_UNAVAILABLE", "BUSY"])
         );
         // A query struct gives the parameters, without null.
         let log = &doc["paths"]["/v1/log"]["get"];

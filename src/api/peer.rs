@@ -6,8 +6,6 @@ use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use axum::extract::connect_info::Connected;
-use axum::serve::{IncomingStream, Listener};
 use tokio::net::{UnixListener, UnixStream};
 
 /// The credentials of a connected client.
@@ -104,50 +102,31 @@ async fn still_listening(path: &Path) -> Option<Option<i32>> {
     }
 }
 
-impl Listener for PeerListener {
-    type Io = UnixStream;
-    type Addr = Peer;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        loop {
-            let stream = match self.inner.accept().await {
-                Ok((s, _)) => s,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    continue;
-                }
-            };
-            match stream.peer_cred() {
-                Ok(c) if self.admits(c.uid()) => {
-                    return (
-                        stream,
-                        Peer {
-                            uid: c.uid(),
-                            pid: c.pid().and_then(|p| u32::try_from(p).ok()),
-                        },
-                    )
-                }
-                Ok(c) => tracing::warn!(
+impl PeerListener {
+    /// Accepts one connection: `Ok(None)` when its peer was refused (logged, and closed before a
+    /// byte of HTTP is read); an error when `accept` failed (the caller backs off).
+    pub async fn accept_peer(&mut self) -> io::Result<Option<(UnixStream, Peer)>> {
+        let (stream, _) = self.inner.accept().await?;
+        match stream.peer_cred() {
+            Ok(c) if self.admits(c.uid()) => Ok(Some((
+                stream,
+                Peer {
+                    uid: c.uid(),
+                    pid: c.pid().and_then(|p| u32::try_from(p).ok()),
+                },
+            ))),
+            Ok(c) => {
+                tracing::warn!(
                     uid = c.uid(),
                     pid = c.pid(),
                     "refused a connection from a uid that is neither the daemon's nor in api.allowed_uids"
-                ),
-                Err(e) => tracing::warn!(error = %e, "refused a connection whose credentials could not be read"),
+                );
+                Ok(None)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "refused a connection whose credentials could not be read");
+                Ok(None)
             }
         }
-    }
-
-    fn local_addr(&self) -> io::Result<Self::Addr> {
-        Ok(Peer {
-            uid: self.own_uid,
-            pid: Some(std::process::id()),
-        })
-    }
-}
-
-impl Connected<IncomingStream<'_, PeerListener>> for Peer {
-    fn connect_info(stream: IncomingStream<'_, PeerListener>) -> Self {
-        *stream.remote_addr()
     }
 }

@@ -126,6 +126,11 @@ pub struct RestoreResult {
     pub conflicts: Vec<String>,
     /// Paths left alone because the checkpoint holds only their size.
     pub not_kept: Vec<String>,
+    /// Paths the checkpoint holds that no restore writes: a `.git` in any spelling git, a
+    /// case-insensitive disk, NTFS or HFS+ reads as one (no checkpoint records one; only a store
+    /// changed beside wardfs can hold it). Git would run what such a path holds.
+    #[serde(default)]
+    pub refused: Vec<String>,
 }
 
 /// The files a snapshot read and hashed, by virtual path: the blob and the version read. A
@@ -159,6 +164,8 @@ struct Snapshot {
     /// Files of the changes it recorded that it holds by size only.
     not_kept: u64,
     hashed: Hashed,
+    /// The blob of its files' exact permission bits ([`Modes`]), if any differ from the tree's.
+    modes: Option<Oid>,
 }
 
 /// The checkpoints of every local zone.
@@ -259,7 +266,10 @@ impl Checkpoints {
         let snap = self.snapshot(repo, zone)?;
         if unchanged == Unchanged::UseLatest {
             let tree_hex = snap.tree.to_string();
-            let same = |p: &&CheckpointRow| p.scope.is_none() && p.tree == tree_hex;
+            let modes_hex = snap.modes.map(|m| m.to_string());
+            let same = |p: &&CheckpointRow| {
+                p.scope.is_none() && p.tree == tree_hex && p.modes == modes_hex
+            };
             if let Some(latest) = snap.parent.as_ref().filter(same) {
                 tracing::debug!(
                     zone = zone.name(),
@@ -279,6 +289,7 @@ impl Checkpoints {
         let not_kept = snap.not_kept;
         let db = self.zones.db();
         let tree_hex = snap.tree.to_string();
+        let modes_hex = snap.modes.map(|m| m.to_string());
         // A test kills the daemon here: objects written, no row (the store's gc takes them).
         gate::hold("checkpoint-stored");
         let id = db
@@ -293,6 +304,7 @@ impl Checkpoints {
                 files,
                 not_kept,
                 scope,
+                modes: modes_hex.as_deref(),
             })
             .map_err(state_err)?;
         let row = db
@@ -630,7 +642,9 @@ impl Checkpoints {
             removed: Vec::new(),
             conflicts: Vec::new(),
             not_kept: Vec::new(),
+            refused: Vec::new(),
         };
+        let modes = Modes::of(repo, target)?;
         // Removals first (a directory in the way of a file goes with its files), then writes.
         let mut writes = Vec::new();
         let mut emptied: BTreeSet<String> = BTreeSet::new();
@@ -643,6 +657,10 @@ impl Checkpoints {
                 .unwrap_or_default();
             let vp = VPath::new(zone, &rel)
                 .map_err(|_| FsError::Internal(format!("a checkpoint holds the path {rel:?}")))?;
+            if !storable(&rel) {
+                res.refused.push(vp.to_string());
+                continue;
+            }
             // What the pre-restore checkpoint just read from the file is its content, no marker.
             let read_now = hashed
                 .get(&vp.to_string())
@@ -679,6 +697,7 @@ impl Checkpoints {
                     if delta.status() == Delta::Typechange {
                         // Removed just above (a conflict there `continue`d).
                         writes.push(Write {
+                            perm: modes.perm(&rel, nf.mode()),
                             vp,
                             blob: nf.id(),
                             mode: nf.mode(),
@@ -687,6 +706,7 @@ impl Checkpoints {
                     }
                 }
                 Delta::Added | Delta::Modified => writes.push(Write {
+                    perm: modes.perm(&rel, nf.mode()),
                     vp,
                     blob: nf.id(),
                     mode: nf.mode(),
@@ -695,6 +715,13 @@ impl Checkpoints {
                 _ => {}
             }
         }
+        writes.extend(mode_changes(
+            repo,
+            (&old, &new),
+            (before, &modes),
+            zone,
+            scope,
+        )?);
         // Empty directories of the present the checkpoint does not hold go too.
         for rel in empty_dirs(repo, &old, scope) {
             let mut dir = VPath::new(zone, &rel).ok();
@@ -832,11 +859,7 @@ impl Checkpoints {
                     .replace_entry(&path, Replacement::Symlink(target), Some(expect), origin)
             } else {
                 let mut content = obj.content();
-                let mode = if w.mode == FileMode::BlobExecutable {
-                    0o755
-                } else {
-                    0o644
-                };
+                let mode = w.perm;
                 // A plain file the restore has seen is rewritten in place (no inode made or
                 // freed, no rename); anything else is replaced by a temp file and a rename.
                 if let Some(done) = self
@@ -946,6 +969,7 @@ impl Checkpoints {
             not_kept: std::cell::Cell::new(0),
             hashed: Default::default(),
             prefetched: Default::default(),
+            modes: Default::default(),
         };
         if let Some(prev) = &parent {
             // Before the journal: a file still open for writing through the mount is journaled
@@ -962,12 +986,14 @@ impl Checkpoints {
                     p
                 });
             if let (true, Some(base), Some(paths)) = (complete, base, paths) {
+                *b.modes.get_mut() = Modes::of(repo, prev)?;
                 let tree = b.apply(&base, paths)?;
                 return Ok(Snapshot {
                     tree,
                     parent,
                     journal_pos,
                     not_kept: b.not_kept.get(),
+                    modes: b.modes.take().save(repo, tree)?,
                     hashed: b.hashed.take(),
                 });
             }
@@ -985,6 +1011,7 @@ impl Checkpoints {
             parent,
             journal_pos,
             not_kept: b.not_kept.get(),
+            modes: b.modes.take().save(repo, tree)?,
             hashed: b.hashed.take(),
         })
     }
@@ -1001,21 +1028,30 @@ const GITIGNORE_ZONE_PATTERNS: usize = 20_000;
 /// The longest pattern line a checkpoint takes (git's own paths are shorter than this).
 const GITIGNORE_MAX_LINE: usize = 4096;
 
-/// What checkpoints leave out: `checkpoints.exclude`, and what the zone's `.gitignore` files
-/// ignore (with `checkpoints.gitignore`): the top one and one in any directory, each for the
-/// paths beneath its own directory, the deepest that has a say deciding, as in git.
+/// What checkpoints leave out: `checkpoints.exclude`, build outputs ([`is_build_output`]), and
+/// what the zone's `.gitignore` files ignore (with `checkpoints.gitignore`): the top one and one
+/// in any directory, each for the paths beneath its own directory, the deepest that has a say
+/// deciding, as in git.
 struct Filter {
     exclude: Gitignore,
     /// The zone's root, opened.
     root: (std::path::PathBuf, std::os::fd::OwnedFd),
     /// Whether the zone's `.gitignore` files have a say (`checkpoints.gitignore`).
     gitignore: bool,
-    /// Whether each directory asked about so far is a build output ([`is_build_output`]).
-    outputs: Mutex<HashMap<String, bool>>,
-    /// The `.gitignore` of each directory asked about so far (`None`: it has none).
-    dirs: Mutex<HashMap<String, Option<Arc<Gitignore>>>>,
+    /// What each directory asked about so far inherits: looked up once per path, so a path's
+    /// cost does not grow with the square of its depth (a zone may nest thousands deep).
+    dirs: Mutex<HashMap<String, Arc<DirRules>>>,
     /// Patterns the zone's `.gitignore` files may still add ([`GITIGNORE_ZONE_PATTERNS`]).
     patterns_left: std::sync::atomic::AtomicUsize,
+}
+
+/// What applies beneath one directory.
+struct DirRules {
+    /// The `.gitignore` files of the directory and those above it, from the root down, each with
+    /// the length of its directory's path (where the paths it matches start).
+    ignores: Vec<(usize, Arc<Gitignore>)>,
+    /// Whether the directory is or lies beneath a build output.
+    output: bool,
 }
 
 impl Filter {
@@ -1041,23 +1077,48 @@ impl Filter {
             root: (root.to_path_buf(), fd),
             gitignore: cfg.gitignore,
             dirs: Mutex::default(),
-            outputs: Mutex::default(),
             patterns_left: GITIGNORE_ZONE_PATTERNS.into(),
         })
     }
 
-    /// The `.gitignore` of directory `dir` (relative to the zone; `""` the root), read once.
-    fn gitignore_of(&self, dir: &str) -> Option<Arc<Gitignore>> {
-        let (root, fd) = &self.root;
-        if let Some(known) = self.dirs.lock().expect("not poisoned").get(dir) {
-            return known.clone();
+    /// What applies beneath directory `dir` (relative to the zone; `""` the root): found from
+    /// the deepest directory above it already known, each missing one read once.
+    fn rules_of(&self, dir: &str) -> Arc<DirRules> {
+        let mut missing: Vec<&str> = Vec::new();
+        let mut at = dir;
+        let mut known = loop {
+            if let Some(r) = self.dirs.lock().expect("not poisoned").get(at) {
+                break Some(r.clone());
+            }
+            missing.push(at);
+            if at.is_empty() {
+                break None;
+            }
+            at = at.rsplit_once('/').map_or("", |(p, _)| p);
+        };
+        for d in missing.into_iter().rev() {
+            let rules = Arc::new(self.read_rules(d, known.as_deref()));
+            self.dirs
+                .lock()
+                .expect("not poisoned")
+                .insert(d.to_string(), rules.clone());
+            known = Some(rules);
         }
-        let read = read_gitignore(fd, root, dir, &self.patterns_left).map(Arc::new);
-        self.dirs
-            .lock()
-            .expect("not poisoned")
-            .insert(dir.to_string(), read.clone());
-        read
+        known.expect("the root's rules are made first")
+    }
+
+    /// The rules of directory `dir`, given those of its parent (`None` for the root).
+    fn read_rules(&self, dir: &str, parent: Option<&DirRules>) -> DirRules {
+        let mut ignores = parent.map_or_else(Vec::new, |p| p.ignores.clone());
+        let (root, fd) = &self.root;
+        if self.gitignore {
+            if let Some(g) = read_gitignore(fd, root, dir, &self.patterns_left) {
+                ignores.push((dir.len(), Arc::new(g)));
+            }
+        }
+        let output =
+            parent.is_some_and(|p| p.output) || (!dir.is_empty() && is_build_output(fd, dir));
+        DirRules { ignores, output }
     }
 
     fn skips(&self, rel: &str, dir: bool) -> bool {
@@ -1066,68 +1127,26 @@ impl Filter {
             .matched_path_or_any_parents(rel, dir)
             .is_ignore()
             || !storable(rel)
-            || self.in_build_output(rel, dir)
         {
             return true;
         }
-        if !self.gitignore {
-            return false;
+        let parent = self.rules_of(rel.rsplit_once('/').map_or("", |(p, _)| p));
+        if parent.output || (dir && self.rules_of(rel).output) {
+            return true;
         }
-        // Each directory above `rel`, from the root down: the deepest `.gitignore` with a match
-        // for the path (or a directory on the way to it) decides.
+        // The deepest `.gitignore` with a match for the path (or a directory on the way to it)
+        // decides.
         let mut ignored = false;
-        let mut at: usize = 0;
-        loop {
-            let base = &rel[..at.saturating_sub(1)];
-            let below = &rel[at..];
-            if let Some(g) = self.gitignore_of(base) {
-                let m = g.matched_path_or_any_parents(below, dir);
-                if m.is_ignore() {
-                    ignored = true;
-                } else if m.is_whitelist() {
-                    ignored = false;
-                }
-            }
-            match rel[at..].find('/') {
-                Some(i) => at += i + 1,
-                None => return ignored,
+        for (base, g) in &parent.ignores {
+            let below = if *base == 0 { rel } else { &rel[base + 1..] };
+            let m = g.matched_path_or_any_parents(below, dir);
+            if m.is_ignore() {
+                ignored = true;
+            } else if m.is_whitelist() {
+                ignored = false;
             }
         }
-    }
-}
-
-impl Filter {
-    /// Whether `rel` (a directory when `dir`) is or lies beneath a build output
-    /// ([`is_build_output`]), each directory on the way asked once.
-    fn in_build_output(&self, rel: &str, dir: bool) -> bool {
-        let mut end = 0;
-        loop {
-            let next = rel[end..].find('/').map(|i| end + i);
-            let at = match next {
-                Some(i) => &rel[..i],
-                None if dir => rel,
-                None => return false,
-            };
-            if self.is_output_dir(at) {
-                return true;
-            }
-            match next {
-                Some(i) => end = i + 1,
-                None => return false,
-            }
-        }
-    }
-
-    fn is_output_dir(&self, dir: &str) -> bool {
-        if let Some(known) = self.outputs.lock().expect("not poisoned").get(dir) {
-            return *known;
-        }
-        let found = is_build_output(&self.root.1, dir);
-        self.outputs
-            .lock()
-            .expect("not poisoned")
-            .insert(dir.to_string(), found);
-        found
+        ignored
     }
 }
 
@@ -1241,11 +1260,15 @@ struct Builder<'a> {
     hashed: std::cell::RefCell<Hashed>,
     /// What [`Builder::prefetch`] found at paths, taken by [`Builder::look`].
     prefetched: std::cell::RefCell<HashMap<String, Option<Look>>>,
+    /// The exact permission bits of the files put in, where the tree's modes fall short.
+    modes: std::cell::RefCell<Modes>,
 }
 
 /// What goes into a tree at a path.
 enum Put {
-    Entry(Oid, FileMode),
+    /// A file or symlink: its blob, its mode in the tree and its exact permission bits (`0`
+    /// for a symlink).
+    Entry(Oid, FileMode, u32),
     /// An empty directory.
     EmptyDir,
 }
@@ -1315,8 +1338,11 @@ impl Builder<'_> {
         };
         if dirs.iter().any(String::is_empty) {
             // The whole zone was read: the tree is what was found.
+            *self.modes.borrow_mut() = Modes::default();
+            self.modes.borrow_mut().note(&puts);
             return self.write_fresh(&puts);
         }
+        self.modes.borrow_mut().note(&puts);
         let mid = self.repo.find_tree(mid).map_err(store_err)?;
         let tree = self.upsert(&mid, &puts)?;
         // A removal can leave its directory empty, and a directory made on the way to a file
@@ -1347,6 +1373,7 @@ impl Builder<'_> {
         if found.is_empty() {
             return Ok(tree.id());
         }
+        self.modes.borrow_mut().note(&found);
         self.upsert(&tree, &found)
     }
 
@@ -1355,7 +1382,7 @@ impl Builder<'_> {
         let mut up = TreeUpdateBuilder::new();
         for (rel, p) in puts {
             match p {
-                Put::Entry(id, mode) => up.upsert(rel.as_str(), *id, *mode),
+                Put::Entry(id, mode, _) => up.upsert(rel.as_str(), *id, *mode),
                 Put::EmptyDir => up.upsert(rel.as_str(), self.empty_tree()?, FileMode::Tree),
             };
         }
@@ -1402,6 +1429,7 @@ impl Builder<'_> {
                             not_kept: Default::default(),
                             hashed: Default::default(),
                             prefetched: Default::default(),
+                            modes: Default::default(),
                         };
                         let mut found = Vec::with_capacity(part.len());
                         for rel in part {
@@ -1453,7 +1481,7 @@ impl Builder<'_> {
             EntryKind::Symlink => {
                 let target = st.target.unwrap_or_default();
                 let id = self.repo.blob(target.as_bytes()).map_err(store_err)?;
-                Some(Look::Put(Put::Entry(id, FileMode::Link)))
+                Some(Look::Put(Put::Entry(id, FileMode::Link, 0)))
             }
             EntryKind::File => {
                 let mode = if st.mode & 0o111 != 0 {
@@ -1462,14 +1490,14 @@ impl Builder<'_> {
                     FileMode::Blob
                 };
                 self.blob(&path, st.size)?
-                    .map(|id| Look::Put(Put::Entry(id, mode)))
+                    .map(|id| Look::Put(Put::Entry(id, mode, st.mode & 0o7777)))
             }
             _ => None,
         })
     }
 
     /// Stores the file at `path` (streamed), or its size alone when over the limit; `None`
-    /// when it cannot be read as a zone file (a hard link refused by the zone's rule).
+    /// when it cannot be read as a zone file (gone, or not a regular file by now).
     fn blob(&self, path: &str, size: u64) -> FsResult<Option<Oid>> {
         if size > self.max {
             let mut marker = NOT_KEPT.to_vec();
@@ -1480,7 +1508,7 @@ impl Builder<'_> {
         for _ in 0..3 {
             let (mut file, size, seen) = match self.zones.read_binary_seen(path) {
                 Ok(f) => f,
-                // Gone meanwhile, a hard link the zone refuses, or unreadable to the daemon:
+                // Gone meanwhile, no longer a file of the zone, or unreadable to the daemon:
                 // not in the checkpoint (and so never touched by a restore).
                 Err(FsError::NotFound { .. })
                 | Err(FsError::OutsideZone { .. })
@@ -1534,6 +1562,21 @@ impl Builder<'_> {
 
     /// Reads the directory `rel` (and beneath) into `puts`, leaving out what the filter skips.
     fn walk(&self, rel: &str, puts: &mut BTreeMap<String, Put>) -> FsResult<()> {
+        // A stack of directories, not recursion: a zone may nest thousands deep.
+        let mut dirs = vec![rel.to_string()];
+        while let Some(rel) = dirs.pop() {
+            self.walk_one(&rel, puts, &mut dirs)?;
+        }
+        Ok(())
+    }
+
+    /// Puts in what directory `rel` holds; its subdirectories go onto `dirs`.
+    fn walk_one(
+        &self,
+        rel: &str,
+        puts: &mut BTreeMap<String, Put>,
+        dirs: &mut Vec<String>,
+    ) -> FsResult<()> {
         let path = if rel.is_empty() {
             format!("/{}", self.zone.name())
         } else {
@@ -1544,6 +1587,9 @@ impl Builder<'_> {
             Err(FsError::NotFound { .. }) | Err(FsError::NotDir { .. }) => return Ok(()),
             Err(e) => return Err(e),
         };
+        for name in &list.skipped {
+            tracing::warn!(dir = %crate::core::text::name(&path), name = %name, rule = "a name that is not UTF-8", "not checkpointed");
+        }
         let mut kept = 0;
         for e in list.entries {
             let child = if rel.is_empty() {
@@ -1557,7 +1603,7 @@ impl Builder<'_> {
             }
             kept += 1;
             if dir {
-                self.walk(&child, puts)?;
+                dirs.push(child);
             } else if let Some(Look::Put(p)) = self.look(&child)? {
                 puts.insert(child, p);
             }
@@ -1574,11 +1620,85 @@ enum Look {
     Put(Put),
 }
 
+/// The exact permission bits of a checkpoint's files where its tree's modes fall short: a git
+/// tree keeps only the executable bit, and a restore must give a `.env` made 0600 back as 0600,
+/// never widened to 0644. Only bits other than the tree's (0644 for a file, 0755 for an
+/// executable) are listed; kept beside the tree as a JSON blob in the store, named by the
+/// checkpoint's row (`CheckpointRow::modes`).
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Modes(BTreeMap<String, u32>);
+
+impl Modes {
+    /// The bits the tree's `mode` stands for.
+    fn of_tree(mode: FileMode) -> u32 {
+        if mode == FileMode::BlobExecutable {
+            0o755
+        } else {
+            0o644
+        }
+    }
+
+    /// The modes recorded with checkpoint `row` (none for one made before they were kept).
+    fn of(repo: &Repository, row: &CheckpointRow) -> FsResult<Modes> {
+        let Some(hex) = &row.modes else {
+            return Ok(Modes::default());
+        };
+        let blob = repo.find_blob(oid(hex)?).map_err(store_err)?;
+        serde_json::from_slice(blob.content())
+            .map_err(|e| FsError::Internal(format!("checkpoint {} modes: {e}", row.id)))
+    }
+
+    /// Notes the bits of each file in `puts` (a symlink or a directory has none).
+    fn note(&mut self, puts: &BTreeMap<String, Put>) {
+        for (rel, p) in puts {
+            match p {
+                Put::Entry(_, mode, perm)
+                    if *mode != FileMode::Link && *perm != Modes::of_tree(*mode) =>
+                {
+                    self.0.insert(rel.clone(), *perm);
+                }
+                _ => {
+                    self.0.remove(rel);
+                }
+            }
+        }
+    }
+
+    /// The bits to give the file at `rel`, whose mode in the tree is `mode`.
+    fn perm(&self, rel: &str, mode: FileMode) -> u32 {
+        self.0
+            .get(rel)
+            .copied()
+            .unwrap_or_else(|| Modes::of_tree(mode))
+    }
+
+    /// Stores what applies to `tree` (a path since removed is dropped); `None` when no file's
+    /// bits differ from the tree's.
+    fn save(mut self, repo: &Repository, tree: Oid) -> FsResult<Option<Oid>> {
+        let tree = repo.find_tree(tree).map_err(store_err)?;
+        self.0.retain(|rel, _| {
+            tree.get_path(Path::new(rel)).is_ok_and(|e| {
+                matches!(
+                    file_mode(e.filemode()),
+                    FileMode::Blob | FileMode::BlobExecutable
+                )
+            })
+        });
+        if self.0.is_empty() {
+            return Ok(None);
+        }
+        let json = serde_json::to_vec(&self).map_err(|e| FsError::Internal(e.to_string()))?;
+        repo.blob(&json).map(Some).map_err(store_err)
+    }
+}
+
 /// A file or symlink a restore puts back.
 struct Write {
     vp: VPath,
     blob: Oid,
     mode: FileMode,
+    /// The file's exact permission bits ([`Modes`]).
+    perm: u32,
     /// The restore removed what was there (a type change): the path must now be empty.
     removed_here: bool,
 }
@@ -1699,11 +1819,12 @@ impl CatchUp<'_> {
 /// One line of what a restore did, for its row in the state database.
 fn summary(r: &RestoreResult) -> String {
     format!(
-        "{} restored, {} removed, {}, {} not kept; undo: restore checkpoint {}",
+        "{} restored, {} removed, {}, {} not kept, {} refused; undo: restore checkpoint {}",
         r.restored.len(),
         r.removed.len(),
         crate::core::text::count(r.conflicts.len() as u64, "conflict"),
         r.not_kept.len(),
+        r.refused.len(),
         r.before
     )
 }
@@ -1747,11 +1868,62 @@ fn empty_dirs(repo: &Repository, tree: &git2::Tree<'_>, scope: &[String]) -> Vec
     out
 }
 
+/// The files a restore gives other permission bits alone: the same content in the trees of
+/// `old` (the pre-restore checkpoint `before`) and `new` (the target, whose bits are `modes`),
+/// within `scope`, with bits that differ (a `chmod` since the target was taken).
+fn mode_changes(
+    repo: &Repository,
+    (old, new): (&git2::Tree<'_>, &git2::Tree<'_>),
+    (before, modes): (&CheckpointRow, &Modes),
+    zone: ZoneId,
+    scope: &[String],
+) -> FsResult<Vec<Write>> {
+    let was = Modes::of(repo, before)?;
+    let mut writes = Vec::new();
+    for rel in was.0.keys().chain(modes.0.keys()) {
+        if !in_scope(scope, rel) || writes.iter().any(|w: &Write| w.vp.rel() == rel) {
+            continue;
+        }
+        let (Ok(o), Ok(n)) = (old.get_path(Path::new(rel)), new.get_path(Path::new(rel))) else {
+            continue;
+        };
+        let mode = file_mode(n.filemode());
+        let same_file = o.id() == n.id() && o.filemode() == n.filemode();
+        if !same_file || mode == FileMode::Link || was.perm(rel, mode) == modes.perm(rel, mode) {
+            continue;
+        }
+        let vp = VPath::new(zone, rel)
+            .map_err(|_| FsError::Internal(format!("a checkpoint holds the path {rel:?}")))?;
+        writes.push(Write {
+            vp,
+            blob: n.id(),
+            mode,
+            perm: modes.perm(rel, mode),
+            removed_here: false,
+        });
+    }
+    Ok(writes)
+}
+
 /// Whether a tree can hold `rel`: git refuses a `.git` in any spelling (`.GIT`, `.git.`,
 /// `git~1`, …), and a name or path over the kernel's limits cannot be read back. Such a path is
 /// left out of the checkpoint and named in the log, never a reason for the whole checkpoint to
 /// fail (a file an agent named `.GIT/x` would otherwise stop every checkpoint, restore and pull).
 fn storable(rel: &str) -> bool {
+    // As a virtual path (`/workspace/` and `rel`), which every operation takes, at most PATH_MAX.
+    if rel.len() + "/workspace/".len() > crate::core::path::MAX_PATH {
+        let start = &rel[..(0..=64)
+            .rev()
+            .find(|i| rel.is_char_boundary(*i))
+            .unwrap_or(0)];
+        tracing::warn!(
+            path = %crate::core::text::name(start),
+            bytes = rel.len(),
+            rule = "a path longer than the 4096 bytes a path may have",
+            "not checkpointed"
+        );
+        return false;
+    }
     match crate::core::foreign::check_rel(rel, crate::core::foreign::GitDir::Refuse) {
         Ok(()) => true,
         Err(e) => {
@@ -1888,6 +2060,118 @@ mod tests {
 
     fn ws(dir: &Path) -> std::path::PathBuf {
         dir.join("z/workspace")
+    }
+
+    #[test]
+    fn a_restore_gives_files_back_their_exact_permission_bits_never_wider() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let t = tempfile::tempdir().unwrap();
+        let (z, cps) = setup(t.path(), "");
+        let mode_of = |rel: &str| {
+            std::fs::metadata(ws(t.path()).join(rel))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o7777
+        };
+        z.write_with_mode("/workspace/.env", b"TOKEN=1\n", 0o600, API)
+            .unwrap();
+        z.write_with_mode("/workspace/bin/tool", b"#!/bin/sh\n", 0o700, API)
+            .unwrap();
+        z.write("/workspace/plain.txt", "p\n", API).unwrap();
+        let first = cps.create(ZoneId::Workspace, "secrets", API).unwrap();
+        // An unrelated change: the next checkpoint is incremental and keeps the bits it holds.
+        z.write("/workspace/other.txt", "o\n", API).unwrap();
+        let second = cps.create(ZoneId::Workspace, "more", API).unwrap();
+        assert_eq!(second.modes, first.modes);
+
+        z.delete("/workspace/.env", false, API).unwrap();
+        z.write_with_mode("/workspace/bin/tool", b"#!/bin/sh\nchanged\n", 0o755, API)
+            .unwrap();
+        // The same content, other bits: a change of mode alone.
+        z.write_with_mode("/workspace/plain.txt", b"p\n", 0o640, API)
+            .unwrap();
+        assert_eq!(mode_of("plain.txt"), 0o640);
+        let r = cps.restore(second.id, &[], API).unwrap();
+        assert!(r.conflicts.is_empty(), "{r:?}");
+        assert_eq!(mode_of(".env"), 0o600, "{:o} {r:?}", mode_of(".env"));
+        assert_eq!(mode_of("bin/tool"), 0o700);
+        assert_eq!(
+            mode_of("plain.txt"),
+            0o644,
+            "a mode-only change is restored too"
+        );
+        assert!(
+            r.restored.iter().any(|p| p == "/workspace/plain.txt"),
+            "{r:?}"
+        );
+        // Undone by the restore's own checkpoint, bits included.
+        cps.restore(r.before, &[], API).unwrap();
+        assert_eq!(mode_of("bin/tool"), 0o755);
+        assert!(!ws(t.path()).join(".env").exists());
+    }
+
+    #[test]
+    fn a_restore_never_writes_a_dot_git_path_a_tampered_store_holds() {
+        let t = tempfile::tempdir().unwrap();
+        let (z, cps) = setup(t.path(), "");
+        z.write("/workspace/ok.txt", "before\n", API).unwrap();
+        let first = cps.create(ZoneId::Workspace, "", API).unwrap();
+        // The store changed beside wardfs: a tree no checkpoint makes (git refuses such names,
+        // so the raw object is written), with a hook under `.GIT` and one under `git~1`.
+        let repo = Repository::open_bare(t.path().join("state/checkpoints.git")).unwrap();
+        let odb = repo.odb().unwrap();
+        let hook = odb
+            .write(ObjectType::Blob, b"#!/bin/sh\necho owned\n")
+            .unwrap();
+        let entry = |mode: &str, name: &str, id: Oid| {
+            let mut e = format!("{mode} {name}\0").into_bytes();
+            e.extend_from_slice(id.as_bytes());
+            e
+        };
+        let hooks = odb
+            .write(ObjectType::Tree, &entry("100755", "post-checkout", hook))
+            .unwrap();
+        let dot_git = odb
+            .write(ObjectType::Tree, &entry("40000", "hooks", hooks))
+            .unwrap();
+        let ok = odb.write(ObjectType::Blob, b"after\n").unwrap();
+        let mut root = entry("40000", ".GIT", dot_git);
+        root.extend(entry("40000", "git~1", dot_git));
+        root.extend(entry("100644", "ok.txt", ok));
+        let tree = odb.write(ObjectType::Tree, &root).unwrap().to_string();
+        let id = z
+            .db()
+            .checkpoint_insert(&NewCheckpoint {
+                zone: "workspace",
+                tree: &tree,
+                parent: Some(first.id),
+                message: "tampered",
+                origin: API,
+                time_ms: 1,
+                // Before the journal's start: the restore's own checkpoint walks the zone.
+                journal_pos: -10,
+                files: 3,
+                not_kept: 0,
+                scope: None,
+                modes: None,
+            })
+            .unwrap();
+        let r = cps.restore(id, &[], API).unwrap();
+        assert_eq!(
+            r.refused,
+            [
+                "/workspace/.GIT/hooks/post-checkout",
+                "/workspace/git~1/hooks/post-checkout"
+            ],
+            "{r:?}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(ws(t.path()).join("ok.txt")).unwrap(),
+            "after\n"
+        );
+        assert!(!ws(t.path()).join(".GIT").exists());
+        assert!(!ws(t.path()).join("git~1").exists());
     }
 
     #[test]
@@ -2247,6 +2531,7 @@ mod tests {
             not_kept: std::cell::Cell::new(0),
             hashed: Default::default(),
             prefetched: Default::default(),
+            modes: Default::default(),
         };
         let empty = repo
             .find_tree(repo.treebuilder(None).unwrap().write().unwrap())

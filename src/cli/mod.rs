@@ -333,7 +333,7 @@ pub fn exit_code(e: &ClientError) -> u8 {
             NoMatch | NotUnique | Conflict | RemoteMoved => 5,
             OutsideZone | ReadOnly | PermissionDenied | AuthFailed | Rejected => 6,
             TooLarge | Binary | NoSpace => 7,
-            ZoneUnavailable | SandboxUnavailable | RemoteUnavailable => EXIT_UNAVAILABLE,
+            ZoneUnavailable | SandboxUnavailable | RemoteUnavailable | Busy => EXIT_UNAVAILABLE,
             Internal => 9,
         },
     }

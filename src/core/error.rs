@@ -36,8 +36,7 @@ pub enum ErrorCode {
     /// that is not UTF-8.
     InvalidPath,
     /// The path leaves its zone: `..` above the zone root, a symlink pointing outside (absolute
-    /// or climbing out), a /proc magic link, or a regular file with several hard links (one may
-    /// lie outside the zone) while `zones.<zone>.allow_hardlinks` is false.
+    /// or climbing out), or a /proc magic link.
     OutsideZone,
     /// The zone is disabled by configuration (e.g. /cache in single mode without
     /// `cache_subdir`); the message says why.
@@ -83,6 +82,10 @@ pub enum ErrorCode {
     SandboxUnavailable,
     /// git: the remote (or GitHub's API, for a pull request) could not be reached or failed.
     RemoteUnavailable,
+    /// The daemon is busy: the request bodies being read take all of `limits.body_memory_bytes`
+    /// and this one's turn did not come within `limits.body_memory_wait_secs`. Nothing was done;
+    /// retry later.
+    Busy,
     /// read or edit of a file that is not UTF-8 text (a NUL byte in the first 8 KiB, or invalid
     /// UTF-8); use GET /v1/fs/raw for bytes.
     Binary,
@@ -104,7 +107,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in documentation order.
-    pub const ALL: [ErrorCode; 23] = [
+    pub const ALL: [ErrorCode; 24] = [
         ErrorCode::NotFound,
         ErrorCode::Exists,
         ErrorCode::IsDir,
@@ -123,6 +126,7 @@ impl ErrorCode {
         ErrorCode::Rejected,
         ErrorCode::SandboxUnavailable,
         ErrorCode::RemoteUnavailable,
+        ErrorCode::Busy,
         ErrorCode::Binary,
         ErrorCode::InvalidArgument,
         ErrorCode::PermissionDenied,
@@ -151,6 +155,7 @@ impl ErrorCode {
             ErrorCode::Rejected => "REJECTED",
             ErrorCode::SandboxUnavailable => "SANDBOX_UNAVAILABLE",
             ErrorCode::RemoteUnavailable => "REMOTE_UNAVAILABLE",
+            ErrorCode::Busy => "BUSY",
             ErrorCode::Binary => "BINARY",
             ErrorCode::InvalidArgument => "INVALID_ARGUMENT",
             ErrorCode::PermissionDenied => "PERMISSION_DENIED",

@@ -12,6 +12,7 @@
 //! (docs/architecture.md). May import only `state` and `config`: no adapter, no `git`, no
 //! `sandbox`, no `fuser` (`tests/rules` checks the imports).
 
+mod copy_up;
 pub mod error;
 pub mod foreign;
 pub mod gate;

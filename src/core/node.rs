@@ -5,11 +5,13 @@
 //! per backing inode the kernel knows, and every system call on backing files happens here,
 //! beneath those descriptors. Every change passes the same rules as the API's path operations in
 //! [`super::ops`], each rule in one function: [`Zones::check_writable`] (read-only zones),
-//! [`super::LocalZone::check_links`] (the hard-link rule), [`super::PathLocks`] (one writer per
-//! path at a time), and the journal record ([`Zones::record_change`]). Each change takes a
-//! callback run right after its system call and before the journal record: the mount notes there
-//! that the change is its own, before the watcher can see it. Errors stay kernel errnos
-//! (`rustix::io::Errno`); a core [`super::FsError`] becomes one through [`super::FsError::errno`].
+//! [`Zones::node_break_links`] (the hard-link rule, [`super::LocalZone::breaks_links`]: a file
+//! with another link gets an inode of its own before its first change), [`super::PathLocks`]
+//! (one writer per path at a time), and the journal record ([`Zones::record_change`]). Each
+//! change takes a callback run right after its system call and before the journal record: the
+//! mount notes there that the change is its own, before the watcher can see it. Errors stay
+//! kernel errnos (`rustix::io::Errno`); a core [`super::FsError`] becomes one through
+//! [`super::FsError::errno`].
 //!
 //! May not import `fuser` or anything from `src/fuse`: the decoding of requests and the shape of
 //! replies are the mount's.
@@ -18,6 +20,7 @@ use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -34,7 +37,9 @@ pub type NodeResult<T> = Result<T, Errno>;
 /// A backing inode of a local zone, and how it is reached again.
 ///
 /// Directories, and anything with more than one link, are *pinned*: an `O_PATH` descriptor that
-/// follows them through renames. A regular file or symlink with one link is held by *name*:
+/// follows them through renames. A regular file or symlink with one link is held by *name*
+/// (and so is a regular file with more, in a zone that breaks links: its first change makes its
+/// name hold a copy of its own, [`Zones::node_break_links`], which the node then follows):
 /// its parent (a pinned directory node) and its name there, and reopened beneath the parent's
 /// descriptor when an operation needs it, checked against its backing `(st_dev, st_ino)`
 /// (`ESTALE` when another file has the name now). So a tree larger than the process's
@@ -46,11 +51,14 @@ pub struct Node {
     pub zone: ZoneId,
     pub kind: FileType,
     pub dev: u64,
-    /// The backing inode number.
-    pub ino: u64,
+    /// The backing inode number (changed only when a copy of its own takes the node's name).
+    ino: AtomicU64,
     fd: OnceLock<OwnedFd>,
     /// Where a node not pinned lives: its parent directory node and its name there.
     at: Mutex<Option<(Arc<Node>, OsString)>>,
+    /// Looked up under a second name while its first still named it (a hard link): which of
+    /// them a change came through is then unknown.
+    several_names: AtomicBool,
 }
 
 /// A node's descriptor: its pinned one, or one opened for the operation.
@@ -81,9 +89,10 @@ impl Node {
             zone,
             kind: FileType::from_raw_mode(st.st_mode),
             dev: st.st_dev,
-            ino: st.st_ino,
+            ino: AtomicU64::new(st.st_ino),
             fd: OnceLock::from(fd),
             at: Mutex::new(None),
+            several_names: AtomicBool::new(false),
         }
     }
 
@@ -93,9 +102,10 @@ impl Node {
             zone: dir.zone,
             kind: FileType::from_raw_mode(st.st_mode),
             dev: st.st_dev,
-            ino: st.st_ino,
+            ino: AtomicU64::new(st.st_ino),
             fd: OnceLock::new(),
             at: Mutex::new(Some((dir.clone(), name.to_owned()))),
+            several_names: AtomicBool::new(false),
         }
     }
 
@@ -117,8 +127,18 @@ impl Node {
             .map(|(d, _)| d.clone())
     }
 
+    /// The backing inode number.
+    pub fn ino(&self) -> u64 {
+        self.ino.load(Ordering::Acquire)
+    }
+
+    /// The backing `(st_dev, st_ino)`.
+    pub fn key(&self) -> BackingKey {
+        (self.dev, self.ino())
+    }
+
     fn check(&self, st: &Stat) -> NodeResult<()> {
-        if (st.st_dev, st.st_ino) == (self.dev, self.ino) {
+        if (st.st_dev, st.st_ino) == self.key() {
             Ok(())
         } else {
             Err(Errno::STALE)
@@ -157,12 +177,38 @@ impl Node {
     }
 
     /// Notes that a node held by name is now `name` in `dir` (a rename, or a lookup under
-    /// another name); pinned nodes follow by themselves.
+    /// another name); pinned nodes follow by themselves. When the name it had still names it,
+    /// `name` is a second one (a hard link), noted ([`Node::has_several_names`]).
     pub fn moved(&self, dir: &Arc<Node>, name: &OsStr) {
         let mut at = self.at.lock().expect("not poisoned");
-        if at.is_some() && !self.is_pinned() {
+        if self.is_pinned() {
+            return;
+        }
+        if let Some((old_dir, old_name)) = at.as_ref() {
+            let same = old_dir.key() == dir.key() && old_name.as_os_str() == name;
+            if !same && self.still_at(old_dir, old_name) {
+                self.several_names.store(true, Ordering::Release);
+            }
             *at = Some((dir.clone(), name.to_owned()));
         }
+    }
+
+    /// True when `name` in `dir` names this node's backing file.
+    fn still_at(&self, dir: &Node, name: &OsStr) -> bool {
+        dir.fd()
+            .and_then(|fd| rustix::fs::statat(&fd, name, AtFlags::SYMLINK_NOFOLLOW))
+            .is_ok_and(|st| self.check(&st).is_ok())
+    }
+
+    /// True when the node was looked up under more than one name (see [`Node::moved`]).
+    pub fn has_several_names(&self) -> bool {
+        self.several_names.load(Ordering::Acquire)
+    }
+
+    /// Follows a copy of its own ([`super::copy_up`]) that took the node's name: `st` is its
+    /// stat.
+    fn follow_copy(&self, st: &Stat) {
+        self.ino.store(st.st_ino, Ordering::Release);
     }
 
     /// The node's current attributes (symlinks not followed).
@@ -350,42 +396,148 @@ impl Zones {
             .and_then(|p| p.join(&name.to_string_lossy()).ok())
     }
 
-    /// Applies the zone's hard-link rule ([`super::LocalZone::check_links`], the one the API
-    /// uses) before `op` opens, changes or links a regular file whose stat is `st`: a file with
-    /// another link may be named outside the zone. Refused with `EACCES` and a log line naming
-    /// the file and the rule. `path` names the file for that line; it is asked only on refusal.
-    pub fn node_check_links(
-        &self,
-        zone: ZoneId,
-        st: &Stat,
-        op: &str,
-        path: impl FnOnce() -> Option<VPath>,
-    ) -> NodeResult<()> {
-        let Zone::Local(z) = self.zone(zone) else {
-            return Ok(());
-        };
-        // Asked first with the zone root as the name, so the common case costs no path lookup.
-        if z.check_links(&VPath::root(zone), st).is_ok() {
-            return Ok(());
-        }
-        let vp = path().unwrap_or_else(|| VPath::root(zone));
-        if let Err(e) = z.check_links(&vp, st) {
-            tracing::warn!(path = %vp, op, "refused through the mount: {e}");
-        }
-        Err(Errno::ACCESS)
+    /// True when a change to the file `st` of `zone` must first give it an inode of its own
+    /// ([`super::LocalZone::breaks_links`]).
+    fn breaks_links(&self, zone: ZoneId, st: &Stat) -> bool {
+        matches!(self.zone(zone), Zone::Local(z) if z.breaks_links(st))
     }
 
-    /// [`Zones::node_check_links`] on the node's current attributes (regular files only).
-    pub fn node_check_links_now(&self, node: &Node, op: &str) -> NodeResult<()> {
+    /// The hard-link rule, before `op` changes `node` in place (opens it for writing, truncates
+    /// it, changes its mode, owner, times or xattrs): a regular file with another link, in a
+    /// zone that does not allow hard links, first gets an inode of its own under its name
+    /// ([`super::copy_up`], under the path's lock), which the node then follows; the other
+    /// links, one of which may lie outside the zone, keep the file as it was. `broke` is given
+    /// the backing key the node had, after the copy took its name. Refused with `EACCES` (and a
+    /// log line naming the file and the rule) when the node has no name to give the copy, or
+    /// was looked up under several (the change could come through either).
+    pub fn node_break_links(
+        &self,
+        node: &Node,
+        op: &str,
+        broke: impl FnOnce(BackingKey),
+    ) -> NodeResult<()> {
         if node.kind != FileType::RegularFile {
             return Ok(());
         }
         let st = node.stat()?;
-        self.node_check_links(node.zone, &st, op, || self.node_vpath(node))
+        if !self.breaks_links(node.zone, &st) {
+            return Ok(());
+        }
+        let vp = self.node_vpath(node);
+        let place = node.place().filter(|_| !node.has_several_names());
+        let Some((dir, name)) = place else {
+            let why = if node.has_several_names() {
+                "the mount knows it under more than one name, so a copy of its own could take \
+                 the wrong one"
+            } else {
+                "it has no name left in the zone to give a copy of its own"
+            };
+            return Err(self.links_refused(node.zone, &st, vp.as_ref(), op, why));
+        };
+        let old = node.key();
+        {
+            let _lock = vp.as_ref().map(|v| self.locks.lock(v));
+            let copy = self.copy_up_at(&dir.fd()?, &name, &st, vp.as_ref(), op)?;
+            node.follow_copy(&copy);
+        }
+        broke(old);
+        Ok(())
+    }
+
+    /// Gives `name` in `dir` (the file `st`, path `vp`) a copy of its own before `op` changes
+    /// it (the caller holds the path's lock), noted as the mount's own change; returns the
+    /// copy's stat.
+    fn copy_up_at(
+        &self,
+        dir: &impl AsFd,
+        name: &OsStr,
+        st: &Stat,
+        vp: Option<&VPath>,
+        op: &str,
+    ) -> NodeResult<Stat> {
+        let copy = super::copy_up::copy_up(dir.as_fd(), name, st)?;
+        self.own().note_entry(dir, Some(name));
+        let path = vp.map(|v| v.to_string()).unwrap_or_default();
+        tracing::info!(
+            path,
+            op,
+            links = st.st_nlink,
+            "gave a hard-linked file a copy of its own before changing it; its other links keep \
+             the old contents"
+        );
+        Ok(copy)
+    }
+
+    /// `EACCES` for a change `op` the hard-link rule refuses, logged with the file, the reason
+    /// `why` and the config key.
+    fn links_refused(
+        &self,
+        zone: ZoneId,
+        st: &Stat,
+        vp: Option<&VPath>,
+        op: &str,
+        why: &str,
+    ) -> Errno {
+        let path = vp.map(|v| v.to_string()).unwrap_or_default();
+        tracing::warn!(
+            path,
+            op,
+            "refused through the mount: the file has {} hard links (one may lie outside the \
+             zone) and {why}; replace it by a rename, or set zones.{}.allow_hardlinks = true",
+            st.st_nlink,
+            zone.name()
+        );
+        Errno::ACCESS
+    }
+
+    /// Opens a regular file node to change it, with `flags` (through `/proc/self/fd`), after
+    /// [`Zones::node_break_links`] (`broke` as there). A link made beside the mount meanwhile
+    /// (the file opened shares its inode again) is refused with `EACCES`, before `O_TRUNC`
+    /// changes anything.
+    pub fn node_open_for_change(
+        &self,
+        node: &Node,
+        flags: OFlags,
+        press: &dyn Fn(),
+        broke: impl FnOnce(BackingKey),
+    ) -> NodeResult<OwnedFd> {
+        self.node_break_links(node, "open", broke)?;
+        let path = || self.node_vpath(node);
+        self.open_unshared(node.zone, flags, path, |f| self.node_open(node, f, press))
+    }
+
+    /// Opens a file of `zone` with `flags` through `open`, and refuses (`EACCES`) one whose
+    /// links the zone breaks (a link made beside the mount since they were broken) before
+    /// `O_TRUNC` changes it. `path` names the file for the log line of a refusal.
+    fn open_unshared(
+        &self,
+        zone: ZoneId,
+        flags: OFlags,
+        path: impl FnOnce() -> Option<VPath>,
+        open: impl FnOnce(OFlags) -> NodeResult<OwnedFd>,
+    ) -> NodeResult<OwnedFd> {
+        // Truncated after the check, unless opened read-only (which ftruncate refuses).
+        let late_trunc =
+            flags.contains(OFlags::TRUNC) && flags.intersects(OFlags::WRONLY | OFlags::RDWR);
+        let fd = open(if late_trunc {
+            flags - OFlags::TRUNC
+        } else {
+            flags
+        })?;
+        let st = rustix::fs::fstat(&fd)?;
+        if self.breaks_links(zone, &st) {
+            let why = "it gained one while it was being opened for writing";
+            return Err(self.links_refused(zone, &st, path().as_ref(), "open", why));
+        }
+        if late_trunc {
+            rustix::fs::ftruncate(&fd, 0)?;
+        }
+        Ok(fd)
     }
 
     /// Looks `name` up in `dir` as a new node (not following a final symlink): held by name
-    /// when it is a regular file or a symlink with one link, else pinned (see [`Node`]).
+    /// when it is a regular file or a symlink with one link, or a regular file whose links the
+    /// zone breaks, else pinned (see [`Node`]).
     pub fn node_lookup(
         &self,
         dir: &Arc<Node>,
@@ -395,7 +547,9 @@ impl Zones {
         let dfd = dir.fd()?;
         let st = rustix::fs::statat(&dfd, name, AtFlags::SYMLINK_NOFOLLOW)?;
         let kind = FileType::from_raw_mode(st.st_mode);
-        if matches!(kind, FileType::RegularFile | FileType::Symlink) && st.st_nlink == 1 {
+        let one_link =
+            matches!(kind, FileType::RegularFile | FileType::Symlink) && st.st_nlink == 1;
+        if one_link || self.breaks_links(dir.zone, &st) {
             return Ok((Node::named(dir, name, &st), st));
         }
         let fd = with_fds(press, || {
@@ -604,9 +758,10 @@ impl Zones {
         key_at(dir, name)
     }
 
-    /// Makes `new_name` in `new_dir` a hard link to `node`. A link would give the file the second
-    /// name the zone's hard-link rule refuses to open: refused up front with `EPERM` (as on a
-    /// filesystem without hard links; tools such as cargo and git then copy).
+    /// Makes `new_name` in `new_dir` a hard link to `node`. In a zone that breaks links (see
+    /// [`Zones::node_break_links`]) a write through either name would not show through the
+    /// other, as a link promises: refused up front with `EPERM` (as on a filesystem without hard
+    /// links; tools such as cargo and git then copy).
     pub fn node_link(
         &self,
         who: &Caller,
@@ -622,8 +777,12 @@ impl Zones {
         if node.kind == FileType::RegularFile {
             let mut st = node.stat()?;
             st.st_nlink += 1;
-            self.node_check_links(node.zone, &st, "link", || self.node_vpath(node))
-                .map_err(|_| Errno::PERM)?;
+            if self.breaks_links(node.zone, &st) {
+                let why = "a second name made through the mount would not share its writes";
+                let vp = self.node_vpath(node);
+                self.links_refused(node.zone, &st, vp.as_ref(), "link", why);
+                return Err(Errno::PERM);
+            }
         }
         let vp = self.child_vpath(new_dir, new_name);
         // With a second link it can no longer be held by one name.
@@ -646,8 +805,8 @@ impl Zones {
     }
 
     /// Creates and opens the regular file `name` in `dir` with `flags` (exclusively with `excl`);
-    /// a file that appeared behind the kernel's back is opened instead, after the hard-link rule
-    /// is asked and before `O_TRUNC` changes it.
+    /// a file that appeared behind the kernel's back is opened instead
+    /// ([`Zones::node_open_existing`]).
     #[allow(clippy::too_many_arguments)]
     pub fn node_create(
         &self,
@@ -665,13 +824,16 @@ impl Zones {
         let vp = self.child_vpath(dir, name);
         let fd = {
             let _lock = vp.as_ref().map(|v| self.locks.lock(v));
-            let _as = AsCaller::new(who);
-            match rustix::fs::openat(
-                dir.fd()?,
-                name,
-                base | OFlags::CREATE | OFlags::EXCL,
-                Mode::from_raw_mode(want),
-            ) {
+            let created = {
+                let _as = AsCaller::new(who);
+                rustix::fs::openat(
+                    dir.fd()?,
+                    name,
+                    base | OFlags::CREATE | OFlags::EXCL,
+                    Mode::from_raw_mode(want),
+                )
+            };
+            match created {
                 Ok(fd) => {
                     if want & self.umask != 0 {
                         rustix::fs::fchmod(&fd, Mode::from_raw_mode(want))?;
@@ -679,15 +841,7 @@ impl Zones {
                     fd
                 }
                 Err(Errno::EXIST) if !excl => {
-                    let fd =
-                        rustix::fs::openat(dir.fd()?, name, base - OFlags::TRUNC, Mode::empty())?;
-                    let st = rustix::fs::fstat(&fd)?;
-                    self.node_check_links(dir.zone, &st, "create", || vp.clone())?;
-                    if base.contains(OFlags::TRUNC) {
-                        rustix::fs::openat(dir.fd()?, name, base, Mode::empty())?
-                    } else {
-                        fd
-                    }
+                    self.node_open_existing(who, dir, name, base, vp.as_ref())?
                 }
                 Err(e) => return Err(e),
             }
@@ -699,8 +853,39 @@ impl Zones {
         Ok(fd)
     }
 
+    /// Opens the existing file `name` in `dir` (path `vp`, whose lock the caller holds) with
+    /// `flags`, as the caller, for [`Zones::node_create`]: opened first without `O_TRUNC`, so
+    /// that a change the caller may not make changes nothing, then given a copy of its own when
+    /// the zone breaks its links (the rule of [`Zones::node_break_links`]; the kernel holds no
+    /// node under this name) and opened again (`O_TRUNC` after the rule is asked again).
+    fn node_open_existing(
+        &self,
+        who: &Caller,
+        dir: &Node,
+        name: &OsStr,
+        flags: OFlags,
+        vp: Option<&VPath>,
+    ) -> NodeResult<OwnedFd> {
+        let open = |f: OFlags| {
+            let _as = AsCaller::new(who);
+            rustix::fs::openat(dir.fd()?, name, f, Mode::empty())
+        };
+        let fd = open(flags - OFlags::TRUNC)?;
+        let st = rustix::fs::fstat(&fd)?;
+        let shared = self.breaks_links(dir.zone, &st);
+        if !shared && !flags.contains(OFlags::TRUNC) {
+            return Ok(fd);
+        }
+        if shared {
+            self.copy_up_at(&dir.fd()?, name, &st, vp, "create")?;
+        }
+        self.open_unshared(dir.zone, flags, || vp.cloned(), open)
+    }
+
     /// Changes a node's attributes; a size change goes through `open_file` when the caller has the
-    /// file open for writing. Returns the new attributes.
+    /// file open for writing. Returns the new attributes. Size, mode, owner and times live in
+    /// the one inode every link shares: the hard-link rule first ([`Zones::node_break_links`],
+    /// `broke` as there).
     pub fn node_setattr(
         &self,
         who: &Caller,
@@ -708,10 +893,10 @@ impl Zones {
         change: AttrChange,
         open_file: Option<&std::fs::File>,
         press: &dyn Fn(),
+        broke: impl FnOnce(BackingKey),
     ) -> NodeResult<Stat> {
         self.node_writable(node.zone)?;
-        // Size, mode, owner and times all live in the one inode every link shares.
-        self.node_check_links_now(node, "setattr")?;
+        self.node_break_links(node, "setattr", broke)?;
         let vp = if change.mode.is_some()
             || change.uid.is_some()
             || change.gid.is_some()
@@ -780,13 +965,15 @@ impl Zones {
         node.stat()
     }
 
-    /// Sets (`Some(value)`) or removes (`None`) an extended attribute.
+    /// Sets (`Some(value)`) or removes (`None`) an extended attribute, after the hard-link rule
+    /// ([`Zones::node_break_links`], `broke` as there).
     pub fn node_set_xattr(
         &self,
         who: &Caller,
         node: &Node,
         name: &OsStr,
         value: Option<(&[u8], i32)>,
+        broke: impl FnOnce(BackingKey),
         made: impl FnOnce(),
     ) -> NodeResult<()> {
         self.node_writable(node.zone)?;
@@ -795,7 +982,7 @@ impl Zones {
         } else {
             "removexattr"
         };
-        self.node_check_links_now(node, op)?;
+        self.node_break_links(node, op, broke)?;
         let fd = node.fd()?;
         let path = proc_path(&fd);
         match value {

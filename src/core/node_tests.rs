@@ -3,6 +3,7 @@
 //! both go through the same function.
 
 use std::ffi::OsStr;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -159,7 +160,8 @@ fn a_read_only_zone_refuses_every_node_change_as_the_api_does() {
         ..Default::default()
     };
     assert_eq!(
-        z.node_setattr(&who, &f, truncate, None, &|| {}).err(),
+        z.node_setattr(&who, &f, truncate, None, &|| {}, |_| {})
+            .err(),
         Some(Errno::ROFS)
     );
     // The API refuses through the same rule.
@@ -172,61 +174,151 @@ fn a_read_only_zone_refuses_every_node_change_as_the_api_does() {
     assert!(journal(&z).is_empty());
 }
 
+/// Links `n` names in the zone to one file outside it (`outside.txt`, "secret").
+fn linked_from_outside(dir: &Path, names: &[&str]) {
+    std::fs::create_dir_all(dir.join("z/workspace")).unwrap();
+    std::fs::write(dir.join("outside.txt"), "secret").unwrap();
+    for n in names {
+        std::fs::hard_link(dir.join("outside.txt"), dir.join("z/workspace").join(n)).unwrap();
+    }
+}
+
 #[test]
-fn the_hard_link_rule_holds_for_node_opens_changes_and_links_as_for_the_api() {
+fn the_hard_link_rule_gives_a_node_a_copy_of_its_own_before_any_change_and_refuses_links() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("z/workspace")).unwrap();
-    std::fs::write(dir.path().join("outside.txt"), "secret").unwrap();
-    std::fs::hard_link(
-        dir.path().join("outside.txt"),
-        dir.path().join("z/workspace/h.txt"),
-    )
-    .unwrap();
+    linked_from_outside(dir.path(), &["t.txt", "x.txt", "o.txt", "c.txt", "e.txt"]);
     std::fs::write(dir.path().join("z/workspace/plain.txt"), "p").unwrap();
     let z = zones_with(dir.path(), "");
     let ws = root(&z);
     let who = caller();
-    let h = child(&z, &ws, "h.txt");
-    assert_eq!(z.node_check_links_now(&h, "open"), Err(Errno::ACCESS));
+    let outside = || std::fs::read_to_string(dir.path().join("outside.txt")).unwrap();
+    // Read as it is, by the API and the mount alike.
+    assert_eq!(
+        z.read("/workspace/t.txt", None, None).unwrap().content,
+        "secret"
+    );
+    let t = child(&z, &ws, "t.txt");
+    drop(z.node_open(&t, OFlags::RDONLY, &|| {}).unwrap());
+    // Each change: the name gets a copy, the node follows it, `broke` hears the old file.
     let truncate = AttrChange {
         size: Some(0),
         ..Default::default()
     };
+    let mut broke = None;
+    let st = z
+        .node_setattr(&who, &t, truncate, None, &|| {}, |old| broke = Some(old))
+        .unwrap();
+    assert_eq!((st.st_size, st.st_nlink), (0, 1));
+    assert_ne!(broke, Some(t.key()));
     assert_eq!(
-        z.node_setattr(&who, &h, truncate, None, &|| {}).err(),
-        Some(Errno::ACCESS)
+        broke.map(|k| k.1),
+        Some(
+            std::fs::metadata(dir.path().join("outside.txt"))
+                .unwrap()
+                .ino()
+        )
     );
+    let x = child(&z, &ws, "x.txt");
+    z.node_set_xattr(
+        &who,
+        &x,
+        OsStr::new("user.x"),
+        Some((b"1", 0)),
+        |_| {},
+        || {},
+    )
+    .unwrap();
+    assert!(xattr_of(&dir.path().join("outside.txt"), "user.x").is_none());
+    let o = child(&z, &ws, "o.txt");
+    let fd = z
+        .node_open_for_change(&o, OFlags::WRONLY | OFlags::TRUNC, &|| {}, |_| {})
+        .unwrap();
+    rustix::io::write(&fd, b"mine").unwrap();
+    // Through create (no O_EXCL) on a file that appeared behind the kernel's back, with O_TRUNC.
+    drop(
+        z.node_create(
+            &who,
+            &ws,
+            OsStr::new("c.txt"),
+            OFlags::WRONLY | OFlags::TRUNC,
+            0o644,
+            false,
+            || {},
+        )
+        .unwrap(),
+    );
+    z.edit("/workspace/e.txt", "secret", "edited", false, API)
+        .unwrap();
+    assert_eq!(outside(), "secret");
+    let ws_file =
+        |n: &str| std::fs::read_to_string(dir.path().join("z/workspace").join(n)).unwrap();
     assert_eq!(
-        z.node_set_xattr(&who, &h, OsStr::new("user.x"), Some((b"1", 0)), || {}),
-        Err(Errno::ACCESS)
+        (ws_file("t.txt"), ws_file("o.txt"), ws_file("c.txt")),
+        ("".into(), "mine".into(), "".into())
     );
-    // Linking a plain file would make it one the rule refuses: refused up front.
+    assert_eq!(ws_file("e.txt"), "edited");
+    assert_eq!(
+        std::fs::metadata(dir.path().join("outside.txt"))
+            .unwrap()
+            .nlink(),
+        1
+    );
+    // A link through the mount would not share its writes: refused up front.
     let plain = child(&z, &ws, "plain.txt");
     assert_eq!(
         z.node_link(&who, &plain, &ws, OsStr::new("second"), || {}),
         Err(Errno::PERM)
     );
-    // Opening an existing multiply-linked file through create (no O_EXCL) with O_TRUNC.
+    assert!(!dir.path().join("z/workspace/second").exists());
+}
+
+#[test]
+fn a_node_looked_up_under_two_names_of_one_file_is_never_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    linked_from_outside(dir.path(), &["a", "b"]);
+    let z = zones_with(dir.path(), "");
+    let ws = root(&z);
+    let a = child(&z, &ws, "a");
+    // The kernel found the same file as `b` too: the mount's node learns the second name.
+    a.moved(&ws, OsStr::new("b"));
+    assert!(a.has_several_names());
     assert_eq!(
-        z.node_create(
-            &who,
-            &ws,
-            OsStr::new("h.txt"),
-            OFlags::WRONLY | OFlags::TRUNC,
-            0o644,
-            false,
-            || {}
-        )
-        .err(),
+        z.node_open_for_change(&a, OFlags::WRONLY, &|| {}, |_| {})
+            .err(),
         Some(Errno::ACCESS)
     );
-    let api = z.read("/workspace/h.txt", None, None).unwrap_err();
-    assert_eq!(api.code(), ErrorCode::OutsideZone);
     assert_eq!(
-        std::fs::read_to_string(dir.path().join("outside.txt")).unwrap(),
-        "secret"
+        std::fs::metadata(dir.path().join("outside.txt"))
+            .unwrap()
+            .nlink(),
+        3
     );
-    assert!(!dir.path().join("z/workspace/second").exists());
+    // A rename through the mount is not a second name: the old one is gone.
+    let c = child(&z, &ws, "a");
+    std::fs::rename(
+        dir.path().join("z/workspace/a"),
+        dir.path().join("z/workspace/c"),
+    )
+    .unwrap();
+    c.moved(&ws, OsStr::new("c"));
+    assert!(!c.has_several_names());
+    drop(
+        z.node_open_for_change(&c, OFlags::WRONLY, &|| {}, |_| {})
+            .unwrap(),
+    );
+    assert_eq!(
+        std::fs::metadata(dir.path().join("outside.txt"))
+            .unwrap()
+            .nlink(),
+        2
+    );
+}
+
+fn xattr_of(p: &Path, name: &str) -> Option<Vec<u8>> {
+    let mut buf = [0u8; 64];
+    rustix::fs::getxattr(p, name, &mut buf[..])
+        .ok()
+        .map(|n| buf[..n].to_vec())
 }
 
 type Remover = std::thread::JoinHandle<Result<(), Errno>>;

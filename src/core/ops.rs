@@ -86,9 +86,12 @@ pub struct Entry {
 pub struct ListResult {
     /// The normalized virtual path of the directory (`/` for the top level).
     pub path: String,
-    /// The entries sorted by name, hidden ones included, not recursive. Names that are not
-    /// UTF-8 are skipped.
+    /// The entries sorted by name, hidden ones included, not recursive.
     pub entries: Vec<Entry>,
+    /// Names in the directory that are not UTF-8, escaped as git quotes them (`"\377.txt"`),
+    /// sorted: every wardfs path is UTF-8, so they are not in `entries` (made beside wardfs).
+    #[serde(default)]
+    pub skipped: Vec<String>,
 }
 
 /// Metadata of one path (a symlink in the last component is not followed).
@@ -798,15 +801,18 @@ impl Zones {
                 return Ok(ListResult {
                     path: "/".into(),
                     entries,
+                    skipped: Vec::new(),
                 });
             }
             Target::Zone(vp) => vp,
         };
-        let mut entries = self.store(&vp)?.list(&vp)?;
-        entries.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut listing = self.store(&vp)?.list(&vp)?;
+        listing.entries.sort_by(|a, b| a.name.cmp(&b.name));
+        listing.skipped.sort();
         Ok(ListResult {
             path: vp.to_string(),
-            entries,
+            entries: listing.entries,
+            skipped: listing.skipped,
         })
     }
 

@@ -127,7 +127,7 @@ impl Prefetch {
     /// Queues the small files of the directory `dir` for read-ahead, to be served first.
     pub fn files(&self, dir: &Arc<Node>) {
         let mut st = self.shared.state.lock().expect("not poisoned");
-        if st.warmed_lately(&(dir.dev, dir.ino, true)) {
+        if st.warmed_lately(&(dir.dev, dir.ino(), true)) {
             return;
         }
         if st.jobs.len() >= MAX_JOBS {

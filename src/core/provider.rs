@@ -245,6 +245,9 @@ pub enum RemoteError {
         size: u64,
         limit: u64,
     },
+    /// A listing or walk holds more entries than the daemon keeps; reading stopped there.
+    #[error("{path}: the sandbox lists more than {limit} entries below it (limits.sandbox_walk_entries); stopped reading")]
+    TooManyEntries { path: String, limit: usize },
     #[error("sandbox at {url} is unavailable: {reason}")]
     Unavailable { url: String, reason: String },
     #[error("sandbox at {url} did not answer {op} within {} ms", after.as_millis())]
@@ -310,7 +313,9 @@ impl RemoteError {
             RemoteError::PermissionDenied { .. } => ErrorCode::PermissionDenied,
             RemoteError::NoSpace { .. } => ErrorCode::NoSpace,
             RemoteError::InvalidPath { .. } => ErrorCode::InvalidPath,
-            RemoteError::TooLarge { .. } => ErrorCode::TooLarge,
+            RemoteError::TooLarge { .. } | RemoteError::TooManyEntries { .. } => {
+                ErrorCode::TooLarge
+            }
             RemoteError::Unavailable { .. } | RemoteError::TimedOut { .. } => {
                 ErrorCode::SandboxUnavailable
             }
@@ -341,6 +346,7 @@ impl RemoteError {
             | RemoteError::NoSpace { path }
             | RemoteError::InvalidPath { path, .. }
             | RemoteError::TooLarge { path, .. }
+            | RemoteError::TooManyEntries { path, .. }
             | RemoteError::Remote { path, .. }
             | RemoteError::CommandFailed { path, .. }
             | RemoteError::Spool { path, .. } => Some(path),
@@ -556,7 +562,7 @@ pub trait RemoteFs: Send + Sync {
     /// Returns every entry below `root` (not `root` itself), in no particular order. The
     /// fallback lists directories recursively, so it sees what [`RemoteFs::list`] sees.
     fn walk<'a>(&'a self, root: &'a str) -> BoxFuture<'a, RemoteResult<Vec<WalkEntry>>> {
-        Box::pin(walk_by_listing(self, root))
+        Box::pin(walk_by_listing(self, root, WalkCap::NONE))
     }
 
     /// Sets the mode and/or modification time of `path` (not following a symlink for the time).
@@ -641,22 +647,58 @@ pub trait RemoteFs: Send + Sync {
     }
 }
 
+/// The most one walk may keep in memory: entries, and bytes of their paths and link targets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WalkCap {
+    pub entries: usize,
+    pub bytes: u64,
+}
+
+impl WalkCap {
+    /// No bound (providers whose trees are not chosen by someone else).
+    pub const NONE: WalkCap = WalkCap {
+        entries: usize::MAX,
+        bytes: u64::MAX,
+    };
+}
+
 /// Returns every entry below `root` by listing directories recursively: the fallback of
-/// [`RemoteFs::walk`], for providers whose own walk cannot run.
+/// [`RemoteFs::walk`], for providers whose own walk cannot run. Past `cap` it stops, with
+/// [`RemoteError::TooManyEntries`] or [`RemoteError::TooLarge`] (the bytes of the paths), so a
+/// tree a sandbox makes up — millions of entries, or directories nested ever deeper — cannot
+/// grow the answer without bound.
 pub async fn walk_by_listing<F: RemoteFs + ?Sized>(
     fs: &F,
     root: &str,
+    cap: WalkCap,
 ) -> RemoteResult<Vec<WalkEntry>> {
     check_remote_path(root)?;
     let mut out = Vec::new();
+    let mut bytes = 0u64;
     let mut pending = vec![String::new()];
     while let Some(rel) = pending.pop() {
-        for entry in fs.list(&join_remote(root, &rel)).await? {
+        let listed = fs.list(&join_remote(root, &rel)).await?;
+        if out.len() + listed.len() > cap.entries {
+            return Err(RemoteError::TooManyEntries {
+                path: root.to_string(),
+                limit: cap.entries,
+            });
+        }
+        for entry in listed {
             let path = if rel.is_empty() {
                 entry.name.clone()
             } else {
                 format!("{rel}/{}", entry.name)
             };
+            bytes += path.len() as u64;
+            if bytes > cap.bytes {
+                return Err(RemoteError::TooLarge {
+                    path: root.to_string(),
+                    what: "walk listing (limits.sandbox_listing_bytes)",
+                    size: bytes,
+                    limit: cap.bytes,
+                });
+            }
             if entry.meta.kind == EntryKind::Dir {
                 pending.push(path.clone());
             }

@@ -23,7 +23,7 @@ use super::error::{FsError, FsResult};
 use super::path;
 use super::remote_zone::RemoteZone;
 use super::zone::{openat2_beneath, LocalZone};
-use super::{EntryKind, VPath, Zones};
+use super::{EntryKind, Zones};
 
 fn default_true() -> bool {
     true
@@ -81,6 +81,14 @@ pub struct GlobResult {
     pub total: usize,
     /// True when `total` is larger than the number of matches returned.
     pub truncated: bool,
+    /// What the walk could not look at, and why: a directory that could not be read (a path
+    /// longer than the kernel takes), a name that is not UTF-8 (escaped, as git quotes it).
+    /// At most 100 are named. Absent when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<GrepSkip>,
+    /// Number of paths not looked at (all of them; `skipped` names the first 100).
+    #[serde(default)]
+    pub skipped_total: usize,
 }
 
 /// How grep reports: `content` (matching lines with optional context, in `lines`), `files`
@@ -215,10 +223,10 @@ pub struct GrepResult {
     /// True when the result cap (`limit`) stopped the search early: more matches may exist.
     /// Narrow the search or raise `limit` up to `limits.grep_max_results`.
     pub truncated: bool,
-    /// Files not searched and the rule that kept each out: a regular file with more than one
-    /// hard link (unless the zone's `allow_hardlinks` is true, as for `read`), a file with a line
-    /// longer than `limits.max_read_bytes`, a remote-zone file larger than
-    /// `limits.max_read_bytes`. At most 100 are named. Absent when empty.
+    /// Files not searched and the rule that kept each out: a file with a line longer than
+    /// `limits.max_read_bytes`, a remote-zone file larger than `limits.max_read_bytes`, a
+    /// directory that could not be read (a path longer than the kernel takes), a name that is
+    /// not UTF-8 (escaped, as git quotes it). At most 100 are named. Absent when empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<GrepSkip>,
     /// Number of files not searched (all of them; `skipped` names the first 100).
@@ -294,6 +302,7 @@ impl Zones {
             }
         };
         let full_path = opts.pattern.contains('/');
+        let skips = Skips::default();
         let pattern = opts.pattern.trim_start_matches("./");
         let matcher = GlobBuilder::new(pattern)
             .literal_separator(true)
@@ -319,8 +328,9 @@ impl Zones {
                 })
                 .collect()
         } else {
-            self.local_glob(opts, &matcher, want, full_path)?
+            self.local_glob(opts, &matcher, want, full_path, &skips)?
         };
+        let (skipped, skipped_total) = skips.take();
         let total = matches.len();
         matches.sort_unstable_by(|a, b| {
             b.mtime_ms
@@ -332,6 +342,8 @@ impl Zones {
             truncated: total > matches.len(),
             matches,
             total,
+            skipped,
+            skipped_total,
         })
     }
 
@@ -341,12 +353,14 @@ impl Zones {
         matcher: &globset::GlobMatcher,
         want: Option<EntryKind>,
         full_path: bool,
+        skips: &Skips,
     ) -> FsResult<Vec<GlobMatch>> {
         let start = self.search_start(opts.path.as_deref())?;
         let found: Mutex<Vec<GlobMatch>> = Mutex::new(Vec::new());
         let walker = walker(&start.real, opts.gitignore, opts.hidden).build_parallel();
         let mut builder = GlobVisitors {
             found: &found,
+            skips,
             matcher,
             start: &start,
             want,
@@ -420,33 +434,29 @@ impl Zones {
                 if shared.stopped() {
                     return WalkState::Quit;
                 }
-                let Ok(entry) = entry else {
+                let Some((entry, vpath)) = shared.skips.check(zone, entry) else {
                     return WalkState::Continue;
                 };
                 if !entry.file_type().is_some_and(|t| t.is_file()) {
                     return WalkState::Continue;
                 }
-                let Some(vpath) = Zones::vpath_of(zone, entry.path()) else {
-                    return WalkState::Continue;
-                };
                 let rel = &vpath[zone.id().name().len() + 2..];
-                let Ok(fd) = openat2_beneath(
+                let fd = match openat2_beneath(
                     zone.dirfd(),
                     rel,
                     OFlags::RDONLY | OFlags::NOCTTY | OFlags::NONBLOCK,
                     Mode::empty(),
-                ) else {
-                    return WalkState::Continue;
+                ) {
+                    Ok(fd) => fd,
+                    // Gone meanwhile: nothing to name.
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        return WalkState::Continue
+                    }
+                    Err(e) => {
+                        shared.skip(vpath, format!("could not be opened: {e}"));
+                        return WalkState::Continue;
+                    }
                 };
-                // The hard-link rule, as `read` applies it: a second name may lie outside the
-                // zone, so such a file is not searched (and the answer says so).
-                let Ok(st) = rustix::fs::fstat(&fd) else {
-                    return WalkState::Continue;
-                };
-                if let Err(e) = VPath::new(zone.id(), rel).and_then(|v| zone.check_links(&v, &st)) {
-                    shared.skip(vpath, skip_reason(&e));
-                    return WalkState::Continue;
-                }
                 let file = std::fs::File::from(fd);
                 shared.searched.fetch_add(1, Ordering::Relaxed);
                 match search_one(&mut searcher, &matcher, &file, vpath, mode, shared) {
@@ -571,14 +581,6 @@ fn search_one(
     shared.add(sink)
 }
 
-/// The reason a file is left out of a search, without the path (the answer names it).
-fn skip_reason(e: &FsError) -> String {
-    match e {
-        FsError::OutsideZone { rule, .. } => rule.clone(),
-        e => e.to_string(),
-    }
-}
-
 /// Smallest line buffer the searcher gets, whatever `max_read_bytes` says.
 const MIN_LINE_BUFFER: usize = 64 << 10;
 
@@ -637,8 +639,7 @@ fn remote_entries(
 /// Sorts and trims the per-file results of a grep into its answer.
 fn assemble(shared: Shared, mode: GrepMode) -> GrepResult {
     let limit = shared.limit;
-    let skipped = shared.skipped.into_inner().expect("not poisoned");
-    let skipped_total = shared.skipped_total.load(Ordering::Relaxed);
+    let (skipped, skipped_total) = shared.skips.take();
     let mut files = shared.results.into_inner().expect("not poisoned");
     files.sort_unstable_by(|a, b| a.path.cmp(&b.path));
     let mut out = GrepResult {
@@ -703,6 +704,7 @@ fn assemble(shared: Shared, mode: GrepMode) -> GrepResult {
 /// Builds one glob visitor per walker thread.
 struct GlobVisitors<'a> {
     found: &'a Mutex<Vec<GlobMatch>>,
+    skips: &'a Skips,
     matcher: &'a globset::GlobMatcher,
     start: &'a Start<'a>,
     want: Option<EntryKind>,
@@ -713,6 +715,7 @@ impl<'s> ParallelVisitorBuilder<'s> for GlobVisitors<'s> {
     fn build(&mut self) -> Box<dyn ParallelVisitor + 's> {
         Box::new(GlobVisitor {
             found: self.found,
+            skips: self.skips,
             matcher: self.matcher,
             start: self.start,
             want: self.want,
@@ -725,6 +728,7 @@ impl<'s> ParallelVisitorBuilder<'s> for GlobVisitors<'s> {
 /// One walker thread's glob matching; its matches are handed over when the thread is done.
 struct GlobVisitor<'a> {
     found: &'a Mutex<Vec<GlobMatch>>,
+    skips: &'a Skips,
     matcher: &'a globset::GlobMatcher,
     start: &'a Start<'a>,
     want: Option<EntryKind>,
@@ -744,7 +748,7 @@ impl Drop for GlobVisitor<'_> {
 impl ParallelVisitor for GlobVisitor<'_> {
     fn visit(&mut self, entry: Result<ignore::DirEntry, ignore::Error>) -> WalkState {
         use std::os::unix::fs::MetadataExt;
-        let Ok(entry) = entry else {
+        let Some((entry, path)) = self.skips.check(self.start.zone, entry) else {
             return WalkState::Continue;
         };
         if entry.depth() == 0 {
@@ -768,10 +772,7 @@ impl ParallelVisitor for GlobVisitor<'_> {
             self.matcher.is_match(Path::new(entry.file_name()))
         };
         if hit {
-            if let (Some(path), Ok(md)) = (
-                Zones::vpath_of(self.start.zone, entry.path()),
-                entry.metadata(),
-            ) {
+            if let Ok(md) = entry.metadata() {
                 self.local.push(GlobMatch {
                     path,
                     mtime_ms: md.mtime() * 1000 + md.mtime_nsec() / 1_000_000,
@@ -782,13 +783,88 @@ impl ParallelVisitor for GlobVisitor<'_> {
     }
 }
 
+/// What a search or glob did not look at: the first [`MAX_SKIPPED_SHOWN`] named, all counted.
+#[derive(Default)]
+struct Skips {
+    named: Mutex<Vec<GrepSkip>>,
+    total: AtomicUsize,
+}
+
+impl Skips {
+    fn add(&self, path: String, reason: String) {
+        if self.total.fetch_add(1, Ordering::Relaxed) < MAX_SKIPPED_SHOWN {
+            self.named
+                .lock()
+                .expect("not poisoned")
+                .push(GrepSkip { path, reason });
+        }
+    }
+
+    /// Notes what a walk entry that could not be looked at is: an error (a directory that could
+    /// not be read) or a name that is not UTF-8. Returns the entry's virtual path otherwise.
+    fn check(
+        &self,
+        zone: &LocalZone,
+        entry: Result<ignore::DirEntry, ignore::Error>,
+    ) -> Option<(ignore::DirEntry, String)> {
+        let entry = match entry {
+            Ok(e) => e,
+            Err(e) => {
+                let path = error_path(&e).map_or_else(String::new, |p| shown_path(zone, p));
+                self.add(path, format!("could not be read: {e}"));
+                return None;
+            }
+        };
+        match Zones::vpath_of(zone, entry.path()) {
+            Some(vpath) => Some((entry, vpath)),
+            None => {
+                self.add(
+                    shown_path(zone, entry.path()),
+                    "a name that is not UTF-8 (every wardfs path is)".into(),
+                );
+                None
+            }
+        }
+    }
+
+    /// The named skips, sorted, and the count.
+    fn take(self) -> (Vec<GrepSkip>, usize) {
+        let mut named = self.named.into_inner().expect("not poisoned");
+        named.sort_by(|a, b| a.path.cmp(&b.path));
+        (named, self.total.into_inner())
+    }
+}
+
+/// The path a walk error names, if any.
+fn error_path(e: &ignore::Error) -> Option<&Path> {
+    match e {
+        ignore::Error::WithPath { path, .. } => Some(path),
+        ignore::Error::WithDepth { err, .. } | ignore::Error::WithLineNumber { err, .. } => {
+            error_path(err)
+        }
+        ignore::Error::Loop { child, .. } => Some(child),
+        _ => None,
+    }
+}
+
+/// `real` (beneath `zone`'s root) as a person reads it: its virtual path, with a name that is
+/// not UTF-8 escaped as git quotes it.
+fn shown_path(zone: &LocalZone, real: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt as _;
+    let rel = real.strip_prefix(zone.root()).unwrap_or(real).as_os_str();
+    let rel = match std::str::from_utf8(rel.as_bytes()) {
+        Ok(s) => super::text::name(s).into_owned(),
+        Err(_) => super::store::local::not_utf8(rel.as_bytes()),
+    };
+    format!("/{}/{rel}", zone.id().name())
+}
+
 /// State shared by the search threads.
 struct Shared {
     results: Mutex<Vec<FileSink>>,
     total: AtomicUsize,
     searched: AtomicUsize,
-    skipped: Mutex<Vec<GrepSkip>>,
-    skipped_total: AtomicUsize,
+    skips: Skips,
     guard: Arc<Guard>,
     limit: usize,
 }
@@ -819,8 +895,7 @@ impl Shared {
             results: Mutex::new(Vec::new()),
             total: AtomicUsize::new(0),
             searched: AtomicUsize::new(0),
-            skipped: Mutex::new(Vec::new()),
-            skipped_total: AtomicUsize::new(0),
+            skips: Skips::default(),
             guard: Arc::new(Guard {
                 stop: AtomicBool::new(false),
                 text: AtomicUsize::new(0),
@@ -836,12 +911,7 @@ impl Shared {
 
     /// Counts a file that was not searched; the first few are named.
     fn skip(&self, path: String, reason: String) {
-        if self.skipped_total.fetch_add(1, Ordering::Relaxed) < MAX_SKIPPED_SHOWN {
-            self.skipped
-                .lock()
-                .expect("not poisoned")
-                .push(GrepSkip { path, reason });
-        }
+        self.skips.add(path, reason);
     }
 
     /// Adds one file's results; returns false once the cap is reached.

@@ -98,7 +98,8 @@ impl LocalZone {
             .map_err(|e| FsError::from_io(&vp.to_string(), "open", e))
     }
 
-    /// Opens a regular file for reading, enforcing the hard-link rule.
+    /// Opens a regular file for reading (one with several hard links too: see
+    /// [`LocalZone::breaks_links`]).
     pub fn open_file_for_read(&self, vp: &VPath) -> FsResult<(std::fs::File, Stat)> {
         // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
         let fd = self.open(vp, OFlags::RDONLY | OFlags::NOCTTY | OFlags::NONBLOCK)?;
@@ -118,30 +119,26 @@ impl LocalZone {
                 })
             }
         }
-        self.check_links(vp, &st)?;
         rustix::fs::fcntl_setfl(&fd, OFlags::empty())
             .map_err(|e| FsError::from_io(&vp.to_string(), "open", e.into()))?;
         Ok((std::fs::File::from(fd), st))
     }
 
-    /// Refuses multiply-linked regular files unless the zone allows them: a hard link made outside
-    /// wardfs may name a file outside the zone, and no path check can tell.
-    pub fn check_links(&self, vp: &VPath, st: &Stat) -> FsResult<()> {
-        if !self.allow_hardlinks
+    /// The hard-link rule: true when a change to the file `st` must first give it an inode of
+    /// its own ([`super::copy_up`]), because it is a regular file with another link (a link made
+    /// beside wardfs may name a file outside the zone, and no path check can tell) and the zone
+    /// does not allow hard links (`zones.<zone>.allow_hardlinks`). Such a file may be read: a
+    /// link into a zone is made beside wardfs, by someone who may open the file anyway (the
+    /// kernel's `fs.protected_hardlinks`), never by an agent (docs/reliability.md).
+    pub fn breaks_links(&self, st: &Stat) -> bool {
+        !self.allow_hardlinks
             && st.st_nlink > 1
             && FileType::from_raw_mode(st.st_mode) == FileType::RegularFile
-        {
-            return Err(FsError::OutsideZone {
-                path: vp.to_string(),
-                rule: format!(
-                    "the file has {} hard links and one may lie outside the zone \
-                     (set zones.{}.allow_hardlinks = true to allow reading it)",
-                    st.st_nlink,
-                    self.id.name()
-                ),
-            });
-        }
-        Ok(())
+    }
+
+    /// True when the zone treats hard links as POSIX does (`zones.<zone>.allow_hardlinks`).
+    pub fn allows_hardlinks(&self) -> bool {
+        self.allow_hardlinks
     }
 
     /// Opens the parent directory of `vp` (`O_PATH`), beneath the zone.

@@ -39,9 +39,9 @@ use super::inodes::{zone_ino, Inode, Inodes, ROOT_INO};
 use super::remote::{RemoteTree, REMOTE_FH_BASE};
 use crate::config::IoMode;
 use crate::config::Transport;
-use crate::core::node::{io as node_io, AttrChange, Caller, RenameMode, SetTime};
+use crate::core::node::{io as node_io, AttrChange, BackingKey, Caller, RenameMode, SetTime};
 use crate::core::prefetch::Prefetch;
-use crate::core::{VPath, ZoneId, Zones};
+use crate::core::{ZoneId, Zones};
 use crate::state::{Origin, Via};
 
 /// How long the kernel may cache entries and attributes; changes made behind its back are
@@ -417,10 +417,13 @@ impl WardFs {
         self.zones.node_writable(zone).map_err(errno)
     }
 
-    /// The zone's hard-link rule on the inode's current attributes (see
-    /// [`Zones::node_check_links`]).
-    fn check_links_now(&self, inode: &Inode, op: &str) -> Res<()> {
-        self.zones.node_check_links_now(inode, op).map_err(errno)
+    /// After the hard-link rule gave `inode`'s file a copy of its own (see
+    /// [`Zones::node_break_links`]; `old` is the backing key it had): the inode's number now
+    /// stands for the copy, and a passthrough backing file registered for the old file is let go,
+    /// so the kernel never writes to it.
+    fn follow_copy(&self, inode: &Inode, old: BackingKey) {
+        self.inodes.follow_copy(inode.ino, old, inode.node.key());
+        *inode.backing.lock().expect("not poisoned") = None;
     }
 
     /// A directory inode to create or remove names in (never the virtual top level).
@@ -507,26 +510,21 @@ impl WardFs {
         }
     }
 
-    /// Returns the current virtual path of an inode (from the kernel's view of its fd).
-    fn vpath(&self, inode: &Inode) -> Option<VPath> {
-        self.zones.node_vpath(inode)
-    }
-
     fn reopen(&self, inode: &Inode, flags: OFlags) -> Res<OwnedFd> {
         self.zones
             .node_open(inode, flags, &self.press())
             .map_err(errno)
     }
 
-    /// Opens a regular file with `flags` and checks the zone's hard-link rule again on what was
-    /// opened (a link made outside since the caller's check); `op` names the operation refused.
-    fn reopen_checked(&self, inode: &Inode, flags: OFlags, op: &str) -> Res<(std::fs::File, Stat)> {
-        let file = std::fs::File::from(self.reopen(inode, flags)?);
-        let st = node_io::stat(&file).map_err(errno)?;
+    /// Opens a regular file with `flags` to change it, after the hard-link rule (see
+    /// [`Zones::node_open_for_change`]).
+    fn open_for_change(&self, inode: &Inode, flags: OFlags) -> Res<std::fs::File> {
         self.zones
-            .node_check_links(inode.zone, &st, op, || self.vpath(inode))
-            .map_err(errno)?;
-        Ok((file, st))
+            .node_open_for_change(inode, flags, &self.press(), |old| {
+                self.follow_copy(inode, old)
+            })
+            .map(std::fs::File::from)
+            .map_err(errno)
     }
 
     fn handle(&self, fh: FileHandle) -> Res<Arc<Handle>> {
@@ -621,6 +619,7 @@ impl WardFs {
                 },
                 file,
                 &self.press(),
+                |old| self.follow_copy(inode, old),
             )
             .map_err(errno)?;
         self.zones.own().note(&st);
@@ -1185,11 +1184,6 @@ impl fuser::Filesystem for WardFs {
         };
         let write = WardFs::is_write(flags.0);
         let oflags = WardFs::open_flags(flags.0);
-        // Before anything is opened (O_TRUNC would already change the file), and before the
-        // passthrough shortcut below, which opens nothing.
-        if let Err(e) = self.check_links_now(&i, "open") {
-            return reply.error(e);
-        }
         // A file read through passthrough before: the kernel already has its backing file, so
         // there is nothing to open here (our own descriptor is opened if a later call needs it).
         let passthrough = self.passthrough.load(Ordering::Relaxed) && !self.cached[i.zone.index()];
@@ -1204,9 +1198,8 @@ impl fuser::Filesystem for WardFs {
             if write {
                 self.writable(i.zone)?;
             }
-            if i.kind == FileType::RegularFile {
-                let (file, _) = self.reopen_checked(&i, oflags, "open")?;
-                return Ok(OwnedFd::from(file));
+            if write && i.kind == FileType::RegularFile {
+                return self.open_for_change(&i, oflags).map(OwnedFd::from);
             }
             self.reopen(&i, oflags)
         })();
@@ -1592,12 +1585,20 @@ impl fuser::Filesystem for WardFs {
         }
         let res = (|| {
             let i = self.inode(ino)?;
+            let broke = |old| self.follow_copy(&i, old);
             self.zones
-                .node_set_xattr(&WardFs::caller(req), &i, name, Some((value, flags)), || {
-                    if let Ok(st) = i.stat() {
-                        self.zones.own().note(&st);
-                    }
-                })
+                .node_set_xattr(
+                    &WardFs::caller(req),
+                    &i,
+                    name,
+                    Some((value, flags)),
+                    broke,
+                    || {
+                        if let Ok(st) = i.stat() {
+                            self.zones.own().note(&st);
+                        }
+                    },
+                )
                 .map_err(errno)?;
             Ok(())
         })();
@@ -1653,8 +1654,9 @@ impl fuser::Filesystem for WardFs {
         }
         let res = (|| {
             let i = self.inode(ino)?;
+            let broke = |old| self.follow_copy(&i, old);
             self.zones
-                .node_set_xattr(&WardFs::caller(req), &i, name, None, || {
+                .node_set_xattr(&WardFs::caller(req), &i, name, None, broke, || {
                     if let Ok(st) = i.stat() {
                         self.zones.own().note(&st);
                     }
@@ -1923,14 +1925,15 @@ impl WardFs {
         if write {
             self.writable(i.zone)?;
         }
-        let op = if write { "write" } else { "read" };
-        self.check_links_now(&i, op)?;
         let flags = if write {
             OFlags::WRONLY
         } else {
             OFlags::RDONLY
         };
-        let (file, st) = self.reopen_checked(&i, flags, op)?;
+        let file = match write {
+            true => self.open_for_change(&i, flags)?,
+            false => std::fs::File::from(self.reopen(&i, flags)?),
+        };
         if !write {
             return Ok(Arc::new(Handle::new(
                 i,
@@ -1939,6 +1942,7 @@ impl WardFs {
                 WardFs::origin(req),
             )));
         }
+        let st = node_io::stat(&file).map_err(errno)?;
         Ok(self.add_implicit(req, i, file, flags, &st))
     }
 

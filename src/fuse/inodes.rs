@@ -6,7 +6,9 @@
 //! *pinned*: it holds an `O_PATH | O_NOFOLLOW` fd. A regular file or symlink with one link is
 //! *held by name*: its pinned parent and its name, reopened beneath the parent when an
 //! operation needs it and checked against the `(st_dev, st_ino)` it was looked up as, so a name
-//! reused by another file gives `ESTALE`, never that file. Before the mount removes, replaces or
+//! reused by another file gives `ESTALE`, never that file. So is a regular file with more links
+//! in a zone that breaks them: its first change gives its name a copy of its own
+//! (`Zones::node_break_links`), and its inode then stands for the copy ([`Inodes::follow_copy`]). Before the mount removes, replaces or
 //! links a name, its file is pinned, so it stays reachable while the kernel holds it. Numbers are
 //! assigned per backing `(st_dev, st_ino)` and kept for the life of the mount, so hard links share
 //! an inode and a file looked up again after `forget` gets the number it had before.
@@ -250,6 +252,17 @@ impl Inodes {
             .expect("not poisoned")
             .insert((dev, backing_ino), n);
         n
+    }
+
+    /// Notes that inode `ino` now stands for the backing file `new` instead of `old` (the
+    /// hard-link rule gave its name a copy of its own, which the node follows): the old file,
+    /// still named by its other links, gets a number of its own if it is looked up again.
+    pub fn follow_copy(&self, ino: u64, old: (u64, u64), new: (u64, u64)) {
+        let mut numbers = self.numbers.lock().expect("not poisoned");
+        if numbers.get(&old) == Some(&ino) {
+            numbers.remove(&old);
+        }
+        numbers.insert(new, ino);
     }
 
     /// Returns the number of a backing file if the kernel may know it.

@@ -20,6 +20,15 @@ pub fn file_patches(
     let diff = repo
         .diff_tree_to_tree(Some(old), Some(new), Some(&mut opts))
         .map_err(libgit2("diff"))?;
+    let odb = repo.odb().map_err(libgit2("open object database"))?;
+    // A tree diff does not know the files' sizes, and libgit2 would read a big blob whole to
+    // learn it: each size comes from its object's header instead (0 when unknown: a submodule).
+    let size = |f: git2::DiffFile<'_>| {
+        if f.id().is_zero() {
+            return 0;
+        }
+        odb.read_header(f.id()).map(|(n, _)| n as u64).unwrap_or(0)
+    };
     let mut out = Vec::with_capacity(diff.deltas().len());
     for (i, delta) in diff.deltas().enumerate() {
         let operation = match delta.status() {
@@ -34,7 +43,7 @@ pub fn file_patches(
             .map(|p| p.to_string_lossy().into_owned())
             .unwrap_or_default();
         let oid = (operation != "delete").then(|| delta.new_file().id().to_string());
-        let oversized = delta.new_file().size().max(delta.old_file().size()) > max_bytes;
+        let oversized = size(delta.new_file()).max(size(delta.old_file())) > max_bytes;
         let mut row = StagedFileRow {
             path,
             operation: operation.into(),

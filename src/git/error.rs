@@ -114,6 +114,14 @@ pub enum RemoteError {
     BadRemote { url: String, reason: String },
     #[error("{url}: authentication failed: {reason}")]
     AuthFailed { url: String, reason: String },
+    /// One object of what the remote sent needs more memory at once than the fetch's cap
+    /// (`crate::git::memory`): a delta bomb, or a file far over `limits.git_blob_bytes`.
+    #[error(
+        "{url}: one object it sent needs {bytes} bytes in memory at once (a delta expanding to \
+         that size, or a file that big), over the cap of {cap} bytes (limits.git_blob_bytes + \
+         16 MiB); refused before inflating it, nothing was fetched"
+    )]
+    ObjectTooBig { url: String, bytes: u64, cap: u64 },
     /// A failure libgit2 gives no class wardfs knows.
     #[error(transparent)]
     Git(#[from] Libgit2Error),
@@ -125,6 +133,7 @@ impl GitFailure for RemoteError {
             RemoteError::Unreachable { .. } => ErrorCode::RemoteUnavailable,
             RemoteError::BadRemote { .. } => ErrorCode::InvalidArgument,
             RemoteError::AuthFailed { .. } => ErrorCode::AuthFailed,
+            RemoteError::ObjectTooBig { .. } => ErrorCode::TooLarge,
             RemoteError::Git(e) => e.code(),
         }
     }

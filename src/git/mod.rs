@@ -14,7 +14,8 @@
 //! `show`), `push.rs`, `discard.rs`, each with its request, result and error types; this file
 //! keeps the service, the helpers they share and the path rules. [`error`] holds the failures
 //! the operations share, [`remote`] talks to git servers, [`diff`] reads and writes patches,
-//! [`pr`] opens pull requests, [`prune`] sweeps staging leftovers.
+//! [`pr`] opens pull requests, [`prune`] sweeps staging leftovers, [`memory`] caps what libgit2
+//! allocates at once while it reads what a remote sent.
 //!
 //! May import `core`, `state` and `config`; never an adapter or `sandbox` (`tests/rules` checks
 //! the imports).
@@ -22,6 +23,7 @@
 pub mod diff;
 mod discard;
 pub mod error;
+pub mod memory;
 pub mod pr;
 pub mod prune;
 mod pull;
@@ -118,12 +120,22 @@ fn under(path: &str, prefix: &str) -> bool {
 impl Git {
     /// Creates the service; mirrors live under `<state_dir>/git/`.
     pub fn new(zones: Arc<Zones>, settings: &Settings) -> Git {
+        memory::install();
         Git {
             zones,
             settings: settings.git.clone(),
             mirrors: settings.state_dir.join("git"),
             locks: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The most libgit2 may allocate at once while it fetches, or reads what a pull takes
+    /// ([`memory::Cap`]): the largest file a pull takes plus libgit2's own buffers.
+    fn object_cap(&self) -> u64 {
+        self.zones
+            .limits()
+            .git_blob_bytes
+            .saturating_add(memory::HEADROOM)
     }
 
     fn lock_for(&self, mirror: &Path) -> Arc<Mutex<()>> {
@@ -351,12 +363,7 @@ impl Git {
                     }
                 }
                 let oid = Oid::from_bytes(&hasher.finalize()).expect("20 bytes");
-                let mode = if st.mode & 0o111 != 0 {
-                    MODE_EXEC
-                } else {
-                    MODE_FILE
-                };
-                Ok(Some((oid, mode)))
+                Ok(Some((oid, git_mode(st.mode))))
             }
             EntryKind::Symlink => Ok(Some((
                 hash_blob(self.zones.readlink(v)?.as_bytes()),
@@ -366,33 +373,53 @@ impl Git {
         }
     }
 
-    /// The bytes (a symlink's target) and git mode of what is at `v` now.
-    fn local_content(&self, v: &str) -> Result<Option<(Vec<u8>, u32)>, FsError> {
+    /// Writes what is at `v` now into `mirror`'s object database and returns its blob id and
+    /// git mode (None: nothing, or a directory). A file is streamed into the object database as
+    /// it is read, so its size does not matter.
+    fn store_local(&self, mirror: &Repository, v: &str) -> Result<Option<(Oid, u32)>, CommonError> {
         let st = match self.zones.stat(v) {
             Ok(st) => st,
             Err(e) if matches!(e.code(), ErrorCode::NotFound | ErrorCode::NotDir) => {
                 return Ok(None)
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         };
         match st.kind {
             EntryKind::File => {
                 use std::io::Read;
-                let (mut f, size) = self.zones.read_binary(v)?;
-                let mut bytes = Vec::with_capacity(size as usize);
-                f.read_to_end(&mut bytes).map_err(|e| FsError::Io {
-                    path: v.into(),
-                    op: "read",
-                    source: e,
-                })?;
-                let mode = if st.mode & 0o111 != 0 {
-                    MODE_EXEC
-                } else {
-                    MODE_FILE
-                };
-                Ok(Some((bytes, mode)))
+                let (f, size) = self.zones.read_binary(v)?;
+                let odb = mirror.odb().map_err(libgit2("open object database"))?;
+                let mut blob = odb
+                    .writer(size as usize, ObjectType::Blob)
+                    .map_err(libgit2(format!("write blob of {v}")))?;
+                let copied =
+                    std::io::copy(&mut f.take(size), &mut blob).map_err(|e| FsError::Io {
+                        path: v.into(),
+                        op: "read",
+                        source: e,
+                    })?;
+                if copied != size {
+                    return Err(FsError::Io {
+                        path: v.into(),
+                        op: "read",
+                        source: std::io::Error::other(format!(
+                            "the file shrank from {size} to {copied} bytes while it was staged"
+                        )),
+                    }
+                    .into());
+                }
+                let oid = blob
+                    .finalize()
+                    .map_err(libgit2(format!("write blob of {v}")))?;
+                Ok(Some((oid, git_mode(st.mode))))
             }
-            EntryKind::Symlink => Ok(Some((self.zones.readlink(v)?.into_bytes(), MODE_LINK))),
+            EntryKind::Symlink => {
+                let target = self.zones.readlink(v)?;
+                let oid = mirror
+                    .blob(target.as_bytes())
+                    .map_err(libgit2("write blob"))?;
+                Ok(Some((oid, MODE_LINK)))
+            }
             _ => Ok(None),
         }
     }
@@ -452,6 +479,15 @@ fn file_mode(mode: u32) -> git2::FileMode {
         MODE_EXEC => git2::FileMode::BlobExecutable,
         MODE_LINK => git2::FileMode::Link,
         _ => git2::FileMode::Blob,
+    }
+}
+
+/// The git mode of a regular file of permission bits `mode`.
+fn git_mode(mode: u32) -> u32 {
+    if mode & 0o111 != 0 {
+        MODE_EXEC
+    } else {
+        MODE_FILE
     }
 }
 
@@ -628,15 +664,25 @@ mod tests {
     }
 
     #[test]
-    fn a_path_that_cannot_be_read_is_skipped_and_the_rest_of_the_pull_lands() {
+    fn a_path_that_cannot_be_replaced_is_skipped_and_the_rest_of_the_pull_lands() {
         let dir = tempfile::tempdir().unwrap();
         let (zones, git, req) = pulled(dir.path(), &[("a.txt", "a1\n"), ("b.txt", "b1\n")]);
-        // b.txt gains a second link outside the zone: the default config refuses to read it.
+        // b.txt is made immutable (`chattr +i`): not even root may replace it.
         let b = dir.path().join("z/workspace/r/b.txt");
-        std::fs::hard_link(&b, dir.path().join("outside.txt")).unwrap();
-        assert!(zones.read("/workspace/r/b.txt", None, None).is_err());
+        let immutable = |on: bool| {
+            let f = std::fs::File::open(&b).unwrap();
+            let flags = rustix::fs::ioctl_getflags(&f).unwrap();
+            let flags = match on {
+                true => flags | rustix::fs::IFlags::IMMUTABLE,
+                false => flags - rustix::fs::IFlags::IMMUTABLE,
+            };
+            rustix::fs::ioctl_setflags(&f, flags).unwrap();
+        };
+        immutable(true);
         let tip = commit_files(dir.path(), &[("a.txt", "a2\n"), ("b.txt", "b2\n")]);
-        let r = git.pull(&req, &|_| {}).unwrap();
+        let r = git.pull(&req, &|_| {});
+        immutable(false);
+        let r = r.unwrap();
         assert_eq!(r.written, 1, "{r:?}");
         assert_eq!(
             std::fs::read_to_string(dir.path().join("z/workspace/r/a.txt")).unwrap(),

@@ -280,6 +280,7 @@ impl Git {
                 &[format!("+refs/heads/{b}:refs/wardfs/remote/{b}")],
                 remote::UNSHALLOW,
                 &self.settings,
+                self.object_cap(),
                 progress,
             )?;
         }
@@ -303,6 +304,7 @@ impl Git {
                     &[format!("+{target}:{tracking}")],
                     1,
                     &self.settings,
+                    self.object_cap(),
                     progress,
                 )?;
                 let tip = mirror.refname_to_id(&tracking).map_err(libgit2("tip"))?;

@@ -12,8 +12,8 @@
 //! `push_update_reference` status is a rejection even though libgit2 reports success.
 //!
 //! Failures are [`RemoteError`]s (a push's own refusals, a broken lease or a rejection, are
-//! `PushError`s), told apart by libgit2's error code and class and by what the callbacks saw,
-//! never by message text.
+//! `PushError`s), told apart by libgit2's error code and class and by what the callbacks and
+//! the memory cap ([`memory`]) saw, never by message text.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -22,6 +22,7 @@ use git2::{Cred, CredentialType, Direction, FetchOptions, Oid, PushOptions, Remo
 use serde::Serialize;
 
 use super::error::{libgit2, RemoteError};
+use super::memory;
 use super::PushError;
 use crate::config::{Endpoint, GitSection};
 
@@ -299,8 +300,34 @@ fn failed(url: &str, op: &str, seen: &Seen, e: git2::Error) -> RemoteError {
     }
 }
 
-/// Fetches `refspecs` from `url` into `repo` (shallow when `depth > 0`).
+/// Fetches `refspecs` from `url` into `repo` (shallow when `depth > 0`), libgit2 allocating at
+/// most `cap` bytes at once ([`memory::Cap`]): an object that needs more (a delta bomb, a huge
+/// file of a local repository) fails the fetch as [`RemoteError::ObjectTooBig`] before it is
+/// inflated, whatever the transport.
 pub fn fetch(
+    repo: &git2::Repository,
+    url: &str,
+    refspecs: &[String],
+    depth: i32,
+    settings: &GitSection,
+    cap: u64,
+    progress: OnProgress<'_>,
+) -> Result<(), RemoteError> {
+    let cap = memory::Cap::enter(cap);
+    fetch_capped(repo, url, refspecs, depth, settings, progress).map_err(|e| {
+        match memory::take_refused() {
+            Some(bytes) => RemoteError::ObjectTooBig {
+                url: url.into(),
+                bytes,
+                cap: cap.bytes(),
+            },
+            None => e,
+        }
+    })
+}
+
+/// The fetch itself, run inside [`fetch`]'s cap.
+fn fetch_capped(
     repo: &git2::Repository,
     url: &str,
     refspecs: &[String],
@@ -324,7 +351,7 @@ pub fn fetch(
         Err(e)
             if depth > 0 && e.raw_code() == NOT_SUPPORTED && e.class() == git2::ErrorClass::Net =>
         {
-            fetch(repo, url, refspecs, 0, settings, progress)
+            fetch_capped(repo, url, refspecs, 0, settings, progress)
         }
         r => r.map_err(|e| failed(url, "fetch", &seen, e)),
     }

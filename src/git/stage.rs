@@ -225,11 +225,7 @@ impl Git {
             .collect();
         for c in &st.changes {
             let rel = c.path[vdir(&repo.dir).len()..].trim_start_matches('/');
-            let now = self.local_content(&c.path)?.map(|(bytes, _)| {
-                Oid::hash_object(ObjectType::Blob, &bytes)
-                    .map(|o| o.to_string())
-                    .unwrap_or_default()
-            });
+            let now = self.local_blob(&c.path)?.map(|(oid, _)| oid.to_string());
             if !staged.contains(&(rel.to_string(), now)) {
                 return Ok(true);
             }
@@ -321,9 +317,8 @@ impl Git {
         let mut update = git2::build::TreeUpdateBuilder::new();
         let mut n = 0;
         for (path, _) in &chosen {
-            match self.local_content(&vfile(&repo.dir, path))? {
-                Some((bytes, mode)) => {
-                    let oid = mirror.blob(&bytes).map_err(libgit2("write blob"))?;
+            match self.store_local(&mirror, &vfile(&repo.dir, path))? {
+                Some((oid, mode)) => {
                     if already.contains(&(path.clone(), Some(oid.to_string()))) {
                         continue;
                     }

@@ -25,6 +25,7 @@
 mod params;
 mod replies;
 mod rows;
+mod transport;
 
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -353,7 +354,7 @@ impl Server {
     /// .gitignore is honoured unless told otherwise. Returns {mode, then lines: [{path, line,
     /// text, kind (match or context)}] (content mode), files: [path] (files mode) or counts:
     /// [{path, count}] (count mode), total, files_searched, truncated, skipped_total, skipped:
-    /// [{path, reason}] (files a rule kept out, e.g. a hard-linked file)}; the array is left out
+    /// [{path, reason}] (files a rule kept out, e.g. a line over the read limit)}; the array is left out
     /// when nothing matched; a line over 2048 bytes is cut with a marker. Results are sorted by
     /// path and line. Limit: at most the daemon's
     /// limits.grep_max_results results (1000 by default); truncated is true when more matches
@@ -555,7 +556,7 @@ impl Server {
     /// Put the zone back as it was at a checkpoint: all of it, or only `paths`. The present is
     /// checkpointed first: `before` in the answer is that checkpoint, so restoring it undoes this.
     /// Files that changed while the restore ran are left alone (conflicts). Returns {checkpoint,
-    /// before, restored, removed, conflicts, not_kept}. Errors: NOT_FOUND, INVALID_ARGUMENT,
+    /// before, restored, removed, conflicts, not_kept, refused}. Errors: NOT_FOUND, INVALID_ARGUMENT,
     /// READ_ONLY.
     #[tool(
         output_schema = schema::<RestoreResult>(),
@@ -690,10 +691,13 @@ impl ServerHandler for Server {
     }
 }
 
-/// Serves MCP on stdin/stdout until the client closes the session.
-pub async fn serve_stdio(server: Server) -> Result<(), McpError> {
+/// Serves MCP on stdin/stdout until the client closes the session. A message longer than
+/// twice `max_write_bytes` plus 64 KiB is answered with a JSON-RPC error and not read
+/// ([`transport`]).
+pub async fn serve_stdio(server: Server, max_write_bytes: u64) -> Result<(), McpError> {
+    let limit = transport::max_message_bytes(max_write_bytes);
     let running = server
-        .serve(rmcp::transport::stdio())
+        .serve(transport::Bounded::stdio(limit))
         .await
         .map_err(|e| McpError::Start(e.to_string()))?;
     running

@@ -25,6 +25,9 @@ pub(super) const MIGRATION: &str = "CREATE TABLE checkpoints (
     );
     CREATE INDEX checkpoints_zone ON checkpoints(zone, id);";
 
+/// The exact permission bits of a checkpoint's files (appended to the migrations).
+pub(super) const MIGRATION_MODES: &str = "ALTER TABLE checkpoints ADD COLUMN modes TEXT;";
+
 /// The scope of a checkpoint of a directory, and the restores (appended to the migrations).
 pub(super) const MIGRATION_RESTORES: &str = "ALTER TABLE checkpoints ADD COLUMN scope TEXT;
     CREATE TABLE restores (
@@ -59,6 +62,9 @@ pub struct NewCheckpoint<'a> {
     pub not_kept: u64,
     /// The directory (relative to the zone) it was taken of; `None`: the whole zone.
     pub scope: Option<&'a str>,
+    /// The blob (hex) listing the permission bits of files whose bits the tree's modes do not
+    /// tell (anything but 0644 and 0755); `None`: there are none.
+    pub modes: Option<&'a str>,
 }
 
 /// A checkpoint: a snapshot of a zone in the daemon's object store.
@@ -91,10 +97,16 @@ pub struct CheckpointRow {
     /// unless told otherwise; null: the whole zone. (The tree is the whole zone's either way.)
     #[serde(default)]
     pub scope: Option<String>,
+    /// The blob (hex) of the exact permission bits of its files, where the tree's modes fall
+    /// short (the daemon's own; not part of the API).
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub modes: Option<String>,
 }
 
 const COLUMNS: &str =
-    "id, zone, tree, parent, message, via, pid, uid, time_ms, journal_pos, files, not_kept, scope";
+    "id, zone, tree, parent, message, via, pid, uid, time_ms, journal_pos, files, \
+     not_kept, scope, modes";
 
 fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<CheckpointRow> {
     Ok(CheckpointRow {
@@ -111,6 +123,7 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<CheckpointRow> {
         files: r.get::<_, i64>(10)? as u64,
         not_kept: r.get::<_, i64>(11)? as u64,
         scope: r.get(12)?,
+        modes: r.get(13)?,
     })
 }
 
@@ -170,8 +183,8 @@ impl Db {
         let conn = self.lock();
         conn.execute(
             "INSERT INTO checkpoints (zone, tree, parent, message, via, pid, uid, time_ms,
-                journal_pos, files, not_kept, scope)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                journal_pos, files, not_kept, scope, modes)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
             params![
                 c.zone,
                 c.tree,
@@ -185,6 +198,7 @@ impl Db {
                 c.files as i64,
                 c.not_kept as i64,
                 c.scope,
+                c.modes,
             ],
         )?;
         let id = conn.last_insert_rowid();

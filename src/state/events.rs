@@ -241,6 +241,7 @@ mod tests {
             files: 0,
             not_kept: 0,
             scope: None,
+            modes: None,
         })
         .unwrap()
     }

@@ -88,6 +88,8 @@ const MIGRATIONS: &[&str] = &[
     checkpoint::MIGRATION_RESTORES,
     // 8: provisioned sandboxes: what their provider calls them, their volume and snapshot.
     sandbox::MIGRATION_PROVISION,
+    // 9: the exact permission bits of a checkpoint's files, where a git tree's modes fall short.
+    checkpoint::MIGRATION_MODES,
 ];
 
 /// The state database.

@@ -3,5 +3,6 @@
 
 mod test_checkpoint;
 mod test_first_hour;
+mod test_links;
 mod test_model;
 mod test_mount;

@@ -5,6 +5,8 @@
 //! tool's `outputSchema`. These tests assert on the script's exit status and output; a missing
 //! Python or `mcp` package fails them, naming the fix.
 
+mod limits;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};

@@ -651,15 +651,16 @@ async fn a_pull_cut_short_journals_what_it_wrote() {
     );
 }
 
-/// With `allow_hardlinks = false` (the default), a push never uploads a file with a second link
-/// (which may lie outside the zone): it is skipped with the rule's reason; the rest goes.
+/// A file with a second link outside the zone (made beside wardfs: no agent can make one) is a
+/// file of the zone like any other to a push, as to `read` (the hard-link rule guards changes
+/// only, docs/reliability.md): it is sent, and the outside file does not change.
 #[tokio::test]
-async fn a_push_skips_a_hard_linked_file() {
+async fn a_push_sends_a_hard_linked_file_as_it_is() {
     let server = AgentServer::start();
     let fs = server.provider();
     let core = core();
     let outside = core.workspace.parent().unwrap().join("outside-secret.txt");
-    std::fs::write(&outside, b"not for the sandbox\n").unwrap();
+    std::fs::write(&outside, b"linked from outside\n").unwrap();
     std::fs::hard_link(&outside, core.workspace.join("h.txt")).unwrap();
     std::fs::write(core.workspace.join("plain.txt"), b"plain\n").unwrap();
     let mut manifest = Manifest::in_memory();
@@ -674,11 +675,10 @@ async fn a_push_skips_a_hard_linked_file() {
     .unwrap();
     let dst = server.work().join("dst");
     assert_eq!(std::fs::read(dst.join("plain.txt")).unwrap(), b"plain\n");
-    assert!(
-        !dst.join("h.txt").exists(),
-        "the hard-linked file was uploaded"
+    assert_eq!(
+        std::fs::read(dst.join("h.txt")).unwrap(),
+        b"linked from outside\n"
     );
-    assert_eq!(s.skipped.len(), 1, "{s:?}");
-    assert_eq!(s.skipped[0].path, "h.txt");
-    assert!(s.skipped[0].reason.contains("hard link"), "{s:?}");
+    assert!(s.skipped.is_empty(), "{s:?}");
+    assert_eq!(std::fs::read(&outside).unwrap(), b"linked from outside\n");
 }

@@ -5,6 +5,7 @@
 
 mod daemon;
 mod daytona;
+mod hostile;
 mod local;
 mod mirror;
 mod provisioned;

@@ -297,6 +297,11 @@ pub enum Answer {
     Endless,
     /// `200 OK` with this JSON body.
     Json(String),
+    /// `200 OK` with this body (its length announced), sent one byte a second.
+    Drip(&'static str),
+    /// `200 OK` with a walk listing of about this many bytes (chunked): `find -printf` records
+    /// of files with distinct names, as short as they come (`f 644 1 1 n1f\0\0`, 16–19 bytes).
+    Listing(u64),
 }
 
 /// A fake sandbox-agent on 127.0.0.1 that answers as `answer` says (from the request line,
@@ -361,6 +366,46 @@ fn serve_hostile(
                     return;
                 }
                 sent.fetch_add(body.len() as u64, Ordering::Relaxed);
+            }
+            Answer::Drip(body) => {
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: {}\r\n\r\n",
+                    body.len()
+                );
+                if stream.write_all(head.as_bytes()).is_err() {
+                    return;
+                }
+                for byte in body.bytes() {
+                    std::thread::sleep(Duration::from_secs(1));
+                    if stream.write_all(&[byte]).is_err() {
+                        return;
+                    }
+                    sent.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Answer::Listing(bytes) => {
+                let head = "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+                if stream.write_all(head.as_bytes()).is_err() {
+                    return;
+                }
+                let (mut n, mut written) = (0u64, 0u64);
+                let mut chunk = String::new();
+                while written < bytes {
+                    chunk.clear();
+                    while chunk.len() < 64 << 10 {
+                        chunk.push_str(&format!("f 644 1 1 n{n:x}\0\0"));
+                        n += 1;
+                    }
+                    let framed = format!("{:x}\r\n{chunk}\r\n", chunk.len());
+                    if stream.write_all(framed.as_bytes()).is_err() {
+                        return;
+                    }
+                    written += chunk.len() as u64;
+                    sent.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                }
+                if stream.write_all(b"0\r\n\r\n").is_err() {
+                    return;
+                }
             }
             Answer::Endless => {
                 let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n1\r\n[\r\n";

@@ -240,5 +240,11 @@ pub async fn restore(ctx: &Ctx, a: &RestoreArgs) -> Result<Outcome, ClientError>
             text::name(p)
         );
     }
+    for p in &r.refused {
+        println!(
+            "  not written, git would read it as .git: {}",
+            text::name(p)
+        );
+    }
     Ok(Outcome::Ok)
 }

@@ -119,6 +119,12 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
             for s in &r.skipped {
                 println!("skipped {}: {}", text::name(&s.path), text::line(&s.reason));
             }
+            if r.skipped_total > r.skipped.len() {
+                println!(
+                    "({} more entries skipped)",
+                    r.skipped_total - r.skipped.len()
+                );
+            }
             Ok(Outcome::Ok)
         }
         GitCommand::Status { path, rescan } => {

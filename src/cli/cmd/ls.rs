@@ -51,5 +51,9 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
             println!("{}{suffix}", text::name(&e.name));
         }
     }
+    for name in &r.skipped {
+        // Escaped by the daemon already: control characters included.
+        eprintln!("not listed, its name is not UTF-8: {}", text::line(name));
+    }
     Ok(Outcome::Ok)
 }

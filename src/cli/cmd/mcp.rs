@@ -1,7 +1,8 @@
 //! `wardfs mcp`: the MCP server on stdin/stdout, for agents that cannot use the mount.
 //!
 //! The subcommand only wires the config to [`crate::mcp`]: the socket (from `--socket`, else the
-//! config), `[mcp] allow_push` and `[mcp] allow_sandboxes`; its help lists the tools
+//! config), `[mcp] allow_push`, `[mcp] allow_sandboxes` and `limits.max_write_bytes` (which
+//! bounds one message); its help lists the tools
 //! ([`crate::mcp::tools_help`]). stdout belongs to the protocol, so every message of this
 //! command goes to stderr.
 
@@ -40,7 +41,8 @@ pub fn run(config: Option<&Path>, socket: Option<PathBuf>, _args: &Args) -> Exit
             return ExitCode::from(9);
         }
     };
-    match rt.block_on(crate::mcp::serve_stdio(server)) {
+    let max_write_bytes = settings.limits.max_write_bytes;
+    match rt.block_on(crate::mcp::serve_stdio(server, max_write_bytes)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("wardfs mcp: {e}");

@@ -11,7 +11,8 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, Stat};
 
 use super::{
-    tmp_name, Fingerprint, Identity, Meta, Moved, Opened, Put, Removal, Replace, Seen, Store, Way,
+    tmp_name, Fingerprint, Identity, Listing, Meta, Moved, Opened, Put, Removal, Replace, Seen,
+    Store, Way,
 };
 use crate::core::error::{FsError, FsResult};
 use crate::core::ops::{Entry, ResolveResult};
@@ -130,6 +131,20 @@ impl LocalZone {
     }
 }
 
+/// A name that is not UTF-8, escaped as git quotes names (octal escapes for the bytes that are
+/// not), for a person or an answer to name it.
+pub fn not_utf8(name: &[u8]) -> String {
+    let mut out = String::from("\"");
+    for chunk in name.utf8_chunks() {
+        out.push_str(&crate::core::text::name(chunk.valid()).replace('"', ""));
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\{b:03o}"));
+        }
+    }
+    out.push('"');
+    out
+}
+
 /// Syncs a directory given by an `O_PATH` fd (reopened for reading: `fsync` needs a real fd).
 fn sync_dir(dir: &OwnedFd) -> rustix::io::Result<()> {
     let fd = rustix::fs::openat(
@@ -220,9 +235,9 @@ impl Store for LocalZone {
         }
     }
 
-    fn list(&self, vp: &VPath) -> FsResult<Vec<Entry>> {
+    fn list(&self, vp: &VPath) -> FsResult<Listing> {
         let fd = self.open(vp, OFlags::RDONLY | OFlags::DIRECTORY)?;
-        let mut entries = Vec::new();
+        let mut listing = Listing::default();
         let dir = rustix::fs::Dir::new(fd.try_clone().map_err(io_err(vp, "dup"))?)
             .map_err(errno_err(vp, "readdir"))?;
         for ent in dir {
@@ -232,7 +247,7 @@ impl Store for LocalZone {
                 continue;
             }
             let Ok(name) = std::str::from_utf8(name) else {
-                tracing::warn!(dir = %vp, "skipping a name that is not UTF-8");
+                listing.skipped.push(not_utf8(name));
                 continue;
             };
             let st = match rustix::fs::statat(&fd, name, AtFlags::SYMLINK_NOFOLLOW) {
@@ -240,14 +255,14 @@ impl Store for LocalZone {
                 Err(rustix::io::Errno::NOENT) => continue, // removed meanwhile
                 Err(e) => return Err(errno_err(vp, "stat")(e)),
             };
-            entries.push(Entry {
+            listing.entries.push(Entry {
                 name: name.to_string(),
                 kind: kind_of(&st),
                 size: st.st_size as u64,
                 mtime_ms: mtime_ms(&st),
             });
         }
-        Ok(entries)
+        Ok(listing)
     }
 
     fn readlink(&self, vp: &VPath) -> FsResult<String> {

@@ -138,6 +138,15 @@ pub enum Way {
     Plain,
 }
 
+/// What a directory holds: its entries, and the names it cannot show as paths.
+#[derive(Debug, Default)]
+pub struct Listing {
+    pub entries: Vec<Entry>,
+    /// Names that are not UTF-8, escaped as git quotes them (`"\377.txt"`): every wardfs path
+    /// is UTF-8, so they are named here, never silently dropped.
+    pub skipped: Vec<String>,
+}
+
 /// How a rename went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Moved {
@@ -190,7 +199,7 @@ pub trait Store: Send + Sync {
     fn seen(&self, vp: &VPath) -> FsResult<Seen>;
 
     /// The entries of the directory `vp` (in no particular order).
-    fn list(&self, vp: &VPath) -> FsResult<Vec<Entry>>;
+    fn list(&self, vp: &VPath) -> FsResult<Listing>;
 
     /// Where the symlink at `vp` points.
     fn readlink(&self, vp: &VPath) -> FsResult<String>;

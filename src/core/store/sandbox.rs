@@ -9,7 +9,9 @@ use std::os::fd::OwnedFd;
 
 use rustix::fs::{Mode, OFlags};
 
-use super::{Fingerprint, Identity, Meta, Moved, Opened, Put, Removal, Replace, Seen, Store, Way};
+use super::{
+    Fingerprint, Identity, Listing, Meta, Moved, Opened, Put, Removal, Replace, Seen, Store, Way,
+};
 use crate::core::error::{FsError, FsResult};
 use crate::core::ops::{Entry, ResolveResult};
 use crate::core::path::VPath;
@@ -92,13 +94,14 @@ impl Store for RemoteZone {
             .unwrap_or(Seen::Absent))
     }
 
-    fn list(&self, vp: &VPath) -> FsResult<Vec<Entry>> {
+    fn list(&self, vp: &VPath) -> FsResult<Listing> {
         if RemoteZone::stat(self, vp)?.kind != EntryKind::Dir {
             return Err(FsError::NotDir {
                 path: vp.to_string(),
             });
         }
-        Ok(RemoteZone::list(self, vp)?
+        // The provider already left out (and logged) a name a path cannot hold.
+        let entries = RemoteZone::list(self, vp)?
             .iter()
             .map(|e| Entry {
                 name: e.name.clone(),
@@ -106,7 +109,11 @@ impl Store for RemoteZone {
                 size: e.meta.size,
                 mtime_ms: mtime_ms(&e.meta),
             })
-            .collect())
+            .collect();
+        Ok(Listing {
+            entries,
+            skipped: Vec::new(),
+        })
     }
 
     fn readlink(&self, vp: &VPath) -> FsResult<String> {

@@ -2,9 +2,13 @@
 //! and the one place its answers become [`RemoteError`]s.
 //!
 //! Every request carries the bearer token (a header marked sensitive, so it never appears in
-//! debug output) and runs under a deadline: a server that is down answers `Unavailable` at once,
-//! one that hangs answers `TimedOut` when the deadline passes — never a hang. Connections are
-//! pooled (HTTP/1.1 keep-alive); `https` URLs use the system's root certificates.
+//! debug output) and runs under one [`Deadline`] for the whole exchange — connecting, sending,
+//! the answer's head and its whole body: a server that is down answers `Unavailable` at once,
+//! one that hangs or drips its answer answers `TimedOut` when the deadline passes — never a
+//! hang. The deadline is the request timeout plus one second per [`MIN_RATE`] bytes received, so
+//! a large download at any real link's pace runs as long as it needs while a body dripped a byte
+//! at a time ends at the request timeout. Connections are pooled (HTTP/1.1 keep-alive); `https`
+//! URLs use the system's root certificates.
 //!
 //! The server reports errors as `application/problem+json` (`{type, title, status, detail}`)
 //! whose only machine-readable part beyond the status is the text of `detail`. So, and only
@@ -15,8 +19,11 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full};
+use hyper::body::Incoming;
 use hyper::header::{HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 use hyper::{Method, Request, StatusCode};
 use hyper_rustls::HttpsConnector;
@@ -70,11 +77,47 @@ impl Body {
     }
 }
 
-/// How long one exchange may take and how large its answer may be.
+/// How long one exchange may take (its [`Deadline`]'s base) and how large its answer may be.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Bounds {
     pub timeout: Duration,
     pub limit: u64,
+}
+
+/// The slowest pace an answer may keep once the request timeout is spent: each byte received
+/// moves the deadline on by 1/`MIN_RATE` s (32 KiB/s, 256 kbit/s). A body dripped at a byte a
+/// second thus earns 31 µs a second and ends at the request timeout; a 4 GiB download may
+/// take 36 hours at this pace, never longer.
+const MIN_RATE: u64 = 32 * 1024;
+
+/// When one exchange must be over: `base` after it started, plus one second for every
+/// [`MIN_RATE`] bytes of answer received so far. It covers connecting, sending the request,
+/// waiting for the answer's head and reading its whole body, whatever the transport.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Deadline {
+    start: Instant,
+    base: Duration,
+}
+
+impl Deadline {
+    /// Starts the clock of an exchange that may take `base`, plus the time its bytes earn.
+    pub fn start(base: Duration) -> Deadline {
+        Deadline {
+            start: Instant::now(),
+            base,
+        }
+    }
+
+    /// Returns the instant the exchange must be over by, once `received` bytes came.
+    pub fn at(&self, received: u64) -> Instant {
+        let earned = Duration::from_micros(received.saturating_mul(1_000_000) / MIN_RATE);
+        self.start + self.base.saturating_add(earned)
+    }
+
+    /// Returns how long the exchange has run.
+    pub fn elapsed(&self) -> Duration {
+        self.start.elapsed()
+    }
 }
 
 /// An answer with a success status.
@@ -222,71 +265,25 @@ impl Transport {
         body: Option<Body>,
         bounds: Bounds,
     ) -> RemoteResult<Reply> {
-        let Bounds { timeout, limit } = bounds;
-        let uri = format!("{}{}", self.base, path_and_query);
-        let mut req = Request::builder().method(method).uri(&uri);
-        if let Some(auth) = &self.auth {
-            req = req.header(AUTHORIZATION, auth.clone());
-        }
-        if let Some((name, value)) = &self.extra {
-            req = req.header(name, value.clone());
-        }
-        let (data, sent) = match body {
-            Some(body) => {
-                req = req.header(CONTENT_TYPE, body.content_type);
-                let sent = body.data.len() as u64;
-                (body.data, sent)
-            }
-            None => (Bytes::new(), 0),
-        };
-        let req = req
-            .body(Full::new(data))
-            .map_err(|e| RemoteError::Protocol {
-                url: self.base.clone(),
-                op,
-                reason: format!("cannot build the request: {e}"),
-            })?;
-        self.counters.requests.fetch_add(1, Ordering::Relaxed);
-        self.counters.bytes_sent.fetch_add(sent, Ordering::Relaxed);
-
-        let resp = self.answer(op, req, timeout).await?;
+        let deadline = Deadline::start(bounds.timeout);
+        let (req, sent) = self.request(op, method, path_and_query, body)?;
+        let resp = self.answer(op, req, deadline).await?;
         let status = resp.status();
         // Never more than `limit` bytes of an answer in memory, whatever the server sends: an
         // endless body ends at the limit with an error, not with the daemon's memory.
         let limit = if status.is_success() {
-            limit
+            bounds.limit
         } else {
-            limit.min(MAX_ERROR_BYTES)
+            bounds.limit.min(MAX_ERROR_BYTES)
         };
-        let collected = tokio::time::timeout(timeout, async {
-            let mut body = resp.into_body();
-            let mut data = Vec::new();
-            while let Some(frame) = body.frame().await {
-                let frame = frame.map_err(|e| Cut::Io(chain(&e)))?;
-                if let Ok(chunk) = frame.into_data() {
-                    if (data.len() + chunk.len()) as u64 > limit {
-                        return Err(Cut::TooLarge);
-                    }
-                    data.extend_from_slice(&chunk);
-                }
-            }
-            Ok(Bytes::from(data))
-        })
-        .await;
-        let body = match collected {
-            Err(_) => return Err(self.timed_out(op, timeout)),
-            Ok(Err(Cut::Io(reason))) => {
-                return Err(RemoteError::Unavailable {
-                    url: self.base.clone(),
-                    reason,
-                })
-            }
-            Ok(Err(Cut::TooLarge)) if status.is_success() => {
-                return Err(self.too_large(op, path, limit));
-            }
+        let body = match self
+            .read_body(op, resp.into_body(), limit, deadline)
+            .await?
+        {
+            Some(body) => body,
+            None if status.is_success() => return Err(self.too_large(op, path, limit)),
             // An error whose text is too long: the status alone still classifies it.
-            Ok(Err(Cut::TooLarge)) => Bytes::new(),
-            Ok(Ok(body)) => body,
+            None => Bytes::new(),
         };
         if status.is_success() {
             tracing::trace!(op, path, status = status.as_u16(), "sandbox-agent");
@@ -297,92 +294,95 @@ impl Transport {
         Err(err)
     }
 
-    /// Sends a GET for a file and streams its body into `sink`, at most `limit` bytes, never
-    /// holding more than one frame in memory. `timeout` bounds the wait for the answer and each
-    /// pause between two frames (not the whole transfer, which may be long). Returns the bytes
-    /// written.
+    /// Sends a GET for a file and streams its body into `sink`, at most `limit` bytes (`what`
+    /// names the limit in the error past it), never holding more than one frame in memory. The
+    /// whole transfer runs under one [`Deadline`]. Returns the bytes written.
     pub async fn download(
         &self,
         op: &'static str,
         path: &str,
         path_and_query: &str,
-        limit: u64,
+        cap: (u64, &'static str),
         sink: &mut (dyn std::io::Write + Send),
     ) -> RemoteResult<u64> {
+        let (limit, what) = cap;
+        let deadline = Deadline::start(self.timeout);
+        let (req, _) = self.request(op, Method::GET, path_and_query, None)?;
+        let resp = self.answer(op, req, deadline).await?;
+        let status = resp.status();
+        let mut body = resp.into_body();
+        if !status.is_success() {
+            // The error's text only explains the status: read as much as comes in time.
+            let text = self.read_body(op, body, MAX_ERROR_BYTES, deadline).await;
+            let text = text.ok().flatten().unwrap_or_default();
+            return Err(self.classify(op, path, status, &text, 0));
+        }
+        let mut written = 0u64;
+        while let Some(chunk) = self.next_data(op, &mut body, deadline, written).await? {
+            written += chunk.len() as u64;
+            if written > limit {
+                return Err(RemoteError::TooLarge {
+                    path: path.to_string(),
+                    what,
+                    size: written,
+                    limit,
+                });
+            }
+            sink.write_all(&chunk).map_err(|e| RemoteError::Protocol {
+                url: self.base.clone(),
+                op,
+                reason: format!("cannot store the download of {path} locally: {e}"),
+            })?;
+        }
+        Ok(written)
+    }
+
+    /// Builds a request with the credentials and `body`; returns it and the bytes it carries.
+    fn request(
+        &self,
+        op: &'static str,
+        method: Method,
+        path_and_query: &str,
+        body: Option<Body>,
+    ) -> RemoteResult<(Request<Full<Bytes>>, u64)> {
         let uri = format!("{}{}", self.base, path_and_query);
-        let mut req = Request::builder().method(Method::GET).uri(&uri);
+        let mut req = Request::builder().method(method).uri(&uri);
         if let Some(auth) = &self.auth {
             req = req.header(AUTHORIZATION, auth.clone());
         }
         if let Some((name, value)) = &self.extra {
             req = req.header(name, value.clone());
         }
+        let data = match body {
+            Some(body) => {
+                req = req.header(CONTENT_TYPE, body.content_type);
+                body.data
+            }
+            None => Bytes::new(),
+        };
+        let sent = data.len() as u64;
         let req = req
-            .body(Full::new(Bytes::new()))
+            .body(Full::new(data))
             .map_err(|e| RemoteError::Protocol {
                 url: self.base.clone(),
                 op,
                 reason: format!("cannot build the request: {e}"),
             })?;
         self.counters.requests.fetch_add(1, Ordering::Relaxed);
-        let resp = self.answer(op, req, self.timeout).await?;
-        let status = resp.status();
-        let mut body = resp.into_body();
-        if !status.is_success() {
-            let mut data = Vec::new();
-            while let Ok(Some(Ok(frame))) = tokio::time::timeout(self.timeout, body.frame()).await {
-                if let Ok(chunk) = frame.into_data() {
-                    if (data.len() + chunk.len()) as u64 > MAX_ERROR_BYTES {
-                        break;
-                    }
-                    data.extend_from_slice(&chunk);
-                }
-            }
-            return Err(self.classify(op, path, status, &data, 0));
-        }
-        let mut written = 0u64;
-        loop {
-            let frame = match tokio::time::timeout(self.timeout, body.frame()).await {
-                Err(_) => return Err(self.timed_out(op, self.timeout)),
-                Ok(None) => break,
-                Ok(Some(Err(e))) => {
-                    return Err(RemoteError::Unavailable {
-                        url: self.base.clone(),
-                        reason: chain(&e),
-                    })
-                }
-                Ok(Some(Ok(frame))) => frame,
-            };
-            if let Ok(chunk) = frame.into_data() {
-                written += chunk.len() as u64;
-                if written > limit {
-                    return Err(RemoteError::TooLarge {
-                        path: path.to_string(),
-                        what: "file (limits.sandbox_file_bytes)",
-                        size: written,
-                        limit,
-                    });
-                }
-                sink.write_all(&chunk).map_err(|e| RemoteError::Protocol {
-                    url: self.base.clone(),
-                    op,
-                    reason: format!("cannot store the download of {path} locally: {e}"),
-                })?;
-            }
-        }
-        Ok(written)
+        self.counters.bytes_sent.fetch_add(sent, Ordering::Relaxed);
+        Ok((req, sent))
     }
 
-    /// Sends `req` and waits at most `timeout` for the answer's head: a timeout or a failed
+    /// Sends `req` and waits for the answer's head until `deadline`: a timeout or a failed
     /// connection is `Unavailable`, never a hang.
     async fn answer(
         &self,
         op: &'static str,
         req: Request<Full<Bytes>>,
-        timeout: Duration,
-    ) -> RemoteResult<hyper::Response<hyper::body::Incoming>> {
-        match tokio::time::timeout(timeout, self.client.request(req)).await {
-            Err(_) => Err(self.timed_out(op, timeout)),
+        deadline: Deadline,
+    ) -> RemoteResult<hyper::Response<Incoming>> {
+        match tokio::time::timeout_at(deadline.at(0), self.client.request(req)).await {
+            Err(_) => Err(self.timed_out(op, deadline)),
             Ok(Err(e)) => Err(RemoteError::Unavailable {
                 url: self.base.clone(),
                 reason: chain(&e),
@@ -391,11 +391,61 @@ impl Transport {
         }
     }
 
-    fn timed_out(&self, op: &'static str, after: Duration) -> RemoteError {
+    /// Reads `body` whole within `deadline`; `None` when it is longer than `limit` (reading
+    /// stops there).
+    async fn read_body(
+        &self,
+        op: &'static str,
+        mut body: Incoming,
+        limit: u64,
+        deadline: Deadline,
+    ) -> RemoteResult<Option<Bytes>> {
+        let mut data = Vec::new();
+        while let Some(chunk) = self
+            .next_data(op, &mut body, deadline, data.len() as u64)
+            .await?
+        {
+            if (data.len() + chunk.len()) as u64 > limit {
+                return Ok(None);
+            }
+            data.extend_from_slice(&chunk);
+        }
+        Ok(Some(Bytes::from(data)))
+    }
+
+    /// Returns the next data of `body` (`None` at its end), waiting no later than `deadline`
+    /// allows once `received` bytes came.
+    async fn next_data(
+        &self,
+        op: &'static str,
+        body: &mut Incoming,
+        deadline: Deadline,
+        received: u64,
+    ) -> RemoteResult<Option<Bytes>> {
+        loop {
+            let frame = match tokio::time::timeout_at(deadline.at(received), body.frame()).await {
+                Err(_) => return Err(self.timed_out(op, deadline)),
+                Ok(None) => return Ok(None),
+                Ok(Some(Err(e))) => {
+                    return Err(RemoteError::Unavailable {
+                        url: self.base.clone(),
+                        reason: chain(&e),
+                    })
+                }
+                Ok(Some(Ok(frame))) => frame,
+            };
+            // Trailers carry no data.
+            if let Ok(data) = frame.into_data() {
+                return Ok(Some(data));
+            }
+        }
+    }
+
+    fn timed_out(&self, op: &'static str, deadline: Deadline) -> RemoteError {
         RemoteError::TimedOut {
             url: self.base.clone(),
             op: op.to_string(),
-            after,
+            after: deadline.elapsed(),
         }
     }
 
@@ -494,12 +544,6 @@ impl Transport {
 
 /// The most of an error answer read (its text only explains the status).
 const MAX_ERROR_BYTES: u64 = 64 * 1024;
-
-/// Why reading an answer stopped early.
-enum Cut {
-    Io(String),
-    TooLarge,
-}
 
 /// The error document of sandbox-agent (RFC 9457 problem details).
 #[derive(Deserialize)]

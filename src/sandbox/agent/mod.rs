@@ -31,15 +31,32 @@ pub(crate) mod http;
 mod walk;
 mod wire;
 
-/// Entry points for the fuzz targets in `fuzz/`: the walk-record parser and the tar packer,
-/// private otherwise. Not an API.
+/// Entry points for the fuzz targets in `fuzz/`: the walk-record and listing parsers and the
+/// tar packer, private otherwise. Not an API.
 #[doc(hidden)]
 pub mod fuzzing {
-    use crate::core::provider::{BatchItem, WalkEntry};
+    use crate::core::provider::{BatchItem, RemoteEntry, WalkEntry};
 
-    /// Parses the records of the remote walk script.
+    /// Parses the records of the remote walk script, given whole.
     pub fn parse_walk(output: &[u8]) -> Result<Vec<WalkEntry>, String> {
-        super::walk::parse(output)
+        super::walk::parse(output, "/", usize::MAX).map_err(|stop| format!("{stop:?}"))
+    }
+
+    /// Parses the same records as they would arrive, in pieces of `piece` bytes.
+    pub fn parse_walk_in_pieces(output: &[u8], piece: usize) -> Result<Vec<WalkEntry>, String> {
+        let mut records = super::walk::Records::new("/", usize::MAX);
+        for part in output.chunks(piece.max(1)) {
+            if records.feed(part).is_err() {
+                break;
+            }
+        }
+        records.finish().map_err(|stop| format!("{stop:?}"))
+    }
+
+    /// Parses a listing (`GET /v1/fs/entries`), keeping at most `max_entries` entries.
+    pub fn parse_listing(body: &[u8], max_entries: usize) -> Result<Vec<RemoteEntry>, String> {
+        let admit = |name: &str| super::admit("/", name, false);
+        super::wire::parse_listing(body, max_entries, &admit).map_err(|e| format!("{e:?}"))
     }
 
     /// One planned archive: the items it holds and its bytes (or why it could not be built).
@@ -73,7 +90,8 @@ use crate::core::foreign::{self, GitDir};
 use crate::core::provider::{
     check_relative_path, check_remote_path, command_result, join_remote, walk_by_listing,
     BatchItem, BatchReport, BoxFuture, Caps, ExecOutput, ExecRequest, HashAlgo, MetaUpdate,
-    ProviderLimits, RemoteEntry, RemoteError, RemoteFs, RemoteMeta, RemoteResult, WalkEntry,
+    ProviderLimits, RemoteEntry, RemoteError, RemoteFs, RemoteMeta, RemoteResult, WalkCap,
+    WalkEntry,
 };
 use crate::core::EntryKind;
 use http::{query_value, Body, Bounds, Transport};
@@ -109,6 +127,9 @@ pub struct SandboxAgentConfig {
     pub max_answer_bytes: u64,
     /// Largest walk listing downloaded as a file (trees too large for one command's output).
     pub max_listing_bytes: u64,
+    /// Most entries a walk or a listing may hold; past it the call fails, naming
+    /// `limits.sandbox_walk_entries`.
+    pub max_walk_entries: usize,
     /// Largest file downloaded.
     pub max_file_bytes: u64,
     /// One more header sent with every request, for a proxy in front of the server that wants
@@ -129,15 +150,17 @@ impl SandboxAgentConfig {
             exec_timeout: Duration::from_secs(120),
             max_answer_bytes: crate::config::Limits::default().sandbox_answer_bytes,
             max_listing_bytes: crate::config::Limits::default().sandbox_listing_bytes,
+            max_walk_entries: crate::config::Limits::default().sandbox_walk_entries,
             max_file_bytes: crate::config::Limits::default().sandbox_file_bytes,
             extra_header: None,
         }
     }
 
-    /// Sets the answer, listing and file caps from `[limits]`.
+    /// Sets the answer, listing, entry and file caps from `[limits]`.
     pub fn with_limits(mut self, limits: &crate::config::Limits) -> SandboxAgentConfig {
         self.max_answer_bytes = limits.sandbox_answer_bytes;
         self.max_listing_bytes = limits.sandbox_listing_bytes;
+        self.max_walk_entries = limits.sandbox_walk_entries;
         self.max_file_bytes = limits.sandbox_file_bytes;
         self
     }
@@ -190,6 +213,7 @@ pub struct SandboxAgent {
     exec_timeout: Duration,
     max_answer: u64,
     max_listing: u64,
+    max_entries: usize,
     max_file: u64,
     /// Set once `b3sum` turned out to be missing in the sandbox.
     no_b3sum: AtomicBool,
@@ -242,6 +266,7 @@ impl SandboxAgent {
             exec_timeout: config.exec_timeout.min(MAX_EXEC_TIMEOUT),
             max_answer: config.max_answer_bytes,
             max_listing: config.max_listing_bytes,
+            max_entries: config.max_walk_entries,
             max_file: config.max_file_bytes,
             no_b3sum: AtomicBool::new(false),
             nonce: AtomicU64::new(0),
@@ -317,11 +342,16 @@ impl SandboxAgent {
     }
 
     fn decode<T: DeserializeOwned>(&self, op: &'static str, body: &[u8]) -> RemoteResult<T> {
-        serde_json::from_slice(body).map_err(|e| RemoteError::Protocol {
+        serde_json::from_slice(body).map_err(|e| self.unexpected(op, &e))
+    }
+
+    /// Returns the error of an answer that is not the JSON `op` expects.
+    fn unexpected(&self, op: &'static str, e: &serde_json::Error) -> RemoteError {
+        RemoteError::Protocol {
             url: self.url().to_string(),
             op,
             reason: format!("unexpected JSON ({e})"),
-        })
+        }
     }
 
     /// Runs `script` with `sh -c` in the sandbox, `args` as `$1…`.
@@ -547,8 +577,9 @@ mv -f "$tmp" "$dest""#;
         .map(|_| ())
     }
 
-    /// Walks with `find` writing to a temp file in the sandbox, then downloads that file: for
-    /// listings larger than the exec output or holding bytes that are not UTF-8.
+    /// Walks with `find` writing to a temp file in the sandbox, then streams that file through
+    /// the record parser: for listings larger than the exec output or holding bytes that are
+    /// not UTF-8. Neither the listing nor more than `max_entries` entries is ever held.
     async fn walk_via_file(&self, root: &str) -> RemoteResult<Vec<WalkEntry>> {
         let out = self
             .sh("walk", root, walk::WALK_SCRIPT, &[root, "file"])
@@ -556,19 +587,27 @@ mv -f "$tmp" "$dest""#;
         self.walk_status(root, &out)?;
         let listing = out.stdout.trim().to_string();
         check_remote_path(&listing)?;
-        let data = self
-            .send_limited(
+        let mut records = walk::Records::new(root, self.max_entries);
+        let got = self
+            .http
+            .download(
                 "walk",
                 root,
-                Method::GET,
                 &Self::fs_route("file", &listing),
-                None,
-                self.max_listing,
+                (
+                    self.max_listing,
+                    "walk listing (limits.sandbox_listing_bytes)",
+                ),
+                &mut records,
             )
             .await;
         let _ = self.remove(&listing, false).await;
-        let entries = walk::parse(&data?).map_err(|reason| self.walk_protocol(reason))?;
-        Ok(admit_walk(root, entries))
+        // A piece the parser refused failed the download's write: the parser says why.
+        if let Some(stop) = records.take_stop() {
+            return Err(self.walk_stop(root, stop));
+        }
+        got?;
+        records.finish().map_err(|stop| self.walk_stop(root, stop))
     }
 
     fn walk_status(&self, root: &str, out: &ExecOutput) -> RemoteResult<()> {
@@ -583,11 +622,18 @@ mv -f "$tmp" "$dest""#;
         }
     }
 
-    fn walk_protocol(&self, reason: String) -> RemoteError {
-        RemoteError::Protocol {
-            url: self.url().to_string(),
-            op: "walk",
-            reason,
+    /// Returns the error a walk listing that could not be read means.
+    fn walk_stop(&self, root: &str, stop: walk::Stop) -> RemoteError {
+        match stop {
+            walk::Stop::Malformed(reason) => RemoteError::Protocol {
+                url: self.url().to_string(),
+                op: "walk",
+                reason,
+            },
+            walk::Stop::TooMany { limit } => RemoteError::TooManyEntries {
+                path: root.to_string(),
+                limit,
+            },
         }
     }
 }
@@ -610,14 +656,6 @@ fn admit(dir: &str, name: &str, nested: bool) -> bool {
             false
         }
     }
-}
-
-/// Keeps the entries of a walk whose relative paths pass [`admit`].
-fn admit_walk(root: &str, entries: Vec<WalkEntry>) -> Vec<WalkEntry> {
-    entries
-        .into_iter()
-        .filter(|e| admit(root, &e.path, true))
-        .collect()
 }
 
 /// Splits an absolute path into its parent directory and its last name.
@@ -689,14 +727,17 @@ impl RemoteFs for SandboxAgent {
     fn list<'a>(&'a self, path: &'a str) -> BoxFuture<'a, RemoteResult<Vec<RemoteEntry>>> {
         Box::pin(async move {
             check_remote_path(path)?;
-            let entries: Vec<wire::FsEntry> = self
-                .get_json("list", path, &Self::fs_route("entries", path))
-                .await?;
-            let mut entries: Vec<RemoteEntry> = entries
-                .into_iter()
-                .filter_map(wire::FsEntry::into_entry)
-                .filter(|e| admit(path, &e.name, false))
-                .collect();
+            let route = Self::fs_route("entries", path);
+            let body = self.send("list", path, Method::GET, &route, None).await?;
+            let admit = |name: &str| admit(path, name, false);
+            let mut entries =
+                wire::parse_listing(&body, self.max_entries, &admit).map_err(|e| match e {
+                    wire::ListingError::Json(e) => self.unexpected("list", &e),
+                    wire::ListingError::TooMany => RemoteError::TooManyEntries {
+                        path: path.to_string(),
+                        limit: self.max_entries,
+                    },
+                })?;
             entries.sort_by(|a, b| a.name.cmp(&b.name));
             Ok(entries)
         })
@@ -730,7 +771,7 @@ impl RemoteFs for SandboxAgent {
                     "read",
                     path,
                     &Self::fs_route("file", path),
-                    limit.min(self.max_file),
+                    (limit.min(self.max_file), "file (limits.sandbox_file_bytes)"),
                     sink,
                 )
                 .await
@@ -945,16 +986,19 @@ mv -fT "$1" "$2""#;
                         root,
                         "the sandbox has no GNU find; walking by listing (symlinks look like files)"
                     );
-                    return walk_by_listing(self, root).await;
+                    let cap = WalkCap {
+                        entries: self.max_entries,
+                        bytes: self.max_listing,
+                    };
+                    return walk_by_listing(self, root, cap).await;
                 }
                 return Err(e);
             }
             if out.stdout_truncated || out.stdout.contains('\u{FFFD}') {
                 return self.walk_via_file(root).await;
             }
-            let entries =
-                walk::parse(out.stdout.as_bytes()).map_err(|reason| self.walk_protocol(reason))?;
-            Ok(admit_walk(root, entries))
+            walk::parse(out.stdout.as_bytes(), root, self.max_entries)
+                .map_err(|stop| self.walk_stop(root, stop))
         })
     }
 

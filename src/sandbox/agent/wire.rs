@@ -9,7 +9,14 @@
 //! * `POST /v1/processes/run` `{command, args, cwd, env, timeoutMs}` → `{exitCode, timedOut,
 //!   stdout, stderr, stdoutTruncated, stderrTruncated, durationMs}`; output is text (invalid
 //!   UTF-8 replaced) and cut at 1 MiB per stream.
+//!
+//! A listing is read one entry at a time ([`parse_listing`]): each is turned into the
+//! [`RemoteEntry`] kept for it at once, so the daemon never holds the parsed document beside the
+//! entries, and reading stops past `limits.sandbox_walk_entries` entries.
 
+use std::cell::Cell;
+
+use serde::de::{Deserializer as _, Error as _, SeqAccess, Visitor};
 use serde::Deserialize;
 
 use crate::core::provider::{ExecOutput, RemoteEntry, RemoteMeta};
@@ -50,6 +57,77 @@ impl FsEntry {
             name: self.name?,
             meta,
         })
+    }
+}
+
+/// Why a listing could not be read.
+#[derive(Debug)]
+pub(super) enum ListingError {
+    /// The answer is not a JSON list of entries.
+    Json(serde_json::Error),
+    /// It holds more entries than the cap.
+    TooMany,
+}
+
+/// Reads the answer of `GET /v1/fs/entries` one entry at a time. Entries without a name or whose
+/// name `admit` refuses are dropped; past `max_entries` kept entries reading stops with
+/// [`ListingError::TooMany`].
+pub(super) fn parse_listing(
+    body: &[u8],
+    max_entries: usize,
+    admit: &dyn Fn(&str) -> bool,
+) -> Result<Vec<RemoteEntry>, ListingError> {
+    let too_many = Cell::new(false);
+    let visitor = Entries {
+        max_entries,
+        admit,
+        too_many: &too_many,
+    };
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let parsed = de.deserialize_seq(visitor).and_then(|entries| {
+        de.end()?;
+        Ok(entries)
+    });
+    parsed.map_err(|e| {
+        if too_many.get() {
+            ListingError::TooMany
+        } else {
+            ListingError::Json(e)
+        }
+    })
+}
+
+/// The visitor of [`parse_listing`].
+struct Entries<'a> {
+    max_entries: usize,
+    admit: &'a dyn Fn(&str) -> bool,
+    /// Set when reading stopped at the cap (the error serde reports is then this one).
+    too_many: &'a Cell<bool>,
+}
+
+impl<'de> Visitor<'de> for Entries<'_> {
+    type Value = Vec<RemoteEntry>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a list of entries")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut kept = Vec::new();
+        while let Some(entry) = seq.next_element::<FsEntry>()? {
+            let Some(entry) = entry.into_entry() else {
+                continue;
+            };
+            if !(self.admit)(&entry.name) {
+                continue;
+            }
+            if kept.len() >= self.max_entries {
+                self.too_many.set(true);
+                return Err(A::Error::custom("too many entries"));
+            }
+            kept.push(entry);
+        }
+        Ok(kept)
     }
 }
 
@@ -184,6 +262,29 @@ mod tests {
             "2026-11-23T02:14:10+0000",
         ] {
             assert_eq!(parse_rfc3339_ns(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn listings_are_read_entry_by_entry_up_to_the_cap() {
+        let body = br#"[{"name":"a","path":"/w/a","entryType":"file","size":1},
+            {"entryType":"file"},{"name":"..","entryType":"directory"},
+            {"name":"b\u0041","entryType":"directory","modified":"1970-01-01T00:00:02Z"}]"#;
+        let admit = |name: &str| name != "..";
+        let entries = parse_listing(body, 2, &admit).unwrap();
+        let names: Vec<&str> = entries.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names, ["a", "bA"]);
+        assert_eq!(entries[1].meta.mtime_ns, Some(2_000_000_000));
+        assert!(matches!(
+            parse_listing(body, 1, &admit),
+            Err(ListingError::TooMany)
+        ));
+        for bad in [&b"{}"[..], b"[1]", b"[] x", b"[{\"name\":\"a\"}"] {
+            assert!(
+                matches!(parse_listing(bad, 9, &admit), Err(ListingError::Json(_))),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
         }
     }
 

@@ -183,16 +183,6 @@ impl LocalTree {
         Ok((data, item))
     }
 
-    /// Returns the raw stat of `rel` (not following a symlink in its last component).
-    pub fn lstat_raw(&self, rel: &str) -> io::Result<Stat> {
-        let (parent, name) = self.open_parent(rel)?;
-        Ok(rustix::fs::statat(
-            &parent,
-            name.as_str(),
-            AtFlags::SYMLINK_NOFOLLOW,
-        )?)
-    }
-
     /// Returns the BLAKE3 of the regular file `rel` (read 64 KiB at a time, never whole) and the
     /// stat it was read with.
     pub fn hash(&self, rel: &str) -> io::Result<(String, LocalItem)> {
