@@ -1377,8 +1377,40 @@ impl Builder<'_> {
         self.upsert(&tree, &found)
     }
 
-    /// `base` with `puts` put in.
+    /// `base` with `puts` put in. A put beneath what `base` holds as a file or symlink (a
+    /// directory there now: a symlink swapped for one beside wardfs, the journal naming only
+    /// what lies beneath) takes that entry's place.
     fn upsert(&self, base: &git2::Tree<'_>, puts: &BTreeMap<String, Put>) -> FsResult<Oid> {
+        let first = match self.try_upsert(base, puts) {
+            Ok(id) => return Ok(id),
+            Err(e) => e,
+        };
+        let mut in_the_way: BTreeSet<&str> = BTreeSet::new();
+        for rel in puts.keys() {
+            let mut at = rel.as_str();
+            while let Some((up, _)) = at.rsplit_once('/') {
+                if base
+                    .get_path(Path::new(up))
+                    .is_ok_and(|e| e.kind() != Some(ObjectType::Tree))
+                {
+                    in_the_way.insert(up);
+                }
+                at = up;
+            }
+        }
+        if in_the_way.is_empty() {
+            return Err(first);
+        }
+        let mut up = TreeUpdateBuilder::new();
+        for rel in in_the_way {
+            up.remove(rel);
+        }
+        let cleared = up.create_updated(self.repo, base).map_err(store_err)?;
+        let cleared = self.repo.find_tree(cleared).map_err(store_err)?;
+        self.try_upsert(&cleared, puts)
+    }
+
+    fn try_upsert(&self, base: &git2::Tree<'_>, puts: &BTreeMap<String, Put>) -> FsResult<Oid> {
         let mut up = TreeUpdateBuilder::new();
         for (rel, p) in puts {
             match p {
