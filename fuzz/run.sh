@@ -7,7 +7,7 @@ set -euo pipefail
 
 cd "$(dirname "$0")"
 seconds="${FUZZ_SECONDS:-20}"
-targets=(path glob_grep config walk listing batch foreign)
+targets=(path glob_grep config walk listing batch foreign names)
 
 # cargo-fuzz's flags need a nightly compiler: the installed nightly when there is one, else the
 # stable compiler with its unstable features unlocked (RUSTC_BOOTSTRAP=1).

@@ -852,10 +852,7 @@ fn error_path(e: &ignore::Error) -> Option<&Path> {
 fn shown_path(zone: &LocalZone, real: &Path) -> String {
     use std::os::unix::ffi::OsStrExt as _;
     let rel = real.strip_prefix(zone.root()).unwrap_or(real).as_os_str();
-    let rel = match std::str::from_utf8(rel.as_bytes()) {
-        Ok(s) => super::text::name(s).into_owned(),
-        Err(_) => super::store::local::not_utf8(rel.as_bytes()),
-    };
+    let rel = super::text::name_bytes(rel.as_bytes());
     format!("/{}/{rel}", zone.id().name())
 }
 

@@ -19,7 +19,8 @@ fn unsafe_char(c: char) -> bool {
 }
 
 /// Writes the escape of one unsafe character: C escapes where C has one, else `\ooo` (octal, as
-/// git quotes names) below U+0100 and `\u{…}` above.
+/// git quotes names: one per byte of its UTF-8, so that `\ooo` always stands for one byte) below
+/// U+0100 and `\u{…}` above.
 fn escape_char(out: &mut String, c: char) {
     match c {
         '\n' => out.push_str("\\n"),
@@ -30,7 +31,9 @@ fn escape_char(out: &mut String, c: char) {
         '\u{c}' => out.push_str("\\f"),
         '\u{b}' => out.push_str("\\v"),
         c if (c as u32) < 0x100 => {
-            let _ = write!(out, "\\{:03o}", c as u32);
+            for b in c.encode_utf8(&mut [0; 4]).bytes() {
+                let _ = write!(out, "\\{b:03o}");
+            }
         }
         c => {
             let _ = write!(out, "\\u{{{:x}}}", c as u32);
@@ -47,12 +50,36 @@ pub fn name(s: &str) -> Cow<'_, str> {
     }
     let mut out = String::with_capacity(s.len() + 8);
     out.push('"');
+    quote_into(&mut out, s);
+    out.push('"');
+    Cow::Owned(out)
+}
+
+/// Writes `s` as [`name`] does inside its quotes.
+fn quote_into(out: &mut String, s: &str) {
     for c in s.chars() {
         match c {
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
-            c if unsafe_char(c) => escape_char(&mut out, c),
+            c if unsafe_char(c) => escape_char(out, c),
             c => out.push(c),
+        }
+    }
+}
+
+/// Returns a name given as bytes as it may be shown: [`name`] when it is UTF-8, else in double
+/// quotes with each byte that is not part of a character as `\ooo` (octal, as git quotes names:
+/// `"caf\351.txt"`), so a name no wardfs path can hold is still named exactly.
+pub fn name_bytes(b: &[u8]) -> Cow<'_, str> {
+    if let Ok(s) = std::str::from_utf8(b) {
+        return name(s);
+    }
+    let mut out = String::with_capacity(b.len() + 8);
+    out.push('"');
+    for chunk in b.utf8_chunks() {
+        quote_into(&mut out, chunk.valid());
+        for byte in chunk.invalid() {
+            let _ = write!(out, "\\{byte:03o}");
         }
     }
     out.push('"');
@@ -94,7 +121,21 @@ pub fn count(n: impl Into<u64>, noun: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{count, line, name};
+    use super::{count, line, name, name_bytes};
+
+    #[test]
+    fn a_name_that_is_not_utf8_is_quoted_byte_for_byte_and_its_characters_escaped() {
+        assert_eq!(name_bytes(b"plain.txt"), "plain.txt");
+        assert_eq!(name_bytes(b"caf\xe9.txt"), "\"caf\\351.txt\"");
+        assert_eq!(
+            name_bytes(b"a\"b\\c\x1b\xff\xc3\xa9"),
+            "\"a\\\"b\\\\c\\033\\377\u{e9}\""
+        );
+        // Whatever the bytes: nothing a terminal acts on, and nothing but what was given.
+        let all: Vec<u8> = (0..=255).collect();
+        let shown = name_bytes(&all);
+        assert!(!shown.chars().any(|c| c.is_control()), "{shown}");
+    }
 
     #[test]
     fn plain_names_pass_unchanged_and_unsafe_ones_are_quoted_and_escaped() {
@@ -104,7 +145,7 @@ mod tests {
         assert_eq!(name("x\r\x1b[2Kforged"), "\"x\\r\\033[2Kforged\"");
         assert_eq!(name("two\nlines"), "\"two\\nlines\"");
         assert_eq!(name("q\"\\\x7f"), "\"q\\\"\\\\\\177\"");
-        assert_eq!(name("\u{9b}31m"), "\"\\23331m\"");
+        assert_eq!(name("\u{9b}31m"), "\"\\302\\23331m\"");
         assert_eq!(name("abc\u{202E}gpj.exe"), "\"abc\\u{202e}gpj.exe\"");
         // Nothing unsafe survives, whatever the input.
         for c in (0u32..0x110000).filter_map(char::from_u32) {

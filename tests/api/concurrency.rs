@@ -189,9 +189,16 @@ fn clients_writing_different_files_read_back_their_own_data() {
     let log: Value = runtime()
         .block_on(client.get("/v1/log?limit=1000"))
         .unwrap();
+    // The API's writes: the watcher may also journal a directory a write made on its way (a
+    // change it saw beside the API), which is not what this test counts.
+    let entries = log["entries"].as_array().unwrap();
+    let writes = entries
+        .iter()
+        .filter(|e| e["via"] == "api" && e["op"] == "write")
+        .count();
     assert_eq!(
-        log["entries"].as_array().unwrap().len(),
+        writes,
         CLIENTS * 20,
-        "every write journaled"
+        "every write journaled once: {entries:?}"
     );
 }

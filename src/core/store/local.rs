@@ -131,20 +131,6 @@ impl LocalZone {
     }
 }
 
-/// A name that is not UTF-8, escaped as git quotes names (octal escapes for the bytes that are
-/// not), for a person or an answer to name it.
-pub fn not_utf8(name: &[u8]) -> String {
-    let mut out = String::from("\"");
-    for chunk in name.utf8_chunks() {
-        out.push_str(&crate::core::text::name(chunk.valid()).replace('"', ""));
-        for b in chunk.invalid() {
-            out.push_str(&format!("\\{b:03o}"));
-        }
-    }
-    out.push('"');
-    out
-}
-
 /// Syncs a directory given by an `O_PATH` fd (reopened for reading: `fsync` needs a real fd).
 fn sync_dir(dir: &OwnedFd) -> rustix::io::Result<()> {
     let fd = rustix::fs::openat(
@@ -247,7 +233,9 @@ impl Store for LocalZone {
                 continue;
             }
             let Ok(name) = std::str::from_utf8(name) else {
-                listing.skipped.push(not_utf8(name));
+                listing
+                    .skipped
+                    .push(crate::core::text::name_bytes(name).into_owned());
                 continue;
             };
             let st = match rustix::fs::statat(&fd, name, AtFlags::SYMLINK_NOFOLLOW) {
