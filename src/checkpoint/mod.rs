@@ -1912,8 +1912,9 @@ fn mode_changes(
 ) -> FsResult<Vec<Write>> {
     let was = Modes::of(repo, before)?;
     let mut writes = Vec::new();
-    for rel in was.0.keys().chain(modes.0.keys()) {
-        if !in_scope(scope, rel) || writes.iter().any(|w: &Write| w.vp.rel() == rel) {
+    let listed: BTreeSet<&String> = was.0.keys().chain(modes.0.keys()).collect();
+    for rel in listed {
+        if !in_scope(scope, rel) {
             continue;
         }
         let (Ok(o), Ok(n)) = (old.get_path(Path::new(rel)), new.get_path(Path::new(rel))) else {
@@ -1944,12 +1945,8 @@ fn mode_changes(
 fn storable(rel: &str) -> bool {
     // As a virtual path (`/workspace/` and `rel`), which every operation takes, at most PATH_MAX.
     if rel.len() + "/workspace/".len() > crate::core::path::MAX_PATH {
-        let start = &rel[..(0..=64)
-            .rev()
-            .find(|i| rel.is_char_boundary(*i))
-            .unwrap_or(0)];
         tracing::warn!(
-            path = %crate::core::text::name(start),
+            path = %crate::core::text::name(crate::core::text::head(rel, 64)),
             bytes = rel.len(),
             rule = "a path longer than the 4096 bytes a path may have",
             "not checkpointed"

@@ -161,10 +161,7 @@ pub fn parse(input: &str) -> FsResult<Target> {
     }
     if input.len() > MAX_PATH {
         return Err(invalid(
-            &input[..(0..=64.min(input.len()))
-                .rev()
-                .find(|i| input.is_char_boundary(*i))
-                .unwrap_or(0)],
+            super::text::head(input, 64),
             format!("longer than {MAX_PATH} bytes"),
         ));
     }

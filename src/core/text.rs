@@ -86,6 +86,16 @@ pub fn name_bytes(b: &[u8]) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// Returns the longest start of `s` of at most `max` bytes that ends between characters: how a
+/// long input is shown in a message.
+pub fn head(s: &str, max: usize) -> &str {
+    let end = (0..=max.min(s.len()))
+        .rev()
+        .find(|i| s.is_char_boundary(*i))
+        .unwrap_or(0);
+    &s[..end]
+}
+
 /// Returns a line of a file (a diff line, a grep match) as it may be shown on a terminal: tabs
 /// kept, every other unsafe character escaped, no quotes added.
 pub fn line(s: &str) -> Cow<'_, str> {

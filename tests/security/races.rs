@@ -90,6 +90,28 @@ fn battlefield(ws: &Path) -> (PathBuf, PathBuf, PathBuf) {
     (src, link, other)
 }
 
+/// Calls `route` while `src` and `link` are swapped, and checks that the race ran and that
+/// nothing landed in `other`, the symlink's target.
+fn race(
+    d: &Daemon,
+    (route, body): (&str, serde_json::Value),
+    (src, link): (&Path, &Path),
+    other: &Path,
+) {
+    let swapper = Swapper::start(src, link);
+    let raced = d.call(route, body);
+    let swaps = swapper.stop();
+    assert!(swaps > 100, "the race never ran ({swaps} swaps)");
+    let landed = names(other);
+    assert!(
+        landed.is_empty(),
+        "{route} wrote {} files through the swapped-in symlink, e.g. {:?} ({})",
+        landed.len(),
+        &landed[..landed.len().min(3)],
+        summary(&raced)
+    );
+}
+
 /// The outcome of a raced call, short: its error, or how many paths it wrote and left in conflict.
 fn summary(raced: &Result<serde_json::Value, (wardfs::core::ErrorCode, String)>) -> String {
     match raced {
@@ -130,17 +152,11 @@ fn a_symlink_swapped_in_during_a_restore_never_receives_a_file() {
     );
     d.ok("/v1/fs/mkdir", json!({ "path": "/workspace/r/src" }));
 
-    let swapper = Swapper::start(&src, &link);
-    let raced = d.call("/v1/checkpoints/restore", json!({ "id": id }));
-    let swaps = swapper.stop();
-    assert!(swaps > 100, "the race never ran ({swaps} swaps)");
-    let landed = names(&other);
-    assert!(
-        landed.is_empty(),
-        "the restore wrote {} files through the swapped-in symlink, e.g. {:?} (the restore: {})",
-        landed.len(),
-        &landed[..landed.len().min(3)],
-        summary(&raced)
+    race(
+        &d,
+        ("/v1/checkpoints/restore", json!({ "id": id })),
+        (&src, &link),
+        &other,
     );
     // Nothing is lost: once the race is over, a restore puts every file back.
     let again = d.ok("/v1/checkpoints/restore", json!({ "id": id }));
@@ -168,19 +184,6 @@ fn a_symlink_swapped_in_during_a_pull_never_receives_a_file() {
     let ws = d.workspace();
     let (src, link, other) = battlefield(&ws);
 
-    let swapper = Swapper::start(&src, &link);
-    let raced = d.call(
-        "/v1/git/pull",
-        json!({ "remote": server.url("swapped"), "into": "/workspace/r" }),
-    );
-    let swaps = swapper.stop();
-    assert!(swaps > 100, "the race never ran ({swaps} swaps)");
-    let landed = names(&other);
-    assert!(
-        landed.is_empty(),
-        "the pull wrote {} files through the swapped-in symlink, e.g. {:?} (the pull: {})",
-        landed.len(),
-        &landed[..landed.len().min(3)],
-        summary(&raced)
-    );
+    let pull = json!({ "remote": server.url("swapped"), "into": "/workspace/r" });
+    race(&d, ("/v1/git/pull", pull), (&src, &link), &other);
 }

@@ -565,26 +565,13 @@ fn problem_detail(body: &[u8]) -> String {
     let text = String::from_utf8_lossy(body);
     let text = text.trim();
     if text.len() > 500 {
-        format!("{}…", &text[..text.floor_char_boundary_compat(500)])
+        format!("{}…", crate::core::text::head(text, 500))
     } else {
         text.to_string()
     }
 }
 
 /// `str::floor_char_boundary` is not stable on the crate's minimum Rust.
-trait FloorCharBoundary {
-    fn floor_char_boundary_compat(&self, at: usize) -> usize;
-}
-
-impl FloorCharBoundary for str {
-    fn floor_char_boundary_compat(&self, at: usize) -> usize {
-        (0..=at.min(self.len()))
-            .rev()
-            .find(|&i| self.is_char_boundary(i))
-            .unwrap_or(0)
-    }
-}
-
 /// Returns N from the first `(os error N)` in `text` (how Rust's `io::Error` prints an errno).
 fn os_errno(text: &str) -> Option<i32> {
     let start = text.find("(os error ")? + "(os error ".len();
