@@ -4,7 +4,7 @@ CARGO ?= cargo
 # Where cargo builds (honours $CARGO_TARGET_DIR like cargo does).
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: run test lint build bench bench-api bench-fuse bench-agent bench-rtt bench-git bench-sandbox bench-memory bench-checkpoint bench-provision bench-untar-cpu
+.PHONY: run test lint build bench bench-api bench-fuse bench-agent bench-rtt bench-git bench-sandbox bench-memory bench-checkpoint bench-provision bench-untar-cpu bench-forks
 
 ## make run: install what is missing, build, and start the daemon on the embedded default
 run:
@@ -74,6 +74,11 @@ bench-checkpoint:
 ## make bench-provision: local provisioned sandboxes (as root): create and resume to healthy, 20 at once, paused CPU
 bench-provision:
 	bash benches/provision.sh
+
+## make bench-forks: forks of a 25,000-file workspace: the time to make one, 100 alive (RSS, disk),
+## changes and merge of 1,000 files, agent workloads through a fork's mount (root)
+bench-forks:
+	bash benches/forks.sh
 
 ## make bench-sandbox: mirror pushes into the real sandbox-agent against hand-made tar/curl uploads (root)
 bench-sandbox:

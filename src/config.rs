@@ -1628,38 +1628,128 @@ pub fn runtime_dir() -> PathBuf {
     })
 }
 
-/// The two zones of the virtual filesystem (named here, where the config names them; the core
-/// re-exports it as `core::ZoneId`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "lowercase")]
+/// The zones of the virtual filesystem (named here, where the config names them; the core
+/// re-exports it as `core::ZoneId`): the two the config names, and the forks made while the
+/// daemon runs (`/forks/NAME`, see [`ForkSlot`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ZoneId {
     Cache,
     Workspace,
+    /// A fork of a zone (issue 30): a copy-on-write zone of its own, named `forks/NAME`.
+    Fork(ForkSlot),
 }
 
+/// A fork's place in the process's table of fork names: a `ZoneId` stays a small `Copy` value
+/// and still names itself. A name keeps its slot for the life of the process (a fork removed and
+/// made again under its name gets the same one); [`MAX_FORK_NAMES`] names at most.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ForkSlot(u16);
+
+/// The most fork names one process keeps (each is a few bytes, kept until it exits).
+pub const MAX_FORK_NAMES: usize = 4096;
+
+/// The fork names this process knows, by slot: the name as paths show it (`forks/NAME`) and
+/// whether a fork of that name exists now.
+static FORK_NAMES: std::sync::RwLock<Vec<(&'static str, bool)>> =
+    std::sync::RwLock::new(Vec::new());
+
+/// The top-level directory that holds the forks in paths (`/forks/NAME/...`).
+pub const FORKS_DIR: &str = "forks";
+
 impl ZoneId {
-    /// Both zones, in listing order.
+    /// The two zones the config names, in listing order (forks are listed by the core).
     pub const ALL: [ZoneId; 2] = [ZoneId::Cache, ZoneId::Workspace];
 
-    /// Returns the zone's name as it appears in paths.
+    /// Returns the zone's name as it appears in paths (`cache`, `workspace`, `forks/NAME`).
     pub fn name(self) -> &'static str {
         match self {
             ZoneId::Cache => "cache",
             ZoneId::Workspace => "workspace",
+            ZoneId::Fork(slot) => FORK_NAMES.read().expect("not poisoned")[slot.0 as usize].0,
         }
     }
 
-    /// Parses a zone name.
+    /// Parses a zone name: `cache`, `workspace`, or `forks/NAME` of a fork that exists now.
     pub fn from_name(name: &str) -> Option<ZoneId> {
         match name {
             "cache" => Some(ZoneId::Cache),
             "workspace" => Some(ZoneId::Workspace),
+            _ => {
+                let fork = name.strip_prefix(FORKS_DIR)?.strip_prefix('/')?;
+                ZoneId::fork(fork)
+            }
+        }
+    }
+
+    /// The fork named `fork` (the last part of `forks/NAME`), if one exists now.
+    pub fn fork(fork: &str) -> Option<ZoneId> {
+        let names = FORK_NAMES.read().expect("not poisoned");
+        names
+            .iter()
+            .position(|(n, alive)| *alive && n[FORKS_DIR.len() + 1..] == *fork)
+            .map(|i| ZoneId::Fork(ForkSlot(i as u16)))
+    }
+
+    /// Gives the fork `fork` its zone id and marks it existing; `None` when the process already
+    /// knows [`MAX_FORK_NAMES`] names. The caller checked the name (see `fork::check_name`).
+    pub fn register_fork(fork: &str) -> Option<ZoneId> {
+        let full = format!("{FORKS_DIR}/{fork}");
+        let mut names = FORK_NAMES.write().expect("not poisoned");
+        let slot = match names.iter().position(|(n, _)| *n == full) {
+            Some(i) => i,
+            None if names.len() < MAX_FORK_NAMES => {
+                names.push((Box::leak(full.into_boxed_str()), false));
+                names.len() - 1
+            }
+            None => return None,
+        };
+        names[slot].1 = true;
+        Some(ZoneId::Fork(ForkSlot(slot as u16)))
+    }
+
+    /// Marks the fork `id` gone: its name no longer parses (its slot stays for a later fork of
+    /// the same name).
+    pub fn unregister_fork(id: ZoneId) {
+        if let ZoneId::Fork(slot) = id {
+            FORK_NAMES.write().expect("not poisoned")[slot.0 as usize].1 = false;
+        }
+    }
+
+    /// The fork's own name (`NAME` of `forks/NAME`), or `None` for the config's zones.
+    pub fn fork_name(self) -> Option<&'static str> {
+        match self {
+            ZoneId::Fork(_) => Some(&self.name()[FORKS_DIR.len() + 1..]),
             _ => None,
         }
     }
 
-    pub(crate) fn index(self) -> usize {
-        self as usize
+    /// The zone's place among the config's two zones; `None` for a fork.
+    pub(crate) fn config_index(self) -> Option<usize> {
+        match self {
+            ZoneId::Cache => Some(0),
+            ZoneId::Workspace => Some(1),
+            ZoneId::Fork(_) => None,
+        }
+    }
+
+    /// The fork at `slot` of the process's table, if that slot is taken.
+    pub fn fork_at(slot: usize) -> Option<ZoneId> {
+        let names = FORK_NAMES.read().expect("not poisoned");
+        (slot < names.len()).then_some(ZoneId::Fork(ForkSlot(slot as u16)))
+    }
+
+    /// The fork's slot in the process's table (see [`ForkSlot`]); `None` for the config's zones.
+    pub fn fork_slot(self) -> Option<usize> {
+        match self {
+            ZoneId::Fork(s) => Some(s.0 as usize),
+            _ => None,
+        }
+    }
+}
+
+impl Serialize for ZoneId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
     }
 }
 

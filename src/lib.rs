@@ -17,6 +17,7 @@ pub mod client;
 pub mod config;
 pub mod core;
 pub mod daemon;
+pub mod fork;
 pub mod fuse;
 pub mod git;
 pub mod mcp;

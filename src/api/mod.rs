@@ -14,6 +14,7 @@ mod checkpoint;
 mod conn;
 mod error;
 mod events;
+mod forks;
 mod fs;
 pub mod gc;
 mod git;
@@ -51,6 +52,8 @@ pub struct AppState {
     pub git: Arc<crate::git::Git>,
     /// Checkpoints of the zones and their restores.
     pub checkpoints: Arc<crate::checkpoint::Checkpoints>,
+    /// The forks of the zones (served as zones of their own).
+    pub forks: Arc<crate::fork::Forks>,
     /// The named sandboxes and their sessions.
     pub sandboxes: Arc<crate::sandbox::Registry>,
     pub metrics: Metrics,
@@ -75,9 +78,15 @@ impl AppState {
             zones.clone(),
             &settings,
         )?);
+        let forks = Arc::new(crate::fork::Forks::open(
+            zones.clone(),
+            checkpoints.clone(),
+            &settings,
+        )?);
         Ok(Arc::new(AppState {
             git: Arc::new(crate::git::Git::new(zones.clone(), &settings)),
             checkpoints,
+            forks,
             sandboxes: Arc::new(
                 crate::sandbox::Registry::new(zones.clone())
                     .with_policy(crate::sandbox::registry::AddPolicy::from_settings(
@@ -174,6 +183,7 @@ fn routes() -> Vec<Route> {
     routes.extend(gc::routes());
     routes.extend(sandbox::routes());
     routes.extend(checkpoint::routes());
+    routes.extend(forks::routes());
     routes
 }
 

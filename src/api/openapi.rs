@@ -15,8 +15,8 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{ConnectInfo, Query, RawQuery, State};
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{ConnectInfo, Path, Query, RawQuery, State};
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::Response;
 use axum::routing::{MethodFilter, MethodRouter};
@@ -130,6 +130,18 @@ impl Route {
         self.part(|op, s| op.parameters.extend(s.parameters::<Q>()))
     }
 
+    /// Describes the path parameter `name` (the `{name}` of the route's path), whose values
+    /// `schema` describes. Every `{…}` of a path must be described (the document panics
+    /// otherwise).
+    pub fn param(self, name: &'static str, description: &'static str, schema: Value) -> Route {
+        self.part(move |op, _| {
+            op.parameters.push(json!({
+                "name": name, "in": "path", "required": true, "description": description,
+                "schema": schema.clone(),
+            }));
+        })
+    }
+
     /// Adds a request body in `media` of a fixed schema.
     pub fn body(self, media: &'static str, schema: Value, description: &'static str) -> Route {
         self.part(move |op, _| {
@@ -152,6 +164,16 @@ impl Route {
         for part in &self.parts {
             part(&mut op, s);
         }
+        for name in path_params(self.path) {
+            assert!(
+                op.parameters
+                    .iter()
+                    .any(|p| p["in"] == "path" && p["name"] == name),
+                "{} {}: the path parameter `{name}` is not described (Route::param)",
+                self.method,
+                self.path
+            );
+        }
         let (summary, mut description) = summary_and_description(self.doc);
         for note in &self.notes {
             description = format!("{description}\n\n{note}");
@@ -171,6 +193,12 @@ impl Route {
         }
         out
     }
+}
+
+/// The names of the path parameters of a route's path (`/v1/forks/{name}`: `name`).
+fn path_params(path: &str) -> impl Iterator<Item = &str> {
+    path.split('/')
+        .filter_map(|seg| seg.strip_prefix('{')?.strip_suffix('}'))
 }
 
 /// An operation as its parts put it together.
@@ -408,6 +436,14 @@ impl<T: JsonSchema> DocumentedArg for Result<Query<T>, QueryRejection> {
     }
 }
 
+/// A path parameter (described by [`Route::param`]); one that is not valid UTF-8 once decoded
+/// is INVALID_ARGUMENT.
+impl<T> DocumentedArg for Result<Path<T>, PathRejection> {
+    fn document(op: &mut Operation, _s: &mut Schemas) {
+        op.errors.push(ErrorCode::InvalidArgument);
+    }
+}
+
 impl<T: JsonSchema> DocumentedAnswer for Json<T> {
     fn document(op: &mut Operation, s: &mut Schemas) {
         op.reply("application/json", s.reply::<T>());
@@ -476,7 +512,7 @@ fn unwrap_description(schema: &mut Schema) {
 }
 
 /// The groups of routes, in the document's order, with what each holds.
-const TAGS: [(&str, &str); 6] = [
+const TAGS: [(&str, &str); 7] = [
     (
         "system",
         "Health, status, the change journal and its events, garbage collection, metrics and this \
@@ -505,6 +541,12 @@ const TAGS: [(&str, &str); 6] = [
          mirror pulls, changes beside wardfs), and restoring one. Config: `[checkpoints]` \
          (docs/config.md).",
     ),
+    (
+        "forks",
+        "Forks: a copy-on-write zone of its own per agent (`/forks/NAME`), made from the \
+         workspace, another fork or a checkpoint; its changes listed against its fork point and \
+         merged back into its parent three-way (docs/forks.md).",
+    ),
 ];
 
 /// The tag of a route, by its path.
@@ -516,6 +558,7 @@ fn tag_of(path: &str) -> &'static str {
         "git" => "git",
         "sandboxes" | "mirror" => "sandboxes",
         "checkpoints" => "checkpoints",
+        "forks" => "forks",
         _ => "system",
     }
 }
@@ -542,9 +585,9 @@ are refused with INVALID_ARGUMENT. Request bodies are limited to 2 × `limits.ma
 through `GET`/`PUT /v1/fs/raw?path=...`. Pull and push (git and mirror) can stream their progress \
 as NDJSON (`\"progress\": true`); `GET /v1/events` streams the journal's changes.
 
-**Paths.** Virtual paths start with `/workspace` or `/cache` (a missing leading slash is \
-tolerated; repeated slashes and `.` are dropped; `..` is folded but may never climb above the \
-zone root). `/` is the top level holding the zones. Unknown zones, NUL bytes, names over 255 bytes \
+**Paths.** Virtual paths start with `/workspace`, `/cache` or a fork's `/forks/NAME` (see \
+`/v1/forks`; a missing leading slash is tolerated; repeated slashes and `.` are dropped; `..` is \
+folded but may never climb above the zone root). `/` is the top level holding the zones. Unknown zones, NUL bytes, names over 255 bytes \
 and paths over 4096 bytes are INVALID_PATH. Symlinks are followed only while they stay inside \
 their zone; anything that would leave the zone is OUTSIDE_ZONE.
 

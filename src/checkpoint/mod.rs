@@ -47,6 +47,9 @@ use crate::core::gate;
 use crate::core::{EntryKind, FsError, FsResult, Replacement, Seen, VPath, Zone, ZoneId, Zones};
 use crate::state::{CheckpointRow, NewCheckpoint, Origin, RestoreRow};
 
+mod trees;
+pub use trees::{MergeConflict, TreeMerge};
+
 /// Journal paths past which a checkpoint walks the zone instead of looking at each.
 const MAX_INCREMENTAL: usize = 20_000;
 /// The start of the blob recorded for a file over `checkpoints.max_file_bytes` (its size
@@ -154,6 +157,9 @@ struct Taken {
     new: bool,
     /// What the snapshot read and hashed.
     hashed: Hashed,
+    /// The journal position the snapshot read the zone at: a change journaled after it may not
+    /// be in `row`'s tree.
+    journal_pos: i64,
 }
 
 /// A tree built from a zone.
@@ -281,6 +287,7 @@ impl Checkpoints {
                     row: latest.clone(),
                     new: false,
                     hashed: snap.hashed,
+                    journal_pos: snap.journal_pos,
                 });
             }
         }
@@ -315,6 +322,7 @@ impl Checkpoints {
             row,
             new: true,
             hashed: snap.hashed,
+            journal_pos: snap.journal_pos,
         })
     }
 
@@ -326,9 +334,10 @@ impl Checkpoints {
         let db = self.zones.db();
         let before = crate::core::retention::cutoff_ms(now_ms, self.cfg.keep_days);
         let mut rows = 0;
-        for id in ZoneId::ALL {
+        // Every zone with checkpoints: removed forks' too, kept until retention drops them.
+        for zone in db.checkpoint_zones().map_err(state_err)? {
             rows += db
-                .checkpoint_prune(id.name(), self.cfg.keep, before)
+                .checkpoint_prune(&zone, self.cfg.keep, before)
                 .map_err(state_err)?;
         }
         // What the kept checkpoints reach; shared subtrees are walked once.
@@ -336,6 +345,10 @@ impl Checkpoints {
         let mut stack: Vec<Oid> = Vec::new();
         for t in db.checkpoint_trees().map_err(state_err)? {
             stack.push(oid(&t)?);
+        }
+        // The blobs of exact permission bits are named by the rows, not by the trees.
+        for m in db.checkpoint_modes().map_err(state_err)? {
+            reach.insert(oid(&m)?);
         }
         while let Some(t) = stack.pop() {
             if !reach.insert(t) {
@@ -517,7 +530,7 @@ impl Checkpoints {
         let repo = self.repo.lock().expect("not poisoned");
         let db = self.zones.db();
         let mut n = 0;
-        for zone in ZoneId::ALL {
+        for zone in self.zones.zone_ids() {
             let Zone::Local(z) = self.zones.zone(zone) else {
                 continue;
             };
@@ -577,11 +590,7 @@ impl Checkpoints {
         }
         let repo = self.repo.lock().expect("not poisoned");
         // The zone's latest checkpoint undoes the restore as well when nothing changed since it.
-        let Taken {
-            row: before,
-            hashed,
-            ..
-        } = self.create_locked(
+        let before = self.create_locked(
             &repo,
             zone,
             None,
@@ -589,6 +598,27 @@ impl Checkpoints {
             origin,
             Unchanged::UseLatest,
         )?;
+        self.restore_locked(&repo, &target, &scope, paths, before, origin)
+    }
+
+    /// Puts the zone of `target` back as that checkpoint has it within `scope` (`paths` as the
+    /// client named them, for the record), from the present checkpointed in `before`; the
+    /// caller holds the store's lock.
+    fn restore_locked(
+        &self,
+        repo: &Repository,
+        target: &CheckpointRow,
+        scope: &[String],
+        paths: &[String],
+        before: Taken,
+        origin: Origin,
+    ) -> FsResult<RestoreResult> {
+        let (id, zone) = (target.id, zone_of(target)?);
+        let Taken {
+            row: before,
+            hashed,
+            ..
+        } = before;
         let db = self.zones.db();
         let row = db
             .restore_begin(
@@ -604,7 +634,7 @@ impl Checkpoints {
         // loses them, and the next start's `catch_up` journals those files again).
         let res = self
             .zones
-            .journal_batch(|| self.put_back(&repo, &target, &before, &scope, &hashed, origin));
+            .journal_batch(|| self.put_back(repo, target, &before, scope, &hashed, origin));
         let (state, detail) = match &res {
             Ok(r) => ("done", summary(r)),
             Err(e) => ("failed", e.to_string()),
@@ -2011,11 +2041,14 @@ fn oid(hex: &str) -> FsResult<Oid> {
 }
 
 fn zone_of(row: &CheckpointRow) -> FsResult<ZoneId> {
-    ZoneId::ALL
-        .iter()
-        .copied()
-        .find(|z| z.name() == row.zone)
-        .ok_or_else(|| FsError::Internal(format!("checkpoint {} names no zone", row.id)))
+    ZoneId::from_name(&row.zone).ok_or_else(|| FsError::ZoneUnavailable {
+        path: format!("/{}", row.zone),
+        zone: row.zone.clone(),
+        reason: format!(
+            "checkpoint {} is of a zone this daemon does not serve now (a fork removed since?)",
+            row.id
+        ),
+    })
 }
 
 fn status(d: Delta) -> &'static str {
@@ -2591,6 +2624,33 @@ mod tests {
         assert_eq!(read("small.txt"), "small\n");
         assert_eq!(read("big.txt"), "changed since\n");
         assert_eq!(read("node_modules/m.js"), "changed\n");
+    }
+
+    #[test]
+    fn pruning_keeps_the_blob_of_exact_permission_bits_a_checkpoint_names() {
+        let t = tempfile::tempdir().unwrap();
+        let (z, cps) = setup(t.path(), "");
+        z.write("/workspace/.env", "SECRET=1\n", API).unwrap();
+        std::fs::set_permissions(
+            ws(t.path()).join(".env"),
+            std::fs::Permissions::from_mode(0o600),
+        )
+        .unwrap();
+        let first = cps.create(ZoneId::Workspace, "", API).unwrap();
+        assert!(first.modes.is_some(), "{first:?}");
+        cps.prune(z.now_ms()).unwrap();
+        // Before the fix, pruning deleted the blob and every later checkpoint failed with
+        // "object not found".
+        z.write("/workspace/other.txt", "x\n", API).unwrap();
+        cps.create(ZoneId::Workspace, "", API).unwrap();
+        z.write("/workspace/.env", "SECRET=2\n", API).unwrap();
+        let r = cps.restore(first.id, &[], API).unwrap();
+        assert!(r.conflicts.is_empty(), "{r:?}");
+        let mode = std::fs::metadata(ws(t.path()).join(".env"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
     }
 
     #[test]

@@ -88,6 +88,10 @@ pub enum Command {
     Gc(cmd::gc::Args),
     Checkpoint(cmd::checkpoint::Args),
     Restore(cmd::checkpoint::RestoreArgs),
+    Fork(cmd::fork::Args),
+    Forks(cmd::fork::ListArgs),
+    Changes(cmd::fork::ChangesArgs),
+    Merge(cmd::fork::MergeArgs),
     Sandbox(cmd::sandbox::Args),
     Mirror(cmd::mirror::Args),
     Completions(cmd::completions::Args),
@@ -100,6 +104,9 @@ pub enum Outcome {
     Ok,
     /// Ran fine but found nothing (grep, glob, exists).
     NothingFound,
+    /// Ran and printed its answer, which is a refusal of this class (a merge that conflicts):
+    /// exits with the code's exit code, printing nothing more.
+    Refused(ErrorCode),
 }
 
 /// Everything a client subcommand needs.
@@ -254,6 +261,10 @@ pub fn main() -> ExitCode {
             Gc(a) => cmd::gc::run(&ctx, a).await,
             Checkpoint(a) => cmd::checkpoint::run(&ctx, a).await,
             Restore(a) => cmd::checkpoint::restore(&ctx, a).await,
+            Fork(a) => cmd::fork::run(&ctx, a).await,
+            Forks(a) => cmd::fork::list(&ctx, a).await,
+            Changes(a) => cmd::fork::changes(&ctx, a).await,
+            Merge(a) => cmd::fork::merge(&ctx, a).await,
             Sandbox(a) => cmd::sandbox::run(&ctx, a).await,
             Mirror(a) => cmd::mirror::run(&ctx, a).await,
         }
@@ -261,6 +272,7 @@ pub fn main() -> ExitCode {
     match result {
         Ok(Outcome::Ok) => ExitCode::SUCCESS,
         Ok(Outcome::NothingFound) => ExitCode::from(1),
+        Ok(Outcome::Refused(code)) => ExitCode::from(exit_of(code)),
         Err(e) => {
             let path = match &e {
                 ClientError::Api { path, .. } => path.as_deref(),
@@ -321,20 +333,25 @@ pub fn code_name(e: &ClientError) -> &'static str {
 
 /// Returns the exit code for an error, by its class.
 pub fn exit_code(e: &ClientError) -> u8 {
-    use ErrorCode::*;
     match e {
         ClientError::NotRunning { .. } => EXIT_UNAVAILABLE,
         ClientError::Transport(_) => 9,
         ClientError::Local(_) => EXIT_USAGE,
-        ClientError::Api { code, .. } => match code {
-            InvalidPath | InvalidArgument => EXIT_USAGE,
-            NotFound => 3,
-            Exists | IsDir | NotDir | NotEmpty => 4,
-            NoMatch | NotUnique | Conflict | RemoteMoved => 5,
-            OutsideZone | ReadOnly | PermissionDenied | AuthFailed | Rejected => 6,
-            TooLarge | Binary | NoSpace => 7,
-            ZoneUnavailable | SandboxUnavailable | RemoteUnavailable | Busy => EXIT_UNAVAILABLE,
-            Internal => 9,
-        },
+        ClientError::Api { code, .. } => exit_of(*code),
+    }
+}
+
+/// Returns the exit code of an error code of the daemon, by its class.
+fn exit_of(code: ErrorCode) -> u8 {
+    use ErrorCode::*;
+    match code {
+        InvalidPath | InvalidArgument => EXIT_USAGE,
+        NotFound => 3,
+        Exists | IsDir | NotDir | NotEmpty => 4,
+        NoMatch | NotUnique | Conflict | RemoteMoved => 5,
+        OutsideZone | ReadOnly | PermissionDenied | AuthFailed | Rejected => 6,
+        TooLarge | Binary | NoSpace => 7,
+        ZoneUnavailable | SandboxUnavailable | RemoteUnavailable | Busy => EXIT_UNAVAILABLE,
+        Internal => 9,
     }
 }

@@ -215,6 +215,14 @@ impl Client {
         Client::finish(self.send(req).await?).await
     }
 
+    /// DELETEs a route and returns the raw JSON answer.
+    pub async fn delete_raw(&self, route: &str) -> Result<Bytes, ClientError> {
+        let req = Client::request(Method::DELETE, route)
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| ClientError::Local(e.to_string()))?;
+        Client::finish(self.send(req).await?).await
+    }
+
     /// GETs a route and decodes the JSON answer.
     pub async fn get<R: DeserializeOwned>(&self, route: &str) -> Result<R, ClientError> {
         let bytes = self.get_raw(route).await?;

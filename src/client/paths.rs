@@ -64,15 +64,19 @@ pub struct Layout {
     pub zones: Vec<(String, Option<PathBuf>)>,
 }
 
-/// Returns true when `input` is already a virtual path (`/`, `/workspace/…`, or a zone's name
-/// without the leading slash, which the daemon tolerates), so no layout is needed.
+/// Returns true when `input` is already a virtual path (`/`, `/workspace/…`, `/forks/NAME/…`,
+/// or a zone's name without the leading slash, which the daemon tolerates), so no layout is
+/// needed.
 pub fn is_virtual(input: &str) -> bool {
     let Some(rest) = input.strip_prefix('/') else {
         return false;
     };
     let first = rest.split('/').next().unwrap_or("");
-    first.is_empty() || ZoneId::ALL.iter().any(|z| z.name() == first)
+    first.is_empty() || first == FORKS || ZoneId::ALL.iter().any(|z| z.name() == first)
 }
+
+/// The top-level directory of the forks' virtual paths (`/forks/NAME/…`).
+const FORKS: &str = "forks";
 
 /// Returns the virtual path of `input`, taken from `cwd` when relative, or why it names no
 /// place in a zone.
@@ -171,6 +175,9 @@ mod tests {
         assert_eq!(v("/workspace/a.rs", "/tmp").unwrap(), "/workspace/a.rs");
         assert_eq!(v("/", "/srv/work/src").unwrap(), "/");
         assert_eq!(v("/cache", "/").unwrap(), "/cache");
+        assert_eq!(v("/forks/a/x.rs", "/tmp").unwrap(), "/forks/a/x.rs");
+        let in_fork = "/home/me/p/.wardfs/mnt/forks/a/src";
+        assert_eq!(v("lib.rs", in_fork).unwrap(), "/forks/a/src/lib.rs");
     }
 
     #[test]

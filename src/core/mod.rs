@@ -112,6 +112,11 @@ pub enum Zone {
     Disabled(String),
 }
 
+/// What a fork this daemon does not have answers (`ZONE_UNAVAILABLE`).
+static NO_FORK: std::sync::LazyLock<Zone> = std::sync::LazyLock::new(|| {
+    Zone::Disabled("there is no such fork here (it was removed, or never made)".into())
+});
+
 /// The source of time for everything the core records (milliseconds since the epoch).
 pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
 
@@ -156,6 +161,9 @@ pub struct ListenerId(u64);
 /// The zones and the operations on them.
 pub struct Zones {
     zones: [Zone; 2],
+    /// The forks' zones, by fork slot ([`ZoneId::Fork`]); `None` where this daemon has no fork.
+    /// A fork's zone lives as long as the process (see [`Zones::add_fork`]).
+    forks: RwLock<Vec<Option<&'static Zone>>>,
     limits: Limits,
     db: Arc<Db>,
     clock: Clock,
@@ -232,6 +240,7 @@ impl Zones {
         let [cache, workspace]: [Zone; 2] = zones.try_into().expect("config has two zones");
         Ok(Zones {
             zones: [cache, workspace],
+            forks: RwLock::new(Vec::new()),
             limits: settings.limits,
             db,
             clock,
@@ -245,9 +254,57 @@ impl Zones {
         })
     }
 
-    /// Returns the zone `id`.
+    /// Returns the zone `id` (a fork this daemon does not have: an unavailable zone).
     pub fn zone(&self, id: ZoneId) -> &Zone {
-        &self.zones[id.index()]
+        match (id.config_index(), id.fork_slot()) {
+            (Some(i), _) => &self.zones[i],
+            (None, Some(slot)) => self
+                .forks
+                .read()
+                .expect("not poisoned")
+                .get(slot)
+                .copied()
+                .flatten()
+                .unwrap_or(&NO_FORK),
+            (None, None) => &NO_FORK,
+        }
+    }
+
+    /// Serves the fork `id` from `zone` from now on. Its zone is kept for the life of the
+    /// process (a reference to it may outlive the fork's removal: one descriptor and a path).
+    pub fn add_fork(&self, id: ZoneId, zone: LocalZone) {
+        let Some(slot) = id.fork_slot() else { return };
+        let zone: &'static Zone = Box::leak(Box::new(Zone::Local(zone)));
+        let mut forks = self.forks.write().expect("not poisoned");
+        if forks.len() <= slot {
+            forks.resize(slot + 1, None);
+        }
+        forks[slot] = Some(zone);
+    }
+
+    /// Stops serving the fork `id`: its paths are unavailable from now on.
+    pub fn remove_fork(&self, id: ZoneId) {
+        if let Some(slot) = id.fork_slot() {
+            if let Some(f) = self.forks.write().expect("not poisoned").get_mut(slot) {
+                *f = None;
+            }
+        }
+    }
+
+    /// The forks this daemon serves now, by slot.
+    pub fn fork_ids(&self) -> Vec<ZoneId> {
+        let forks = self.forks.read().expect("not poisoned");
+        (0..forks.len())
+            .filter(|i| forks[*i].is_some())
+            .filter_map(ZoneId::fork_at)
+            .collect()
+    }
+
+    /// Every zone this daemon serves: the config's two, then the forks.
+    pub fn zone_ids(&self) -> Vec<ZoneId> {
+        let mut ids = ZoneId::ALL.to_vec();
+        ids.extend(self.fork_ids());
+        ids
     }
 
     /// The read-only rule, for every entry point: fails with `READ_ONLY` when `vp`'s zone refuses

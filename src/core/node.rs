@@ -716,7 +716,9 @@ impl Zones {
     }
 
     /// Renames `name` in `dir` to `new_name` in `new_dir`; `moved` is given the backing key of the
-    /// entry it replaced (not for an exchange), before the change is journaled.
+    /// entry it replaced (not for an exchange), before the change is journaled. Between two
+    /// zones (a fork and its parent on one disk) it is `EXDEV`, as between two filesystems:
+    /// `mv` then copies, and each zone's journal records its own side.
     #[allow(clippy::too_many_arguments)]
     pub fn node_rename(
         &self,
@@ -730,6 +732,9 @@ impl Zones {
     ) -> NodeResult<()> {
         self.node_writable(dir.zone)?;
         self.node_writable(new_dir.zone)?;
+        if dir.zone != new_dir.zone {
+            return Err(Errno::XDEV);
+        }
         let from = self.child_vpath(dir, name);
         let to = self.child_vpath(new_dir, new_name);
         let replaced = {

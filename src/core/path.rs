@@ -198,15 +198,37 @@ pub fn parse(input: &str) -> FsResult<Target> {
     let Some(first) = parts.first() else {
         return Ok(Target::Top);
     };
+    if *first == crate::config::FORKS_DIR {
+        return parse_fork(input, &parts);
+    }
     let Some(zone) = ZoneId::from_name(first) else {
         return Err(invalid(
             input,
-            format!("unknown zone `{first}`; paths start with /cache or /workspace"),
+            format!("unknown zone `{first}`; paths start with /cache, /workspace or /forks/NAME"),
         ));
     };
     Ok(Target::Zone(VPath {
         zone,
         rel: parts[1..].join("/"),
+    }))
+}
+
+/// A path in a fork: `/forks/NAME/...` (`parts` are its names, `forks` first).
+fn parse_fork(input: &str, parts: &[&str]) -> FsResult<Target> {
+    let Some(name) = parts.get(1) else {
+        return Err(invalid(
+            input,
+            "names the forks' directory; name a fork (/forks/NAME) or a path inside one",
+        ));
+    };
+    let Some(zone) = ZoneId::fork(name) else {
+        return Err(FsError::NotFound {
+            path: input.to_string(),
+        });
+    };
+    Ok(Target::Zone(VPath {
+        zone,
+        rel: parts[2..].join("/"),
     }))
 }
 

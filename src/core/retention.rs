@@ -38,7 +38,7 @@ pub fn prune_journal(zones: &Zones, now_ms: i64, keep_days: u32) -> Result<u64, 
 /// walk stays inside the zones.
 pub fn sweep_temp_files(zones: &Zones, now_ms: i64) -> Vec<String> {
     let mut removed = Vec::new();
-    for id in ZoneId::ALL {
+    for id in zones.zone_ids() {
         if let Zone::Local(z) = zones.zone(id) {
             sweep_dir(z.root(), z.root(), id, now_ms, &mut removed);
         }

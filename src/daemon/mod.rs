@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use crate::api::{AppState, PeerListener};
 use crate::config::Settings;
-use crate::core::{system_clock, Zone, ZoneId, Zones};
+use crate::core::{system_clock, Zone, Zones};
 use crate::state::Db;
 
 /// How often idle sandboxes are looked for (and detached once past their idle TTL), unless a
@@ -103,8 +103,10 @@ pub fn run(settings: Settings, no_mount: bool) -> anyhow::Result<()> {
             None
         }
     };
+    // The daemon's state before the mount: the forks it serves are zones from the first lookup.
+    let state = AppState::new(zones.clone(), settings.clone(), !no_mount)?;
     // The mount lives until this function returns (after the API has stopped).
-    let mount = if no_mount {
+    let _mount = if no_mount {
         None
     } else {
         let io = crate::core::ZoneId::ALL.map(|id| {
@@ -136,7 +138,6 @@ pub fn run(settings: Settings, no_mount: bool) -> anyhow::Result<()> {
         let signals = Signals::install()?;
         let listener = PeerListener::bind(&socket, settings.allowed_uids.clone()).await?;
         tracing::info!(socket = %socket.display(), state = %db.path(), "serving the API");
-        let state = AppState::new(zones, settings, mount.is_some())?;
         catch_up_checkpoints(&state).await;
         let warm = state.sandboxes.merge_config(&state.settings.sandboxes)?;
         registry_slot.fill(&state.sandboxes, tokio::runtime::Handle::current());
@@ -148,10 +149,12 @@ pub fn run(settings: Settings, no_mount: bool) -> anyhow::Result<()> {
         let gc_task = tokio::spawn(collect_garbage(state.clone()));
         let sandbox_task = tokio::spawn(tend_sandboxes(state.clone(), warm));
         let checkpoint_task = tokio::spawn(auto_checkpoints(state.clone()));
+        let overlap_task = tokio::spawn(watch_overlaps(state.clone()));
         let served = crate::api::serve(listener, state, signals.recv()).await;
         gc_task.abort();
         sandbox_task.abort();
         checkpoint_task.abort();
+        overlap_task.abort();
         // Only the daemon that bound the socket removes it.
         let _ = std::fs::remove_file(&socket);
         tracing::info!("stopped");
@@ -298,6 +301,51 @@ impl Signals {
     }
 }
 
+/// Sends an `overlap` event the moment a path a fork changed is changed in its parent or a
+/// sibling fork too (see `fork::overlap`): once a second, when the journal moved and forks exist.
+async fn watch_overlaps(state: Arc<AppState>) {
+    let db = state.zones.db().clone();
+    let mut seen_pos = 0;
+    let mut seen = std::collections::HashSet::new();
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let last = db.journal_last_id().unwrap_or(seen_pos);
+        if last == seen_pos || state.zones.fork_ids().is_empty() {
+            continue;
+        }
+        seen_pos = last;
+        let forks = state.forks.clone();
+        let found = tokio::task::spawn_blocking(move || {
+            let new = forks.new_overlaps(&mut seen);
+            (new, seen)
+        })
+        .await;
+        match found {
+            Ok((new, kept)) => {
+                seen = kept;
+                match new {
+                    Ok(new) => {
+                        for o in new {
+                            tracing::info!(
+                                path = %crate::core::text::name(&o.path),
+                                zones = ?o.zones,
+                                "overlap: a path changed on two sides since the fork point"
+                            );
+                        }
+                        // The events the overlaps journaled moved the journal on.
+                        seen_pos = db.journal_last_id().unwrap_or(seen_pos);
+                    }
+                    Err(e) => tracing::warn!(error = %e, "cannot look for overlaps"),
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "the overlap watcher failed");
+                return;
+            }
+        }
+    }
+}
+
 /// Checkpoints each local zone that changed once the journal has been quiet for
 /// `checkpoints.auto_quiet_ms` (0: never), so a moment after every burst of work can be restored.
 /// A zone whose journal moved but whose tree is its latest checkpoint's gets none.
@@ -326,7 +374,7 @@ async fn auto_checkpoints(state: Arc<AppState>) {
         let app = state.clone();
         let made = tokio::task::spawn_blocking(move || {
             let mut made = 0;
-            for id in ZoneId::ALL {
+            for id in app.zones.zone_ids() {
                 if !matches!(app.zones.zone(id), Zone::Local(_)) {
                     continue;
                 }

@@ -18,7 +18,9 @@
 //! exists, so what a build put in it first would be missed). Opening,
 //! reading and closing change nothing and are not watched. A path changed many times in
 //! a burst is journaled once. The pending set is bounded (`MAX_PENDING`); past it, further
-//! paths still invalidate but are journaled only as a count in the log.
+//! paths still invalidate but are journaled only as a count in the log. A directory that cannot
+//! be watched is named in the log, the first few a minute only; the rest are counted
+//! ([`Unwatched`]). A name that is not UTF-8 is journaled lossily, as the mount journals it.
 //!
 //! Owns the watch and its thread; may not be imported by anything but `daemon`.
 
@@ -41,6 +43,13 @@ const SETTLE: Duration = Duration::from_millis(250);
 const MAX_PENDING: usize = 100_000;
 /// The prefix of the temp names wardfs writes beside a file before renaming it into place.
 const TMP_PREFIX: &str = ".wardfs-tmp-";
+
+/// Directories that cannot be watched named in the log per [`UNWATCHED_WINDOW`]; the rest are
+/// counted and summed up in one line (a tree of 10,000 unreadable directories, or a mount
+/// past `fs.inotify.max_user_watches`, would otherwise log a line each).
+const UNWATCHED_NAMED: usize = 5;
+/// How often at most the count of the directories that could not be watched is logged.
+const UNWATCHED_WINDOW: Duration = Duration::from_secs(60);
 
 /// A running watcher; dropping it stops the watch and its thread.
 pub struct Watcher {
@@ -87,6 +96,8 @@ impl Watcher {
                 .watch(r, RecursiveMode::NonRecursive)?;
             beside.adopt(r, false);
         }
+        // The walk at start is over: what it could not watch is summed up now.
+        beside.unwatched.sum_up(Instant::now(), true);
         let thread = std::thread::Builder::new()
             .name("wardfs-watch".into())
             .spawn(move || beside.run(&queue))
@@ -178,6 +189,59 @@ struct Beside {
     dropped: u64,
     /// The watch, to add each new directory to (weak: dropping the [`Watcher`] ends the thread).
     watcher: Weak<Mutex<notify::RecommendedWatcher>>,
+    /// Directories the watch could not be added to, for the log.
+    unwatched: Unwatched,
+}
+
+/// Directories the watch could not be added to, as the log tells them: the first
+/// [`UNWATCHED_NAMED`] of each [`UNWATCHED_WINDOW`] by name (control characters escaped), the
+/// rest counted and summed up in one line once the window is over.
+struct Unwatched {
+    named: usize,
+    unnamed: u64,
+    since: Instant,
+}
+
+impl Unwatched {
+    fn new(now: Instant) -> Unwatched {
+        Unwatched {
+            named: 0,
+            unnamed: 0,
+            since: now,
+        }
+    }
+
+    /// Notes that `dir` could not be watched.
+    fn note(&mut self, dir: &Path, error: &dyn std::fmt::Display) {
+        if self.named < UNWATCHED_NAMED {
+            self.named += 1;
+            let dir = crate::core::text::name_bytes(dir.as_os_str().as_bytes());
+            tracing::warn!(%dir, %error, "cannot watch a directory; changes beside wardfs in it are not seen");
+        } else {
+            self.unnamed += 1;
+        }
+    }
+
+    /// Once the window is over (or at once with `now_or_never`), logs the count of the
+    /// directories noted but not named, if any, and starts a new window.
+    fn sum_up(&mut self, now: Instant, now_or_never: bool) {
+        if !now_or_never && now.duration_since(self.since) < UNWATCHED_WINDOW {
+            return;
+        }
+        if self.unnamed > 0 {
+            tracing::warn!(
+                directories = self.unnamed,
+                "cannot watch {} besides the {UNWATCHED_NAMED} named above; changes beside wardfs in them are not seen",
+                crate::core::text::count(self.unnamed, "directory")
+            );
+        }
+        *self = Unwatched::new(now);
+    }
+
+    /// How long until the counted directories are due to be logged (`None`: none counted).
+    fn due_in(&self, now: Instant) -> Option<Duration> {
+        (self.unnamed > 0).then(|| UNWATCHED_WINDOW.saturating_sub(now.duration_since(self.since)))
+    }
 }
 
 impl Beside {
@@ -193,23 +257,29 @@ impl Beside {
             order: VecDeque::new(),
             dropped: 0,
             watcher,
+            unwatched: Unwatched::new(Instant::now()),
         }
     }
 
     fn run(mut self, queue: &Queue) {
         loop {
-            let wait = if self.pending.is_empty() {
+            let mut wait = if self.pending.is_empty() {
                 Duration::from_secs(3600)
             } else {
                 SETTLE
             };
+            if let Some(due) = self.unwatched.due_in(Instant::now()) {
+                wait = wait.min(due);
+            }
             let Some(paths) = queue.take(wait) else {
                 return;
             };
             for path in paths {
                 self.seen(path);
             }
-            self.journal_settled(Instant::now());
+            let now = Instant::now();
+            self.journal_settled(now);
+            self.unwatched.sum_up(now, false);
         }
     }
 
@@ -273,7 +343,7 @@ impl Beside {
                 .expect("not poisoned")
                 .watch(&d, RecursiveMode::NonRecursive);
             if let Err(e) = watched {
-                tracing::warn!(dir = %d.display(), error = %e, "cannot watch a directory; changes beside wardfs in it are not seen");
+                self.unwatched.note(&d, &e);
                 continue;
             }
             let Some(entries) = read_dir_noatime(&d) else {
@@ -334,13 +404,16 @@ impl Beside {
     }
 
     /// The virtual path of a backing path (None: outside every zone, or not a name wardfs takes).
+    /// A name that is not UTF-8 is journaled lossily (U+FFFD in place of its bad bytes), as the
+    /// mount journals it: the change is seen (git status then names the real name), never
+    /// dropped.
     fn vpath(&self, path: &Path) -> Option<VPath> {
         self.roots.iter().find_map(|(id, root)| {
             let rel = path.strip_prefix(root).ok()?;
             if rel.as_os_str().is_empty() {
                 return None;
             }
-            VPath::new(*id, rel.to_str()?).ok()
+            VPath::new(*id, &rel.to_string_lossy()).ok()
         })
     }
 }
@@ -379,4 +452,80 @@ fn is_temp(path: &Path) -> bool {
     path.file_name()
         .and_then(|n| n.to_str())
         .is_some_and(|n| n.starts_with(TMP_PREFIX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the log says while `f` runs: the `tracing` lines, as the daemon writes them.
+    fn logged(f: impl FnOnce()) -> String {
+        #[derive(Clone, Default)]
+        struct Capture(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Capture {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let capture = Capture::default();
+        let writer = capture.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, f);
+        let bytes = capture.0.lock().unwrap().clone();
+        String::from_utf8(bytes).unwrap()
+    }
+
+    #[test]
+    fn ten_thousand_unwatchable_directories_log_five_names_and_one_count() {
+        let start = Instant::now();
+        let mut u = Unwatched::new(start);
+        let log = logged(|| {
+            for i in 0..10_000 {
+                let dir = PathBuf::from(format!("/z/ws/d{i}\x1b]0;owned\x07"));
+                u.note(&dir, &"Permission denied (os error 13)");
+            }
+            u.sum_up(start, true);
+        });
+        let lines: Vec<&str> = log.lines().collect();
+        assert_eq!(lines.len(), UNWATCHED_NAMED + 1, "{log}");
+        for (i, line) in lines[..UNWATCHED_NAMED].iter().enumerate() {
+            assert!(
+                line.contains(&format!("d{i}\\033]0;owned\\a")),
+                "named, escaped: {line}"
+            );
+        }
+        assert!(
+            lines[UNWATCHED_NAMED].contains("cannot watch 9995 directories besides"),
+            "{log}"
+        );
+        assert!(!log.contains('\x1b') && !log.contains('\x07'), "{log:?}");
+
+        // Trickling in one at a time (a mount past inotify's watch limit): the next five of
+        // the window are named, the rest waits for the window's end and is logged as one line.
+        let log = logged(|| {
+            for i in 0..1000 {
+                u.note(&PathBuf::from(format!("/z/ws/m{i}")), &"No space left");
+                u.sum_up(start + Duration::from_millis(i), false);
+            }
+        });
+        assert_eq!(log.lines().count(), UNWATCHED_NAMED, "{log}");
+        assert_eq!(
+            u.due_in(start + Duration::from_secs(1)),
+            Some(UNWATCHED_WINDOW - Duration::from_secs(1))
+        );
+        let log = logged(|| u.sum_up(start + UNWATCHED_WINDOW, false));
+        assert_eq!(log.lines().count(), 1, "{log}");
+        assert!(
+            log.contains("cannot watch 995 directories besides"),
+            "{log}"
+        );
+        assert_eq!(u.due_in(start + UNWATCHED_WINDOW), None);
+    }
 }

@@ -10,6 +10,14 @@
 //! business: file and directory handles, attributes and their TTLs, directory listings,
 //! passthrough backing files, metadata prefetch, and the errno of each answer.
 //!
+//! The top level holds the zone roots and `forks`, a virtual directory of the forks that exist
+//! now ([`Zones::fork_ids`]), each a local zone whose root is looked up when the kernel asks
+//! (`Inodes::fork_root`). Forks come and go through the API, which tells the mount nothing: the
+//! kernel keeps no entry of `forks` and no attributes of it (TTL 0), and the directory's
+//! modification time changes with the set of forks, so a cached listing of it is dropped too.
+//! Nothing can be made, removed or renamed in it (`EPERM`). Below a fork's root everything is as
+//! in the workspace.
+//!
 //! Two I/O modes per zone (`zones.<zone>.io`, [`IoMode`]). Passthrough: `OPEN` hands the kernel
 //! the backing file. Cached (the default): when every zone is local, writable and cached, the
 //! first `OPEN`, `OPENDIR` and `FLUSH` are answered `ENOSYS` and the kernel sends none again (nor
@@ -35,10 +43,11 @@ use fuser::{
 };
 use rustix::fs::{FileType, OFlags, Stat};
 
-use super::inodes::{zone_ino, Inode, Inodes, ROOT_INO};
+use super::inodes::{zone_ino, Inode, Inodes, FORKS_INO, ROOT_INO};
 use super::remote::{RemoteTree, REMOTE_FH_BASE};
 use crate::config::IoMode;
 use crate::config::Transport;
+use crate::config::FORKS_DIR;
 use crate::core::node::{io as node_io, AttrChange, BackingKey, Caller, RenameMode, SetTime};
 use crate::core::prefetch::Prefetch;
 use crate::core::{ZoneId, Zones};
@@ -242,6 +251,8 @@ pub struct WardFs {
     prefetch: Option<Prefetch>,
     /// The zones served from a sandbox, by zone index.
     remote: [Option<Arc<RemoteTree>>; 2],
+    /// The forks the mount last saw, and since when (see [`WardFs::forks_seen`]).
+    forks: Mutex<(Vec<ZoneId>, SystemTime)>,
 }
 
 type Res<T> = Result<T, Errno>;
@@ -354,7 +365,13 @@ impl WardFs {
             },
             remote: ZoneId::ALL
                 .map(|id| RemoteTree::new(zones_for_remote.clone(), id).map(Arc::new)),
+            forks: Mutex::new((Vec::new(), SystemTime::now())),
         })
+    }
+
+    /// Whether `zone`'s I/O mode is `cached` (a fork has its parent workspace's mode).
+    fn cached_io(&self, zone: ZoneId) -> bool {
+        self.cached[zone.config_index().unwrap_or(1)]
     }
 
     /// The remote tree serving `ino`, when its zone is served from a sandbox.
@@ -372,7 +389,7 @@ impl WardFs {
             return None;
         }
         let id = name.to_str().and_then(ZoneId::from_name)?;
-        self.remote[id.index()].as_deref()
+        self.remote[id.config_index()?].as_deref()
     }
 
     /// The remote tree holding the open file `fh`.
@@ -422,13 +439,23 @@ impl WardFs {
     /// stands for the copy, and a passthrough backing file registered for the old file is let go,
     /// so the kernel never writes to it.
     fn follow_copy(&self, inode: &Inode, old: BackingKey) {
-        self.inodes.follow_copy(inode.ino, old, inode.node.key());
+        self.inodes
+            .follow_copy(inode.zone, inode.ino, old, inode.node.key());
         *inode.backing.lock().expect("not poisoned") = None;
     }
 
-    /// A directory inode to create or remove names in (never the virtual top level).
-    fn dir_for_change(&self, parent: INodeNo) -> Res<Arc<Inode>> {
+    /// A directory inode to create or remove names in (never the virtual top level, nor the
+    /// forks' directory: forks are made and removed through the API and the CLI).
+    fn dir_for_change(&self, parent: INodeNo, op: &str) -> Res<Arc<Inode>> {
         if parent.0 == ROOT_INO {
+            return Err(Errno::EPERM);
+        }
+        if parent.0 == FORKS_INO {
+            tracing::warn!(
+                op,
+                "refused through the mount: {FORKS_DIR}/ holds the forks and nothing else; make \
+                 one with `wardfs fork NAME`, remove one with `wardfs fork rm NAME`"
+            );
             return Err(Errno::EPERM);
         }
         let p = self.inode(parent)?;
@@ -436,24 +463,105 @@ impl WardFs {
         Ok(p)
     }
 
-    fn root_attr(&self) -> FileAttr {
+    /// The attributes of a virtual directory (the top level, the forks' directory).
+    fn virtual_attr(&self, ino: u64) -> FileAttr {
+        let (mtime, nlink) = if ino == FORKS_INO {
+            let forks = self.forks_seen();
+            (forks.1, 2 + forks.0.len() as u32)
+        } else {
+            (self.started, 5)
+        };
         FileAttr {
-            ino: INodeNo(ROOT_INO),
+            ino: INodeNo(ino),
             size: 4096,
             blocks: 8,
             atime: self.started,
-            mtime: self.started,
-            ctime: self.started,
+            mtime,
+            ctime: mtime,
             crtime: self.started,
             kind: fuser::FileType::Directory,
             perm: 0o755,
-            nlink: 4,
+            nlink,
             uid: rustix::process::getuid().as_raw(),
             gid: rustix::process::getgid().as_raw(),
             rdev: 0,
             blksize: 4096,
             flags: 0,
         }
+    }
+
+    fn root_attr(&self) -> FileAttr {
+        self.virtual_attr(ROOT_INO)
+    }
+
+    /// The forks that exist now, and when the mount first saw them so (the forks' directory's
+    /// modification time: the kernel drops its cached listing when it changes). A fork gone
+    /// since the last look is let go of ([`Inodes::forks_alive`]).
+    fn forks_seen(&self) -> (Vec<ZoneId>, SystemTime) {
+        let now = self.zones.fork_ids();
+        let mut seen = self.forks.lock().expect("not poisoned");
+        if seen.0 != now {
+            let gone = self.inodes.forks_alive(&now);
+            if !gone.is_empty() {
+                tracing::debug!(
+                    forks = gone.len(),
+                    "let go of the mount's inodes of removed forks"
+                );
+            }
+            *seen = (now, SystemTime::now());
+        }
+        seen.clone()
+    }
+
+    /// How long the kernel may keep an entry of `parent` and its attributes: not at all in the
+    /// forks' directory, whose entries come and go with the forks (each walk through
+    /// `forks/NAME` asks again; a walk from a directory inside a fork does not).
+    fn entry_ttl(parent: u64) -> Duration {
+        if parent == FORKS_INO {
+            Duration::ZERO
+        } else {
+            TTL
+        }
+    }
+
+    /// How long the kernel may keep the attributes of `ino`: not at all for the forks'
+    /// directory, whose modification time tells the kernel when its cached listing is stale
+    /// (the kernel lists it without asking otherwise; see [`WardFs::forks_seen`]).
+    fn attr_ttl(ino: u64) -> Duration {
+        if ino == FORKS_INO {
+            Duration::ZERO
+        } else {
+            TTL
+        }
+    }
+
+    /// Looks up `name` in `parent` for the kernel (counting one reference when it is a real
+    /// inode): a zone root or the forks' directory in the top level, a fork's root in the
+    /// forks' directory, else a file.
+    fn lookup_entry(&self, parent: u64, name: &OsStr) -> Res<FileAttr> {
+        if parent == ROOT_INO && name == FORKS_DIR {
+            return Ok(self.virtual_attr(FORKS_INO));
+        }
+        if parent == FORKS_INO {
+            return self.fork_lookup(name).map(|(_, attr)| attr);
+        }
+        self.do_lookup(INodeNo(parent), name).map(|(_, attr)| attr)
+    }
+
+    /// Looks up the root of the fork `name` (in the forks' directory), counting one reference.
+    fn fork_lookup(&self, name: &OsStr) -> Res<(Arc<Inode>, FileAttr)> {
+        let found = name
+            .to_str()
+            .and_then(ZoneId::fork)
+            .and_then(|id| Some((id, self.zones.node_zone_root(id)?)));
+        let Some((id, root)) = found else {
+            // Gone, maybe: let go of what the mount held of it.
+            self.forks_seen();
+            return Err(Errno::ENOENT);
+        };
+        let (fd, st) = root.map_err(errno)?;
+        let inode = self.inodes.fork_root(id, name, fd, &st);
+        Ok((inode.clone(), attr_of(inode.ino, &st)))
     }
 
     /// Looks up `name` in `parent`, counting one kernel reference.
@@ -466,6 +574,9 @@ impl WardFs {
             let inode = self.inodes.get(zone_ino(zone)).ok_or(Errno::ENOENT)?;
             let st = inode.stat().map_err(errno)?;
             return Ok((inode.clone(), attr_of(inode.ino, &st)));
+        }
+        if parent.0 == FORKS_INO {
+            return self.fork_lookup(name);
         }
         let p = self.inode(parent)?;
         let name = plain_name(name)?;
@@ -494,7 +605,7 @@ impl WardFs {
         };
         // Its implicit writer ends first: journaled under the name it is leaving, and its
         // descriptor no longer keeps a removed file's space allocated.
-        if let Some(n) = self.inodes.known_number(dev, backing) {
+        if let Some(n) = self.inodes.known_number(dir.zone, dev, backing) {
             let h = self.implicit.lock().expect("not poisoned").remove(&n);
             if let Some(h) = h {
                 end_implicit(&self.zones, &h);
@@ -502,7 +613,7 @@ impl WardFs {
         }
         if let Some(i) = self
             .inodes
-            .known_number(dev, backing)
+            .known_number(dir.zone, dev, backing)
             .and_then(|n| self.inodes.get(n))
             .filter(|i| !i.node.is_pinned())
         {
@@ -634,17 +745,39 @@ impl WardFs {
                 (OsString::from(".."), FileType::Directory, ROOT_INO),
             ];
             for id in ZoneId::ALL {
-                if self.inodes.get(zone_ino(id)).is_some() || self.remote[id.index()].is_some() {
+                if self.inodes.get(zone_ino(id)).is_some()
+                    || id.config_index().is_some_and(|i| self.remote[i].is_some())
+                {
                     entries.push((OsString::from(id.name()), FileType::Directory, zone_ino(id)));
                 }
             }
+            entries.push((OsString::from(FORKS_DIR), FileType::Directory, FORKS_INO));
             Ok(entries)
+        } else if ino == FORKS_INO {
+            Ok(self.list_forks())
         } else if let Some(t) = self.tree(ino) {
             t.list_dir(ino)
         } else {
             self.inode(INodeNo(ino))
                 .and_then(|i| self.read_dir_entries(&i))
         }
+    }
+
+    /// The forks' directory: each fork that exists now, as its root's number.
+    fn list_forks(&self) -> DirEntries {
+        let mut entries = vec![
+            (OsString::from("."), FileType::Directory, FORKS_INO),
+            (OsString::from(".."), FileType::Directory, ROOT_INO),
+        ];
+        for id in self.forks_seen().0 {
+            let (Some(name), Some(Ok((_, st)))) = (id.fork_name(), self.zones.node_zone_root(id))
+            else {
+                continue; // removed meanwhile
+            };
+            let ino = self.inodes.fork_root_number(id, (st.st_dev, st.st_ino));
+            entries.push((OsString::from(name), FileType::Directory, ino));
+        }
+        entries
     }
 
     /// The snapshot of directory `ino` (open as `fh`, or 0) to answer a `readdir` at `offset`
@@ -704,7 +837,7 @@ impl WardFs {
                 let ino = match name.as_bytes() {
                     b"." => inode.ino,
                     b".." => ROOT_INO,
-                    _ => self.inodes.number_of(inode.dev, backing),
+                    _ => self.inodes.number_of(inode.zone, inode.dev, backing),
                 };
                 (name, kind, ino)
             })
@@ -822,8 +955,13 @@ impl fuser::Filesystem for WardFs {
                 Generation(0)
             ));
         }
-        match self.do_lookup(parent, name) {
-            Ok((_, attr)) => reply.entry(&TTL, &attr, Generation(0)),
+        match self.lookup_entry(parent.0, name) {
+            Ok(attr) => reply.entry_with_ttls(
+                &WardFs::attr_ttl(attr.ino.0),
+                &WardFs::entry_ttl(parent.0),
+                &attr,
+                Generation(0),
+            ),
             // An absent name is answered as a negative entry (inode 0), which the kernel caches for
             // TTL: tools probe for many names that do not exist (rg and git look for .git,
             // .gitignore, .ignore in every directory). A name that appears behind the mount's back
@@ -850,8 +988,8 @@ impl fuser::Filesystem for WardFs {
         if let Some(t) = self.tree(ino.0) {
             return reply!(reply, t.getattr(ino.0), |attr| reply.attr(&t.ttl(), &attr));
         }
-        if ino.0 == ROOT_INO {
-            return reply.attr(&TTL, &self.root_attr());
+        if ino.0 == ROOT_INO || ino.0 == FORKS_INO {
+            return reply.attr(&WardFs::attr_ttl(ino.0), &self.virtual_attr(ino.0));
         }
         // `fstat` on an open file: the file itself, even when its name has gone.
         let open = fh
@@ -903,6 +1041,9 @@ impl fuser::Filesystem for WardFs {
             );
             return reply!(reply, res, |attr| reply.attr(&t.ttl(), &attr));
         }
+        if ino.0 == FORKS_INO {
+            return reply.error(Errno::EPERM);
+        }
         let res = self.inode(ino).and_then(|i| {
             let change = SetAttr {
                 mode,
@@ -942,7 +1083,7 @@ impl fuser::Filesystem for WardFs {
             return reply.error(Errno::EPERM);
         }
         let res = (|| {
-            let p = self.dir_for_change(parent)?;
+            let p = self.dir_for_change(parent, "mknod")?;
             let name = plain_name(name)?;
             let mode = (mode & !0o7777) | (mode & !umask & 0o7777);
             self.zones
@@ -977,7 +1118,7 @@ impl fuser::Filesystem for WardFs {
             ));
         }
         let res = (|| {
-            let p = self.dir_for_change(parent)?;
+            let p = self.dir_for_change(parent, "mkdir")?;
             let name = plain_name(name)?;
             self.zones
                 .node_mkdir(&WardFs::caller(req), &p, name, mode & !umask, || {
@@ -999,7 +1140,7 @@ impl fuser::Filesystem for WardFs {
             return reply!(reply, res, |()| reply.ok());
         }
         let res = (|| {
-            let p = self.dir_for_change(parent)?;
+            let p = self.dir_for_change(parent, "unlink")?;
             let name = plain_name(name)?;
             self.pin_victim(&p, name);
             self.zones
@@ -1020,7 +1161,7 @@ impl fuser::Filesystem for WardFs {
             return reply!(reply, res, |()| reply.ok());
         }
         let res = (|| {
-            let p = self.dir_for_change(parent)?;
+            let p = self.dir_for_change(parent, "rmdir")?;
             let name = plain_name(name)?;
             self.zones
                 .node_remove(&WardFs::caller(req), &p, name, true, |gone| {
@@ -1051,7 +1192,7 @@ impl fuser::Filesystem for WardFs {
             ));
         }
         let res = (|| {
-            let p = self.dir_for_change(parent)?;
+            let p = self.dir_for_change(parent, "symlink")?;
             let name = plain_name(link_name)?;
             self.zones
                 .node_symlink(&WardFs::caller(req), &p, name, target, || {
@@ -1098,8 +1239,8 @@ impl fuser::Filesystem for WardFs {
             _ => return reply.error(Errno::EXDEV),
         }
         let res = (|| {
-            let p = self.dir_for_change(parent)?;
-            let np = self.dir_for_change(newparent)?;
+            let p = self.dir_for_change(parent, "rename")?;
+            let np = self.dir_for_change(newparent, "rename")?;
             let (name, newname) = (plain_name(name)?, plain_name(newname)?);
             if flags.contains(RenameFlags::RENAME_WHITEOUT) {
                 return Err(Errno::EINVAL);
@@ -1127,7 +1268,7 @@ impl fuser::Filesystem for WardFs {
             // The kernel now knows the moved inode(s) under the new name(s).
             for (dir, n, kernel_dir) in [(&np, newname, newparent.0), (&p, name, parent.0)] {
                 if let Some((dev, backing)) = self.zones.node_key_at(dir, n) {
-                    if let Some(ino) = self.inodes.known_number(dev, backing) {
+                    if let Some(ino) = self.inodes.known_number(dir.zone, dev, backing) {
                         self.inodes.seen_as(ino, kernel_dir, &dir.node, n);
                     }
                 }
@@ -1150,7 +1291,7 @@ impl fuser::Filesystem for WardFs {
         }
         let res = (|| {
             let i = self.inode(ino)?;
-            let np = self.dir_for_change(newparent)?;
+            let np = self.dir_for_change(newparent, "link")?;
             let name = plain_name(newname)?;
             self.zones
                 .node_link(&WardFs::caller(req), &i, &np, name, || {
@@ -1186,7 +1327,7 @@ impl fuser::Filesystem for WardFs {
         let oflags = WardFs::open_flags(flags.0);
         // A file read through passthrough before: the kernel already has its backing file, so
         // there is nothing to open here (our own descriptor is opened if a later call needs it).
-        let passthrough = self.passthrough.load(Ordering::Relaxed) && !self.cached[i.zone.index()];
+        let passthrough = self.passthrough.load(Ordering::Relaxed) && !self.cached_io(i.zone);
         if !write && i.kind == FileType::RegularFile && passthrough {
             let known = i.backing.lock().expect("not poisoned").clone();
             if let Some(b) = known {
@@ -1366,7 +1507,7 @@ impl fuser::Filesystem for WardFs {
         if self.no_opendir {
             return reply.error(Errno::ENOSYS);
         }
-        if ino.0 != ROOT_INO && self.tree(ino.0).is_none() {
+        if ino.0 != ROOT_INO && ino.0 != FORKS_INO && self.tree(ino.0).is_none() {
             if let Err(e) = self.inode(ino) {
                 return reply.error(e);
             }
@@ -1381,8 +1522,9 @@ impl fuser::Filesystem for WardFs {
         );
         // The kernel may keep the listing in its cache across opens: changes through the mount
         // update it, changes behind its back invalidate it (`inval_inode` on the directory).
-        if self.tree(ino.0).is_some() {
-            // Listings of a sandbox directory are asked for again after the zone's TTL.
+        if self.tree(ino.0).is_some() || ino.0 == FORKS_INO {
+            // Listings of a sandbox directory are asked for again after the zone's TTL, the
+            // forks' at every open.
             return reply.opened(FileHandle(fh), FopenFlags::empty());
         }
         reply.opened(
@@ -1428,8 +1570,8 @@ impl fuser::Filesystem for WardFs {
             let full = if name == "." || name == ".." {
                 // The kernel takes no reference for these; answer with attributes only.
                 let target = if name == "." { ino.0 } else { ROOT_INO };
-                let attr = if target == ROOT_INO {
-                    Some(self.root_attr())
+                let attr = if target == ROOT_INO || target == FORKS_INO {
+                    Some(self.virtual_attr(target))
                 } else if let Some(t) = self.tree(target) {
                     t.getattr(target).ok()
                 } else {
@@ -1479,26 +1621,27 @@ impl fuser::Filesystem for WardFs {
                     }
                     Err(_) => continue,
                 }
-            } else if self.inodes.get(*known).is_some() {
+            } else if *known == FORKS_INO || self.inodes.get(*known).is_some() {
                 // The kernel holds this inode already (a walk that looked names up before it
                 // listed their directory, as `git status` does), and keeps its attributes, which
                 // every change through the mount or beside it invalidates: the name alone, with
-                // no stat and no new reference.
+                // no stat and no new reference. So is the forks' directory, whose attributes the
+                // kernel must not keep (see `attr_ttl`): it looks it up when it needs it.
                 reply.add_name_only(INodeNo(*known), (i + 1) as u64, name, fuse_kind(*kind))
             } else {
-                match self.do_lookup(ino, name) {
-                    Ok((inode, attr)) => {
+                match self.lookup_entry(ino.0, name) {
+                    Ok(attr) => {
                         let full = reply.add(
-                            INodeNo(inode.ino),
+                            attr.ino,
                             (i + 1) as u64,
                             name,
-                            &TTL,
+                            &WardFs::entry_ttl(ino.0),
                             &attr,
                             Generation(0),
                         );
                         if full {
                             // Not sent: give the reference back.
-                            self.inodes.forget(inode.ino, 1);
+                            self.inodes.forget(attr.ino.0, 1);
                         }
                         full
                     }
@@ -1533,7 +1676,7 @@ impl fuser::Filesystem for WardFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        if self.tree(ino.0).is_some() {
+        if self.tree(ino.0).is_some() || ino.0 == ROOT_INO || ino.0 == FORKS_INO {
             return reply.ok();
         }
         let res = self
@@ -1547,7 +1690,7 @@ impl fuser::Filesystem for WardFs {
             let (b, f, a, files, ffree, bsize, namelen) = t.statfs();
             return reply.statfs(b, f, a, files, ffree, bsize, namelen, bsize);
         }
-        let target = if ino.0 == ROOT_INO {
+        let target = if ino.0 == ROOT_INO || ino.0 == FORKS_INO {
             zone_ino(ZoneId::Workspace)
         } else {
             ino.0
@@ -1608,7 +1751,7 @@ impl fuser::Filesystem for WardFs {
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         // The top level (`ls -la` asks of `workspace/..`) and a sandbox's tree keep no
         // attributes: none is set, which is ENODATA, not a missing file.
-        if ino.0 == ROOT_INO || self.tree(ino.0).is_some() {
+        if ino.0 == ROOT_INO || ino.0 == FORKS_INO || self.tree(ino.0).is_some() {
             return reply.error(Errno::from_i32(libc::ENODATA));
         }
         let res = self.inode(ino).and_then(|i| {
@@ -1628,7 +1771,7 @@ impl fuser::Filesystem for WardFs {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        if ino.0 == ROOT_INO || self.tree(ino.0).is_some() {
+        if ino.0 == ROOT_INO || ino.0 == FORKS_INO || self.tree(ino.0).is_some() {
             return if size == 0 {
                 reply.size(0)
             } else {
@@ -1670,7 +1813,7 @@ impl fuser::Filesystem for WardFs {
     fn access(&self, _req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
         // The kernel checks permissions itself (default_permissions); only read-only zones refuse
         // write access here.
-        let res = if ino.0 == ROOT_INO {
+        let res = if ino.0 == ROOT_INO || ino.0 == FORKS_INO {
             Ok(())
         } else if let Some(t) = self.tree(ino.0) {
             if mask.contains(AccessFlags::W_OK) {
@@ -1712,7 +1855,7 @@ impl fuser::Filesystem for WardFs {
             ));
         }
         let res = (|| {
-            let p = self.dir_for_change(parent)?;
+            let p = self.dir_for_change(parent, "create")?;
             let name = plain_name(name)?;
             let fd = self
                 .zones
@@ -1755,7 +1898,7 @@ impl fuser::Filesystem for WardFs {
                     );
                 }
                 let backing = (self.passthrough.load(Ordering::Relaxed)
-                    && !self.cached[inode.zone.index()])
+                    && !self.cached_io(inode.zone))
                 .then(|| WardFs::shared_backing(&inode, || reply.open_backing(file.as_fd())))
                 .flatten();
                 let oflags = WardFs::open_flags(flags);

@@ -10,15 +10,25 @@
 //! in a zone that breaks them: its first change gives its name a copy of its own
 //! (`Zones::node_break_links`), and its inode then stands for the copy ([`Inodes::follow_copy`]). Before the mount removes, replaces or
 //! links a name, its file is pinned, so it stays reachable while the kernel holds it. Numbers are
-//! assigned per backing `(st_dev, st_ino)` and kept for the life of the mount, so hard links share
-//! an inode and a file looked up again after `forget` gets the number it had before.
+//! assigned per zone and backing `(st_dev, st_ino)` and kept for the life of the mount, so hard
+//! links within a zone share an inode and a file looked up again after `forget` gets the number it
+//! had before. A fork's files are hard links of its parent's (`crate::fork`): keyed by zone too,
+//! the fork's name and the parent's name of one file are two inodes to the kernel, with a page
+//! cache, a passthrough backing file and an implicit writer each, so a write through one copies
+//! up that name only and the other keeps the old contents.
 //!
-//! A backing file's number is its own `st_ino` where that is free (not one of the fixed numbers
-//! below [`FIRST_FREE`], not taken by a file of another device), else one from a range no
-//! filesystem hands out ([`SPILL_BASE`] up). So the numbers are the same after a remount, and
-//! the same as on the backing directory, as bindfs's are: git's index, which records each file's
-//! inode number, stays valid, where new numbers at every mount made the first `git status` after
-//! it re-read and hash every file.
+//! A backing file's number in a zone of the config is its own `st_ino` where that is free (not
+//! one of the fixed numbers below [`FIRST_FREE`], not taken by a file of another device), else one
+//! from a range no filesystem hands out ([`SPILL_BASE`] up). So the numbers are the same after a
+//! remount, and the same as on the backing directory, as bindfs's are: git's index, which records
+//! each file's inode number, stays valid, where new numbers at every mount made the first `git
+//! status` after it re-read and hash every file. In a fork it is its `st_ino` with the fork's
+//! slot above it ([`FORK_FILE_BASE`]): as stable, and the same as the parent's in the low 32 bits
+//! git's index keeps, so a new fork's index still matches its files.
+//!
+//! The forks' roots (`MOUNT/forks/NAME`) are looked up like files, counted and forgotten; each
+//! fork gets a new root number when the fork's directory changes (removed and made again under
+//! its name), so the kernel lets go of what it held beneath the old one ([`Inodes::fork_root`]).
 //!
 //! The descriptors are budgeted: the kernel keeps inodes as long as their dentries stay cached
 //! (our TTLs are long), and each pinned one holds one fd here; files held by name hold none, so
@@ -44,6 +54,7 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use rustix::fs::{FileType, Stat};
 
+use crate::config::MAX_FORK_NAMES;
 use crate::core::node::Node;
 use crate::core::ZoneId;
 
@@ -61,12 +72,98 @@ pub const SPILL_BASE: u64 = 1 << 62;
 /// this many in all, entries are evicted as for the descriptor budget.
 pub const MAX_LIVE: usize = 1 << 20;
 
-/// Returns the fixed inode number of a zone root.
+/// The directory holding the forks' roots (`MOUNT/forks`): virtual, like the top level.
+pub const FORKS_INO: u64 = 4;
+
+/// Where the numbers of the forks' roots start: a fork's first root is `FORK_ROOT_BASE + slot`,
+/// a fork made again under its name later gets `MAX_FORK_NAMES` more each time (far above the
+/// numbers files get, spilled ones and forks' included).
+pub const FORK_ROOT_BASE: u64 = 3 << 62;
+
+/// Where the numbers of forks' files start: `FORK_FILE_BASE + (slot << FORK_INO_BITS) +
+/// st_ino`, for an `st_ino` below `1 << FORK_INO_BITS` (else a spilled number).
+pub const FORK_FILE_BASE: u64 = 1 << 63;
+
+/// The bits of a fork file's `st_ino` its number keeps (see [`FORK_FILE_BASE`]).
+const FORK_INO_BITS: u32 = 50;
+
+// Every fork slot's files fit between FORK_FILE_BASE and FORK_ROOT_BASE.
+const _: () = assert!((MAX_FORK_NAMES as u64) << FORK_INO_BITS <= FORK_ROOT_BASE - FORK_FILE_BASE);
+
+/// Returns the number of a zone root: fixed for the config's zones; for a fork, the number of
+/// its first root (see [`FORK_ROOT_BASE`]).
 pub fn zone_ino(z: ZoneId) -> u64 {
     match z {
         ZoneId::Cache => 2,
         ZoneId::Workspace => 3,
+        ZoneId::Fork(_) => fork_root_ino(z, 0),
     }
+}
+
+/// The root number of the `generation`th directory the fork `z` has had in this mount.
+fn fork_root_ino(z: ZoneId, generation: u64) -> u64 {
+    let slot = z.fork_slot().unwrap_or(0) as u64;
+    FORK_ROOT_BASE + generation * MAX_FORK_NAMES as u64 + slot
+}
+
+/// The number a backing file `backing_ino` would like in `zone` (taken unless another file has
+/// it): its own `st_ino` in a zone of the config, that with the slot above it in a fork.
+fn preferred_number(zone: ZoneId, backing_ino: u64) -> Option<u64> {
+    match zone.fork_slot() {
+        None => (FIRST_FREE..SPILL_BASE)
+            .contains(&backing_ino)
+            .then_some(backing_ino),
+        Some(slot) => (backing_ino < 1 << FORK_INO_BITS)
+            .then(|| FORK_FILE_BASE + ((slot as u64) << FORK_INO_BITS) + backing_ino),
+    }
+}
+
+/// A backing file as one zone sees it: (zone, `st_dev`, `st_ino`).
+type NumberKey = (ZoneId, u64, u64);
+
+/// The numbers handed out, by the zone and backing file they stand for, and the zones that have
+/// any (to find every zone's number of one backing file).
+#[derive(Default)]
+struct Numbers {
+    map: HashMap<NumberKey, u64>,
+    zones: Vec<ZoneId>,
+}
+
+impl Numbers {
+    fn get(&self, zone: ZoneId, dev: u64, backing_ino: u64) -> Option<u64> {
+        self.map.get(&(zone, dev, backing_ino)).copied()
+    }
+
+    fn insert(&mut self, zone: ZoneId, dev: u64, backing_ino: u64, n: u64) {
+        if !self.zones.contains(&zone) {
+            self.zones.push(zone);
+        }
+        self.map.insert((zone, dev, backing_ino), n);
+    }
+
+    /// Every zone's number of the backing file.
+    fn all(&self, dev: u64, backing_ino: u64) -> Vec<u64> {
+        self.zones
+            .iter()
+            .filter_map(|z| self.get(*z, dev, backing_ino))
+            .collect()
+    }
+
+    /// Forgets `zone`'s numbers (a fork whose directory is gone).
+    fn drop_zone(&mut self, zone: ZoneId) {
+        if let Some(i) = self.zones.iter().position(|z| *z == zone) {
+            self.zones.swap_remove(i);
+            self.map.retain(|(z, _, _), _| *z != zone);
+        }
+    }
+}
+
+/// What the mount knows of a fork slot's root: how many directories it has had (the root's
+/// number, [`fork_root_ino`]), and the backing key of the present one (`None`: the fork is gone).
+#[derive(Debug, Clone, Copy)]
+struct ForkRoot {
+    generation: u64,
+    dir: Option<(u64, u64)>,
 }
 
 /// One backing file the kernel holds a reference to: the core's [`Node`] (its `O_PATH` fd, zone
@@ -103,9 +200,11 @@ pub struct Inodes {
     live: RwLock<HashMap<u64, Arc<Inode>>>,
     /// Live inodes holding a descriptor (what the budget counts).
     pinned: AtomicUsize,
-    numbers: Mutex<HashMap<(u64, u64), u64>>,
-    /// The numbers handed out, by the backing file they stand for, and the set of them.
+    /// The numbers handed out, by the zone and backing file they stand for, and the set of them.
+    numbers: Mutex<Numbers>,
     taken: Mutex<std::collections::HashSet<u64>>,
+    /// The forks' roots, by slot.
+    fork_roots: Mutex<HashMap<usize, ForkRoot>>,
     next: AtomicU64,
     clock: AtomicU64,
     /// Pinned inodes above this ask for eviction; eviction goes down to `low`.
@@ -139,6 +238,7 @@ impl Inodes {
             pinned: AtomicUsize::new(0),
             numbers: Mutex::default(),
             taken: Mutex::default(),
+            fork_roots: Mutex::default(),
             next: AtomicU64::new(SPILL_BASE),
             clock: AtomicU64::new(0),
             high,
@@ -206,7 +306,7 @@ impl Inodes {
         self.numbers
             .lock()
             .expect("not poisoned")
-            .insert((st.st_dev, st.st_ino), ino);
+            .insert(zone, st.st_dev, st.st_ino, ino);
         self.live.write().expect("not poisoned").insert(
             ino,
             Arc::new(Inode {
@@ -226,58 +326,140 @@ impl Inodes {
         self.live.read().expect("not poisoned").get(&ino).cloned()
     }
 
-    /// Returns the number for a backing file, assigning one if it has none.
-    pub fn number_of(&self, dev: u64, backing_ino: u64) -> u64 {
-        *self
-            .numbers
-            .lock()
-            .expect("not poisoned")
-            .entry((dev, backing_ino))
-            .or_insert_with(|| {
-                let mut taken = self.taken.lock().expect("not poisoned");
-                if (FIRST_FREE..SPILL_BASE).contains(&backing_ino) && taken.insert(backing_ino) {
-                    backing_ino
-                } else {
-                    self.next.fetch_add(1, Ordering::Relaxed)
-                }
-            })
+    /// Returns the number for a backing file in `zone`, assigning one if it has none.
+    pub fn number_of(&self, zone: ZoneId, dev: u64, backing_ino: u64) -> u64 {
+        let mut numbers = self.numbers.lock().expect("not poisoned");
+        if let Some(n) = numbers.get(zone, dev, backing_ino) {
+            return n;
+        }
+        let n = preferred_number(zone, backing_ino)
+            .filter(|n| self.taken.lock().expect("not poisoned").insert(*n))
+            .unwrap_or_else(|| self.next.fetch_add(1, Ordering::Relaxed));
+        numbers.insert(zone, dev, backing_ino, n);
+        n
     }
 
-    /// Gives a backing file a new number from the spill range (its old one still names a
-    /// gone file the kernel holds).
-    fn renumber(&self, dev: u64, backing_ino: u64) -> u64 {
+    /// Gives a backing file of `zone` a new number from the spill range (its old one still
+    /// names a gone file the kernel holds).
+    fn renumber(&self, zone: ZoneId, dev: u64, backing_ino: u64) -> u64 {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         self.numbers
             .lock()
             .expect("not poisoned")
-            .insert((dev, backing_ino), n);
+            .insert(zone, dev, backing_ino, n);
         n
     }
 
-    /// Notes that inode `ino` now stands for the backing file `new` instead of `old` (the
-    /// hard-link rule gave its name a copy of its own, which the node follows): the old file,
-    /// still named by its other links, gets a number of its own if it is looked up again.
-    pub fn follow_copy(&self, ino: u64, old: (u64, u64), new: (u64, u64)) {
+    /// Notes that inode `ino` of `zone` now stands for the backing file `new` instead of `old`
+    /// (the hard-link rule gave its name a copy of its own, which the node follows): the old
+    /// file, still named by its other links, gets a number of its own if it is looked up again.
+    pub fn follow_copy(&self, zone: ZoneId, ino: u64, old: (u64, u64), new: (u64, u64)) {
         let mut numbers = self.numbers.lock().expect("not poisoned");
-        if numbers.get(&old) == Some(&ino) {
-            numbers.remove(&old);
+        if numbers.get(zone, old.0, old.1) == Some(ino) {
+            numbers.map.remove(&(zone, old.0, old.1));
         }
-        numbers.insert(new, ino);
+        numbers.insert(zone, new.0, new.1, ino);
     }
 
-    /// Returns the number of a backing file if the kernel may know it.
-    pub fn known_number(&self, dev: u64, backing_ino: u64) -> Option<u64> {
+    /// Returns the number of a backing file in `zone` if the kernel may know it.
+    pub fn known_number(&self, zone: ZoneId, dev: u64, backing_ino: u64) -> Option<u64> {
         self.numbers
             .lock()
             .expect("not poisoned")
-            .get(&(dev, backing_ino))
-            .copied()
+            .get(zone, dev, backing_ino)
     }
 
-    /// True when the kernel holds an inode for the backing file.
+    /// Returns every zone's number of a backing file (a fork's file may be its parent's too).
+    pub fn known_numbers(&self, dev: u64, backing_ino: u64) -> Vec<u64> {
+        self.numbers
+            .lock()
+            .expect("not poisoned")
+            .all(dev, backing_ino)
+    }
+
+    /// True when the kernel holds an inode for the backing file, in any zone.
     pub fn is_live(&self, dev: u64, backing_ino: u64) -> bool {
-        self.known_number(dev, backing_ino)
-            .is_some_and(|n| self.live.read().expect("not poisoned").contains_key(&n))
+        let numbers = self.known_numbers(dev, backing_ino);
+        let live = self.live.read().expect("not poisoned");
+        numbers.iter().any(|n| live.contains_key(n))
+    }
+
+    /// The root number of fork `zone` whose directory is `dir` (its backing key): the one it
+    /// had, unless the fork's directory changed since (the fork was removed and made again),
+    /// which gets a new number, and the numbers of the old directory's files are forgotten.
+    pub fn fork_root_number(&self, zone: ZoneId, dir: (u64, u64)) -> u64 {
+        let Some(slot) = zone.fork_slot() else {
+            return zone_ino(zone);
+        };
+        let mut roots = self.fork_roots.lock().expect("not poisoned");
+        let root = roots.entry(slot).or_insert(ForkRoot {
+            generation: 0,
+            dir: None,
+        });
+        match root.dir {
+            Some(known) if known == dir => {}
+            Some(_) => {
+                // Made again: nothing the kernel holds of the old one may be taken for it.
+                self.numbers.lock().expect("not poisoned").drop_zone(zone);
+                root.generation += 1;
+                root.dir = Some(dir);
+            }
+            None => root.dir = Some(dir),
+        }
+        let n = fork_root_ino(zone, root.generation);
+        self.numbers
+            .lock()
+            .expect("not poisoned")
+            .insert(zone, dir.0, dir.1, n);
+        n
+    }
+
+    /// Records one kernel lookup of the root of fork `zone`, named `name` in [`FORKS_INO`]:
+    /// `fd` and its stat `st` come from the core. Returns its inode.
+    pub fn fork_root(&self, zone: ZoneId, name: &OsStr, fd: OwnedFd, st: &Stat) -> Arc<Inode> {
+        let ino = self.fork_root_number(zone, (st.st_dev, st.st_ino));
+        let mut live = self.live.write().expect("not poisoned");
+        if let Some(existing) = live.get(&ino) {
+            existing.nlookup.fetch_add(1, Ordering::Relaxed);
+            return existing.clone();
+        }
+        let inode = Arc::new(Inode {
+            ino,
+            node: Arc::new(Node::new(zone, fd, st)),
+            nlookup: AtomicU64::new(1),
+            backing: Mutex::new(None),
+            seen_as: Mutex::new((FORKS_INO, name.to_owned())),
+            born: self.clock.fetch_add(1, Ordering::Relaxed),
+            counted: true,
+        });
+        live.insert(ino, inode.clone());
+        self.pinned.fetch_add(1, Ordering::Relaxed);
+        inode
+    }
+
+    /// Notes which forks exist now (`alive`): a fork gone since is let go of, its root and the
+    /// numbers of its files, so nothing the kernel still holds of it reaches a fork made again
+    /// under its name. Returns the forks let go of.
+    pub fn forks_alive(&self, alive: &[ZoneId]) -> Vec<ZoneId> {
+        let mut roots = self.fork_roots.lock().expect("not poisoned");
+        let mut gone = Vec::new();
+        for (slot, root) in roots.iter_mut() {
+            let zone = ZoneId::fork_at(*slot);
+            let Some(zone) = zone.filter(|z| root.dir.is_some() && !alive.contains(z)) else {
+                continue;
+            };
+            self.numbers.lock().expect("not poisoned").drop_zone(zone);
+            let ino = fork_root_ino(zone, root.generation);
+            if let Some(inode) = self.live.write().expect("not poisoned").remove(&ino) {
+                if inode.counted {
+                    self.pinned.fetch_sub(1, Ordering::Relaxed);
+                }
+            }
+            root.dir = None;
+            root.generation += 1;
+            gone.push(zone);
+        }
+        gone
     }
 
     /// Records one kernel lookup of `node` (whose stat is `st`), found as `name` in `parent`
@@ -291,7 +473,8 @@ impl Inodes {
         dir: &Arc<Node>,
         name: &OsStr,
     ) -> Arc<Inode> {
-        let mut ino = self.number_of(st.st_dev, st.st_ino);
+        let zone = node.zone;
+        let mut ino = self.number_of(zone, st.st_dev, st.st_ino);
         let now = self.clock.fetch_add(1, Ordering::Relaxed);
         let mut live = self.live.write().expect("not poisoned");
         if let Some(existing) = live.get(&ino) {
@@ -307,7 +490,7 @@ impl Inodes {
             // cannot change an inode's type: answering with the old number would leave it a
             // file the table takes for a symlink (reads failing with EBADF). This one gets a
             // number of its own; the old stays with the old inode until the kernel forgets it.
-            ino = self.renumber(st.st_dev, st.st_ino);
+            ino = self.renumber(zone, st.st_dev, st.st_ino);
         }
         let counted = node.is_pinned();
         let inode = Arc::new(Inode {
@@ -344,9 +527,10 @@ impl Inodes {
         }
     }
 
-    /// Drops `n` kernel references; the fd is closed when none remain (zone roots stay).
+    /// Drops `n` kernel references; the fd is closed when none remain (the config's zone roots
+    /// stay).
     pub fn forget(&self, ino: u64, n: u64) {
-        if ino <= 3 {
+        if ino < FIRST_FREE {
             return;
         }
         let mut live = self.live.write().expect("not poisoned");
@@ -425,7 +609,10 @@ mod tests {
             FileType::Symlink,
             "until forgotten"
         );
-        assert_eq!(t.known_number(link.st_dev, link.st_ino), Some(new.ino));
+        assert_eq!(
+            t.known_number(ZoneId::Workspace, link.st_dev, link.st_ino),
+            Some(new.ino)
+        );
         // Found again, of the same kind: the same inode, one more reference.
         let node = Node::named(&parent, OsStr::new("l"), &file);
         let again = t.remember(node, &file, 3, &parent, OsStr::new("l"));
@@ -438,17 +625,64 @@ mod tests {
     #[test]
     fn a_file_keeps_its_backing_inode_number_unless_another_device_or_a_fixed_number_has_it() {
         let t = Inodes::with_budget(100);
-        assert_eq!(t.number_of(7, 5_931_015), 5_931_015);
-        assert_eq!(t.number_of(7, 5_931_015), 5_931_015, "stable");
+        let ws = ZoneId::Workspace;
+        assert_eq!(t.number_of(ws, 7, 5_931_015), 5_931_015);
+        assert_eq!(t.number_of(ws, 7, 5_931_015), 5_931_015, "stable");
         // The same st_ino on another device, and numbers the mount keeps for itself, spill.
-        let other = t.number_of(8, 5_931_015);
+        let other = t.number_of(ws, 8, 5_931_015);
         assert!(other >= SPILL_BASE, "{other}");
-        let small = t.number_of(7, 2);
+        let small = t.number_of(ws, 7, 2);
         assert!(small >= SPILL_BASE && small != other, "{small}");
-        assert_eq!(t.number_of(8, 5_931_015), other);
+        assert_eq!(t.number_of(ws, 8, 5_931_015), other);
         // A second table (a remount) gives the same numbers to the same files.
         let again = Inodes::with_budget(100);
-        assert_eq!(again.number_of(7, 5_931_015), 5_931_015);
+        assert_eq!(again.number_of(ws, 7, 5_931_015), 5_931_015);
+    }
+
+    #[test]
+    fn a_file_shared_by_a_fork_and_its_parent_is_two_inodes_and_a_fork_made_again_gets_new_ones() {
+        let t = Inodes::with_budget(100);
+        let (fork, other) = (
+            ZoneId::register_fork("inodes-test-a").unwrap(),
+            ZoneId::register_fork("inodes-test-b").unwrap(),
+        );
+        let slot = fork.fork_slot().unwrap() as u64;
+        let ws = t.number_of(ZoneId::Workspace, 7, 5_931_015);
+        let f = t.number_of(fork, 7, 5_931_015);
+        let g = t.number_of(other, 7, 5_931_015);
+        assert_eq!(ws, 5_931_015);
+        assert_eq!(f, FORK_FILE_BASE + (slot << FORK_INO_BITS) + 5_931_015);
+        assert!(ws != f && f != g && ws != g, "{ws} {f} {g}");
+        // git's index keeps the low 32 bits of st_ino: the same in the fork as in the parent.
+        assert_eq!(f as u32, ws as u32);
+        // A change beside the mount reaches every zone's inode of the file.
+        let mut all = t.known_numbers(7, 5_931_015);
+        all.sort();
+        let mut want = vec![ws, f, g];
+        want.sort();
+        assert_eq!(all, want);
+        assert_eq!(t.known_number(fork, 7, 5_931_015), Some(f));
+        // The fork's root keeps its number while its directory stays; a new directory under
+        // its name (removed and made again) gets a new root number and new file numbers.
+        let root = t.fork_root_number(fork, (7, 100));
+        assert_eq!(root, zone_ino(fork));
+        assert_eq!(t.fork_root_number(fork, (7, 100)), root);
+        let again = t.fork_root_number(fork, (7, 101));
+        assert_ne!(again, root);
+        assert_eq!(t.known_number(fork, 7, 5_931_015), None);
+        let f2 = t.number_of(fork, 7, 5_931_015);
+        assert_ne!(f2, f, "a file of the old fork the kernel may hold");
+        assert_eq!(
+            t.known_number(other, 7, 5_931_015),
+            Some(g),
+            "other forks keep theirs"
+        );
+        // Gone: let go of, and its next root has a number of its own again.
+        assert_eq!(t.forks_alive(&[other]), vec![fork]);
+        assert_eq!(t.known_number(fork, 7, 5_931_015), None);
+        let third = t.fork_root_number(fork, (7, 101));
+        assert!(third != root && third != again, "{third}");
+        assert!(t.forks_alive(&[fork, other]).is_empty());
     }
 
     #[test]
@@ -473,7 +707,9 @@ mod tests {
             let i: usize = name.to_string_lossy()[1..].parse().unwrap();
             // The kernel forgets what it was told to drop.
             let st = rustix::fs::stat(dir.path().join(name)).unwrap();
-            let ino = t.known_number(st.st_dev, st.st_ino).unwrap();
+            let ino = t
+                .known_number(ZoneId::Workspace, st.st_dev, st.st_ino)
+                .unwrap();
             t.forget(ino, 1);
             assert!(i >= 60);
         }

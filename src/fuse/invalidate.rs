@@ -110,9 +110,11 @@ fn key(path: &Path) -> Option<(u64, u64)> {
     Some((st.st_dev, st.st_ino))
 }
 
+/// Drops the kernel's cache of the file at the backing path `path` and of its entry, in every
+/// zone that has one: a file a fork shares with its parent (a hard link) is an inode in each.
 fn invalidate(inodes: &Inodes, notifier: &Notifier, path: &Path) {
     if let Some((dev, ino)) = key(path) {
-        if let Some(n) = inodes.known_number(dev, ino) {
+        for n in inodes.known_numbers(dev, ino) {
             let _ = notifier.inval_inode(INodeNo(n), 0, 0);
         }
     }
@@ -120,7 +122,7 @@ fn invalidate(inodes: &Inodes, notifier: &Notifier, path: &Path) {
         return;
     };
     if let Some((dev, ino)) = key(parent) {
-        if let Some(n) = inodes.known_number(dev, ino) {
+        for n in inodes.known_numbers(dev, ino) {
             let _ = notifier.inval_entry(INodeNo(n), OsStr::new(name));
             let _ = notifier.inval_inode(INodeNo(n), 0, 0);
         }

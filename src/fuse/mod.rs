@@ -1,7 +1,8 @@
 //! The FUSE mount: the zones as a real filesystem, a thin adapter over the same backing dirs.
 //!
-//! `<mount>/cache` and `<mount>/workspace` are the zones; `fs` answers the kernel, `inodes` maps
-//! inode numbers to backing files, `invalidate` keeps the kernel's caches honest. Mounting handles a
+//! `<mount>/cache` and `<mount>/workspace` are the zones, `<mount>/forks/NAME` each fork that
+//! exists now (a zone too, looked up as the kernel asks: see `fs`); `fs` answers the kernel,
+//! `inodes` maps inode numbers to backing files, `invalidate` keeps the kernel's caches honest. Mounting handles a
 //! stale mount left by a crash (lazy unmount, then mount again); dropping a [`Mount`] unmounts.
 //!
 //! Owns the kernel's business only: decoding requests, inode numbers, handles, TTLs, the I/O

@@ -58,12 +58,17 @@ fn base_of(zone: ZoneId) -> u64 {
     match zone {
         ZoneId::Cache => REMOTE_INO_BASE,
         ZoneId::Workspace => REMOTE_INO_BASE << 1,
+        // Never asked: a fork is a local zone ([`RemoteTree::new`] makes no tree for it).
+        ZoneId::Fork(_) => REMOTE_INO_BASE,
     }
 }
 
-/// Returns the zone a remote inode number belongs to, when it is one.
+/// Returns the zone a remote inode number belongs to, when it is one (the numbers above the
+/// workspace's range are local files': spilled ones and forks').
 pub fn zone_of_ino(ino: u64) -> Option<ZoneId> {
-    if ino >= REMOTE_INO_BASE << 1 {
+    if ino >= REMOTE_INO_BASE << 2 {
+        None
+    } else if ino >= REMOTE_INO_BASE << 1 {
         Some(ZoneId::Workspace)
     } else if ino >= REMOTE_INO_BASE {
         Some(ZoneId::Cache)

@@ -66,6 +66,8 @@ pub struct Git {
     settings: GitSection,
     mirrors: PathBuf,
     locks: Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>,
+    /// What status could not look at, per repository.
+    left_out: status::LeftOut,
 }
 
 fn origin_git() -> Origin {
@@ -126,6 +128,7 @@ impl Git {
             settings: settings.git.clone(),
             mirrors: settings.state_dir.join("git"),
             locks: Mutex::new(HashMap::new()),
+            left_out: status::LeftOut::default(),
         }
     }
 

@@ -17,6 +17,9 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::os::fd::{AsRawFd as _, OwnedFd};
+
+use rustix::fs::{Mode, OFlags};
 
 use git2::{Cred, CredentialType, Direction, FetchOptions, Oid, PushOptions, RemoteCallbacks};
 use serde::Serialize;
@@ -195,13 +198,32 @@ pub fn token_may_go(url: &str, settings: &GitSection) -> Result<(), String> {
     }
 }
 
+/// A remote URL that passed [`check_transport`], as libgit2 is to be given it: the URL itself,
+/// or for a local repository the `/proc/self/fd/N` path of its directory, opened once and
+/// checked, and held open while libgit2 works, so that what libgit2 opens is the directory that
+/// was checked, whatever is swapped in at the path meanwhile.
+#[derive(Debug)]
+pub struct Checked {
+    target: String,
+    _dir: Option<OwnedFd>,
+}
+
+impl Checked {
+    /// What libgit2 is given in place of the URL.
+    pub fn target(&self) -> &str {
+        &self.target
+    }
+}
+
 /// Refuses plain http to a host that is neither loopback nor in `git.http_hosts` (anything on
 /// the way could read or change what is fetched and pushed). Other URLs are left to libgit2.
 ///
 /// It also refuses what libgit2 would reject only with an unclassified error, so that no failure
 /// has to be told apart by its message text: a scheme libgit2 does not speak, and a local path
-/// (or `file://` URL) that is not a git repository.
-pub fn check_transport(url: &str, settings: &GitSection) -> Result<(), RemoteError> {
+/// (or `file://` URL) that is not a git repository. A local repository allowed (beneath
+/// `git.local_remotes`) is pinned: libgit2 gets the path of the directory fd that was checked
+/// ([`Checked`]), never the path again.
+pub fn check_transport(url: &str, settings: &GitSection) -> Result<Checked, RemoteError> {
     let bad = |reason: String| {
         Err(RemoteError::BadRemote {
             url: url.into(),
@@ -225,38 +247,56 @@ pub fn check_transport(url: &str, settings: &GitSection) -> Result<(), RemoteErr
         None if url.find(':').is_some_and(|c| !url[..c].contains('/')) => None,
         None => Some(url),
     };
-    if let Some(path) = local {
-        if let Err(rule) = local_remote_allowed(path, &settings.local_remotes) {
-            return bad(rule);
-        }
-        if git2::Repository::open_bare(path)
-            .or_else(|_| git2::Repository::open(path))
-            .is_err()
-        {
-            return bad(format!("no git repository at {path}"));
-        }
+    let Some(path) = local else {
+        return Ok(Checked {
+            target: url.to_string(),
+            _dir: None,
+        });
+    };
+    let dir = match local_remote_allowed(path, &settings.local_remotes) {
+        Ok(dir) => dir,
+        Err(rule) => return bad(rule),
+    };
+    let target = format!("/proc/self/fd/{}", dir.as_raw_fd());
+    if git2::Repository::open_bare(&target)
+        .or_else(|_| git2::Repository::open(&target))
+        .is_err()
+    {
+        return bad(format!("no git repository at {path}"));
     }
-    Ok(())
+    Ok(Checked {
+        target,
+        _dir: Some(dir),
+    })
 }
 
-/// Allows a local repository only beneath a directory of `git.local_remotes`, judged on its real
-/// path (symlinks resolved), so a client of the socket cannot copy a repository from anywhere
-/// the daemon's user can read.
-fn local_remote_allowed(path: &str, allowed: &[std::path::PathBuf]) -> Result<(), String> {
+/// Allows a local repository only beneath a directory of `git.local_remotes`, so a client of the
+/// socket cannot copy a repository from anywhere the daemon's user can read. The directory is
+/// opened once (`O_PATH`, symlinks on the way followed) and judged on where that fd really is
+/// (`/proc/self/fd/N`), and the fd is returned for libgit2 to open through: a symlink swapped in
+/// at the path after the check cannot redirect what is read.
+fn local_remote_allowed(path: &str, allowed: &[std::path::PathBuf]) -> Result<OwnedFd, String> {
     if allowed.is_empty() {
         return Err(format!(
             "{path} is a local repository, and local repositories are refused: list a directory \
              holding it in git.local_remotes to allow it"
         ));
     }
-    let real =
-        std::fs::canonicalize(path).map_err(|e| format!("no git repository at {path} ({e})"))?;
+    let no_repo = |e: &dyn std::fmt::Display| format!("no git repository at {path} ({e})");
+    let dir = rustix::fs::open(
+        path,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| no_repo(&e))?;
+    let real = std::fs::read_link(format!("/proc/self/fd/{}", dir.as_raw_fd()))
+        .map_err(|e| no_repo(&e))?;
     let inside = allowed
         .iter()
         .filter_map(|d| std::fs::canonicalize(d).ok())
         .any(|d| real.starts_with(d));
     if inside {
-        return Ok(());
+        return Ok(dir);
     }
     let dirs: Vec<String> = allowed.iter().map(|d| d.display().to_string()).collect();
     Err(format!(
@@ -335,10 +375,10 @@ fn fetch_capped(
     settings: &GitSection,
     progress: OnProgress<'_>,
 ) -> Result<(), RemoteError> {
-    check_transport(url, settings)?;
+    let checked = check_transport(url, settings)?;
     let seen = Seen::default();
     let mut remote = repo
-        .remote_anonymous(url)
+        .remote_anonymous(checked.target())
         .map_err(libgit2(format!("remote {url}")))?;
     let mut fo = FetchOptions::new();
     fo.remote_callbacks(callbacks(settings, &seen, progress));
@@ -363,11 +403,11 @@ pub fn ls_remote(
     url: &str,
     settings: &GitSection,
 ) -> Result<(HashMap<String, Oid>, Option<String>), RemoteError> {
-    check_transport(url, settings)?;
+    let checked = check_transport(url, settings)?;
     let seen = Seen::default();
     let noop = |_: &Progress| {};
     let mut remote = repo
-        .remote_anonymous(url)
+        .remote_anonymous(checked.target())
         .map_err(libgit2(format!("remote {url}")))?;
     let conn = remote
         .connect_auth(
@@ -402,11 +442,11 @@ pub fn push(
     settings: &GitSection,
     progress: OnProgress<'_>,
 ) -> Result<(), PushError> {
-    check_transport(url, settings)?;
+    let checked = check_transport(url, settings)?;
     let dst_owned = dst.to_string();
     let seen = Seen::default();
     let mut remote = repo
-        .remote_anonymous(url)
+        .remote_anonymous(checked.target())
         .map_err(|e| RemoteError::from(libgit2(format!("remote {url}"))(e)))?;
     let mut cb = callbacks(settings, &seen, progress);
     cb.push_negotiation(|updates| {

@@ -82,6 +82,18 @@ pub struct StagedCommit {
     pub deletions: u64,
     /// Its files, sorted by path; with `diff` and `hunks` only in show.
     pub files: Vec<StagedFile>,
+    /// Only in stage's answer: paths beneath what was staged that the commit leaves out, and
+    /// why: a name that is not UTF-8 (escaped as git quotes it, as in status), a directory that
+    /// could not be read. The first 1,000 are named.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<PathNote>,
+    /// Only in stage's answer: the number of such paths (`skipped` names the first 1,000).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub skipped_total: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// One file of a staged commit.
@@ -252,8 +264,11 @@ impl Git {
             })
             .collect();
         let mut chosen: Vec<(String, String)> = Vec::new();
+        // The repository paths asked for ("": all of it), for what is left out beneath them.
+        let mut roots: Vec<String> = Vec::new();
         if req.files.is_empty() {
             chosen = changes.clone();
+            roots.push(String::new());
         } else {
             for f in &req.files {
                 let rel = if f.starts_with('/') {
@@ -272,6 +287,7 @@ impl Git {
                     repo_path("files", f)?
                 };
                 let hits: Vec<_> = changes.iter().filter(|(p, _)| under(p, &rel)).collect();
+                roots.push(rel.clone());
                 if hits.is_empty() {
                     return Err(StageError::Nothing(format!(
                         "{} has no changes to stage",
@@ -333,13 +349,24 @@ impl Git {
             }
             n += 1;
         }
+        let roots: Vec<&str> = roots.iter().map(String::as_str).collect();
+        let (skipped, skipped_total) = self.left_out(&repo, &roots);
         if n == 0 {
-            return Err(StageError::Nothing(if changes.is_empty() {
+            let mut why = if changes.is_empty() {
                 format!("nothing to stage: {} has no changes", vdir(&repo.dir))
             } else {
                 "nothing to stage: every change is already in a staged commit (`wardfs staged list`)"
                     .into()
-            }));
+            };
+            if let Some(first) = skipped.first() {
+                why.push_str(&format!(
+                    "; {} left out, e.g. {}: {} (`wardfs git status` names them)",
+                    count(skipped_total as u64, "path"),
+                    first.path,
+                    first.reason
+                ));
+            }
+            return Err(StageError::Nothing(why));
         }
         let tree_oid = update
             .create_updated(&mirror, &base_tree)
@@ -396,7 +423,10 @@ impl Git {
             "git-stage",
             &format!("{id}: {}: {message}", count(files.len() as u64, "file")),
         );
-        Ok(self.view(row, false)?)
+        let mut staged = self.view(row, false)?;
+        staged.skipped = skipped;
+        staged.skipped_total = skipped_total;
+        Ok(staged)
     }
 
     pub(super) fn signature(&self, now_ms: i64) -> Result<git2::Signature<'static>, Libgit2Error> {
@@ -476,6 +506,8 @@ impl Git {
             additions: files.iter().map(|f| f.additions).sum(),
             deletions: files.iter().map(|f| f.deletions).sum(),
             files,
+            skipped: Vec::new(),
+            skipped_total: 0,
         })
     }
 }

@@ -47,18 +47,22 @@ use replies::*;
 /// Every tool a server can offer, sorted by name: those of its router
 /// (`every_tool_is_in_the_list` checks). `wardfs mcp --help` lists these rather than building
 /// the router, whose schemas would cost every `wardfs` command more than the rest of its start.
-pub const TOOLS: [&str; 24] = [
+pub const TOOLS: [&str; 28] = [
+    "changes",
     "checkpoint",
     "checkpoint_diff",
     "checkpoint_list",
     "edit",
     "events",
+    "fork",
+    "forks",
     "git_push",
     "git_stage",
     "git_status",
     "glob",
     "grep",
     "ls",
+    "merge",
     "mirror_pull",
     "mirror_push",
     "mv",
@@ -95,7 +99,9 @@ and /cache (downloads and scratch). Every path is virtual and starts with its zo
 /workspace/src/main.rs; a path may not leave its zone (OUTSIDE_ZONE). Read with `read` (line \
 windows), change files with `write` (whole file) or `edit` (exact string), find them with `glob` \
 and `grep`. In a pulled git repository, `git_status` lists your changes and `git_stage` turns them \
-into a staged commit that a person reviews and pushes. A failed call returns an error whose JSON \
+into a staged commit that a person reviews and pushes. To try something apart, `fork` makes a \
+copy of the workspace of your own (/forks/NAME, the same tools work on its paths); \
+`changes` lists what you changed there and `merge` brings it back. A failed call returns an error whose JSON \
 has a stable `code` (NOT_FOUND, NOT_UNIQUE, ...) and a `message` saying what to fix.";
 
 /// The MCP tools of one `wardfs mcp` process.
@@ -564,6 +570,83 @@ impl Server {
     )]
     async fn restore(&self, Parameters(p): Parameters<RestoreParams>) -> ToolResult {
         Ok(self.post("/v1/checkpoints/restore", &p).await)
+    }
+
+    /// Make a fork: a copy-on-write copy of the workspace (or of `from`: cache, another fork's
+    /// name, or a checkpoint id) of your own, at /forks/NAME (its files shared with the parent
+    /// until written: no data copied). Every tool works on its paths (/forks/NAME/src/main.rs); nothing written
+    /// there reaches the workspace, and nothing written in the workspace reaches the fork,
+    /// until `merge`. Use one to try an approach you may throw away, or to work beside another
+    /// agent. Returns {fork: {name, path, parent, base (the fork point: a checkpoint), created_ms,
+    /// via, changed}, linked (files shared with the parent), copied, dirs, symlinks, fixed,
+    /// skipped, skipped_total, took_ms}. Errors: EXISTS (a fork has that name), INVALID_ARGUMENT
+    /// (a bad name or from), NOT_FOUND (no such checkpoint), CONFLICT (256 forks exist),
+    /// ZONE_UNAVAILABLE.
+    #[tool(
+        output_schema = schema::<ForkMade>(),
+        annotations(destructive_hint = false, open_world_hint = false)
+    )]
+    async fn fork(&self, Parameters(p): Parameters<ForkParams>) -> ToolResult {
+        Ok(self.post("/v1/forks", &p).await)
+    }
+
+    /// List the forks, oldest first. Returns {forks: [{name, path (/forks/NAME), parent (the
+    /// zone or fork it was made from, or `checkpoint N`), base (its fork point, a checkpoint),
+    /// created_ms, via, pid, uid (who made it), changed (paths changed since the fork point;
+    /// null past 10,000), overlaps: [{path, zones, writers}] (paths it changed that its parent or
+    /// a sibling fork changed too: a conflict in the making, check before you write)}]}.
+    #[tool(
+        output_schema = schema::<ForksReply>(),
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
+    async fn forks(&self, Parameters(_p): Parameters<ForksParams>) -> ToolResult {
+        Ok(match self.client.get_raw("/v1/forks").await {
+            Ok(bytes) => answer(&bytes),
+            Err(e) => failure(e),
+        })
+    }
+
+    /// What a fork changed since its fork point. Returns {from (the fork point), files: [{path
+    /// (relative to the fork: src/a.rs is /forks/NAME/src/a.rs), status (added, deleted,
+    /// modified, type-changed), additions, deletions}], patch (git's unified format, only with
+    /// patch: true; cut at 4 MiB: truncated)}. Excluded paths (node_modules/, .venv/, build
+    /// outputs, what .gitignore ignores) are not listed. Errors: NOT_FOUND (no such fork),
+    /// INVALID_ARGUMENT.
+    #[tool(
+        output_schema = schema::<DiffResult>(),
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
+    async fn changes(&self, Parameters(p): Parameters<ChangesParams>) -> ToolResult {
+        let patch = if p.patch == Some(true) {
+            "?patch=true"
+        } else {
+            ""
+        };
+        let route = format!("/v1/forks/{}/changes{patch}", encode(&p.name));
+        Ok(match self.client.get_raw(&route).await {
+            Ok(bytes) => answer(&bytes),
+            Err(e) => failure(e),
+        })
+    }
+
+    /// Merge a fork's changes (all, or only `paths`) into the zone or fork it was made from,
+    /// three-way against the fork point as git merges: the parent's own changes are kept. All
+    /// or nothing: when a path conflicts (both sides changed the same lines, a binary file or a
+    /// mode on both sides, a delete against a change) nothing is applied, applied is false and
+    /// conflicts lists each path: settle them in the fork (or merge other paths) and call
+    /// again. Otherwise the parent is checkpointed first: restore with id = before undoes the
+    /// merge. Returns {fork, parent, applied, conflicts: [{path, kind}], before, changed,
+    /// left_alone (changed by another writer meanwhile, not overwritten)}; paths are relative to
+    /// the parent. After a merge of all its changes the fork's fork point moves to the fork as
+    /// merged. Errors: NOT_FOUND (no such fork), INVALID_ARGUMENT (a bad name or path),
+    /// ZONE_UNAVAILABLE (no zone to merge into: made from a checkpoint), READ_ONLY.
+    #[tool(
+        output_schema = schema::<MergeResult>(),
+        annotations(destructive_hint = true, open_world_hint = false)
+    )]
+    async fn merge(&self, Parameters(p): Parameters<MergeParams>) -> ToolResult {
+        let route = format!("/v1/forks/{}/merge", encode(&p.name));
+        Ok(self.post(&route, &json!({ "paths": p.paths })).await)
     }
 
     /// List staged commits, newest first. Returns {staged: [{id, repo, branch, message, state,

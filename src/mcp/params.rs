@@ -400,3 +400,44 @@ pub struct SandboxDestroyParams {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keep_volume: Option<bool>,
 }
+
+/// `fork`.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ForkParams {
+    /// The fork's name: 1 to 64 letters, digits, `.`, `_` or `-`, not starting with `.` or `-`;
+    /// its files are at /forks/NAME
+    pub name: String,
+    /// What to fork: workspace (the default), cache, another fork's name (forks/NAME for a name
+    /// that is a number), or a checkpoint id
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+}
+
+/// `forks`.
+#[derive(Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ForksParams {}
+
+/// `changes`.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChangesParams {
+    /// The fork's name (see forks)
+    pub name: String,
+    /// true: the patch in git's format too (default false: only the files and line counts)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patch: Option<bool>,
+}
+
+/// `merge`.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MergeParams {
+    /// The fork's name (see forks)
+    pub name: String,
+    /// Only these paths, with what is beneath them: relative to the fork (src/a.rs) or virtual
+    /// paths in the fork or its parent (default: every change)
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
+}

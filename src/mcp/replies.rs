@@ -18,6 +18,7 @@ pub use crate::checkpoint::{DiffResult, RestoreResult};
 pub use crate::core::{
     EditResult, GlobResult, GrepResult, ListResult, ReadResult, StatResult, WriteResult,
 };
+pub use crate::fork::{ForkInfo, ForkMade, MergeResult};
 pub use crate::git::{PushResult, StagedCommit, StatusResult};
 pub use crate::sandbox::mirror::{PullSummary, PushSummary};
 pub use crate::sandbox::SandboxInfo;
@@ -164,4 +165,11 @@ pub struct EventsReply {
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
 pub struct SandboxListReply {
     pub sandboxes: Vec<SandboxInfo>,
+}
+
+/// `forks` (the API's list of `fork::ForkInfo`).
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+pub struct ForksReply {
+    /// Oldest first
+    pub forks: Vec<ForkInfo>,
 }

@@ -844,6 +844,8 @@ index 1111111..2222222 100644\n\
                 diff: None,
                 hunks: None,
             }],
+            skipped: Vec::new(),
+            skipped_total: 0,
         }
     }
 

@@ -263,6 +263,14 @@ impl Db {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
+    /// The zones that have checkpoints (removed forks' included).
+    pub fn checkpoint_zones(&self) -> Result<Vec<String>, StateError> {
+        let conn = self.lock();
+        let mut st = conn.prepare_cached("SELECT DISTINCT zone FROM checkpoints")?;
+        let rows = st.query_map([], |r| r.get::<_, String>(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     /// The checkpoint `id`.
     pub fn checkpoint_get(&self, id: i64) -> Result<Option<CheckpointRow>, StateError> {
         Ok(self
@@ -335,6 +343,15 @@ impl Db {
     pub fn checkpoint_trees(&self) -> Result<Vec<String>, StateError> {
         let conn = self.lock();
         let mut st = conn.prepare_cached("SELECT DISTINCT tree FROM checkpoints")?;
+        let rows = st.query_map([], |r| r.get::<_, String>(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// The blobs of exact permission bits the checkpoints name (their `modes`).
+    pub fn checkpoint_modes(&self) -> Result<Vec<String>, StateError> {
+        let conn = self.lock();
+        let mut st =
+            conn.prepare_cached("SELECT DISTINCT modes FROM checkpoints WHERE modes IS NOT NULL")?;
         let rows = st.query_map([], |r| r.get::<_, String>(0))?;
         Ok(rows.collect::<Result<_, _>>()?)
     }

@@ -14,6 +14,7 @@
 
 mod checkpoint;
 mod events;
+mod fork;
 mod git;
 mod journal;
 mod lock;
@@ -27,6 +28,7 @@ use std::time::Duration;
 
 pub use checkpoint::{CheckpointRow, NewCheckpoint, RestoreRow};
 pub use events::{Cursor, Event, EventBatch, EventBounds};
+pub use fork::{ForkRecord, NewFork};
 pub use git::{FileRow, RepoRow, StagedFileRow, StagedRow};
 pub use journal::{JournalEntry, JournalFilter, JournalRow, Origin, OwnedEntry, Via, SANDBOX_ZONE};
 pub use lock::DirLock;
@@ -90,6 +92,8 @@ const MIGRATIONS: &[&str] = &[
     sandbox::MIGRATION_PROVISION,
     // 9: the exact permission bits of a checkpoint's files, where a git tree's modes fall short.
     checkpoint::MIGRATION_MODES,
+    // 10: forks of zones.
+    fork::MIGRATION,
 ];
 
 /// The state database.

@@ -6,6 +6,7 @@ mod concurrency;
 mod escape;
 mod events;
 mod first_hour;
+mod forks;
 mod grep;
 mod http;
 mod parity;

@@ -3,6 +3,7 @@
 
 mod test_checkpoint;
 mod test_first_hour;
+mod test_forks;
 mod test_links;
 mod test_model;
 mod test_mount;

@@ -41,6 +41,7 @@ TOOLS = {
     "read", "write", "edit", "ls", "glob", "grep", "stat", "rm", "mv",
     "git_status", "git_stage", "staged_list", "staged_show", "mirror_push", "mirror_pull",
     "checkpoint", "checkpoint_list", "checkpoint_diff", "restore", "events",
+    "fork", "forks", "changes", "merge",
 }
 
 
@@ -253,14 +254,14 @@ async def main():
             tools = {t.name: t for t in (await session.list_tools()).tools}
             names = set(tools)
             if mode == "push":
-                check(names == TOOLS | {"git_push"}, "tools are the 20 plus git_push", sorted(names))
+                check(names == TOOLS | {"git_push"}, "tools are the 24 plus git_push", sorted(names))
                 check(bool(tools["git_push"].description), "git_push is described")
                 await push_flow(session)
                 passed()
                 return
             if mode != "tools":
                 raise SystemExit(f"unknown mode {mode!r}: tools, list, push, git, sandbox, rewind or no-daemon")
-            check(names == TOOLS, "tools are the 20, no git_push", sorted(names))
+            check(names == TOOLS, "tools are the 24, no git_push", sorted(names))
             for t in tools.values():
                 check(len(t.description or "") > 80, f"{t.name} has a description for a model")
                 check(t.input_schema.get("type") == "object", f"{t.name} has an object input schema")
@@ -398,6 +399,40 @@ async def main():
             r = await call(session, "read", {"path": "/workspace/cp.txt"})
             check(r.structured_content["content"] == "after\n", "restoring the pre-restore checkpoint undoes it")
             await call_error(session, "restore", {"id": 999999}, "NOT_FOUND")
+
+            # forks: a copy of the workspace of one's own, what changed there, merged back
+            await call(session, "write", {"path": "/workspace/fk.txt", "content": "one\ntwo\n"})
+            r = await call(session, "fork", {"name": "mcp-try"})
+            check(r.structured_content["fork"]["path"] == "/forks/mcp-try" and r.structured_content["linked"] > 0,
+                  "fork makes /forks/NAME sharing the workspace's files", r.structured_content)
+            await call(session, "edit", {"path": "/forks/mcp-try/fk.txt", "old": "two", "new": "TWO"})
+            r = await call(session, "read", {"path": "/workspace/fk.txt"})
+            check(r.structured_content["content"] == "one\ntwo\n", "an edit in the fork leaves the workspace alone")
+            r = await call(session, "forks", {})
+            listed = [(f["name"], f["parent"], f["changed"]) for f in r.structured_content["forks"]]
+            check(listed == [("mcp-try", "workspace", 1)], "forks lists the fork and its one change", listed)
+            r = await call(session, "changes", {"name": "mcp-try", "patch": True})
+            files = [(f["path"], f["status"]) for f in r.structured_content["files"]]
+            check(files == [("fk.txt", "modified")] and "+TWO" in r.structured_content["patch"],
+                  "changes names the edited file, with its patch", r.structured_content)
+            r = await call(session, "merge", {"name": "mcp-try"})
+            check(r.structured_content["applied"] is True and r.structured_content["changed"] == ["fk.txt"]
+                  and isinstance(r.structured_content["before"], int),
+                  "merge applies the fork's change", r.structured_content)
+            r = await call(session, "read", {"path": "/workspace/fk.txt"})
+            check(r.structured_content["content"] == "one\nTWO\n", "the merged change is in the workspace")
+            await call(session, "edit", {"path": "/forks/mcp-try/fk.txt", "old": "one", "new": "fork's"})
+            await call(session, "edit", {"path": "/workspace/fk.txt", "old": "one", "new": "workspace's"})
+            r = await call(session, "merge", {"name": "mcp-try", "paths": ["fk.txt"]})
+            check(r.structured_content["applied"] is False
+                  and r.structured_content["conflicts"] == [{"path": "fk.txt", "kind": "content"}],
+                  "a merge of a line both sides changed applies nothing and names the conflict",
+                  r.structured_content)
+            r = await call(session, "read", {"path": "/workspace/fk.txt"})
+            check(r.structured_content["content"] == "workspace's\nTWO\n", "the refused merge changed nothing")
+            await call_error(session, "changes", {"name": "nope"}, "NOT_FOUND")
+            await call_error(session, "fork", {"name": "../x"}, "INVALID_ARGUMENT")
+            await call_error(session, "fork", {"name": "mcp-try"}, "EXISTS")
 
             # mirror: no sandbox of that name (or, before the mirror routes exist, no route)
             for tool in ("mirror_push", "mirror_pull"):

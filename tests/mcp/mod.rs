@@ -135,7 +135,7 @@ fn every_tool_answers_a_real_mcp_client() {
     let out = run_client(&d.socket, &d.config, "tools");
     let stdout = passed(&out);
     for line in [
-        "ok tools are the 20, no git_push",
+        "ok tools are the 24, no git_push",
         "ok events gives the first two, in order, and says more",
         "ok events rows keep their kind and zone",
         "ok resuming from the cursor gives the rest, nothing repeated",
@@ -158,6 +158,8 @@ fn every_tool_answers_a_real_mcp_client() {
         "ok restore puts the file back",
         "ok restoring the pre-restore checkpoint undoes it",
         "ok restore error code is NOT_FOUND",
+        "ok a merge of a line both sides changed applies nothing and names the conflict",
+        "ok changes error code is NOT_FOUND",
         "ok mirror_push without a sandbox is an error with a code",
         "ok mirror_pull without a sandbox is an error with a code",
     ] {
@@ -169,15 +171,19 @@ fn every_tool_answers_a_real_mcp_client() {
     validated(
         &stdout,
         &[
+            "changes",
             "checkpoint",
             "checkpoint_diff",
             "checkpoint_list",
             "edit",
             "events",
+            "fork",
+            "forks",
             "git_status",
             "glob",
             "grep",
             "ls",
+            "merge",
             "mv",
             "read",
             "restore",
@@ -307,7 +313,7 @@ fn git_push_is_offered_only_when_the_config_allows_it_and_pushes() {
     );
     let stdout = passed(&run_client(&d.socket, &d.config, "push"));
     for line in [
-        "ok tools are the 20 plus git_push",
+        "ok tools are the 24 plus git_push",
         "ok git_push pushes the staged commit",
     ] {
         assert!(
@@ -399,7 +405,7 @@ fn the_help_names_exactly_the_tools_the_server_lists() {
         .split(' ')
         .map(str::to_string)
         .collect();
-    assert_eq!(listed.len(), 24, "{stdout}");
+    assert_eq!(listed.len(), 28, "{stdout}");
     assert_eq!(tools_in_help(&help), listed, "{help}");
     // Each tool behind a switch is listed under its switch.
     let push = help.find("allow_push = true").unwrap();

@@ -211,3 +211,53 @@ fn changes_made_while_the_daemon_was_stopped_are_in_the_next_checkpoint() {
         "made offline\n"
     );
 }
+
+#[test]
+fn a_merge_killed_half_way_leaves_the_parent_with_all_of_it_after_the_restart() {
+    let gates = Gates::new();
+    let mut m = start(&gates);
+    write_all(&m, "v1");
+    m.ok("/v1/forks", json!({ "name": "killed" }));
+    for f in FILES {
+        m.write(&format!("/forks/killed/{f}"), &format!("{f} fork\n"));
+    }
+    m.write("/workspace/parent-only.txt", "the parent's own\n");
+
+    gates.arm("restore-midway");
+    let merge = m.cli_in_thread(&["merge", "killed"]);
+    gates.wait_held("restore-midway", Duration::from_secs(30));
+    let mid = contents(&m);
+    let merged = mid
+        .iter()
+        .zip(version("fork"))
+        .filter(|(a, b)| **a == *b)
+        .count();
+    assert!(
+        merged >= 1 && merged < FILES.len(),
+        "the gate holds the merge half way: {mid:?}"
+    );
+    m.crash();
+    gates.release("restore-midway");
+    assert!(!merge.join().unwrap().status.success());
+
+    m.respawn();
+    listing(&m);
+    assert_eq!(
+        contents(&m),
+        version("fork"),
+        "the parent holds all of the merge after the restart:\n{}",
+        m.log_text()
+    );
+    assert_eq!(
+        std::fs::read_to_string(m.workspace().join("parent-only.txt")).unwrap(),
+        "the parent's own\n",
+        "the parent's own change is kept"
+    );
+    // The fork is still there after the restart, with its files.
+    let forks = m.get("/v1/forks");
+    assert_eq!(forks["forks"][0]["name"], "killed", "{forks}");
+    assert_eq!(
+        m.ok("/v1/fs/read", json!({ "path": "/forks/killed/a.txt" }))["content"],
+        "a.txt fork\n"
+    );
+}

@@ -580,18 +580,35 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("core", &["config", "state"]),
     ("git", &["config", "core", "state"]),
     ("checkpoint", &["config", "core", "state"]),
+    ("fork", &["checkpoint", "config", "core", "state"]),
     ("sandbox", &["config", "core", "state"]),
     ("fuse", &["config", "core", "state"]),
     (
         "api",
-        &["checkpoint", "config", "core", "git", "sandbox", "state"],
+        &[
+            "checkpoint",
+            "config",
+            "core",
+            "fork",
+            "git",
+            "sandbox",
+            "state",
+        ],
     ),
     ("client", &["core"]),
     // The reply types of the rooms below, for the tools' output schemas; calls go through
     // `client`.
     (
         "mcp",
-        &["checkpoint", "client", "core", "git", "sandbox", "state"],
+        &[
+            "checkpoint",
+            "client",
+            "core",
+            "fork",
+            "git",
+            "sandbox",
+            "state",
+        ],
     ),
     ("review", &["client", "core", "git"]),
 ];

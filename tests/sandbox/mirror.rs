@@ -682,3 +682,52 @@ async fn a_push_sends_a_hard_linked_file_as_it_is() {
     assert!(s.skipped.is_empty(), "{s:?}");
     assert_eq!(std::fs::read(&outside).unwrap(), b"linked from outside\n");
 }
+
+/// Names that are not UTF-8 in the zone (made beside wardfs or through the mount) and a symlink
+/// whose target is not UTF-8 cannot be sent: a push names each in `skipped`, escaped as git
+/// quotes it, and counts them, and sends the rest. Before, it said "1 file sent" and nothing
+/// else.
+#[tokio::test]
+async fn a_push_names_what_it_cannot_send_never_drops_it_silently() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt as _;
+    let server = AgentServer::start();
+    let fs = server.provider();
+    let local = tempfile::tempdir().unwrap();
+    let l = local.path();
+    std::fs::write(l.join("ok.txt"), b"ok\n").unwrap();
+    std::fs::write(l.join(OsStr::from_bytes(b"bad\xff.txt")), b"bad\n").unwrap();
+    std::fs::create_dir_all(l.join(OsStr::from_bytes(b"d/sub\xfe"))).unwrap();
+    std::fs::write(l.join(OsStr::from_bytes(b"d/sub\xfe/x.txt")), b"x\n").unwrap();
+    std::os::unix::fs::symlink(OsStr::from_bytes(b"to\xfd"), l.join("link")).unwrap();
+    let mut manifest = Manifest::in_memory();
+    let s = mirror::push(
+        l,
+        &fs,
+        &format!("{}/dst", server.root()),
+        &mut manifest,
+        &opts(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(s.files_sent, 1, "{s:?}");
+    let mut named: Vec<&str> = s.skipped.iter().map(|k| k.path.as_str()).collect();
+    named.sort();
+    assert_eq!(
+        named,
+        ["\"bad\\377.txt\"", "\"d/sub\\376\"", "link"],
+        "{s:?}"
+    );
+    assert_eq!(s.skipped_total, 3, "{s:?}");
+    assert!(
+        s.skipped.iter().all(|k| k.reason.contains("not UTF-8")),
+        "{s:?}"
+    );
+    let dst = server.work().join("dst");
+    assert_eq!(std::fs::read(dst.join("ok.txt")).unwrap(), b"ok\n");
+    assert_eq!(
+        std::fs::read_dir(&dst).unwrap().count(),
+        2,
+        "ok.txt and d only"
+    );
+}

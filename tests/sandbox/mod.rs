@@ -651,10 +651,10 @@ async fn a_hung_server_times_out_and_recovers() {
     }
 }
 
-/// A hostile sandbox answers `stat`, `list` and a file download with a body that never ends:
-/// each call fails within the answer cap (a clear error naming the limit) and long before the
-/// request timeout, and the client stops reading, so the daemon's memory stays bounded (the old
-/// code read until the timeout, gigabytes).
+/// A hostile sandbox answers `stat`, `list`, a file download and a whole-file read with a body
+/// that never ends: each call fails within its cap (a clear error naming that limit) and long
+/// before the request timeout, and the client stops reading, so the daemon's memory stays
+/// bounded (the old code read until the timeout, gigabytes).
 #[tokio::test]
 async fn an_endless_answer_ends_at_the_cap() {
     let server = sandbox_agent::HostileServer::start(|_| sandbox_agent::Answer::Endless);
@@ -677,6 +677,22 @@ async fn an_endless_answer_ends_at_the_cap() {
     let started = Instant::now();
     let err = fs.read_into("/x", 4 << 20, &mut sink).await.unwrap_err();
     assert_eq!(err.code(), ErrorCode::TooLarge, "{err}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    // A file read whole stops at the file cap, and the error names that limit (it used to name
+    // limits.sandbox_answer_bytes, which is not the one that refused it).
+    let mut config = wardfs::sandbox::SandboxAgentConfig::new(server.url.clone());
+    config.request_timeout = Duration::from_secs(20);
+    config.max_answer_bytes = cap;
+    config.max_file_bytes = 2 << 20;
+    let whole = SandboxAgent::with_token(&config, None).unwrap();
+    let started = Instant::now();
+    let err = whole.read("/x").await.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::TooLarge, "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("limits.sandbox_file_bytes") && !text.contains("sandbox_answer_bytes"),
+        "{text}"
+    );
     assert!(started.elapsed() < Duration::from_secs(10));
     // The server could push no more than the caps plus what the sockets buffer.
     std::thread::sleep(Duration::from_millis(200));

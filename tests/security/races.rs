@@ -3,7 +3,9 @@
 //! (`renameat2(RENAME_EXCHANGE)`, in a loop). A pull or restore checks its path and then writes;
 //! every directory on the way is opened without following a symlink and the write made
 //! relative to that fd, so a swap after the check can only make a write fail (a conflict,
-//! reported), never land it in the symlink's target.
+//! reported), never land it in the symlink's target. A pull by a local path under the same race
+//! (the path a symlink swapped between an allowed repository and one outside) reads only what
+//! was checked: the repository's directory is opened once and libgit2 reads through that fd.
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt as _;
@@ -186,4 +188,96 @@ fn a_symlink_swapped_in_during_a_pull_never_receives_a_file() {
 
     let pull = json!({ "remote": server.url("swapped"), "into": "/workspace/r" });
     race(&d, ("/v1/git/pull", pull), (&src, &link), &other);
+}
+
+/// The secret a repository outside `git.local_remotes` holds.
+const SECRET: &[u8] = b"-----BEGIN PRIVATE KEY----- swapped in\n";
+
+/// An agent pulls a local repository by a path beneath `git.local_remotes` while another
+/// process swaps that path, a symlink, between the allowed repository and one outside
+/// (`renameat2(RENAME_EXCHANGE)` of two symlinks, in a loop). The check and libgit2's open used
+/// to resolve the path separately, so a swap between them made libgit2 read the outside
+/// repository. The directory is opened once, checked through its fd and handed to libgit2 as
+/// `/proc/self/fd/N`: each pull is refused or reads the allowed repository, and the outside
+/// repository's content never reaches the workspace or the mirror.
+#[test]
+fn a_symlink_swapped_during_a_local_pull_never_lets_an_outside_repository_in() {
+    let secrets = BareRepo::seeded("secrets", &[("id_rsa", SECRET)]);
+    let allowed = tempfile::tempdir().unwrap();
+    let mine = BareRepo::new_in(allowed.path(), "mine");
+    mine.seed(&[("a.txt", b"mine\n")]);
+    let (pick, other) = (
+        allowed.path().join("pick.git"),
+        allowed.path().join("other"),
+    );
+    symlink(mine.path(), &pick).unwrap();
+    symlink(secrets.path(), &other).unwrap();
+    let d = Daemon::git(
+        &format!("local_remotes = [\"{}\"]\n", allowed.path().display()),
+        None,
+    );
+    let remote = pick.display().to_string();
+
+    let swapper = Swapper::start(&pick, &other);
+    let (mut pulled, mut refused) = (0, 0);
+    let started = std::time::Instant::now();
+    for i in 0..400 {
+        if started.elapsed() > std::time::Duration::from_secs(8) {
+            break;
+        }
+        let into = format!("/workspace/r{i}");
+        match d.call("/v1/git/pull", json!({ "remote": remote, "into": into })) {
+            Ok(r) => {
+                pulled += 1;
+                assert_eq!(r["written"], 1, "{r}");
+            }
+            Err((code, message)) => {
+                assert_eq!(code, wardfs::core::ErrorCode::InvalidArgument, "{message}");
+                assert!(message.contains("git.local_remotes"), "{message}");
+                refused += 1;
+            }
+        }
+    }
+    let swaps = swapper.stop();
+    assert!(swaps > 100, "the race never ran ({swaps} swaps)");
+    assert!(
+        pulled > 0 && refused > 0,
+        "the race never went both ways: {pulled} pulled, {refused} refused"
+    );
+    let ws = d.workspace();
+    let leaked: Vec<String> = std::fs::read_dir(&ws)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("id_rsa").exists())
+        .map(|p| p.display().to_string())
+        .collect();
+    assert!(
+        leaked.is_empty(),
+        "{} of {pulled} pulls read the outside repository: {:?}",
+        leaked.len(),
+        &leaked[..leaked.len().min(3)]
+    );
+    // Nor did any fetch bring its objects into a mirror.
+    let secret = git2::Oid::hash_object(git2::ObjectType::Blob, SECRET).unwrap();
+    let mut mirrors = 0;
+    let mut dirs = vec![d.dir.path().join("state/git")];
+    while let Some(dir) = dirs.pop() {
+        if let Ok(repo) = git2::Repository::open_bare(&dir) {
+            mirrors += 1;
+            assert!(
+                !repo.odb().unwrap().exists(secret),
+                "the mirror {} holds the outside repository's file",
+                dir.display()
+            );
+            continue;
+        }
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                dirs.push(p);
+            }
+        }
+    }
+    assert!(mirrors > 0, "no mirror under the state directory");
+    eprintln!("{pulled} pulls, {refused} refused, {swaps} swaps");
 }

@@ -6,7 +6,7 @@ use crate::cli::output::print_json;
 use crate::cli::progress::{Tick, View};
 use crate::cli::{ClientError, Ctx, Outcome};
 use crate::core::text::{self, count};
-use crate::git::{PullResult, StagedCommit, StatusResult};
+use crate::git::{PathNote, PullResult, StagedCommit, StatusResult};
 
 /// Pull a repository into the workspace, see what the agent changed, stage it for review
 #[derive(Debug, clap::Args)]
@@ -61,6 +61,24 @@ pub enum GitCommand {
         /// The file, e.g. /workspace/project/src/lib.rs
         path: String,
     },
+}
+
+/// Prints on stderr what status could not look at (and stage left out), so it is never
+/// dropped silently: each path with why, then how many more.
+fn left_out(skipped: &[PathNote], total: usize) {
+    for s in skipped {
+        eprintln!(
+            "  not looked at: {}: {}",
+            text::name(&s.path),
+            text::line(&s.reason)
+        );
+    }
+    if total > skipped.len() {
+        eprintln!(
+            "  ({} more not looked at)",
+            count((total - skipped.len()) as u64, "path")
+        );
+    }
 }
 
 /// Returns the progress update a git route streamed (`{phase, done, total, bytes}`).
@@ -168,6 +186,7 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
                     };
                     println!("  {tag} {}{note}", text::name(&c.path));
                 }
+                left_out(&r.skipped, r.skipped_total);
             }
             Ok(Outcome::Ok)
         }
@@ -206,6 +225,7 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
             for f in &c.files {
                 println!("  {:<6} {}", f.operation, text::name(&f.path));
             }
+            left_out(&c.skipped, c.skipped_total);
             println!(
                 "review: wardfs staged show {id}    push: wardfs staged push {id}",
                 id = c.id

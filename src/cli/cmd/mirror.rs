@@ -94,6 +94,12 @@ fn conflicts(v: &Value) {
                 text::line(c["reason"].as_str().unwrap_or(""))
             );
         }
+        let more = v["skipped_total"]
+            .as_u64()
+            .map_or(0, |t| t.saturating_sub(list.len() as u64));
+        if more > 0 {
+            println!("  ({} more skipped)", count(more, "entry"));
+        }
     }
     if let Some(list) = v["conflicts"].as_array().filter(|l| !l.is_empty()) {
         println!("changed on both sides (left as they are):");

@@ -7,6 +7,7 @@ pub mod doctor;
 pub mod edit;
 pub mod events;
 pub mod exists;
+pub mod fork;
 pub mod gc;
 pub mod git;
 pub mod glob;

@@ -77,12 +77,27 @@ impl Body {
     }
 }
 
-/// How long one exchange may take (its [`Deadline`]'s base) and how large its answer may be.
+/// How long one exchange may take (its [`Deadline`]'s base), how large its answer may be, and
+/// what the answer is (which names the limit that refuses a larger one).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Bounds {
     pub timeout: Duration,
     pub limit: u64,
+    pub what: Payload,
 }
+
+/// What an answer is, for the error naming the limit a larger one breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Payload {
+    /// A JSON answer (stat, a listing, a command's output): `limits.sandbox_answer_bytes`.
+    Answer,
+    /// A whole file read at once: `limits.sandbox_file_bytes`.
+    File,
+}
+
+/// How a file over `limits.sandbox_file_bytes` is named in [`RemoteError::TooLarge`], read whole
+/// or streamed.
+pub(super) const FILE_LIMIT: &str = "file (limits.sandbox_file_bytes)";
 
 /// The slowest pace an answer may keep once the request timeout is spent: each byte received
 /// moves the deadline on by 1/`MIN_RATE` s (32 KiB/s, 256 kbit/s). A body dripped at a byte a
@@ -280,10 +295,12 @@ impl Transport {
             .read_body(op, resp.into_body(), limit, deadline)
             .await?
         {
-            Some(body) => body,
-            None if status.is_success() => return Err(self.too_large(op, path, limit)),
+            Ok(body) => body,
+            Err(seen) if status.is_success() => {
+                return Err(self.too_large(op, path, (limit, bounds.what), seen))
+            }
             // An error whose text is too long: the status alone still classifies it.
-            None => Bytes::new(),
+            Err(_) => Bytes::new(),
         };
         if status.is_success() {
             tracing::trace!(op, path, status = status.as_u16(), "sandbox-agent");
@@ -314,7 +331,7 @@ impl Transport {
         if !status.is_success() {
             // The error's text only explains the status: read as much as comes in time.
             let text = self.read_body(op, body, MAX_ERROR_BYTES, deadline).await;
-            let text = text.ok().flatten().unwrap_or_default();
+            let text = text.ok().and_then(Result::ok).unwrap_or_default();
             return Err(self.classify(op, path, status, &text, 0));
         }
         let mut written = 0u64;
@@ -391,26 +408,27 @@ impl Transport {
         }
     }
 
-    /// Reads `body` whole within `deadline`; `None` when it is longer than `limit` (reading
-    /// stops there).
+    /// Reads `body` whole within `deadline`; `Err(n)` when it is longer than `limit`: reading
+    /// stopped there, `n` bytes having come.
     async fn read_body(
         &self,
         op: &'static str,
         mut body: Incoming,
         limit: u64,
         deadline: Deadline,
-    ) -> RemoteResult<Option<Bytes>> {
+    ) -> RemoteResult<Result<Bytes, u64>> {
         let mut data = Vec::new();
         while let Some(chunk) = self
             .next_data(op, &mut body, deadline, data.len() as u64)
             .await?
         {
-            if (data.len() + chunk.len()) as u64 > limit {
-                return Ok(None);
+            let seen = (data.len() + chunk.len()) as u64;
+            if seen > limit {
+                return Ok(Err(seen));
             }
             data.extend_from_slice(&chunk);
         }
-        Ok(Some(Bytes::from(data)))
+        Ok(Ok(Bytes::from(data)))
     }
 
     /// Returns the next data of `body` (`None` at its end), waiting no later than `deadline`
@@ -449,14 +467,32 @@ impl Transport {
         }
     }
 
-    fn too_large(&self, op: &'static str, path: &str, limit: u64) -> RemoteError {
-        RemoteError::Protocol {
-            url: self.base.clone(),
-            op,
-            reason: format!(
-                "the answer about {path} is larger than {limit} bytes (limits.sandbox_answer_bytes); \
-                 stopped reading it"
-            ),
+    /// The error of an answer larger than `cap` (its limit, and what it is) allows, `seen`
+    /// bytes having come when reading stopped: a file read whole is `TOO_LARGE` naming
+    /// `limits.sandbox_file_bytes`, any other answer a protocol error naming
+    /// `limits.sandbox_answer_bytes`.
+    fn too_large(
+        &self,
+        op: &'static str,
+        path: &str,
+        (limit, what): (u64, Payload),
+        seen: u64,
+    ) -> RemoteError {
+        match what {
+            Payload::File => RemoteError::TooLarge {
+                path: path.to_string(),
+                what: FILE_LIMIT,
+                size: seen,
+                limit,
+            },
+            Payload::Answer => RemoteError::Protocol {
+                url: self.base.clone(),
+                op,
+                reason: format!(
+                    "the answer about {path} is larger than {limit} bytes \
+                     (limits.sandbox_answer_bytes); stopped reading it"
+                ),
+            },
         }
     }
 

@@ -94,7 +94,7 @@ use crate::core::provider::{
     WalkEntry,
 };
 use crate::core::EntryKind;
-use http::{query_value, Body, Bounds, Transport};
+use http::{query_value, Body, Bounds, Payload, Transport, FILE_LIMIT};
 
 /// The largest request body sandbox-agent 0.4.2 accepts (`413 Payload Too Large` above).
 pub const MAX_BODY_BYTES: u64 = 2 * 1024 * 1024;
@@ -300,11 +300,12 @@ impl SandboxAgent {
         route: &str,
         body: Option<Body>,
     ) -> RemoteResult<Bytes> {
-        self.send_limited(op, path, method, route, body, self.max_answer)
-            .await
+        let cap = (self.max_answer, Payload::Answer);
+        self.send_limited(op, path, method, route, body, cap).await
     }
 
-    /// Like `send`, with its own cap on the answer's size.
+    /// Like `send`, with its own cap on the answer's size and what the answer is (which names
+    /// the limit a larger one breaks).
     async fn send_limited(
         &self,
         op: &'static str,
@@ -312,7 +313,7 @@ impl SandboxAgent {
         method: Method,
         route: &str,
         body: Option<Body>,
-        limit: u64,
+        (limit, what): (u64, Payload),
     ) -> RemoteResult<Bytes> {
         let reply = self
             .http
@@ -325,6 +326,7 @@ impl SandboxAgent {
                 Bounds {
                     timeout: self.http.timeout,
                     limit,
+                    what,
                 },
             )
             .await?;
@@ -402,6 +404,7 @@ impl SandboxAgent {
                 Bounds {
                     timeout: limit + self.http.timeout,
                     limit: self.max_answer,
+                    what: Payload::Answer,
                 },
             )
             .await?;
@@ -752,7 +755,7 @@ impl RemoteFs for SandboxAgent {
                 Method::GET,
                 &Self::fs_route("file", path),
                 None,
-                self.max_file,
+                (self.max_file, Payload::File),
             )
             .await
         })
@@ -771,7 +774,7 @@ impl RemoteFs for SandboxAgent {
                     "read",
                     path,
                     &Self::fs_route("file", path),
-                    (limit.min(self.max_file), "file (limits.sandbox_file_bytes)"),
+                    (limit.min(self.max_file), FILE_LIMIT),
                     sink,
                 )
                 .await

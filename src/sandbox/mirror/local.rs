@@ -47,6 +47,45 @@ impl LocalItem {
     }
 }
 
+/// The most entries a walk names in [`LocalWalk::left_out`] (the rest are only counted).
+pub const MAX_LEFT_OUT_SHOWN: usize = 1000;
+
+/// Why a name that is not UTF-8 is not sent.
+const NOT_UTF8: &str =
+    "a name that is not UTF-8 (every wardfs path is; a directory of such a name \
+                        is not entered); rename it to send it";
+
+/// Why a symlink whose target is not UTF-8 is not sent.
+const TARGET_NOT_UTF8: &str = "a symlink whose target is not UTF-8; it cannot be sent";
+
+/// What a local walk found: every entry by relative path, and what it left out.
+#[derive(Debug, Default)]
+pub struct LocalWalk {
+    pub items: BTreeMap<String, LocalItem>,
+    /// (path, why), the first [`MAX_LEFT_OUT_SHOWN`]: the path relative to the root, escaped
+    /// as git quotes it when it is not UTF-8 (`"d/caf\351.txt"`).
+    pub left_out: Vec<(String, String)>,
+    /// How many were left out (all of them).
+    pub left_out_total: usize,
+}
+
+impl LocalWalk {
+    fn leave_out(&mut self, dir_rel: &str, name: &[u8], why: &str) {
+        self.left_out_total += 1;
+        if self.left_out.len() >= MAX_LEFT_OUT_SHOWN {
+            return;
+        }
+        let mut path = dir_rel.as_bytes().to_vec();
+        if !path.is_empty() {
+            path.push(b'/');
+        }
+        path.extend_from_slice(name);
+        let shown = crate::core::text::name_bytes(&path).into_owned();
+        tracing::warn!(path = %shown, rule = why, "mirror push: not sent");
+        self.left_out.push((shown, why.to_string()));
+    }
+}
+
 /// A zone directory opened for mirroring.
 pub struct LocalTree {
     root: OwnedFd,
@@ -83,10 +122,12 @@ impl LocalTree {
         Ok((fd, name.to_string()))
     }
 
-    /// Returns every file, directory and symlink below the root, by relative path. Temp files
-    /// of atomic writes, other file types and names that are not UTF-8 are left out.
-    pub fn walk(&self) -> io::Result<BTreeMap<String, LocalItem>> {
-        let mut out = BTreeMap::new();
+    /// Returns every file, directory and symlink below the root, by relative path, and what it
+    /// leaves out that a person would expect sent: a name that is not UTF-8 (a directory of such
+    /// a name is not entered) and a symlink whose target is not UTF-8, named. Temp files of
+    /// atomic writes and other file types are left out silently.
+    pub fn walk(&self) -> io::Result<LocalWalk> {
+        let mut out = LocalWalk::default();
         let mut pending = vec![String::new()];
         while let Some(dir_rel) = pending.pop() {
             let fd = self.open_dir(&dir_rel)?;
@@ -94,7 +135,7 @@ impl LocalTree {
             for ent in listing {
                 let ent = ent?;
                 let Ok(name) = ent.file_name().to_str() else {
-                    tracing::warn!(dir = %dir_rel, "mirror skips a name that is not UTF-8");
+                    out.leave_out(&dir_rel, ent.file_name().to_bytes(), NOT_UTF8);
                     continue;
                 };
                 if name == "." || name == ".." || name.starts_with(TMP_PREFIX) {
@@ -117,14 +158,14 @@ impl LocalTree {
                         match target.into_string() {
                             Ok(t) => LocalKind::Symlink(t),
                             Err(_) => {
-                                tracing::warn!(path = %rel, "mirror skips a symlink whose target is not UTF-8");
+                                out.leave_out(&dir_rel, name.as_bytes(), TARGET_NOT_UTF8);
                                 continue;
                             }
                         }
                     }
                     _ => continue,
                 };
-                out.insert(rel, LocalItem::from_stat(kind, &st));
+                out.items.insert(rel, LocalItem::from_stat(kind, &st));
             }
         }
         Ok(out)

@@ -272,8 +272,11 @@ pub struct PushSummary {
     pub renamed: u64,
     /// Paths changed on both sides since the last run, left as they are.
     pub conflicts: Vec<Conflict>,
-    /// Local files not sent, with why.
+    /// Local entries not sent, with why: a name that is not UTF-8 (escaped as git quotes it,
+    /// `"d/caf\351.txt"`), a symlink whose target is not UTF-8. The first 1,000 are named.
     pub skipped: Vec<Skipped>,
+    /// Number of local entries not sent (all of them; `skipped` names the first 1,000).
+    pub skipped_total: u64,
     /// How long the push took, in milliseconds.
     pub duration_ms: u64,
 }
@@ -559,7 +562,14 @@ pub async fn push(
     let mut summary = PushSummary::default();
     let root_shown = local_root.display().to_string();
     let tree = LocalTree::open(local_root).map_err(local_err(&root_shown, "open"))?;
-    let local = tree.walk().map_err(local_err(&root_shown, "walk"))?;
+    let walked = tree.walk().map_err(local_err(&root_shown, "walk"))?;
+    let local = walked.items;
+    summary.skipped_total = walked.left_out_total as u64;
+    summary.skipped = walked
+        .left_out
+        .into_iter()
+        .map(|(path, reason)| Skipped { path, reason })
+        .collect();
     let remote_map = remote_tree(remote, remote_root).await?;
 
     // 1. Manifest paths: what changed on each side.

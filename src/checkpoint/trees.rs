@@ -1,0 +1,353 @@
+//! What forks (`crate::fork`) ask of the object store: a checkpoint of one zone adopted as
+//! another's (a fork's fork point, a merge's result), a checkpoint's files read back, and a
+//! three-way merge of trees as git merges them.
+
+use git2::{MergeOptions, ObjectType, Oid, TreeWalkMode, TreeWalkResult};
+use serde::{Deserialize, Serialize};
+
+use super::{oid, state_err, store_err, Checkpoints, Unchanged};
+use crate::core::{FsResult, ZoneId};
+use crate::state::{CheckpointRow, NewCheckpoint, Origin};
+
+/// A path a three-way merge could not decide, and how each side changed it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
+pub struct MergeConflict {
+    /// Relative to the zone.
+    pub path: String,
+    /// What the merge found: `content` (both changed the text where git cannot join them),
+    /// `binary`, `mode`, `delete/modify`, `modify/delete`, `add/add` or `type`.
+    pub kind: String,
+}
+
+/// The outcome of a three-way merge of trees.
+#[derive(Debug, Clone)]
+pub struct TreeMerge {
+    /// The merged tree (hex), when nothing conflicted.
+    pub tree: Option<String>,
+    pub conflicts: Vec<MergeConflict>,
+}
+
+/// A tree to record as a checkpoint, and the journal position it stands for.
+struct Recorded<'a> {
+    tree: &'a str,
+    modes: Option<&'a str>,
+    files: u64,
+    journal_pos: i64,
+}
+
+/// A file of a checkpoint: its content and git mode.
+#[derive(Debug, Clone)]
+pub struct TreeFile {
+    pub path: String,
+    pub mode: i32,
+    pub blob: Oid,
+}
+
+impl Checkpoints {
+    /// Records a checkpoint of `zone` whose tree (and permission bits) are `from`'s: a fork's
+    /// fork point (the fork's directory was just filled with that tree). Its journal position is
+    /// the journal's end, so the zone's next checkpoint starts from it and the changes made after.
+    pub fn adopt(
+        &self,
+        zone: ZoneId,
+        from: &CheckpointRow,
+        message: &str,
+        origin: Origin,
+    ) -> FsResult<CheckpointRow> {
+        let _repo = self.repo.lock().expect("not poisoned");
+        let at = self.zones.db().journal_last_id().map_err(state_err)?;
+        let tree = Recorded {
+            tree: &from.tree,
+            modes: from.modes.as_deref(),
+            files: from.files,
+            journal_pos: at,
+        };
+        self.record(zone, &tree, message, origin)
+    }
+
+    /// Records a checkpoint of `zone` holding `tree`, as [`Checkpoints::adopt`] does.
+    fn record(
+        &self,
+        zone: ZoneId,
+        tree: &Recorded<'_>,
+        message: &str,
+        origin: Origin,
+    ) -> FsResult<CheckpointRow> {
+        let db = self.zones.db();
+        let id = db
+            .checkpoint_insert(&NewCheckpoint {
+                zone: zone.name(),
+                tree: tree.tree,
+                parent: db
+                    .checkpoint_last(zone.name())
+                    .map_err(state_err)?
+                    .map(|p| p.id),
+                message,
+                origin,
+                time_ms: self.zones.now_ms(),
+                journal_pos: tree.journal_pos,
+                files: tree.files,
+                not_kept: 0,
+                scope: None,
+                modes: tree.modes,
+            })
+            .map_err(state_err)?;
+        self.get(id)
+    }
+
+    /// Checkpoints `zone` now unless its latest checkpoint (of the whole zone) holds it as it
+    /// is; returns the checkpoint that holds the present either way, and the journal position
+    /// the zone was read at (a change journaled after it may be missing from the tree).
+    pub fn present(
+        &self,
+        zone: ZoneId,
+        message: &str,
+        origin: Origin,
+    ) -> FsResult<(CheckpointRow, i64)> {
+        let repo = self.repo.lock().expect("not poisoned");
+        let taken = self.create_locked(&repo, zone, None, message, origin, Unchanged::UseLatest)?;
+        Ok((taken.row, taken.journal_pos))
+    }
+
+    /// Whether a checkpoint of `zone` would hold each of `paths` (relative): not excluded by
+    /// `checkpoints.exclude`, the zone's `.gitignore` files or `.git/`, and a name git stores.
+    pub fn would_keep(&self, zone: ZoneId, paths: &[String]) -> FsResult<Vec<bool>> {
+        let root = match self.zones.zone(zone) {
+            crate::core::Zone::Local(z) => z.root().to_path_buf(),
+            _ => return Ok(vec![false; paths.len()]),
+        };
+        let filter = super::Filter::new(&root, &self.cfg)?;
+        Ok(paths
+            .iter()
+            .map(|rel| {
+                let mut dirs = rel.match_indices('/').map(|(i, _)| &rel[..i]);
+                super::storable(rel)
+                    && !dirs.any(|d| filter.skips(d, true))
+                    && !filter.skips(rel, false)
+            })
+            .collect())
+    }
+
+    /// The regular files and symlinks of checkpoint tree `tree` (hex), with their modes.
+    pub fn tree_files(&self, tree: &str) -> FsResult<Vec<TreeFile>> {
+        let repo = self.repo.lock().expect("not poisoned");
+        let t = repo.find_tree(oid(tree)?).map_err(store_err)?;
+        let mut out = Vec::new();
+        t.walk(TreeWalkMode::PreOrder, |dir, e| {
+            if e.kind() == Some(ObjectType::Blob) {
+                if let Ok(name) = e.name() {
+                    out.push(TreeFile {
+                        path: format!("{dir}{name}"),
+                        mode: e.filemode(),
+                        blob: e.id(),
+                    });
+                }
+            }
+            TreeWalkResult::Ok
+        })
+        .map_err(store_err)?;
+        Ok(out)
+    }
+
+    /// The file at `rel` in checkpoint tree `tree` (hex): its content and git mode, or `None`
+    /// when the tree has no file there (content over `checkpoints.max_file_bytes` is not kept:
+    /// `None` as well).
+    pub fn tree_file(&self, tree: &str, rel: &str) -> FsResult<Option<(Vec<u8>, i32)>> {
+        let repo = self.repo.lock().expect("not poisoned");
+        let t = repo.find_tree(oid(tree)?).map_err(store_err)?;
+        let Ok(entry) = t.get_path(std::path::Path::new(rel)) else {
+            return Ok(None);
+        };
+        if entry.kind() != Some(ObjectType::Blob) {
+            return Ok(None);
+        }
+        let blob = repo.find_blob(entry.id()).map_err(store_err)?;
+        if blob.content().starts_with(super::NOT_KEPT) {
+            return Ok(None);
+        }
+        Ok(Some((blob.content().to_vec(), entry.filemode())))
+    }
+
+    /// The permission bits checkpoint `row` gives the file `rel` whose git mode is `mode`: its
+    /// exact bits where the checkpoint kept them (a `.env` at 0600), else what the mode says.
+    pub fn exact_mode(&self, row: &CheckpointRow, rel: &str, mode: i32) -> FsResult<u32> {
+        let repo = self.repo.lock().expect("not poisoned");
+        let modes = super::Modes::of(&repo, row)?;
+        Ok(modes.perm(rel, super::file_mode(mode)))
+    }
+
+    /// Merges the changes from `base` to `theirs` into `ours` (trees, hex) as git merges trees:
+    /// text joined where the changes do not touch, everything else a conflict.
+    pub fn merge_trees(&self, base: &str, ours: &str, theirs: &str) -> FsResult<TreeMerge> {
+        let repo = self.repo.lock().expect("not poisoned");
+        let find = |hex: &str| repo.find_tree(oid(hex)?).map_err(store_err);
+        let (b, o, t) = (find(base)?, find(ours)?, find(theirs)?);
+        let mut opts = MergeOptions::new();
+        opts.find_renames(false);
+        let mut index = repo
+            .merge_trees(&b, &o, &t, Some(&opts))
+            .map_err(store_err)?;
+        if !index.has_conflicts() {
+            let tree = index.write_tree_to(&repo).map_err(store_err)?;
+            return Ok(TreeMerge {
+                tree: Some(tree.to_string()),
+                conflicts: Vec::new(),
+            });
+        }
+        let mut conflicts = Vec::new();
+        for c in index.conflicts().map_err(store_err)? {
+            let c = c.map_err(store_err)?;
+            conflicts.push(conflict_of(&repo, &c));
+        }
+        conflicts.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(TreeMerge {
+            tree: None,
+            conflicts,
+        })
+    }
+
+    /// Records the tree `tree` (hex) as a checkpoint of `zone` (a merge's result) and puts the
+    /// zone's `paths` (relative) as that tree has them, as a restore does: the present
+    /// checkpointed first (`before` of the answer), every change through the core, a file changed
+    /// meanwhile left alone and reported. `ours` is the tree the merge was computed against: a
+    /// path whose entry in the present is no longer `ours`'s (another writer changed it since)
+    /// is left alone too and listed in `conflicts`, and the recorded tree keeps the present's
+    /// entry for it. The merge's checkpoint takes the journal position of the present's, so
+    /// the zone's next checkpoint looks again at every path changed since.
+    pub fn apply_tree(
+        &self,
+        zone: ZoneId,
+        ours: &str,
+        tree: &str,
+        paths: &[String],
+        message: &str,
+        origin: Origin,
+    ) -> FsResult<(CheckpointRow, super::RestoreResult)> {
+        let repo = self.repo.lock().expect("not poisoned");
+        let before = self.create_locked(
+            &repo,
+            zone,
+            None,
+            &format!("before {message}"),
+            origin,
+            Unchanged::UseLatest,
+        )?;
+        let moved: std::collections::HashSet<String> = diff_paths(&repo, ours, &before.row.tree)?
+            .into_iter()
+            .collect();
+        let (left, apply): (Vec<String>, Vec<String>) =
+            paths.iter().cloned().partition(|p| moved.contains(p));
+        let tree = overlay(&repo, tree, &before.row.tree, &left)?;
+        let merged = Recorded {
+            tree: &tree,
+            modes: None,
+            files: super::count_files(&repo.find_tree(oid(&tree)?).map_err(store_err)?),
+            journal_pos: before.row.journal_pos,
+        };
+        let row = self.record(zone, &merged, message, origin)?;
+        let vp = |p: &String| format!("/{}/{p}", zone.name());
+        let before_id = before.row.id;
+        let mut result = if apply.is_empty() {
+            super::RestoreResult {
+                checkpoint: row.id,
+                before: before_id,
+                restored: Vec::new(),
+                removed: Vec::new(),
+                conflicts: Vec::new(),
+                not_kept: Vec::new(),
+                refused: Vec::new(),
+            }
+        } else {
+            let vpaths: Vec<String> = apply.iter().map(vp).collect();
+            self.restore_locked(&repo, &row, &apply, &vpaths, before, origin)?
+        };
+        result.conflicts.extend(left.iter().map(vp));
+        Ok((row, result))
+    }
+
+    /// The tree `base` (hex) with `paths` (relative; a directory: everything beneath it) as
+    /// `theirs` has them: a merge of some of a fork's changes.
+    pub fn pick_paths(&self, base: &str, theirs: &str, paths: &[String]) -> FsResult<String> {
+        let repo = self.repo.lock().expect("not poisoned");
+        overlay(&repo, base, theirs, paths)
+    }
+
+    /// The paths whose entries differ between trees `a` and `b` (hex), relative to the zone.
+    pub fn changed_paths(&self, a: &str, b: &str) -> FsResult<Vec<String>> {
+        let repo = self.repo.lock().expect("not poisoned");
+        diff_paths(&repo, a, b)
+    }
+}
+
+/// The paths whose entries differ between trees `a` and `b` (hex).
+fn diff_paths(repo: &git2::Repository, a: &str, b: &str) -> FsResult<Vec<String>> {
+    let ta = repo.find_tree(oid(a)?).map_err(store_err)?;
+    let tb = repo.find_tree(oid(b)?).map_err(store_err)?;
+    let diff = repo
+        .diff_tree_to_tree(Some(&ta), Some(&tb), None)
+        .map_err(store_err)?;
+    let mut out = Vec::new();
+    for d in diff.deltas() {
+        for f in [d.old_file(), d.new_file()] {
+            if let Some(p) = f.path().and_then(|p| p.to_str()) {
+                if out.last().map(String::as_str) != Some(p) {
+                    out.push(p.to_string());
+                }
+            }
+        }
+    }
+    out.dedup();
+    Ok(out)
+}
+
+/// The tree `base` (hex) with each of `paths` as `from` has it (removed where `from` has none;
+/// a path neither has is left as it is).
+fn overlay(repo: &git2::Repository, base: &str, from: &str, paths: &[String]) -> FsResult<String> {
+    let tb = repo.find_tree(oid(base)?).map_err(store_err)?;
+    let tf = repo.find_tree(oid(from)?).map_err(store_err)?;
+    let mut update = git2::build::TreeUpdateBuilder::new();
+    for p in paths {
+        let p = p.trim_matches('/');
+        let path = std::path::Path::new(p);
+        match tf.get_path(path) {
+            Ok(e) => {
+                update.upsert(p, e.id(), super::file_mode(e.filemode()));
+            }
+            Err(_) if tb.get_path(path).is_ok() => {
+                update.remove(p);
+            }
+            Err(_) => {}
+        }
+    }
+    let tree = update.create_updated(repo, &tb).map_err(store_err)?;
+    Ok(tree.to_string())
+}
+
+/// Names a conflict of a three-way merge and its kind.
+fn conflict_of(repo: &git2::Repository, c: &git2::IndexConflict) -> MergeConflict {
+    let path = [&c.our, &c.their, &c.ancestor]
+        .into_iter()
+        .flatten()
+        .next()
+        .map(|e| String::from_utf8_lossy(&e.path).into_owned())
+        .unwrap_or_default();
+    let kind = match (&c.ancestor, &c.our, &c.their) {
+        (None, Some(_), Some(_)) => "add/add",
+        (Some(_), None, Some(_)) => "delete/modify",
+        (Some(_), Some(_), None) => "modify/delete",
+        (_, Some(o), Some(t)) if o.mode != t.mode && (o.mode | t.mode) & 0o170000 != 0o100000 => {
+            "type"
+        }
+        (_, Some(o), Some(t)) if is_binary(repo, o.id) || is_binary(repo, t.id) => "binary",
+        (Some(a), Some(o), Some(t)) if o.id == a.id || t.id == a.id || o.id == t.id => "mode",
+        _ => "content",
+    };
+    MergeConflict {
+        path,
+        kind: kind.into(),
+    }
+}
+
+fn is_binary(repo: &git2::Repository, id: Oid) -> bool {
+    repo.find_blob(id).map(|b| b.is_binary()).unwrap_or(false)
+}
