@@ -748,7 +748,18 @@ impl Zones {
 
     /// Returns whether a path exists (symlinks are not followed).
     pub fn exists(&self, path: &str) -> FsResult<ExistsResult> {
-        let vp = match path::parse(path)? {
+        let target = match path::parse(path) {
+            // A path in a fork that does not exist (`/forks/gone/x`) does not exist either.
+            Err(FsError::NotFound { .. }) => {
+                return Ok(ExistsResult {
+                    path: path.to_string(),
+                    exists: false,
+                    kind: None,
+                })
+            }
+            other => other?,
+        };
+        let vp = match target {
             Target::Top => {
                 return Ok(ExistsResult {
                     path: "/".into(),
