@@ -152,6 +152,10 @@ pub trait ChangeListener: Send + Sync {
     fn changed_beside(&self, paths: &[PathBuf]) {
         self.changed(paths)
     }
+
+    /// Told that the fork `name` was made or removed (the mount drops its cached entry and the
+    /// forks' directory listing).
+    fn forks_changed(&self, _name: &str) {}
 }
 
 /// Names a registered [`ChangeListener`], to remove it again.
@@ -280,6 +284,16 @@ impl Zones {
             forks.resize(slot + 1, None);
         }
         forks[slot] = Some(zone);
+        drop(forks);
+        self.tell_forks_changed(id);
+    }
+
+    /// Tells the listeners that the fork `id` was made or removed.
+    fn tell_forks_changed(&self, id: ZoneId) {
+        let Some(name) = id.fork_name() else { return };
+        for (_, l) in self.listeners.read().expect("not poisoned").iter() {
+            l.forks_changed(name);
+        }
     }
 
     /// Stops serving the fork `id`: its paths are unavailable from now on.
@@ -288,6 +302,7 @@ impl Zones {
             if let Some(f) = self.forks.write().expect("not poisoned").get_mut(slot) {
                 *f = None;
             }
+            self.tell_forks_changed(id);
         }
     }
 

@@ -43,6 +43,12 @@ impl ChangeListener for Direct {
             invalidate(&self.inodes, &self.notifier, p);
         }
     }
+
+    fn forks_changed(&self, name: &str) {
+        let forks = INodeNo(super::inodes::FORKS_INO);
+        let _ = self.notifier.inval_entry(forks, OsStr::new(name));
+        let _ = self.notifier.inval_inode(forks, 0, 0);
+    }
 }
 
 /// A change may have created the directories above `path` (`mkdir -p`): the kernel may hold
