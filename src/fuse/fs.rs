@@ -517,9 +517,10 @@ impl WardFs {
     }
 
     /// How long the kernel may keep an entry of `parent` and its attributes: a second in the
-    /// forks' directory, whose entries come and go with the forks (a removed fork's name is gone
-    /// within it). Not at all made every walk through `forks/NAME` ask again: `rg` through a
-    /// fork's mount took 5.7 times the workspace's, opening 50,000 files by such paths.
+    /// forks' directory, whose entries come and go with the forks (a fork made or removed
+    /// invalidates its entry at once: `ChangeListener::forks_changed`). Not at all made every
+    /// walk through `forks/NAME` ask again: `rg` through a fork's mount took 5.7 times the
+    /// workspace's, opening 50,000 files by such paths.
     fn entry_ttl(parent: u64) -> Duration {
         if parent == FORKS_INO {
             FORK_ENTRY_TTL
@@ -528,9 +529,10 @@ impl WardFs {
         }
     }
 
-    /// How long the kernel may keep the attributes of `ino`: not at all for the forks'
+    /// How long the kernel may keep the attributes of `ino`: a second for the forks'
     /// directory, whose modification time tells the kernel when its cached listing is stale
-    /// (the kernel lists it without asking otherwise; see [`WardFs::forks_seen`]).
+    /// (the kernel lists it without asking otherwise; see [`WardFs::forks_seen`]); a fork made
+    /// or removed invalidates it at once (`ChangeListener::forks_changed`).
     fn attr_ttl(ino: u64) -> Duration {
         if ino == FORKS_INO {
             FORK_ENTRY_TTL
