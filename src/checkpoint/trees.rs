@@ -27,6 +27,17 @@ pub struct TreeMerge {
     pub conflicts: Vec<MergeConflict>,
 }
 
+/// A checkpoint's exact permission bits ([`Checkpoints::exact_modes`]).
+pub struct ExactModes(super::Modes);
+
+impl ExactModes {
+    /// The bits of the file `rel` whose git mode is `mode`: its exact bits where the checkpoint
+    /// kept them (a `.env` at 0600), else what the mode says.
+    pub fn perm(&self, rel: &str, mode: i32) -> u32 {
+        self.0.perm(rel, super::file_mode(mode))
+    }
+}
+
 /// A tree to record as a checkpoint, and the journal position it stands for.
 struct Recorded<'a> {
     tree: &'a str,
@@ -168,12 +179,10 @@ impl Checkpoints {
         Ok(Some((blob.content().to_vec(), entry.filemode())))
     }
 
-    /// The permission bits checkpoint `row` gives the file `rel` whose git mode is `mode`: its
-    /// exact bits where the checkpoint kept them (a `.env` at 0600), else what the mode says.
-    pub fn exact_mode(&self, row: &CheckpointRow, rel: &str, mode: i32) -> FsResult<u32> {
+    /// The exact permission bits checkpoint `row` keeps (read once, asked per file).
+    pub fn exact_modes(&self, row: &CheckpointRow) -> FsResult<ExactModes> {
         let repo = self.repo.lock().expect("not poisoned");
-        let modes = super::Modes::of(&repo, row)?;
-        Ok(modes.perm(rel, super::file_mode(mode)))
+        Ok(ExactModes(super::Modes::of(&repo, row)?))
     }
 
     /// Merges the changes from `base` to `theirs` into `ours` (trees, hex) as git merges trees:
@@ -290,9 +299,7 @@ fn diff_paths(repo: &git2::Repository, a: &str, b: &str) -> FsResult<Vec<String>
     for d in diff.deltas() {
         for f in [d.old_file(), d.new_file()] {
             if let Some(p) = f.path().and_then(|p| p.to_str()) {
-                if out.last().map(String::as_str) != Some(p) {
-                    out.push(p.to_string());
-                }
+                out.push(p.to_string());
             }
         }
     }

@@ -397,6 +397,7 @@ impl Forks {
             .filter(|p| !p.is_empty())
             .collect();
         let kept = self.checkpoints.would_keep(zone, &paths)?;
+        let modes = self.checkpoints.exact_modes(point)?;
         let io = |e: std::io::Error| FsError::Internal(format!("filling the fork: {e}"));
         let mut fixed = 0;
         for (rel, kept) in paths.iter().zip(kept) {
@@ -404,7 +405,7 @@ impl Forks {
                 Some((content, mode)) => {
                     materialize::put_file(dst.as_fd(), rel, &content, mode).map_err(io)?;
                     if mode != 0o120000 {
-                        let bits = self.checkpoints.exact_mode(point, rel, mode)?;
+                        let bits = modes.perm(rel, mode);
                         materialize::set_mode(dst.as_fd(), rel, bits).map_err(io)?;
                     }
                 }
