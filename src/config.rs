@@ -109,6 +109,8 @@ pub struct ConfigFile {
     pub checkpoints: CheckpointsSection,
     #[serde(default)]
     pub mcp: McpSection,
+    #[serde(default)]
+    pub forks: ForksSection,
     /// `[sandboxes.<name>]`: remote sandboxes, by name.
     #[serde(default)]
     pub sandboxes: BTreeMap<String, SandboxSection>,
@@ -416,6 +418,22 @@ pub struct McpSection {
     /// Offer the `sandbox_create`, `sandbox_list` and `sandbox_destroy` tools. Making and
     /// destroying sandboxes is a person's decision too: off by default.
     pub allow_sandboxes: bool,
+}
+
+/// `[forks]`: forks of zones (`wardfs fork`).
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ForksSection {
+    /// Keep a fork made ahead (a spare) of each zone that has been forked, so the next fork of
+    /// it takes milliseconds: the spare's hard links are brought up to date from the journal
+    /// and it becomes the fork. Off, every fork links the whole tree when it is made.
+    pub spare: bool,
+}
+
+impl Default for ForksSection {
+    fn default() -> Self {
+        ForksSection { spare: true }
+    }
 }
 
 /// When a sandbox is attached (health-checked and connected).
@@ -1125,6 +1143,7 @@ pub struct Settings {
     pub journal: JournalSection,
     pub checkpoints: CheckpointsSection,
     pub mcp: McpSection,
+    pub forks: ForksSection,
     /// The sandboxes of the config file, by name.
     pub sandboxes: Vec<SandboxSettings>,
 }
@@ -1516,6 +1535,7 @@ fn resolve(
         journal: file.journal,
         checkpoints: file.checkpoints,
         mcp: file.mcp,
+        forks: file.forks,
         sandboxes,
     })
 }

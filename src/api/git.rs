@@ -76,11 +76,21 @@ pub(super) fn routes() -> Vec<Route> {
             /// Changes made directly in the backing directory, beside wardfs, are invisible to the
             /// journal: pass `rescan: true` to re-hash every file. Files ignored by the
             /// repository's root `.gitignore` are not reported as created. No repository pulled
-            /// and no `repo`: no repositories. INVALID_ARGUMENT also for `repo` not in /workspace;
-            /// NOT_FOUND when no repository is pulled at `repo`.
+            /// and no `repo`: no repositories. With `fork` (or a `repo` in a fork,
+            /// `/forks/NAME/...`) the fork's files are compared with the same base, and the
+            /// paths answered are the fork's. INVALID_ARGUMENT also for `repo` not in /workspace
+            /// or a fork, or in another fork than `fork`; NOT_FOUND when no repository is pulled
+            /// at `repo`, or no fork is named `fork`; CONFLICT for a fork made before the
+            /// repository's base last moved (a pull or push in the workspace): update it first.
             "gitStatus": POST "/v1/git/status" => status
         )
-        .errors(&[InvalidPath, OutsideZone, PermissionDenied, NotFound]),
+        .errors(&[
+            InvalidPath,
+            OutsideZone,
+            PermissionDenied,
+            NotFound,
+            Conflict,
+        ]),
         route!(
             /// Stage changes as a commit for a person to review
             ///
@@ -90,11 +100,16 @@ pub(super) fn routes() -> Vec<Route> {
             /// state `staged`, its files without patches. This is where an agent stops: a person
             /// reviews the commit (POST /v1/git/staged/show) and decides to push it (POST
             /// /v1/git/push) or discard it. Author and committer are `git.author_name` and
-            /// `git.author_email`. INVALID_ARGUMENT also for a blank `message`, a bad `branch`, a
-            /// file outside the repository, several repositories pulled and no `repo`; NOT_FOUND
-            /// when no repository is pulled there; CONFLICT when a chosen file is in `conflict`
-            /// state (merge and resolve it first) or an identical commit is already staged;
-            /// NO_MATCH when there is nothing to stage, or a named file has no changes.
+            /// `git.author_email`. With `fork` (or a `repo` or file in a fork, `/forks/NAME/...`)
+            /// the fork's changes are staged, read from the fork; the commit's `zone` says which
+            /// (`forks/NAME`), and each file names its `writers` from the journal. Pushing a fork's
+            /// commit leaves the workspace and its base as they are. INVALID_ARGUMENT also for a
+            /// blank `message`, a bad `branch`, a file outside the repository or the zone staged
+            /// from, several repositories pulled and no `repo`; NOT_FOUND when no repository is
+            /// pulled there, or no fork is named `fork`; CONFLICT when a chosen file is in
+            /// `conflict` state (merge and resolve it first), an identical commit is already
+            /// staged, or the fork was made before the repository's base last moved; NO_MATCH
+            /// when there is nothing to stage, or a named file has no changes.
             "gitStage": POST "/v1/git/stage" => stage
         )
         .errors(&[
@@ -183,11 +198,13 @@ pub(super) fn routes() -> Vec<Route> {
             /// Discard a staged commit
             ///
             /// Drops a staged commit that was not pushed (state becomes `discarded`). Its files in
-            /// the workspace stay as they are, unless `revert` is true: then the workspace is
-            /// checkpointed, and each file is put back to the commit's base (files it created are
-            /// deleted), except files changed again since staging, which are left alone and listed
-            /// in `kept`. NOT_FOUND when no staged commit has that id; CONFLICT when it was pushed
-            /// or discarded already; READ_ONLY, PERMISSION_DENIED or NO_SPACE while reverting.
+            /// the zone it was staged from (the workspace, or a fork: its `zone`) stay as they
+            /// are, unless `revert` is true: then that zone is checkpointed, and each file is put
+            /// back to the commit's base (files it created are deleted), except files changed
+            /// again since staging, which are left alone and listed in `kept`. NOT_FOUND when no
+            /// staged commit has that id, or with `revert` when its fork was removed; CONFLICT
+            /// when it was pushed or discarded already; READ_ONLY, PERMISSION_DENIED or NO_SPACE
+            /// while reverting.
             "gitDiscard": POST "/v1/git/discard" => discard
         )
         .errors(&[NotFound, Conflict, ReadOnly, PermissionDenied, NoSpace]),
@@ -261,13 +278,20 @@ struct StatusReq {
     /// journal cannot see.
     #[serde(default)]
     rescan: bool,
+    /// The files of this fork (its name, e.g. `a` for `/forks/a`) instead of the workspace's,
+    /// compared with the same base. Default: the fork `repo` lies in, else the workspace.
+    #[serde(default)]
+    fork: Option<String>,
 }
 
 async fn status(
     State(app): State<Arc<AppState>>,
     JsonBody(r): JsonBody<StatusReq>,
 ) -> Result<Json<crate::git::StatusResult>, ApiError> {
-    blocking(&app, move |g| g.status(r.repo.as_deref(), r.rescan)).await
+    blocking(&app, move |g| {
+        g.status_at(r.fork.as_deref(), r.repo.as_deref(), r.rescan)
+    })
+    .await
 }
 
 async fn stage(
@@ -382,7 +406,10 @@ async fn discard(
 ) -> Result<Json<crate::git::DiscardResult>, ApiError> {
     if r.revert {
         let what = format!("before discarding staged commit {} with revert", r.id);
-        super::checkpoint::before(&app, ZoneId::Workspace, what).await?;
+        let id = r.id.clone();
+        let staged = blocking(&app, move |g| g.show(&id, false)).await?;
+        let zone = ZoneId::from_name(&staged.zone).unwrap_or(ZoneId::Workspace);
+        super::checkpoint::before(&app, zone, what).await?;
     }
     blocking(&app, move |g| g.discard(&r.id, r.revert)).await
 }

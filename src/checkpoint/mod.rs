@@ -47,8 +47,9 @@ use crate::core::gate;
 use crate::core::{EntryKind, FsError, FsResult, Replacement, Seen, VPath, Zone, ZoneId, Zones};
 use crate::state::{CheckpointRow, NewCheckpoint, Origin, RestoreRow};
 
+mod changes;
 mod trees;
-pub use trees::{MergeConflict, TreeMerge};
+pub use trees::{MergeConflict, Settle, Settled, TreeMerge};
 
 /// Journal paths past which a checkpoint walks the zone instead of looking at each.
 const MAX_INCREMENTAL: usize = 20_000;
@@ -91,12 +92,23 @@ fn state_err(e: crate::state::StateError) -> FsError {
 pub struct DiffFile {
     /// Relative to the zone.
     pub path: String,
-    /// `added`, `deleted`, `modified` or `type-changed`.
+    /// `added`, `deleted`, `modified` or `type-changed`; a fork's changes also `renamed` (see
+    /// `old_path`) and `re-moded` (only the mode changed: see `old_mode`, `new_mode`).
     pub status: String,
     /// Lines added.
     pub additions: usize,
     /// Lines deleted.
     pub deletions: usize,
+    /// For `renamed`: the path it had (relative to the zone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub old_path: Option<String>,
+    /// When its permission bits changed (alone for `re-moded`, beside a change of content for
+    /// `modified` or `renamed`): the bits it had, in octal (`0644`, `0755`, `0600`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub old_mode: Option<String>,
+    /// When its permission bits changed: the bits it has now, in octal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_mode: Option<String>,
 }
 
 /// The answer of a diff.
@@ -180,6 +192,8 @@ pub struct Checkpoints {
     /// Held while a checkpoint or restore runs: one at a time.
     repo: Mutex<Repository>,
     cfg: CheckpointsSection,
+    /// What `changes` keeps between calls.
+    memo: changes::Memo,
 }
 
 impl Checkpoints {
@@ -194,6 +208,7 @@ impl Checkpoints {
             zones,
             repo: Mutex::new(repo),
             cfg: settings.checkpoints.clone(),
+            memo: Default::default(),
         })
     }
 
@@ -292,7 +307,7 @@ impl Checkpoints {
             }
         }
         let tree = repo.find_tree(snap.tree).map_err(store_err)?;
-        let files = count_files(&tree);
+        let files = count_files(repo, &tree);
         let not_kept = snap.not_kept;
         let db = self.zones.db();
         let tree_hex = snap.tree.to_string();
@@ -446,6 +461,9 @@ impl Checkpoints {
                 status: status(delta.status()).into(),
                 additions: 0,
                 deletions: 0,
+                old_path: None,
+                old_mode: None,
+                new_mode: None,
             });
             match line.origin() {
                 '+' => f.additions += 1,
@@ -2006,14 +2024,36 @@ fn is_not_kept(repo: &Repository, blob: Oid, mode: FileMode) -> bool {
             .unwrap_or(false)
 }
 
-fn count_files(tree: &git2::Tree<'_>) -> u64 {
+fn count_files(repo: &Repository, tree: &git2::Tree<'_>) -> u64 {
+    // A tree's count is a function of its id alone, so it is remembered process-wide: a
+    // checkpoint's tree shares all but the changed directories with the one before, and
+    // counting it costs what changed, not the whole tree.
+    static COUNTS: Mutex<Option<HashMap<Oid, u64>>> = Mutex::new(None);
+    let mut memo = COUNTS.lock().expect("not poisoned");
+    let memo = memo.get_or_insert_with(HashMap::new);
+    if memo.len() > 1 << 20 {
+        memo.clear();
+    }
+    count_in(repo, tree, memo)
+}
+
+fn count_in(repo: &Repository, tree: &git2::Tree<'_>, memo: &mut HashMap<Oid, u64>) -> u64 {
+    if let Some(n) = memo.get(&tree.id()) {
+        return *n;
+    }
     let mut n = 0;
-    let _ = tree.walk(git2::TreeWalkMode::PreOrder, |_, e| {
-        if e.kind() == Some(ObjectType::Blob) {
-            n += 1;
+    for e in tree.iter() {
+        match e.kind() {
+            Some(ObjectType::Blob) => n += 1,
+            Some(ObjectType::Tree) => {
+                if let Ok(sub) = repo.find_tree(e.id()) {
+                    n += count_in(repo, &sub, memo);
+                }
+            }
+            _ => {}
         }
-        git2::TreeWalkResult::Ok
-    });
+    }
+    memo.insert(tree.id(), n);
     n
 }
 

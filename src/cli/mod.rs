@@ -92,6 +92,8 @@ pub enum Command {
     Forks(cmd::fork::ListArgs),
     Changes(cmd::fork::ChangesArgs),
     Merge(cmd::fork::MergeArgs),
+    Update(cmd::fork::UpdateArgs),
+    Run(cmd::run::Args),
     Sandbox(cmd::sandbox::Args),
     Mirror(cmd::mirror::Args),
     Completions(cmd::completions::Args),
@@ -265,6 +267,8 @@ pub fn main() -> ExitCode {
             Forks(a) => cmd::fork::list(&ctx, a).await,
             Changes(a) => cmd::fork::changes(&ctx, a).await,
             Merge(a) => cmd::fork::merge(&ctx, a).await,
+            Update(a) => cmd::fork::update(&ctx, a).await,
+            Run(a) => cmd::run::run(&ctx, a).await,
             Sandbox(a) => cmd::sandbox::run(&ctx, a).await,
             Mirror(a) => cmd::mirror::run(&ctx, a).await,
         }

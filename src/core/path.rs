@@ -16,7 +16,7 @@ pub const MAX_NAME: usize = 255;
 /// Longest virtual path accepted, as Linux's `PATH_MAX`.
 pub const MAX_PATH: usize = 4096;
 
-pub use crate::config::ZoneId;
+pub use crate::config::{ZoneId, FORKS_DIR};
 
 /// What a virtual path names: the top level (`/`), or a place inside a zone.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -173,7 +173,14 @@ pub fn parse(input: &str) -> FsResult<Target> {
         match comp {
             "" | "." => {}
             ".." => {
-                if parts.len() <= 1 {
+                // A zone's root is `/workspace` (one name) or `/forks/NAME` (two): `..` never
+                // climbs from one fork into another.
+                let root = if parts.first() == Some(&"forks") {
+                    2
+                } else {
+                    1
+                };
+                if parts.len() <= root {
                     return Err(FsError::OutsideZone {
                         path: input.to_string(),
                         rule: "`..` climbs above the zone root".into(),
@@ -284,6 +291,10 @@ mod tests {
     fn rejects() {
         assert_eq!(code("/workspace/.."), "OUTSIDE_ZONE");
         assert_eq!(code("/workspace/a/../../cache"), "OUTSIDE_ZONE");
+        // A fork's root is `/forks/NAME`: `..` from it never reaches another fork (whether or
+        // not that one exists).
+        assert_eq!(code("/forks/f/../g/x"), "OUTSIDE_ZONE");
+        assert_eq!(code("/forks/f/a/../../g"), "OUTSIDE_ZONE");
         assert_eq!(code("/.."), "OUTSIDE_ZONE");
         assert_eq!(code("/etc/passwd"), "INVALID_PATH");
         assert_eq!(code("/workspace/a\0b"), "INVALID_PATH");

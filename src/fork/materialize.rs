@@ -249,23 +249,94 @@ pub fn put_file(root: BorrowedFd<'_>, rel: &str, content: &[u8], mode: i32) -> s
 /// Opens the directory holding `rel` beneath `root` (made where missing, never through a
 /// symlink) and returns it with the last name.
 fn open_parent<'a>(root: BorrowedFd<'_>, rel: &'a str) -> std::io::Result<(OwnedFd, &'a OsStr)> {
+    walk_parent(root, rel, true)?.ok_or_else(|| std::io::Error::other("a directory is missing"))
+}
+
+/// Opens the directory holding `rel` beneath `root`, never through a symlink: with `make`,
+/// directories missing on the way are made; without, `None` when one is missing (or is not a
+/// directory).
+fn walk_parent<'a>(
+    root: BorrowedFd<'_>,
+    rel: &'a str,
+    make: bool,
+) -> std::io::Result<Option<(OwnedFd, &'a OsStr)>> {
     let mut dir = dup(root)?;
     let mut parts: Vec<&str> = rel.split('/').filter(|p| !p.is_empty()).collect();
     let last = parts
         .pop()
         .ok_or_else(|| std::io::Error::other("an empty path"))?;
+    if parts.iter().chain([&last]).any(|p| *p == "." || *p == "..") {
+        return Err(std::io::Error::other("a path with `.` or `..` in it"));
+    }
     for p in parts {
         let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         dir = match rustix::fs::openat(&dir, p, flags, Mode::empty()) {
             Ok(d) => d,
-            Err(Errno::NOENT) => {
+            Err(Errno::NOENT) if make => {
                 rustix::fs::mkdirat(&dir, p, Mode::from_raw_mode(0o755))?;
                 rustix::fs::openat(&dir, p, flags, Mode::empty())?
             }
+            Err(Errno::NOENT) | Err(Errno::NOTDIR) | Err(Errno::LOOP) if !make => return Ok(None),
             Err(e) => return Err(e.into()),
         };
     }
-    Ok((dir, OsStr::from_bytes(last.as_bytes())))
+    Ok(Some((dir, OsStr::from_bytes(last.as_bytes()))))
+}
+
+/// Makes `rel` of the fork's directory `dst` again as it is now in the parent's `src`: what
+/// `dst` has there is removed (a whole tree for a directory), then the parent's entry is linked
+/// (a directory: its whole tree), as [`fill`] does. Nothing is made where the parent has nothing.
+/// Used to bring a spare (a fork made ahead) up to date with the paths the journal names.
+pub fn refill(
+    src: BorrowedFd<'_>,
+    dst: BorrowedFd<'_>,
+    rel: &str,
+    filled: &mut Filled,
+) -> std::io::Result<()> {
+    let (to, name) = open_parent(dst, rel)?;
+    let name = CString::new(name.as_bytes()).map_err(std::io::Error::other)?;
+    remove_tree(&to, &name)?;
+    let Some((from, _)) = walk_parent(src, rel, false)? else {
+        return Ok(());
+    };
+    let st = match rustix::fs::statat(&from, name.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => st,
+        Err(Errno::NOENT) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    let kind = FileType::from_raw_mode(st.st_mode);
+    let mut stack = Vec::new();
+    if let Err(e) = fill_entry(&from, &to, &name, kind, rel.as_bytes(), filled, &mut stack) {
+        filled.skip(rel.as_bytes(), e);
+    }
+    while let Some((s, d, rel)) = stack.pop() {
+        fill_dir(&s, &d, &rel, filled, &mut stack)?;
+    }
+    Ok(())
+}
+
+/// Removes the entry `name` of `dir`, a directory with everything beneath it, never following
+/// a symlink; nothing there is fine.
+pub fn remove_tree(dir: &OwnedFd, name: &std::ffi::CStr) -> std::io::Result<()> {
+    match rustix::fs::unlinkat(dir, name, AtFlags::empty()) {
+        Ok(()) | Err(Errno::NOENT) => return Ok(()),
+        Err(Errno::ISDIR) | Err(Errno::PERM) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let sub = rustix::fs::openat(dir, name, flags, Mode::empty())?;
+    let names: Vec<CString> = rustix::fs::Dir::read_from(&sub)?
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_owned())
+        .filter(|n| n.as_c_str() != c"." && n.as_c_str() != c"..")
+        .collect();
+    for n in names {
+        remove_tree(&sub, &n)?;
+    }
+    match rustix::fs::unlinkat(dir, name, AtFlags::REMOVEDIR) {
+        Ok(()) | Err(Errno::NOENT) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Gives the file `rel` beneath `root` the permission bits `bits` (never through a symlink).

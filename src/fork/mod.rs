@@ -28,8 +28,11 @@
 
 pub mod materialize;
 pub mod overlap;
+pub mod spare;
+pub mod update;
 
 pub use overlap::Overlap;
+pub use update::{UpdateConflict, UpdateResult};
 
 use std::os::fd::AsFd;
 use std::path::PathBuf;
@@ -38,7 +41,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use crate::checkpoint::{Checkpoints, DiffResult, MergeConflict};
+use crate::checkpoint::{Checkpoints, DiffResult, MergeConflict, Settle};
 use crate::config::Settings;
 use crate::core::zone::LocalZone;
 use crate::core::{FsError, FsResult, Zone, ZoneId, Zones};
@@ -90,6 +93,17 @@ pub struct ForkMade {
     pub skipped_total: u64,
     /// How long it took, in milliseconds.
     pub took_ms: u64,
+    /// Whether it was made from a spare (a fork made ahead: `forks.spare`), not filled now.
+    #[serde(default)]
+    pub spare: bool,
+}
+
+/// A fork's directory, made: what filling it did, the files put back from the fork point, and
+/// whether a spare was used.
+struct Made {
+    filled: materialize::Filled,
+    fixed: u64,
+    spare: bool,
 }
 
 /// What removing a fork did.
@@ -116,6 +130,10 @@ pub struct MergeResult {
     pub changed: Vec<String>,
     /// Paths left alone because another writer changed them while the merge ran.
     pub left_alone: Vec<String>,
+    /// The conflicts settled by `ours` (the parent's version kept) or `theirs` (the fork's
+    /// taken), with their kinds.
+    #[serde(default)]
+    pub settled: Vec<MergeConflict>,
 }
 
 /// Where a fork is made from.
@@ -131,6 +149,11 @@ impl Source {
     /// Parses `--from`: `workspace`, `cache`, a fork's name (or `forks/NAME`), or a checkpoint
     /// id.
     pub fn parse(s: &str) -> FsResult<Source> {
+        Source::parse_as("from", s)
+    }
+
+    /// Parses `s` as [`Source::parse`] does; an error names the input `field` (`since`).
+    pub fn parse_as(field: &str, s: &str) -> FsResult<Source> {
         let s = s.trim_start_matches('/');
         if let Ok(id) = s.parse::<i64>() {
             return Ok(Source::Checkpoint(id));
@@ -140,7 +163,7 @@ impl Source {
             .map(Source::Zone)
             .ok_or_else(|| {
                 FsError::invalid(
-                    "from",
+                    field,
                     format!(
                         "`{}` names no zone, fork or checkpoint; give workspace, cache, a fork's \
                          name or a checkpoint id",
@@ -158,6 +181,8 @@ pub struct Forks {
     root: PathBuf,
     /// Held while a fork is made, removed or merged: one at a time.
     busy: Mutex<()>,
+    /// Forks made ahead, one per zone that has been forked.
+    spares: Arc<spare::Spares>,
 }
 
 /// Checks a fork's name: 1 to 64 letters, digits, `.`, `_` or `-`, not starting with `.` or
@@ -194,18 +219,36 @@ impl Forks {
         checkpoints: Arc<Checkpoints>,
         settings: &Settings,
     ) -> FsResult<Forks> {
+        let root = settings.state_dir.join("forks");
         let forks = Forks {
+            spares: spare::Spares::new(zones.clone(), root.clone(), settings.forks.spare),
             zones,
             checkpoints,
-            root: settings.state_dir.join("forks"),
+            root,
             busy: Mutex::new(()),
         };
-        for rec in forks.zones.db().fork_list().map_err(state_err)? {
-            if let Err(e) = forks.serve(&rec) {
+        let recs = forks.zones.db().fork_list().map_err(state_err)?;
+        for rec in &recs {
+            if let Err(e) = forks.serve(rec) {
                 tracing::error!(fork = %crate::core::text::name(&rec.name), error = %e, "cannot serve a fork");
             }
         }
+        for zone in ZoneId::ALL {
+            if recs.iter().any(|r| r.parent == zone.name()) {
+                forks.spares.prepare(zone);
+            }
+        }
         Ok(forks)
+    }
+
+    /// The spares (forks made ahead), as they stand.
+    pub fn spares(&self) -> Vec<spare::SpareInfo> {
+        self.spares.info()
+    }
+
+    /// Waits until no spare is being filled.
+    pub fn settle(&self) {
+        self.spares.settle()
     }
 
     /// Registers the fork `rec` and serves its directory as its zone.
@@ -225,6 +268,50 @@ impl Forks {
         check_name(name)?;
         let _busy = self.busy.lock().expect("not poisoned");
         let started = Instant::now();
+        self.check_new(name)?;
+        let spare = match from {
+            Source::Zone(z) if z.config_index().is_some() => self.spares.take(*z),
+            _ => None,
+        };
+        let (point, read_at) = self.fork_point(name, from, origin)?;
+        let dir = self.root.join(format!("{name}-{}", self.zones.now_ms()));
+        let made = self.make_dir(&dir, from, &point, read_at, spare)?;
+        let fork = match self.register(name, from, &dir, &point, origin) {
+            Ok(f) => f,
+            Err(e) => {
+                spare::delete(&dir);
+                return Err(e);
+            }
+        };
+        if let Source::Zone(z) = from {
+            if z.config_index().is_some() {
+                self.spares.prepare(*z);
+            }
+        }
+        tracing::info!(
+            fork = name,
+            parent = fork.parent,
+            files = made.filled.linked + made.filled.copied,
+            spare = made.spare,
+            took_us = started.elapsed().as_micros() as u64,
+            "made a fork"
+        );
+        Ok(ForkMade {
+            fork,
+            linked: made.filled.linked,
+            copied: made.filled.copied,
+            dirs: made.filled.dirs,
+            symlinks: made.filled.symlinks,
+            fixed: made.fixed,
+            skipped: made.filled.skipped,
+            skipped_total: made.filled.skipped_total,
+            took_ms: started.elapsed().as_millis() as u64,
+            spare: made.spare,
+        })
+    }
+
+    /// Refuses a fork named `name` when one exists, or when [`MAX_FORKS`] do.
+    fn check_new(&self, name: &str) -> FsResult<()> {
         let db = self.zones.db();
         if db.fork_get(name).map_err(state_err)?.is_some() {
             return Err(FsError::Exists {
@@ -237,24 +324,125 @@ impl Forks {
                 reason: format!("{MAX_FORKS} forks exist; remove one first (wardfs fork rm NAME)"),
             });
         }
-        let (point, read_at) = self.fork_point(name, from, origin)?;
-        let dir = self.root.join(format!("{name}-{}", self.zones.now_ms()));
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| FsError::Internal(format!("cannot make {}: {e}", dir.display())))?;
-        let filled = match self.fill(&dir, from, &point, read_at) {
-            Ok(f) => f,
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&dir);
-                return Err(e);
+        Ok(())
+    }
+
+    /// Makes the fork's directory `dir` as the fork point `point` has it: from `spare` when there
+    /// is one it can be brought up to date, else filled now. Nothing is left behind on error.
+    fn make_dir(
+        &self,
+        dir: &std::path::Path,
+        from: &Source,
+        point: &CheckpointRow,
+        read_at: i64,
+        spare: Option<spare::Spare>,
+    ) -> FsResult<Made> {
+        if let (Some(s), Source::Zone(z)) = (spare, from) {
+            match self.of_spare(*z, s, dir, point, read_at) {
+                Ok(Some(made)) => return Ok(made),
+                Ok(None) => {}
+                Err(e) => tracing::warn!(error = %e, "a spare fork could not be used; filling"),
             }
+            spare::delete(dir);
+        }
+        std::fs::create_dir_all(dir)
+            .map_err(|e| FsError::Internal(format!("cannot make {}: {e}", dir.display())))?;
+        match self.fill(dir, from, point, read_at) {
+            Ok((filled, fixed)) => Ok(Made {
+                filled,
+                fixed,
+                spare: false,
+            }),
+            Err(e) => {
+                spare::delete(dir);
+                Err(e)
+            }
+        }
+    }
+
+    /// Makes the fork's directory `dir` of the spare `s` of `zone`: renamed into place, brought
+    /// up to the zone's present ([`spare::Spares::catch_up`]), then what changed after the fork
+    /// point put back. `None` when too much changed since the spare was filled.
+    fn of_spare(
+        &self,
+        zone: ZoneId,
+        mut s: spare::Spare,
+        dir: &std::path::Path,
+        point: &CheckpointRow,
+        read_at: i64,
+    ) -> FsResult<Option<Made>> {
+        let io = |e: std::io::Error| FsError::Internal(format!("a spare fork: {e}"));
+        if let Err(e) = std::fs::rename(&s.dir, dir) {
+            spare::delete(&s.dir);
+            return Err(io(e));
+        }
+        let dst = spare::open_dir(dir).map_err(io)?;
+        let Some(redone) = self.spares.catch_up(zone, &mut s, &dst).map_err(io)? else {
+            return Ok(None);
         };
+        let fixed = self.fix_changed(zone, point, read_at, &dst)?;
+        tracing::debug!(redone, fixed, "a fork made of a spare");
+        Ok(Some(Made {
+            filled: s.filled,
+            fixed,
+            spare: true,
+        }))
+    }
+
+    /// Serves the filled directory `dir` as the fork `name` of `from`: registered, its fork
+    /// point adopted as its first checkpoint, recorded in the state database.
+    fn register(
+        &self,
+        name: &str,
+        from: &Source,
+        dir: &std::path::Path,
+        point: &CheckpointRow,
+        origin: Origin,
+    ) -> FsResult<ForkInfo> {
+        let db = self.zones.db();
         let id = ZoneId::register_fork(name).ok_or_else(|| FsError::Conflict {
             path: format!("/forks/{name}"),
             reason: "this daemon has made too many forks since it started; restart it".into(),
         })?;
+        let rec = self.record(id, name, from, dir, point, origin);
+        let zone = rec
+            .as_ref()
+            .ok()
+            .map(|_| LocalZone::open_dir(id, dir, false, false, false));
+        match (rec, zone) {
+            (Ok(rec), Some(Ok(zone))) => {
+                self.zones.add_fork(id, zone);
+                Ok(self.info(&rec))
+            }
+            (rec, zone) => {
+                ZoneId::unregister_fork(id);
+                if let Ok(rec) = &rec {
+                    let _ = db.fork_remove(rec.id, self.zones.now_ms(), None);
+                }
+                Err(match (rec, zone) {
+                    (Err(e), _) => e,
+                    (_, Some(Err(e))) => FsError::Internal(format!("the fork's directory: {e}")),
+                    _ => FsError::Internal("a fork could not be registered".into()),
+                })
+            }
+        }
+    }
+
+    /// Records the fork `name` (zone `id`): its fork point adopted as its first checkpoint, its
+    /// row in the state database.
+    fn record(
+        &self,
+        id: ZoneId,
+        name: &str,
+        from: &Source,
+        dir: &std::path::Path,
+        point: &CheckpointRow,
+        origin: Origin,
+    ) -> FsResult<ForkRecord> {
+        let db = self.zones.db();
         let base = self
             .checkpoints
-            .adopt(id, &point, &format!("fork point of {name}"), origin)?;
+            .adopt(id, point, &format!("fork point of {name}"), origin)?;
         let parent = match from {
             Source::Zone(z) => z.name().to_string(),
             Source::Checkpoint(c) => format!("checkpoint {c}"),
@@ -269,32 +457,10 @@ impl Forks {
                 created_ms: self.zones.now_ms(),
             })
             .map_err(state_err)?;
-        let zone = LocalZone::open_dir(id, &dir, false, false, false)
-            .map_err(|e| FsError::Internal(format!("the fork's directory: {e}")))?;
-        self.zones.add_fork(id, zone);
-        let rec = db
-            .fork_get(name)
+        db.fork_get(name)
             .map_err(state_err)?
-            .filter(|r| r.id == rec_id);
-        let fork = self
-            .info(&rec.ok_or_else(|| FsError::Internal("a fork vanished as it was made".into()))?);
-        tracing::info!(
-            fork = name,
-            parent,
-            files = filled.0.linked + filled.0.copied,
-            "made a fork"
-        );
-        Ok(ForkMade {
-            fork,
-            linked: filled.0.linked,
-            copied: filled.0.copied,
-            dirs: filled.0.dirs,
-            symlinks: filled.0.symlinks,
-            fixed: filled.1,
-            skipped: filled.0.skipped,
-            skipped_total: filled.0.skipped_total,
-            took_ms: started.elapsed().as_millis() as u64,
-        })
+            .filter(|r| r.id == rec_id)
+            .ok_or_else(|| FsError::Internal("a fork vanished as it was made".into()))
     }
 
     /// The checkpoint a fork of `from` starts from (the zone's present, or the checkpoint), and
@@ -509,28 +675,57 @@ impl Forks {
     /// What the fork `name` changed since its fork point: the files, and with `patch` the
     /// patch in git's format.
     pub fn changes(&self, name: &str, patch: bool) -> FsResult<DiffResult> {
-        let (rec, _) = self.get(name)?;
-        let mut diff = self.checkpoints.diff(rec.base, None)?;
-        if !patch {
-            diff.patch.clear();
-            diff.truncated = false;
-        }
-        Ok(diff)
+        let (rec, id) = self.get(name)?;
+        let base = self.checkpoints.get(rec.base)?;
+        self.checkpoints.changes(&base, id, patch)
+    }
+
+    /// What the fork `name` changed against `since` instead of its fork point: another zone or
+    /// fork as it is now (checkpointed, as a merge checkpoints it; `from` of the answer), or a
+    /// checkpoint.
+    pub fn changes_since(
+        &self,
+        name: &str,
+        since: &Source,
+        patch: bool,
+        origin: Origin,
+    ) -> FsResult<DiffResult> {
+        let (_, id) = self.get(name)?;
+        let from = match since {
+            Source::Checkpoint(c) => self.checkpoints.get(*c)?,
+            Source::Zone(z) => {
+                self.local(*z)?;
+                let message = format!("/{} as changes of fork {name} compared it", z.name());
+                self.checkpoints.present(*z, &message, origin)?.0
+            }
+        };
+        self.checkpoints.changes(&from, id, patch)
     }
 
     /// Merges the fork `name`'s changes into its parent (only `paths`, relative to the zone,
     /// when given), as the module doc says.
     pub fn merge(&self, name: &str, paths: &[String], origin: Origin) -> FsResult<MergeResult> {
+        self.merge_settling(name, paths, &Settle::default(), origin)
+    }
+
+    /// Merges as [`Forks::merge`] does, each conflicting path `settle.ours` names keeping the
+    /// parent's version and each `settle.theirs` names taking the fork's (relative to the
+    /// zones, as the conflicts name them; `beside` is not used). A path given a side that does
+    /// not conflict is refused (INVALID_ARGUMENT) and nothing is applied.
+    pub fn merge_settling(
+        &self,
+        name: &str,
+        paths: &[String],
+        settle: &Settle,
+        origin: Origin,
+    ) -> FsResult<MergeResult> {
         let _busy = self.busy.lock().expect("not poisoned");
         let (rec, id) = self.get(name)?;
-        let parent = ZoneId::from_name(&rec.parent).ok_or_else(|| FsError::ZoneUnavailable {
-            path: format!("/forks/{name}"),
-            zone: rec.parent.clone(),
-            reason: "the fork was made from a checkpoint (or its parent fork is gone): there \
-                     is no zone to merge into"
-                .into(),
-        })?;
-        self.check_parent(&rec, parent)?;
+        let parent = self.parent_zone(&rec, "merge into")?;
+        let settle = Settle {
+            beside: None,
+            ..settle.clone()
+        };
         let base = self.checkpoints.get(rec.base)?;
         let (ours, _) =
             self.checkpoints
@@ -539,9 +734,9 @@ impl Forks {
             self.checkpoints
                 .present(id, &format!("fork {name} as it was merged"), origin)?;
         let theirs_tree = self.scoped(&base.tree, &theirs.tree, paths)?;
-        let merged = self
-            .checkpoints
-            .merge_trees(&base.tree, &ours.tree, &theirs_tree)?;
+        let merged =
+            self.checkpoints
+                .merge_settled(&base.tree, &ours.tree, &theirs_tree, &settle)?;
         let mut result = MergeResult {
             fork: name.to_string(),
             parent: parent.name().to_string(),
@@ -550,6 +745,7 @@ impl Forks {
             before: None,
             changed: Vec::new(),
             left_alone: Vec::new(),
+            settled: merged.settled.into_iter().map(|s| s.conflict).collect(),
         };
         let Some(tree) = merged.tree else {
             return Ok(result);
@@ -581,10 +777,25 @@ impl Forks {
         Ok(result)
     }
 
-    /// Refuses a merge of the fork `rec` into the fork `parent` names when that is not the fork
-    /// it was made from: a parent removed and its name used again by a fork made later (a
-    /// parent is recorded by its name; fork ids only grow).
-    fn check_parent(&self, rec: &ForkRecord, parent: ZoneId) -> FsResult<()> {
+    /// The zone the fork `rec` was made from, or why there is none to `verb` (`merge into`,
+    /// `update from`): a fork of a checkpoint, or of a fork since removed.
+    fn parent_zone(&self, rec: &ForkRecord, verb: &str) -> FsResult<ZoneId> {
+        let parent = ZoneId::from_name(&rec.parent).ok_or_else(|| FsError::ZoneUnavailable {
+            path: format!("/forks/{}", rec.name),
+            zone: rec.parent.clone(),
+            reason: format!(
+                "the fork was made from a checkpoint (or its parent fork is gone): there is no \
+                 zone to {verb}"
+            ),
+        })?;
+        self.check_parent(rec, parent, verb)?;
+        Ok(parent)
+    }
+
+    /// Refuses a merge of the fork `rec` into the fork `parent` names (or an update from it)
+    /// when that is not the fork it was made from: a parent removed and its name used again by
+    /// a fork made later (a parent is recorded by its name; fork ids only grow).
+    fn check_parent(&self, rec: &ForkRecord, parent: ZoneId, verb: &str) -> FsResult<()> {
         let Some(name) = parent.fork_name() else {
             return Ok(());
         };
@@ -595,7 +806,7 @@ impl Forks {
                 zone: rec.parent.clone(),
                 reason: format!(
                     "the fork it was made from was removed; forks/{name} now is another fork, \
-                     made after it: there is no zone to merge into"
+                     made after it: there is no zone to {verb}"
                 ),
             }),
         }
@@ -626,5 +837,7 @@ impl Forks {
     }
 }
 
+#[cfg(test)]
+mod spare_tests;
 #[cfg(test)]
 mod tests;

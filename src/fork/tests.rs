@@ -8,19 +8,19 @@ use std::sync::Arc;
 use super::*;
 use crate::state::{Db, Via};
 
-const API: Origin = Origin {
+pub(super) const API: Origin = Origin {
     via: Via::Api,
     pid: None,
     uid: None,
 };
 
-struct Setup {
+pub(super) struct Setup {
     _dir: tempfile::TempDir,
-    zones: Arc<Zones>,
-    forks: Forks,
+    pub(super) zones: Arc<Zones>,
+    pub(super) forks: Forks,
 }
 
-fn setup() -> Setup {
+pub(super) fn setup() -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let config = "state_dir = \"state\"\n[zones]\nroot = \"z\"\n";
     let settings = Settings::from_str(config, "test", dir.path(), None).unwrap();
@@ -42,7 +42,7 @@ fn setup() -> Setup {
 }
 
 /// A fork name of this test's own (fork names are process-wide).
-fn unique(base: &str) -> String {
+pub(super) fn unique(base: &str) -> String {
     static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     format!("{base}-{}-{n}", std::process::id())
@@ -54,7 +54,7 @@ fn read(z: &Zones, p: &str) -> String {
         .unwrap_or_else(|e| format!("<{}>", e.code().as_str()))
 }
 
-fn ws(s: &Setup) -> &Path {
+pub(super) fn ws(s: &Setup) -> &Path {
     match s.zones.zone(ZoneId::Workspace) {
         Zone::Local(z) => z.root(),
         _ => unreachable!(),
@@ -516,4 +516,741 @@ fn a_write_made_while_a_merge_was_computed_is_left_alone_and_reported() {
     let (now, _) = cps.present(ZoneId::Workspace, "after", API).unwrap();
     let (content, _) = cps.tree_file(&now.tree, "a.txt").unwrap().unwrap();
     assert_eq!(content, b"another writer\n");
+}
+
+// -- updates, and merges settled by `ours`/`theirs` ------------------------------------------
+
+/// The directory of the fork `name`.
+fn fork_root(s: &Setup, name: &str) -> std::path::PathBuf {
+    s.forks
+        .root
+        .read_dir()
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with(&format!("{name}-"))
+        })
+        .unwrap()
+}
+
+/// The paths of a fork's `changes`, with their statuses.
+fn changed_files(s: &Setup, name: &str) -> Vec<(String, String)> {
+    s.forks
+        .changes(name, false)
+        .unwrap()
+        .files
+        .into_iter()
+        .map(|f| (f.path, f.status))
+        .collect()
+}
+
+fn owned(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect()
+}
+
+#[test]
+fn an_update_brings_the_parents_changes_into_the_fork_and_keeps_its_own() {
+    let s = setup();
+    let z = &s.zones;
+    z.write("/workspace/a.txt", "1\n2\n3\n4\n5\n6\n7\n8\n", API)
+        .unwrap();
+    z.write("/workspace/gone.txt", "x\n", API).unwrap();
+    let name = unique("u");
+    s.forks
+        .create(&name, &Source::Zone(ZoneId::Workspace), API)
+        .unwrap();
+    let f = format!("/forks/{name}");
+    z.write(&format!("{f}/a.txt"), "ONE\n2\n3\n4\n5\n6\n7\n8\n", API)
+        .unwrap();
+    z.write(&format!("{f}/mine.txt"), "the fork's\n", API)
+        .unwrap();
+    z.write("/workspace/a.txt", "1\n2\n3\n4\n5\n6\n7\nEIGHT\n", API)
+        .unwrap();
+    z.write("/workspace/d/p.txt", "the parent's\n", API)
+        .unwrap();
+    z.delete("/workspace/gone.txt", false, API).unwrap();
+
+    let u = s.forks.update(&name, API).unwrap();
+    assert!(u.conflicts.is_empty() && u.left_alone.is_empty(), "{u:?}");
+    assert_eq!(
+        (u.fork.as_str(), u.parent.as_str()),
+        (name.as_str(), "workspace")
+    );
+    let mut changed = u.changed.clone();
+    changed.sort();
+    assert_eq!(changed, ["a.txt", "d/p.txt", "gone.txt"]);
+    assert_eq!(
+        read(z, &format!("{f}/a.txt")),
+        "ONE\n2\n3\n4\n5\n6\n7\nEIGHT\n"
+    );
+    assert_eq!(read(z, &format!("{f}/d/p.txt")), "the parent's\n");
+    assert_eq!(read(z, &format!("{f}/gone.txt")), "<NOT_FOUND>");
+    assert_eq!(read(z, &format!("{f}/mine.txt")), "the fork's\n");
+    // The parent is not touched.
+    assert_eq!(read(z, "/workspace/a.txt"), "1\n2\n3\n4\n5\n6\n7\nEIGHT\n");
+    assert_eq!(read(z, "/workspace/mine.txt"), "<NOT_FOUND>");
+    // The fork point moved: `changes` is the fork's own, against the parent as brought in.
+    let listed = s.forks.list().unwrap();
+    assert_eq!(listed.iter().find(|l| l.name == name).unwrap().base, u.base);
+    assert_eq!(
+        changed_files(&s, &name),
+        owned(&[("a.txt", "modified"), ("mine.txt", "added")])
+    );
+    // The fork's next checkpoint starts from what it holds, not from the new fork point.
+    z.write(&format!("{f}/later.txt"), "later\n", API).unwrap();
+    let cps = &s.forks.checkpoints;
+    let id = ZoneId::fork(&name).unwrap();
+    let (now, _) = cps.present(id, "after", API).unwrap();
+    for (p, want) in [
+        ("a.txt", "ONE\n2\n3\n4\n5\n6\n7\nEIGHT\n"),
+        ("mine.txt", "the fork's\n"),
+        ("later.txt", "later\n"),
+        ("d/p.txt", "the parent's\n"),
+    ] {
+        let (content, _) = cps.tree_file(&now.tree, p).unwrap().unwrap();
+        assert_eq!(String::from_utf8(content).unwrap(), want, "{p}");
+    }
+    // A merge now brings exactly the fork's own changes.
+    let m = s.forks.merge(&name, &[], API).unwrap();
+    let mut merged = m.changed.clone();
+    merged.sort();
+    assert_eq!(merged, ["a.txt", "later.txt", "mine.txt"], "{m:?}");
+    assert_eq!(
+        read(z, "/workspace/a.txt"),
+        "ONE\n2\n3\n4\n5\n6\n7\nEIGHT\n"
+    );
+    // Nothing new in the parent: an update does nothing.
+    let again = s.forks.update(&name, API).unwrap();
+    assert_eq!((again.before, again.changed.len()), (None, 0), "{again:?}");
+}
+
+#[test]
+fn one_restore_undoes_an_update() {
+    let s = setup();
+    let z = &s.zones;
+    z.write("/workspace/a.txt", "base\n", API).unwrap();
+    let name = unique("undo");
+    s.forks
+        .create(&name, &Source::Zone(ZoneId::Workspace), API)
+        .unwrap();
+    let f = format!("/forks/{name}");
+    z.write(&format!("{f}/b.txt"), "the fork's\n", API).unwrap();
+    z.write("/workspace/a.txt", "the parent's\n", API).unwrap();
+    z.write("/workspace/c.txt", "new\n", API).unwrap();
+    let u = s.forks.update(&name, API).unwrap();
+    assert_eq!(read(z, &format!("{f}/a.txt")), "the parent's\n");
+    s.forks
+        .checkpoints
+        .restore(u.before.unwrap(), &[], API)
+        .unwrap();
+    assert_eq!(read(z, &format!("{f}/a.txt")), "base\n");
+    assert_eq!(read(z, &format!("{f}/c.txt")), "<NOT_FOUND>");
+    assert_eq!(read(z, &format!("{f}/b.txt")), "the fork's\n");
+}
+
+#[test]
+fn an_update_keeps_both_sides_of_each_conflict() {
+    let s = setup();
+    let z = &s.zones;
+    for p in ["a.txt", "b.txt", "c.txt", "d.txt", "e.bin"] {
+        z.write(&format!("/workspace/{p}"), "base\n", API).unwrap();
+    }
+    let name = unique("uc");
+    s.forks
+        .create(&name, &Source::Zone(ZoneId::Workspace), API)
+        .unwrap();
+    let f = format!("/forks/{name}");
+    z.write(&format!("{f}/a.txt"), "the fork's\n", API).unwrap();
+    z.write(&format!("{f}/b.txt"), "the fork's\n", API).unwrap();
+    z.delete(&format!("{f}/c.txt"), false, API).unwrap();
+    z.write(&format!("{f}/d.txt"), "the fork's\n", API).unwrap();
+    z.write(&format!("{f}/d.txt.parent"), "the fork's own file\n", API)
+        .unwrap();
+    z.write(&format!("{f}/clean.txt"), "the fork's\n", API)
+        .unwrap();
+    z.write("/workspace/a.txt", "the parent's\n", API).unwrap();
+    z.delete("/workspace/b.txt", false, API).unwrap();
+    z.write("/workspace/c.txt", "the parent's\n", API).unwrap();
+    z.write("/workspace/d.txt", "the parent's\n", API).unwrap();
+    z.write("/workspace/p.txt", "the parent's\n", API).unwrap();
+
+    let u = s.forks.update(&name, API).unwrap();
+    let got: Vec<(&str, &str, Option<&str>)> = u
+        .conflicts
+        .iter()
+        .map(|c| (c.path.as_str(), c.kind.as_str(), c.parent_copy.as_deref()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("a.txt", "content", Some("a.txt.parent")),
+            // The parent deleted it, the fork changed it: nothing to put beside.
+            ("b.txt", "delete/modify", None),
+            // The parent changed it, the fork deleted it.
+            ("c.txt", "modify/delete", Some("c.txt.parent")),
+            // The fork's own `d.txt.parent` is not overwritten.
+            ("d.txt", "content", Some("d.txt.parent.2")),
+        ]
+    );
+    let r = |p: &str| read(z, &format!("{f}/{p}"));
+    assert_eq!(r("a.txt"), "the fork's\n");
+    assert_eq!(r("a.txt.parent"), "the parent's\n");
+    assert_eq!(r("b.txt"), "the fork's\n");
+    assert_eq!(r("b.txt.parent"), "<NOT_FOUND>");
+    assert_eq!(r("c.txt"), "<NOT_FOUND>");
+    assert_eq!(r("c.txt.parent"), "the parent's\n");
+    assert_eq!(r("d.txt"), "the fork's\n");
+    assert_eq!(r("d.txt.parent"), "the fork's own file\n");
+    assert_eq!(r("d.txt.parent.2"), "the parent's\n");
+    // What merged cleanly is in, from both sides.
+    assert_eq!(r("p.txt"), "the parent's\n");
+    assert_eq!(r("clean.txt"), "the fork's\n");
+    assert_eq!(read(z, "/workspace/a.txt.parent"), "<NOT_FOUND>");
+}
+
+#[test]
+fn an_update_with_no_parent_zone_or_a_bad_name_is_refused() {
+    let s = setup();
+    let z = &s.zones;
+    z.write("/workspace/a.txt", "v1\n", API).unwrap();
+    let first = unique("src");
+    let made = s
+        .forks
+        .create(&first, &Source::Zone(ZoneId::Workspace), API)
+        .unwrap();
+    let of_cp = unique("ofcp");
+    s.forks
+        .create(&of_cp, &Source::Checkpoint(made.fork.base), API)
+        .unwrap();
+    let e = s.forks.update(&of_cp, API).unwrap_err();
+    assert_eq!(e.code().as_str(), "ZONE_UNAVAILABLE", "{e}");
+    assert!(e.to_string().contains("update from"), "{e}");
+    let e = s.forks.update(&unique("none"), API).unwrap_err();
+    assert_eq!(e.code().as_str(), "NOT_FOUND");
+    for bad in ["../x", "a/b", "x\u{1b}[2J", ""] {
+        let e = s.forks.update(bad, API).unwrap_err();
+        assert_eq!(e.code().as_str(), "INVALID_ARGUMENT", "{bad:?}");
+        assert!(!e.to_string().contains('\u{1b}'), "{e}");
+    }
+    // A fork of a fork updates from that fork.
+    let child = unique("child");
+    s.forks
+        .create(&child, &Source::parse(&first).unwrap(), API)
+        .unwrap();
+    z.write(&format!("/forks/{first}/a.txt"), "the first fork's\n", API)
+        .unwrap();
+    let u = s.forks.update(&child, API).unwrap();
+    assert_eq!(u.parent, format!("forks/{first}"));
+    assert_eq!(
+        read(z, &format!("/forks/{child}/a.txt")),
+        "the first fork's\n"
+    );
+}
+
+/// A fork whose merge conflicts on `a.txt` (content) and `b.txt` (the parent deleted it, the
+/// fork changed it), with `c.txt` changed by the fork alone.
+fn conflicted(s: &Setup) -> String {
+    let z = &s.zones;
+    for p in ["a.txt", "b.txt", "c.txt"] {
+        z.write(&format!("/workspace/{p}"), "base\n", API).unwrap();
+    }
+    let name = unique("settle");
+    s.forks
+        .create(&name, &Source::Zone(ZoneId::Workspace), API)
+        .unwrap();
+    let f = format!("/forks/{name}");
+    for p in ["a.txt", "b.txt", "c.txt"] {
+        z.write(&format!("{f}/{p}"), "the fork's\n", API).unwrap();
+    }
+    z.write("/workspace/a.txt", "the parent's\n", API).unwrap();
+    z.delete("/workspace/b.txt", false, API).unwrap();
+    name
+}
+
+fn settle(ours: &[&str], theirs: &[&str]) -> Settle {
+    Settle {
+        ours: ours.iter().map(|p| p.to_string()).collect(),
+        theirs: theirs.iter().map(|p| p.to_string()).collect(),
+        beside: None,
+    }
+}
+
+#[test]
+fn ours_and_theirs_settle_the_conflicts_they_name_and_the_rest_still_stops_a_merge() {
+    let s = setup();
+    let z = &s.zones;
+    let name = conflicted(&s);
+    // One conflict settled, one left: nothing applied.
+    let m = s
+        .forks
+        .merge_settling(&name, &[], &settle(&["a.txt"], &[]), API)
+        .unwrap();
+    assert!(!m.applied, "{m:?}");
+    let left: Vec<&str> = m.conflicts.iter().map(|c| c.path.as_str()).collect();
+    assert_eq!(left, ["b.txt"]);
+    assert_eq!(read(z, "/workspace/c.txt"), "base\n");
+    // Both settled: the parent's a.txt kept, the fork's b.txt taken back, c.txt merged.
+    let m = s
+        .forks
+        .merge_settling(&name, &[], &settle(&["a.txt"], &["b.txt"]), API)
+        .unwrap();
+    assert!(m.applied && m.conflicts.is_empty(), "{m:?}");
+    let settled: Vec<(&str, &str)> = m
+        .settled
+        .iter()
+        .map(|c| (c.path.as_str(), c.kind.as_str()))
+        .collect();
+    assert_eq!(settled, [("a.txt", "content"), ("b.txt", "delete/modify")]);
+    assert_eq!(read(z, "/workspace/a.txt"), "the parent's\n");
+    assert_eq!(read(z, "/workspace/b.txt"), "the fork's\n");
+    assert_eq!(read(z, "/workspace/c.txt"), "the fork's\n");
+}
+
+#[test]
+fn ours_takes_a_deletion_and_theirs_a_content_conflict() {
+    let s = setup();
+    let z = &s.zones;
+    let name = conflicted(&s);
+    let m = s
+        .forks
+        .merge_settling(&name, &[], &settle(&["b.txt"], &["a.txt"]), API)
+        .unwrap();
+    assert!(m.applied, "{m:?}");
+    assert_eq!(read(z, "/workspace/a.txt"), "the fork's\n");
+    assert_eq!(read(z, "/workspace/b.txt"), "<NOT_FOUND>");
+}
+
+#[test]
+fn a_side_for_a_path_that_does_not_conflict_is_refused_and_nothing_applied() {
+    let s = setup();
+    let z = &s.zones;
+    let name = conflicted(&s);
+    let all = ["a.txt", "b.txt"];
+    for (ours, theirs, field) in [
+        (&["a.txt", "b.txt", "c.txt"][..], &[][..], "ours"),
+        (&all[..], &["never.txt"][..], "theirs"),
+        (&all[..], &["../../etc/passwd"][..], "theirs"),
+        (&all[..], &["/workspace/a.txt"][..], "theirs"),
+        (&all[..], &["a.txt\0"][..], "theirs"),
+        (&["a.txt"][..], &["a.txt", "b.txt"][..], "ours"),
+    ] {
+        let e = s
+            .forks
+            .merge_settling(&name, &[], &settle(ours, theirs), API)
+            .unwrap_err();
+        assert_eq!(
+            e.code().as_str(),
+            "INVALID_ARGUMENT",
+            "{ours:?} {theirs:?}: {e}"
+        );
+        assert!(e.to_string().contains(field), "{e}");
+    }
+    let e = s
+        .forks
+        .merge_settling(&name, &[], &settle(&all, &["x\u{1b}]0;t\u{7}"]), API)
+        .unwrap_err();
+    assert!(!e.to_string().contains('\u{1b}'), "{e}");
+    assert_eq!(read(z, "/workspace/c.txt"), "base\n", "nothing applied");
+    assert_eq!(read(z, "/workspace/a.txt"), "the parent's\n");
+}
+
+/// `git ls-tree -r` of `tree` as path -> (mode, object).
+fn entries(repo: &Path, tree: &str) -> std::collections::BTreeMap<String, (String, String)> {
+    ls_tree(repo, tree)
+        .lines()
+        .filter_map(|l| {
+            let (meta, path) = l.split_once('\t')?;
+            let mut m = meta.split(' ');
+            let mode = m.next()?.to_string();
+            let id = m.nth(1)?.to_string();
+            Some((path.to_string(), (mode, id)))
+        })
+        .collect()
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig {
+        cases: 24,
+        .. proptest::prelude::ProptestConfig::default()
+    })]
+
+    /// An update of a fork gives what `git merge-tree` computes with the fork as "ours" and the
+    /// parent as "theirs" (renames as a delete and an add): the same files and modes where it
+    /// is clean; on the conflicted paths git names, the fork's version at the path and the
+    /// parent's at `PATH.parent`. The parent is not touched, and a merge right after makes the
+    /// parent what the fork is.
+    #[test]
+    fn an_update_is_what_git_merge_tree_computes(
+        parent in proptest::collection::vec(change(), 0..6),
+        fork in proptest::collection::vec(change(), 0..6),
+    ) {
+        let s = setup();
+        let z = &s.zones;
+        for (i, p) in POOL.iter().enumerate().take(4) {
+            z.write(&format!("/workspace/{p}"), &base_text(i), API).unwrap();
+        }
+        let git_dir = s._dir.path().join("model.git");
+        std::process::Command::new("git").args(["init", "-q", "--bare"]).arg(&git_dir).output().unwrap();
+        let ws_root = ws(&s).to_path_buf();
+        let base = tree_of(&git_dir, &ws_root);
+        let name = unique("umodel");
+        s.forks.create(&name, &Source::Zone(ZoneId::Workspace), API).unwrap();
+        let root = fork_root(&s, &name);
+        apply(z, "/workspace", &ws_root, &parent);
+        apply(z, &format!("/forks/{name}"), &root, &fork);
+        let (p, f) = (tree_of(&git_dir, &ws_root), tree_of(&git_dir, &root));
+        let index = git_dir.join("unused-index");
+        let (code, out) = git(&git_dir, None, &index, &[
+            "merge-tree", "--write-tree", "--name-only", "-X", "no-renames",
+            &format!("--merge-base={base}"), &f, &p,
+        ]);
+        let u = s.forks.update(&name, API).unwrap();
+        proptest::prop_assert!(u.left_alone.is_empty(), "{u:?}");
+        let git_tree = out.lines().next().unwrap_or_default().to_string();
+        let mut want = entries(&git_dir, &git_tree);
+        let ours_paths: std::collections::BTreeSet<String> =
+            u.conflicts.iter().map(|c| c.path.clone()).collect();
+        if code == 0 {
+            proptest::prop_assert!(u.conflicts.is_empty(), "git merged cleanly, wardfs: {u:?}");
+        } else {
+            proptest::prop_assert_eq!(code, 1, "git merge-tree failed: {}", out);
+            let git_paths: std::collections::BTreeSet<String> = out
+                .lines()
+                .skip(1)
+                .take_while(|l| !l.is_empty())
+                .map(String::from)
+                .collect();
+            proptest::prop_assert_eq!(&ours_paths, &git_paths);
+            let (fork_had, parent_has) = (entries(&git_dir, &f), entries(&git_dir, &p));
+            for c in &git_paths {
+                want.remove(c);
+                if let Some(e) = fork_had.get(c) {
+                    want.insert(c.clone(), e.clone());
+                }
+                if let Some(e) = parent_has.get(c) {
+                    want.insert(format!("{c}.parent"), e.clone());
+                }
+            }
+        }
+        let after = tree_of(&git_dir, &root);
+        proptest::prop_assert_eq!(entries(&git_dir, &after), want);
+        proptest::prop_assert_eq!(tree_of(&git_dir, &ws_root), p, "the parent is not touched");
+        let m = s.forks.merge(&name, &[], API).unwrap();
+        proptest::prop_assert!(m.applied && m.conflicts.is_empty(), "{m:?}");
+        proptest::prop_assert_eq!(tree_of(&git_dir, &ws_root), after);
+    }
+}
+
+/// A fork where one side made the directory `d` a file and the other changed `d/x.txt` and
+/// added `d/y.txt`; `file_in_fork` says which side made the file.
+fn dir_against_file(s: &Setup, file_in_fork: bool) -> String {
+    let z = &s.zones;
+    z.write("/workspace/d/x.txt", "base\n", API).unwrap();
+    let name = unique("df");
+    s.forks
+        .create(&name, &Source::Zone(ZoneId::Workspace), API)
+        .unwrap();
+    let (fork, parent) = (format!("/forks/{name}"), "/workspace".to_string());
+    let (file_side, dir_side) = if file_in_fork {
+        (fork, parent)
+    } else {
+        (parent, fork)
+    };
+    z.delete(&format!("{file_side}/d"), true, API).unwrap();
+    z.write(&format!("{file_side}/d"), "now a file\n", API)
+        .unwrap();
+    z.write(&format!("{dir_side}/d/x.txt"), "changed\n", API)
+        .unwrap();
+    z.write(&format!("{dir_side}/d/y.txt"), "new\n", API)
+        .unwrap();
+    name
+}
+
+#[test]
+fn a_file_against_a_directory_is_kept_beside_or_refused_whole() {
+    // The parent made `d` a file: the fork keeps its directory, the parent's file is beside it.
+    let s = setup();
+    let z = &s.zones;
+    let name = dir_against_file(&s, false);
+    let u = s.forks.update(&name, API).unwrap();
+    let got: Vec<(&str, &str, Option<&str>)> = u
+        .conflicts
+        .iter()
+        .map(|c| (c.path.as_str(), c.kind.as_str(), c.parent_copy.as_deref()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("d", "type", Some("d.parent")),
+            ("d/x.txt", "delete/modify", None)
+        ]
+    );
+    let f = format!("/forks/{name}");
+    assert_eq!(read(z, &format!("{f}/d/x.txt")), "changed\n");
+    assert_eq!(read(z, &format!("{f}/d/y.txt")), "new\n");
+    assert_eq!(read(z, &format!("{f}/d.parent")), "now a file\n");
+    // The fork made `d` a file: its file cannot hold the parent's `d/…` beside anything, so
+    // nothing is written and the refusal names the path.
+    let s = setup();
+    let z = &s.zones;
+    let name = dir_against_file(&s, true);
+    let e = s.forks.update(&name, API).unwrap_err();
+    assert_eq!(e.code().as_str(), "CONFLICT", "{e}");
+    assert!(e.to_string().contains(&format!("/forks/{name}/d:")), "{e}");
+    let f = format!("/forks/{name}");
+    assert_eq!(read(z, &format!("{f}/d")), "now a file\n");
+    assert_eq!(read(z, "/workspace/d/x.txt"), "changed\n");
+    // A merge names both, and settling them into a file with a file beneath it is refused.
+    let m = s
+        .forks
+        .merge_settling(&name, &[], &settle(&["d/x.txt"], &["d"]), API)
+        .unwrap();
+    assert!(!m.applied, "{m:?}");
+    let kinds: Vec<(&str, &str)> = m
+        .conflicts
+        .iter()
+        .map(|c| (c.path.as_str(), c.kind.as_str()))
+        .collect();
+    assert_eq!(kinds, [("d", "type")]);
+    assert_eq!(read(z, "/workspace/d/x.txt"), "changed\n");
+}
+
+/// `changes` of the fork `name` as (path, status, old path, old mode, new mode, +, -).
+type Listed = (
+    String,
+    String,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    usize,
+    usize,
+);
+
+fn listed(d: &DiffResult) -> Vec<Listed> {
+    d.files
+        .iter()
+        .map(|f| {
+            (
+                f.path.clone(),
+                f.status.clone(),
+                f.old_path.clone(),
+                f.old_mode.clone(),
+                f.new_mode.clone(),
+                f.additions,
+                f.deletions,
+            )
+        })
+        .collect()
+}
+
+fn row(path: &str, status: &str, old_path: Option<&str>, modes: Option<(&str, &str)>) -> Listed {
+    (
+        path.into(),
+        status.into(),
+        old_path.map(String::from),
+        modes.map(|m| m.0.into()),
+        modes.map(|m| m.1.into()),
+        0,
+        0,
+    )
+}
+
+#[test]
+fn changes_list_renames_as_renames_and_mode_changes_as_re_modes() {
+    let s = setup();
+    let z = &s.zones;
+    let ten: String = (1..=10).map(|n| format!("line {n}\n")).collect();
+    z.write("/workspace/a.txt", "moved as it is\n", API)
+        .unwrap();
+    z.write("/workspace/m.rs", &ten, API).unwrap();
+    z.write("/workspace/tool.sh", "echo hi\n", API).unwrap();
+    z.write("/workspace/.env", "KEY=1\n", API).unwrap();
+    z.write("/workspace/edited.txt", "one\n", API).unwrap();
+    let name = unique("rn");
+    s.forks
+        .create(&name, &Source::Zone(ZoneId::Workspace), API)
+        .unwrap();
+    let f = format!("/forks/{name}");
+    z.rename(&format!("{f}/a.txt"), &format!("{f}/d/b.txt"), false, API)
+        .unwrap();
+    // Moved and one line of ten changed: a rename by similarity, with its line counts.
+    z.delete(&format!("{f}/m.rs"), false, API).unwrap();
+    z.write(
+        &format!("{f}/src/m.rs"),
+        &ten.replace("line 5", "LINE 5"),
+        API,
+    )
+    .unwrap();
+    z.write_with_mode(&format!("{f}/tool.sh"), b"echo hi\n", 0o755, API)
+        .unwrap();
+    z.write_with_mode(&format!("{f}/.env"), b"KEY=1\n", 0o600, API)
+        .unwrap();
+    z.write_with_mode(&format!("{f}/edited.txt"), b"two\n", 0o755, API)
+        .unwrap();
+    let d = s.forks.changes(&name, false).unwrap();
+    let mut edited = row("edited.txt", "modified", None, Some(("0644", "0755")));
+    (edited.5, edited.6) = (1, 1);
+    let mut similar = row("src/m.rs", "renamed", Some("m.rs"), None);
+    (similar.5, similar.6) = (1, 1);
+    assert_eq!(
+        listed(&d),
+        [
+            row(".env", "re-moded", None, Some(("0644", "0600"))),
+            row("d/b.txt", "renamed", Some("a.txt"), None),
+            edited,
+            similar,
+            row("tool.sh", "re-moded", None, Some(("0644", "0755"))),
+        ]
+    );
+    assert!(d.patch.is_empty());
+    let with_patch = s.forks.changes(&name, true).unwrap();
+    // Lines counted from the patch or without one: the same.
+    assert_eq!(listed(&with_patch), listed(&d));
+    let p = with_patch.patch;
+    for part in [
+        "diff --git a/a.txt b/d/b.txt\nsimilarity index 100%\nrename from a.txt\nrename to d/b.txt\n",
+        "diff --git a/tool.sh b/tool.sh\nold mode 100644\nnew mode 100755\n",
+        "rename from m.rs\nrename to src/m.rs\n",
+        "-line 5\n+LINE 5\n",
+    ] {
+        assert!(p.contains(part), "{part:?} not in:\n{p}");
+    }
+    // A change after a listing is in the next one (the present kept is built on).
+    z.write(&format!("{f}/d/b.txt"), "moved and changed\n", API)
+        .unwrap();
+    let again = s.forks.changes(&name, false).unwrap();
+    let b = again.files.iter().find(|f| f.path == "d/b.txt").unwrap();
+    assert_eq!(
+        (b.status.as_str(), b.additions, b.deletions),
+        ("added", 1, 0)
+    );
+    assert!(again
+        .files
+        .iter()
+        .any(|f| f.path == "a.txt" && f.status == "deleted"));
+}
+
+#[test]
+fn many_files_moved_are_listed_as_exact_renames() {
+    let s = setup();
+    let z = &s.zones;
+    // Past the bound of similarity (201 × 201 pairs): renames found by content alone.
+    for i in 0..201 {
+        z.write(
+            &format!("/workspace/old/f{i}.txt"),
+            &format!("file {i}\n"),
+            API,
+        )
+        .unwrap();
+    }
+    z.write("/workspace/old/same.txt", "twin\n", API).unwrap();
+    z.write("/workspace/old/twin.txt", "twin\n", API).unwrap();
+    let name = unique("mv");
+    s.forks
+        .create(&name, &Source::Zone(ZoneId::Workspace), API)
+        .unwrap();
+    let f = format!("/forks/{name}");
+    z.rename(&format!("{f}/old"), &format!("{f}/new"), false, API)
+        .unwrap();
+    let d = s.forks.changes(&name, false).unwrap();
+    assert_eq!(d.files.len(), 203, "{:?}", listed(&d));
+    for file in &d.files {
+        let was = file.path.replacen("new/", "old/", 1);
+        assert_eq!(
+            (file.status.as_str(), file.old_path.as_deref()),
+            ("renamed", Some(was.as_str())),
+            "{file:?}"
+        );
+    }
+}
+
+#[test]
+fn changes_since_another_fork_or_a_checkpoint() {
+    let s = setup();
+    let z = &s.zones;
+    z.write("/workspace/x.txt", "base\n", API).unwrap();
+    let (a, b) = (unique("sa"), unique("sb"));
+    for n in [&a, &b] {
+        s.forks
+            .create(n, &Source::Zone(ZoneId::Workspace), API)
+            .unwrap();
+    }
+    z.write(&format!("/forks/{a}/x.txt"), "base\nfrom a\n", API)
+        .unwrap();
+    z.write(&format!("/forks/{b}/x.txt"), "b's\n", API).unwrap();
+    z.write(&format!("/forks/{b}/y.txt"), "only b\n", API)
+        .unwrap();
+    let since_b = Source::parse_as("since", &b).unwrap();
+    let d = s.forks.changes_since(&a, &since_b, false, API).unwrap();
+    let mut x = row("x.txt", "modified", None, None);
+    (x.5, x.6) = (2, 1);
+    let mut y = row("y.txt", "deleted", None, None);
+    y.6 = 1;
+    assert_eq!(listed(&d), [x, y]);
+    // `from` is the checkpoint of b's present it compared with.
+    let from = s.forks.checkpoints.get(d.from).unwrap();
+    assert_eq!(from.zone, format!("forks/{b}"));
+    // Since a checkpoint: b's present as that checkpoint holds it, whatever b does after.
+    z.write(&format!("/forks/{b}/y.txt"), "changed again\n", API)
+        .unwrap();
+    let by_id = Source::parse_as("since", &d.from.to_string()).unwrap();
+    let again = s.forks.changes_since(&a, &by_id, false, API).unwrap();
+    assert_eq!((listed(&again), again.from), (listed(&d), d.from));
+    // Against itself: nothing.
+    let me = Source::parse_as("since", &format!("forks/{a}")).unwrap();
+    assert!(s
+        .forks
+        .changes_since(&a, &me, false, API)
+        .unwrap()
+        .files
+        .is_empty());
+    // The fork point is what `changes` compares with.
+    let plain = s.forks.changes(&a, false).unwrap();
+    let base = s
+        .forks
+        .list()
+        .unwrap()
+        .into_iter()
+        .find(|f| f.name == a)
+        .unwrap()
+        .base;
+    let at_base = Source::parse_as("since", &base.to_string()).unwrap();
+    let same = s.forks.changes_since(&a, &at_base, false, API).unwrap();
+    assert_eq!(listed(&same), listed(&plain));
+}
+
+#[test]
+fn a_hostile_since_is_refused_and_named() {
+    let s = setup();
+    let name = unique("hs");
+    s.forks
+        .create(&name, &Source::Zone(ZoneId::Workspace), API)
+        .unwrap();
+    for bad in [
+        "",
+        "../x",
+        "forks/../workspace",
+        "nowhere",
+        "x\u{1b}[2J",
+        "a b",
+    ] {
+        let e = Source::parse_as("since", bad).unwrap_err();
+        assert_eq!(e.code().as_str(), "INVALID_ARGUMENT", "{bad:?}: {e}");
+        let text = e.to_string();
+        assert!(text.contains("since"), "{text}");
+        assert!(!text.contains('\u{1b}'), "{text}");
+    }
+    for missing in ["999999999", "-1", "9223372036854775807"] {
+        let since = Source::parse_as("since", missing).unwrap();
+        let e = s
+            .forks
+            .changes_since(&name, &since, false, API)
+            .unwrap_err();
+        assert_eq!(e.code().as_str(), "NOT_FOUND", "{missing}: {e}");
+    }
 }

@@ -4,6 +4,7 @@
 //! exists now (a zone too, looked up as the kernel asks: see `fs`); `fs` answers the kernel,
 //! `inodes` maps inode numbers to backing files, `invalidate` keeps the kernel's caches honest. Mounting handles a
 //! stale mount left by a crash (lazy unmount, then mount again); dropping a [`Mount`] unmounts.
+//! `binds` puts a fork's tree at a directory of one's choice (`wardfs fork NAME --mount DIR`).
 //!
 //! Owns the kernel's business only: decoding requests, inode numbers, handles, TTLs, the I/O
 //! modes (passthrough, or the page cache with no `OPEN`), the transport (FUSE over io_uring by
@@ -11,6 +12,7 @@
 //! invalidation. Every operation on a zone is the core's. May import `core`, `state` and
 //! `config`; never `api`, `git`, `sandbox` or `daemon` (`tests/rules` checks the imports).
 
+pub mod binds;
 mod fs;
 mod inodes;
 mod invalidate;
@@ -46,6 +48,8 @@ pub struct Mount {
     session: Option<fuser::BackgroundSession>,
     zones: Arc<Zones>,
     listener: Option<ListenerId>,
+    /// Unmounts a fork's binds when the fork is removed ([`binds::ForkBinds`]).
+    binds: Option<ListenerId>,
     _evictor: Option<invalidate::Evictor>,
     mountpoint: PathBuf,
 }
@@ -62,7 +66,10 @@ impl Mount {
     }
 
     fn stop(&mut self) -> std::io::Result<()> {
-        if let Some(id) = self.listener.take() {
+        for id in [self.listener.take(), self.binds.take()]
+            .into_iter()
+            .flatten()
+        {
             self.zones.remove_listener(id);
         }
         self._evictor.take();
@@ -70,6 +77,8 @@ impl Mount {
             return Ok(());
         };
         tracing::info!(mount = %self.mountpoint.display(), "unmounting");
+        // A fork bound elsewhere would answer ENOTCONN once the session ends.
+        binds::unbind_all(&self.mountpoint, None);
         // A lazy unmount ends the session: the kernel aborts the connection and the worker
         // threads' reads return. fuser's own unmount then finds nothing left to do.
         unmount_lazily(&self.mountpoint)?;
@@ -267,6 +276,10 @@ pub fn mount(
         inodes: inodes.clone(),
         notifier: session.notifier(),
     }));
+    let binds = zones.add_listener(Arc::new(binds::ForkBinds {
+        mount: mountpoint.to_path_buf(),
+        zones: Arc::downgrade(&zones),
+    }));
     let evictor = match invalidate::Evictor::start(inodes, session.notifier()) {
         Ok(e) => Some(e),
         Err(e) => {
@@ -279,6 +292,7 @@ pub fn mount(
         session: Some(session),
         zones,
         listener: Some(listener),
+        binds: Some(binds),
         _evictor: evictor,
         mountpoint: mountpoint.to_path_buf(),
     })

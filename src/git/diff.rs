@@ -53,6 +53,7 @@ pub fn file_patches(
             oversized,
             oid,
             diff: None,
+            writers: Vec::new(),
         };
         if !oversized {
             if let Some(mut patch) = Patch::from_diff(&diff, i).map_err(libgit2("diff"))? {

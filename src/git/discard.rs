@@ -1,5 +1,6 @@
-//! `discard`: drop a staged commit, optionally reverting its files in the workspace (each replaced
-//! as itself, compare-and-swapped like a pull's writes). [`DiscardError`] says why a discard failed.
+//! `discard`: drop a staged commit, optionally reverting its files where they were staged from
+//! (the workspace, or the fork whose changes it holds; each replaced as itself,
+//! compare-and-swapped like a pull's writes). [`DiscardError`] says why a discard failed.
 
 use super::*;
 
@@ -70,6 +71,17 @@ impl Git {
             return Err(DiscardError::Discarded { id: id.into() });
         }
         let repo = self.repo_of(&row)?;
+        let zone = ZoneId::from_name(&row.zone);
+        if revert && zone.is_none() {
+            // A fork removed since: there is nothing to revert in.
+            let name = row.zone.rsplit('/').next().unwrap_or_default().to_string();
+            return Err(CommonError::NoFork {
+                path: format!("/{}", row.zone),
+                name,
+            }
+            .into());
+        }
+        let zone = zone.unwrap_or(ZoneId::Workspace);
         let mirror_path = PathBuf::from(&repo.mirror);
         let lock = self.lock_for(&mirror_path);
         let _guard = lock.lock().expect("not poisoned");
@@ -99,7 +111,7 @@ impl Git {
                 })
                 .map_err(libgit2("walk base tree"))?;
             for f in self.zones.db().staged_files(id)? {
-                let v = vfile(&repo.dir, &f.path);
+                let v = vfile_in(&row.zone, &repo.dir, &f.path);
                 let seen = self.zones.seen(&v)?;
                 let now = self.local_blob(&v)?.map(|(o, _)| o.to_string());
                 if now != f.oid {
@@ -115,7 +127,6 @@ impl Git {
                         if let Err(Refusal::Changed(reason) | Refusal::Skipped(reason)) = self
                             .write_entry(
                                 &v,
-                                &repo.dir,
                                 &f.path,
                                 blob.content(),
                                 entry.filemode() as u32,
@@ -136,7 +147,7 @@ impl Git {
                                 });
                                 continue;
                             }
-                            self.prune_empty_parents(&repo.dir, &f.path, origin_git());
+                            self.prune_empty_parents(&row.zone, &repo.dir, &f.path, origin_git());
                         }
                     }
                 }
@@ -157,7 +168,8 @@ impl Git {
             None,
             self.zones.now_ms(),
         )?;
-        self.event(
+        self.event_in(
+            zone,
             &repo.dir,
             "git-discard",
             &format!("{id}{}", if revert { " (files reverted)" } else { "" }),

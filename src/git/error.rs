@@ -83,6 +83,22 @@ pub enum CommonError {
     NoRepo { dir: String },
     #[error("{0}")]
     WhichRepo(String),
+    /// `fork` (or a path) names a fork that does not exist.
+    #[error(
+        "no fork {} exists (`wardfs forks` lists them)",
+        crate::core::text::name(name)
+    )]
+    NoFork {
+        name: String,
+        /// `/forks/NAME`, the path the error names.
+        path: String,
+    },
+    /// The fork's files were taken before the repository's base last moved (a pull or a push
+    /// in the workspace): staged on that base, they would undo what it brought.
+    #[error(
+        "fork {fork}'s files of {repo} are older than the repository's base, which a pull or a          push in the workspace moved after the fork was made: staged on it, they would undo          that change; update the fork first (`wardfs update {fork}`), or stage from the workspace"
+    )]
+    StaleFork { fork: String, repo: String },
 }
 
 impl GitFailure for CommonError {
@@ -92,7 +108,8 @@ impl GitFailure for CommonError {
             CommonError::State(_) => ErrorCode::Internal,
             CommonError::Git(e) => e.code(),
             CommonError::Invalid(_) | CommonError::WhichRepo(_) => ErrorCode::InvalidArgument,
-            CommonError::NoRepo { .. } => ErrorCode::NotFound,
+            CommonError::NoRepo { .. } | CommonError::NoFork { .. } => ErrorCode::NotFound,
+            CommonError::StaleFork { .. } => ErrorCode::Conflict,
         }
     }
 
@@ -100,6 +117,7 @@ impl GitFailure for CommonError {
         match self {
             CommonError::Fs(e) => e.path(),
             CommonError::NoRepo { dir } => Some(dir),
+            CommonError::NoFork { path, .. } => Some(path),
             _ => None,
         }
     }

@@ -10,6 +10,11 @@
 //! touched. `push` fetches the target, rebases with a three-way tree merge when it moved, and
 //! pushes with a lease; [`pr`] opens pull requests. Every step lands in the journal.
 //!
+//! A fork of the workspace (`/forks/NAME`) holds the pulled repositories too: status and stage
+//! read a fork's files in place of the workspace's (`--fork NAME`, or a path in the fork) and
+//! stage its changes on the same base; a staged commit records the zone it was read from and
+//! the writers of each file ([`place`]).
+//!
 //! One file per operation: `pull.rs`, `status.rs` (with `resolve`), `stage.rs` (with `list` and
 //! `show`), `push.rs`, `discard.rs`, each with its request, result and error types; this file
 //! keeps the service, the helpers they share and the path rules. [`error`] holds the failures
@@ -24,6 +29,7 @@ pub mod diff;
 mod discard;
 pub mod error;
 pub mod memory;
+mod place;
 pub mod pr;
 pub mod prune;
 mod pull;
@@ -40,6 +46,8 @@ use std::time::Instant;
 use git2::{ObjectType, Oid, Repository, TreeWalkMode, TreeWalkResult};
 use serde::{Deserialize, Serialize};
 
+/// Who changed a staged file (the journal's row writer), as a staged commit records it.
+pub use crate::state::Writer;
 pub use discard::{DiscardError, DiscardResult};
 pub use error::{CommonError, GitFailure, InvalidArg, Libgit2Error, RemoteError};
 pub use pr::PrError;
@@ -80,18 +88,31 @@ fn origin_git() -> Origin {
 
 /// The virtual path of a workspace-relative directory.
 fn vdir(dir: &str) -> String {
-    if dir.is_empty() {
-        "/workspace".into()
-    } else {
-        format!("/workspace/{dir}")
-    }
+    vdir_in(WORKSPACE, dir)
 }
 
 fn vfile(dir: &str, path: &str) -> String {
+    vfile_in(WORKSPACE, dir, path)
+}
+
+/// The zone a repository is pulled into (and a staged commit's zone unless a fork's).
+const WORKSPACE: &str = "workspace";
+
+/// The virtual path of the directory `dir` of the zone named `zone` (`workspace`, `forks/a`).
+fn vdir_in(zone: &str, dir: &str) -> String {
     if dir.is_empty() {
-        format!("/workspace/{path}")
+        format!("/{zone}")
     } else {
-        format!("/workspace/{dir}/{path}")
+        format!("/{zone}/{dir}")
+    }
+}
+
+/// The virtual path of the file `path` of the repository at `dir` of the zone named `zone`.
+fn vfile_in(zone: &str, dir: &str, path: &str) -> String {
+    if dir.is_empty() {
+        format!("/{zone}/{path}")
+    } else {
+        format!("/{zone}/{dir}/{path}")
     }
 }
 
@@ -235,18 +256,24 @@ impl Git {
     }
 
     fn event(&self, dir: &str, op: &str, detail: &str) {
-        if let Ok(vp) = VPath::new(ZoneId::Workspace, dir) {
+        self.event_in(ZoneId::Workspace, dir, op, detail);
+    }
+
+    /// Journals a git event on the directory `dir` of `zone` (a fork's stage is the fork's).
+    fn event_in(&self, zone: ZoneId, dir: &str, op: &str, detail: &str) {
+        if let Ok(vp) = VPath::new(zone, dir) {
             self.zones.record_event(&vp, op, detail, origin_git());
         }
     }
 
-    /// Removes directories left empty by deleting `path` (best effort, up to the repo dir).
-    fn prune_empty_parents(&self, dir: &str, path: &str, origin: Origin) {
+    /// Removes directories left empty by deleting `path` (best effort, up to the repo dir) of
+    /// the zone named `zone`.
+    fn prune_empty_parents(&self, zone: &str, dir: &str, path: &str, origin: Origin) {
         let mut p = path;
         while let Some((parent, _)) = p.rsplit_once('/') {
             if self
                 .zones
-                .delete(&vfile(dir, parent), false, origin)
+                .delete(&vfile_in(zone, dir, parent), false, origin)
                 .is_err()
             {
                 break;
@@ -255,28 +282,27 @@ impl Git {
         }
     }
 
-    /// Writes one pulled entry at `v` (`path` in the repository at `dir`) as itself: a symlink
+    /// Writes one pulled entry at `v` (`path` in its repository) as itself: a symlink
     /// there is replaced, never written through, and only if the entry is still what `seen`
     /// recorded. A symlink is written only when it resolves beneath the repository through the
     /// tree's own links; nothing is written beneath a parent that is a symlink locally.
-    #[allow(clippy::too_many_arguments)]
     fn write_entry(
         &self,
         v: &str,
-        dir: &str,
         path: &str,
         content: &[u8],
         mode: u32,
         seen: Seen,
         links: &LinkResolver,
     ) -> Result<(), Refusal> {
-        let mut parent = path;
+        // The parents of `path` in the repository, as virtual paths: `v` one level up at a time.
+        let (mut parent, mut vparent) = (path, v);
         while let Some((p, _)) = parent.rsplit_once('/') {
-            if let Ok(st) = self.zones.stat(&vfile(dir, p)) {
+            vparent = vparent.rsplit_once('/').map_or(vparent, |(up, _)| up);
+            if let Ok(st) = self.zones.stat(vparent) {
                 if st.kind != EntryKind::Dir {
                     return Err(Refusal::Changed(format!(
-                        "{} is a {} locally, a directory upstream",
-                        vfile(dir, p),
+                        "{vparent} is a {} locally, a directory upstream",
                         if st.kind == EntryKind::Symlink {
                             "symlink"
                         } else {
@@ -437,12 +463,13 @@ impl Git {
             })
     }
 
-    /// Finds the repo `v` (a virtual path) belongs to, or the only repo when `v` is None.
+    /// Finds the repo `v` (a virtual path, in /workspace or in a fork) belongs to, or the only
+    /// repo when `v` is None.
     pub fn repo_for(&self, v: Option<&str>) -> Result<RepoRow, CommonError> {
         let repos = self.zones.db().repos()?;
         match v {
             Some(v) => {
-                let rel = self.workspace_dir("repo", v)?;
+                let rel = self.repo_dir("repo", v)?;
                 repos
                     .into_iter()
                     .filter(|r| under(&rel, &r.dir))

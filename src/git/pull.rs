@@ -486,7 +486,7 @@ impl Git {
                 Some((l, lm)) if l.to_string() == *base && row.base_mode == Some(lm) => {
                     match self.zones.remove_entry(&v, seen, origin_git()) {
                         Ok(()) => {
-                            self.prune_empty_parents(dir, path, origin_git());
+                            self.prune_empty_parents(WORKSPACE, dir, path, origin_git());
                             t.deleted += 1;
                         }
                         Err(e) if e.code() == ErrorCode::Conflict => gone_here(
@@ -593,7 +593,7 @@ impl Git {
         };
         let mut changed_meanwhile = None;
         if untouched {
-            match self.write_entry(&v, dir, path, blob.content(), up.1, seen, links) {
+            match self.write_entry(&v, path, blob.content(), up.1, seen, links) {
                 Ok(()) => {
                     t.written += 1;
                     t.bytes_written += blob.content().len();

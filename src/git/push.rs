@@ -216,7 +216,9 @@ impl Git {
         )?;
         // A direct push of a commit built on the workspace's base moves the base: its files are
         // clean now. After a rebase the workspace lacks the upstream changes; a pull brings them.
-        if !req.pr && !rebased && row.base == repo.base {
+        // A fork's commit leaves the base alone: the workspace does not hold the fork's changes
+        // (until they are merged), and would read as undoing them.
+        if !req.pr && !rebased && row.base == repo.base && row.zone == WORKSPACE {
             let files: Vec<(String, Option<String>, Option<u32>)> = db
                 .staged_files(&row.id)?
                 .into_iter()

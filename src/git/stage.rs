@@ -1,8 +1,10 @@
 //! `stage`: build a reviewable commit in the mirror's object store from the agent's changes (the
 //! workspace is never touched), keep it at `refs/wardfs/staged/<id>` with per-file diffs; `list`
 //! and `show` read staged commits back. Each has its error type: [`StageError`], [`ShowError`],
-//! [`ListError`].
+//! [`ListError`]. A fork's changes stage the same way, read from the fork (`fork`); the commit
+//! records the zone it was read from and each file's writers.
 
+use super::place::Place;
 use super::*;
 use crate::core::text::count;
 
@@ -26,6 +28,12 @@ pub struct StageRequest {
     /// The branch it will be pushed to. Default: the pulled branch.
     #[serde(default)]
     pub branch: Option<String>,
+    /// Stage the changes a fork holds (its name, e.g. `a` for `/forks/a`) instead of the
+    /// workspace's: the fork's files of the repository, on the same base. Default: the fork
+    /// `repo` or the first virtual path in `files` lies in, else the workspace. NOT_FOUND when
+    /// no such fork exists.
+    #[serde(default)]
+    pub fork: Option<String>,
 }
 
 /// A staged commit as the API and CLI show it: a commit built in wardfs's mirror of the remote
@@ -36,8 +44,13 @@ pub struct StagedCommit {
     /// Its id: the first 10 hex digits of the commit as first staged (it stays the same after a
     /// rebase).
     pub id: String,
-    /// The repository's workspace directory.
+    /// The repository's directory in the zone its files were read from (`/workspace/demo`, or
+    /// `/forks/a/demo` for a fork's changes).
     pub repo: String,
+    /// The zone its files were read from: `workspace`, or `forks/NAME` for the changes of the
+    /// fork NAME.
+    #[serde(default = "workspace_zone")]
+    pub zone: String,
     /// The remote URL.
     pub url: String,
     /// The branch it is pushed to (with `pr`: the pull request's base).
@@ -92,6 +105,10 @@ pub struct StagedCommit {
     pub skipped_total: usize,
 }
 
+fn workspace_zone() -> String {
+    WORKSPACE.into()
+}
+
 fn is_zero(n: &usize) -> bool {
     *n == 0
 }
@@ -119,6 +136,12 @@ pub struct StagedFile {
     /// The patch's hunks with numbered, typed lines. Present exactly when `diff` is.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hunks: Option<Vec<diff::Hunk>>,
+    /// Who changed it, as the journal says, newest first (at most 8): in the zone the commit
+    /// was read from, or for a file a fork did not change itself, in the zone it was forked
+    /// from before the fork was made. Empty when the journal names nobody (a change made beside
+    /// wardfs with no watcher, or journal rows pruned).
+    #[serde(default)]
+    pub writers: Vec<Writer>,
 }
 
 /// Why staging failed.
@@ -188,7 +211,7 @@ impl Git {
     /// Returns the repository a stage is for: the one named (`repo`), the one holding the first
     /// file named by its virtual path, the only one pulled, or the only one with changes; with
     /// changes in several, asks for `repo` and names them.
-    fn repo_to_stage(&self, req: &StageRequest) -> Result<RepoRow, StageError> {
+    fn repo_to_stage(&self, req: &StageRequest, place: &Place) -> Result<RepoRow, StageError> {
         if req.repo.is_some() {
             return Ok(self.repo_for(req.repo.as_deref())?);
         }
@@ -201,7 +224,7 @@ impl Git {
         }
         let mut changed = Vec::new();
         for r in repos {
-            if self.has_unstaged(&r)? {
+            if self.has_unstaged(&r, place)? {
                 changed.push(r);
             }
         }
@@ -223,9 +246,9 @@ impl Git {
         }
     }
 
-    /// Returns whether `repo` has a change that no staged commit holds yet.
-    fn has_unstaged(&self, repo: &RepoRow) -> Result<bool, StageError> {
-        let st = self.refresh(repo, false)?;
+    /// Returns whether `repo` as `place` holds it has a change that no staged commit holds yet.
+    fn has_unstaged(&self, repo: &RepoRow, place: &Place) -> Result<bool, StageError> {
+        let st = self.changes_in(place, repo, false)?;
         if st.changes.is_empty() {
             return Ok(false);
         }
@@ -236,7 +259,7 @@ impl Git {
             .into_iter()
             .collect();
         for c in &st.changes {
-            let rel = c.path[vdir(&repo.dir).len()..].trim_start_matches('/');
+            let rel = c.path[place.vdir(&repo.dir).len()..].trim_start_matches('/');
             let now = self.local_blob(&c.path)?.map(|(oid, _)| oid.to_string());
             if !staged.contains(&(rel.to_string(), now)) {
                 return Ok(true);
@@ -251,15 +274,22 @@ impl Git {
         if message.is_empty() {
             return Err(invalid("message", "must not be empty; say what the change does").into());
         }
-        let repo = self.repo_to_stage(req)?;
+        let named = req.repo.as_deref().or_else(|| {
+            req.files
+                .iter()
+                .find(|f| f.starts_with('/'))
+                .map(String::as_str)
+        });
+        let place = self.place(req.fork.as_deref(), named)?;
+        let repo = self.repo_to_stage(req, &place)?;
         let branch = req.branch.clone().unwrap_or_else(|| repo.branch.clone());
         check_branch(&branch)?;
-        let st = self.refresh(&repo, false)?;
+        let st = self.changes_in(&place, &repo, false)?;
         let changes: Vec<(String, String)> = st
             .changes
             .iter()
             .map(|c| {
-                let rel = c.path[vdir(&repo.dir).len()..].trim_start_matches('/');
+                let rel = c.path[place.vdir(&repo.dir).len()..].trim_start_matches('/');
                 (rel.to_string(), c.state.clone())
             })
             .collect();
@@ -272,11 +302,13 @@ impl Git {
         } else {
             for f in &req.files {
                 let rel = if f.starts_with('/') {
-                    let r = self.workspace_dir("files", f)?;
+                    let r = self.place_rel(&place, "files", f)?;
                     if !under(&r, &repo.dir) {
-                        return Err(
-                            invalid("files", format!("{f} is not in {}", vdir(&repo.dir))).into(),
-                        );
+                        return Err(invalid(
+                            "files",
+                            format!("{f} is not in {}", place.vdir(&repo.dir)),
+                        )
+                        .into());
                     }
                     if repo.dir.is_empty() {
                         r
@@ -291,7 +323,7 @@ impl Git {
                 if hits.is_empty() {
                     return Err(StageError::Nothing(format!(
                         "{} has no changes to stage",
-                        vfile(&repo.dir, &rel)
+                        place.vfile(&repo.dir, &rel)
                     )));
                 }
                 for h in hits {
@@ -304,7 +336,7 @@ impl Git {
         let conflicted: Vec<String> = chosen
             .iter()
             .filter(|(_, s)| s == "conflict")
-            .map(|(p, _)| vfile(&repo.dir, p))
+            .map(|(p, _)| place.vfile(&repo.dir, p))
             .collect();
         if !conflicted.is_empty() {
             return Err(StageError::Conflict {
@@ -331,9 +363,10 @@ impl Git {
             HashSet::new()
         };
         let mut update = git2::build::TreeUpdateBuilder::new();
+        let mut writers: HashMap<String, Vec<crate::state::Writer>> = HashMap::new();
         let mut n = 0;
         for (path, _) in &chosen {
-            match self.store_local(&mirror, &vfile(&repo.dir, path))? {
+            match self.store_local(&mirror, &place.vfile(&repo.dir, path))? {
                 Some((oid, mode)) => {
                     if already.contains(&(path.clone(), Some(oid.to_string()))) {
                         continue;
@@ -347,13 +380,18 @@ impl Git {
                     update.remove(path.as_str());
                 }
             }
+            writers.insert(path.clone(), self.writers_of(&place, &repo, path)?);
             n += 1;
         }
         let roots: Vec<&str> = roots.iter().map(String::as_str).collect();
-        let (skipped, skipped_total) = self.left_out(&repo, &roots);
+        let (skipped, skipped_total) = if place.is_fork() {
+            (st.skipped.clone(), st.skipped_total)
+        } else {
+            self.left_out(&repo, &roots)
+        };
         if n == 0 {
             let mut why = if changes.is_empty() {
-                format!("nothing to stage: {} has no changes", vdir(&repo.dir))
+                format!("nothing to stage: {} has no changes", place.vdir(&repo.dir))
             } else {
                 "nothing to stage: every change is already in a staged commit (`wardfs staged list`)"
                     .into()
@@ -386,7 +424,11 @@ impl Git {
         mirror
             .reference(&staged_ref(&id), commit, true, "wardfs: staged")
             .map_err(libgit2("keep staged commit"))?;
-        let files = diff::file_patches(&mirror, &base_tree, &tree, self.settings.max_diff_bytes)?;
+        let mut files =
+            diff::file_patches(&mirror, &base_tree, &tree, self.settings.max_diff_bytes)?;
+        for f in &mut files {
+            f.writers = writers.remove(&f.path).unwrap_or_default();
+        }
         let row = StagedRow {
             id: id.clone(),
             repo_id: repo.id,
@@ -395,6 +437,7 @@ impl Git {
             message: message.to_string(),
             base: repo.base.clone(),
             commit: commit.to_string(),
+            zone: place.name().into(),
             state: "staged".into(),
             reason: None,
             conflicts: Vec::new(),
@@ -418,7 +461,8 @@ impl Git {
                 }
                 e => e.into(),
             })?;
-        self.event(
+        self.event_in(
+            place.id,
             &repo.dir,
             "git-stage",
             &format!("{id}: {}: {message}", count(files.len() as u64, "file")),
@@ -460,6 +504,7 @@ impl Git {
     fn view(&self, r: StagedRow, full: bool) -> Result<StagedCommit, crate::state::StateError> {
         let repo = self.zones.db().repo(r.repo_id)?;
         let repo_dir = repo.as_ref().map(|x| x.dir.clone());
+        let zone = r.zone.as_str();
         let files: Vec<StagedFile> = self
             .zones
             .db()
@@ -468,7 +513,7 @@ impl Git {
             .map(|f| {
                 let dir = repo.as_ref().map(|x| x.dir.as_str()).unwrap_or("");
                 StagedFile {
-                    path: vfile(dir, &f.path),
+                    path: vfile_in(zone, dir, &f.path),
                     operation: f.operation,
                     additions: f.additions,
                     deletions: f.deletions,
@@ -480,12 +525,13 @@ impl Git {
                         None
                     },
                     diff: if full { f.diff } else { None },
+                    writers: f.writers,
                 }
             })
             .collect();
         Ok(StagedCommit {
             id: r.id,
-            repo: repo.map(|x| vdir(&x.dir)).unwrap_or_default(),
+            repo: repo.map(|x| vdir_in(zone, &x.dir)).unwrap_or_default(),
             url: r.url,
             branch: r.branch,
             message: r.message,
@@ -496,8 +542,9 @@ impl Git {
             conflicts: r
                 .conflicts
                 .iter()
-                .map(|p| vfile(repo_dir.as_deref().unwrap_or(""), p))
+                .map(|p| vfile_in(zone, repo_dir.as_deref().unwrap_or(""), p))
                 .collect(),
+            zone: r.zone.clone(),
             pushed_commit: r.pushed_commit,
             pushed_ref: r.pushed_ref,
             pr_url: r.url_pr,

@@ -87,11 +87,11 @@ const DIR_NOT_UTF8: &str = "a directory whose name is not UTF-8 (every wardfs pa
 /// What a walk beneath a repository directory found: its files and symlinks (repository paths)
 /// and what it could not look at.
 #[derive(Default)]
-struct Walked {
-    files: Vec<String>,
-    left_out: Vec<(Vec<u8>, String)>,
+pub(super) struct Walked {
+    pub(super) files: Vec<String>,
+    pub(super) left_out: Vec<(Vec<u8>, String)>,
     /// Paths left out past [`MAX_LEFT_OUT`], counted only.
-    more: usize,
+    pub(super) more: usize,
 }
 
 impl Walked {
@@ -192,16 +192,39 @@ fn lossy_parent(path: &str) -> Option<&str> {
     Some(path[..at].rsplit_once('/').map_or("", |(dir, _)| dir))
 }
 
-/// The virtual path a person is shown for the repository path `rel` of the repository at `dir`:
-/// the path from the zone on escaped as git quotes it when it is not UTF-8 (the convention of
-/// grep's and glob's `skipped`).
-fn shown(dir: &str, rel: &[u8]) -> String {
+/// The virtual path a person is shown for the repository path `rel` of the repository at `dir`
+/// of the zone named `zone`: the path from the zone on escaped as git quotes it when it is not
+/// UTF-8 (the convention of grep's and glob's `skipped`).
+pub(super) fn shown(zone: &str, dir: &str, rel: &[u8]) -> String {
     let mut full = dir.as_bytes().to_vec();
     if !full.is_empty() && !rel.is_empty() {
         full.push(b'/');
     }
     full.extend_from_slice(rel);
-    format!("/workspace/{}", text::name_bytes(&full))
+    format!("/{zone}/{}", text::name_bytes(&full))
+}
+
+/// What a file is against its base (`row`, None: no row) now that it is `local` (blob and git
+/// mode; None: nothing there): `created`, `modified`, `deleted` or `clean`; None when there is
+/// nothing on either side, or a new file `ignored` (by the repository's `.gitignore`) says is
+/// ignored.
+pub(super) fn state_of(
+    row: Option<&FileRow>,
+    local: Option<(Oid, u32)>,
+    ignored: impl FnOnce() -> bool,
+) -> Option<&'static str> {
+    match (row.and_then(|r| r.base_oid.as_ref()), local) {
+        (None, None) => None,
+        (None, Some(_)) => (!ignored()).then_some("created"),
+        (Some(_), None) => Some("deleted"),
+        (Some(b), Some((o, m))) => {
+            if *b == o.to_string() && row.and_then(|r| r.base_mode) == Some(m) {
+                Some("clean")
+            } else {
+                Some("modified")
+            }
+        }
+    }
 }
 
 impl GitFailure for ResolveError {
@@ -225,13 +248,26 @@ impl Git {
     /// Only paths the journal mentions since the last look are re-hashed; `rescan` re-hashes
     /// everything (for changes made beside wardfs, which the journal cannot see).
     pub fn status(&self, v: Option<&str>, rescan: bool) -> Result<StatusResult, StatusError> {
+        self.status_at(None, v, rescan)
+    }
+
+    /// [`Git::status`] of the files a fork holds: the fork `fork` names, or the one `v` lies in
+    /// (the workspace's when neither names one). NOT_FOUND for a fork that does not exist;
+    /// CONFLICT for a fork made before the repository's base last moved.
+    pub fn status_at(
+        &self,
+        fork: Option<&str>,
+        v: Option<&str>,
+        rescan: bool,
+    ) -> Result<StatusResult, StatusError> {
+        let place = self.place(fork, v)?;
         let repos = match v {
             Some(_) => vec![self.repo_for(v)?],
             None => self.zones.db().repos()?,
         };
         let mut out = Vec::with_capacity(repos.len());
         for repo in repos {
-            out.push(self.refresh(&repo, rescan)?);
+            out.push(self.changes_in(&place, &repo, rescan)?);
         }
         Ok(StatusResult { repos: out })
     }
@@ -268,13 +304,13 @@ impl Git {
         let mut expanded: HashSet<String> = HashSet::new();
         if full {
             expanded.extend(all.iter().flat_map(|m| m.keys().cloned()));
-            let mut w = self.walk_files(&repo.dir, "", true);
+            let mut w = self.walk_files(ZoneId::Workspace, &repo.dir, "", true);
             expanded.extend(std::mem::take(&mut w.files));
             self.left_out.note(repo.id, "", true, &mut w);
         } else {
             if !self.left_out.known(repo.id) {
                 // The first look since the daemon started: what it cannot look at, named.
-                let mut w = self.walk_files(&repo.dir, "", true);
+                let mut w = self.walk_files(ZoneId::Workspace, &repo.dir, "", true);
                 w.files.clear();
                 self.left_out.note(repo.id, "", true, &mut w);
             }
@@ -291,11 +327,11 @@ impl Git {
                     None => expanded
                         .extend(db.repo_files_under(repo.id, c)?.into_iter().map(|r| r.path)),
                 }
-                let mut w = self.walk_files(&repo.dir, c, true);
+                let mut w = self.walk_files(ZoneId::Workspace, &repo.dir, c, true);
                 expanded.extend(std::mem::take(&mut w.files));
                 self.left_out.note(repo.id, c, true, &mut w);
                 if let Some(parent) = lossy_parent(c) {
-                    let mut w = self.walk_files(&repo.dir, parent, false);
+                    let mut w = self.walk_files(ZoneId::Workspace, &repo.dir, parent, false);
                     w.files.clear();
                     self.left_out.note(repo.id, parent, false, &mut w);
                 }
@@ -318,32 +354,16 @@ impl Git {
                 }
                 m
             };
-            let ignore = self.ignore_matcher(&repo.dir);
+            let ignore = self.ignore_matcher(ZoneId::Workspace, &repo.dir);
             let mut states = Vec::with_capacity(expanded.len());
             for p in expanded {
                 let local = self.local_blob(&vfile(&repo.dir, &p))?;
-                let row = rows.get(&p);
-                let state = match (row.and_then(|r| r.base_oid.as_ref()), local) {
-                    (None, None) => None,
-                    (None, Some(_)) => {
-                        if ignore
-                            .as_ref()
-                            .is_some_and(|g| g.matched_path_or_any_parents(&p, false).is_ignore())
-                        {
-                            None
-                        } else {
-                            Some("created")
-                        }
-                    }
-                    (Some(_), None) => Some("deleted"),
-                    (Some(b), Some((o, m))) => {
-                        if *b == o.to_string() && row.and_then(|r| r.base_mode) == Some(m) {
-                            Some("clean")
-                        } else {
-                            Some("modified")
-                        }
-                    }
+                let ignored = || {
+                    ignore
+                        .as_ref()
+                        .is_some_and(|g| g.matched_path_or_any_parents(&p, false).is_ignore())
                 };
+                let state = state_of(rows.get(&p), local, ignored);
                 states.push((p, state.map(String::from)));
             }
             db.update_status(repo.id, &states, last)?;
@@ -378,16 +398,20 @@ impl Git {
         let notes = named
             .into_iter()
             .map(|(path, reason)| PathNote {
-                path: shown(&repo.dir, &path),
+                path: shown(WORKSPACE, &repo.dir, &path),
                 reason,
             })
             .collect();
         (notes, total)
     }
 
-    /// The repo's root `.gitignore`, as a matcher.
-    fn ignore_matcher(&self, dir: &str) -> Option<ignore::gitignore::Gitignore> {
-        let Zone::Local(z) = self.zones.zone(ZoneId::Workspace) else {
+    /// The root `.gitignore` of the repo at `dir` of `zone`, as a matcher.
+    pub(super) fn ignore_matcher(
+        &self,
+        zone: ZoneId,
+        dir: &str,
+    ) -> Option<ignore::gitignore::Gitignore> {
+        let Zone::Local(z) = self.zones.zone(zone) else {
             return None;
         };
         let root = if dir.is_empty() {
@@ -400,13 +424,13 @@ impl Git {
         b.build().ok()
     }
 
-    /// Files (and symlinks) at `sub` or beneath it in the repo dir (only directly in it when not
-    /// `deep`), as repository paths, and what the walk could not look at: a name that is not
-    /// UTF-8 (a directory of such a name is not entered), a directory that could not be read.
-    /// `.git` and wardfs's temp files are not looked at.
-    fn walk_files(&self, dir: &str, sub: &str, deep: bool) -> Walked {
+    /// Files (and symlinks) at `sub` or beneath it in the repo dir `dir` of `zone` (only
+    /// directly in it when not `deep`), as repository paths, and what the walk could not look
+    /// at: a name that is not UTF-8 (a directory of such a name is not entered), a directory that
+    /// could not be read. `.git` and wardfs's temp files are not looked at.
+    pub(super) fn walk_files(&self, zone: ZoneId, dir: &str, sub: &str, deep: bool) -> Walked {
         let mut out = Walked::default();
-        let Zone::Local(z) = self.zones.zone(ZoneId::Workspace) else {
+        let Zone::Local(z) = self.zones.zone(zone) else {
             return out;
         };
         let base = if dir.is_empty() {
@@ -547,7 +571,11 @@ mod tests {
         assert_eq!(lossy_parent("bad\u{FFFD}.txt"), Some(""));
         assert_eq!(lossy_parent("d/sub\u{FFFD}/x.txt"), Some("d"));
         assert_eq!(lossy_parent("d/e/ok.txt"), None);
-        assert_eq!(shown("r", b"bad\xff.txt"), "/workspace/\"r/bad\\377.txt\"");
-        assert_eq!(shown("", b"ok/d"), "/workspace/ok/d");
+        assert_eq!(
+            shown("workspace", "r", b"bad\xff.txt"),
+            "/workspace/\"r/bad\\377.txt\""
+        );
+        assert_eq!(shown("workspace", "", b"ok/d"), "/workspace/ok/d");
+        assert_eq!(shown("forks/a", "r", b"x"), "/forks/a/r/x");
     }
 }

@@ -25,17 +25,21 @@
 mod params;
 mod replies;
 mod rows;
+mod scope;
 mod transport;
 
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
-    CallToolResult, ContentBlock, Implementation, JsonObject, ServerCapabilities, ServerConfig,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    JsonObject, ServerCapabilities, ServerConfig,
 };
-use rmcp::{tool, tool_handler, tool_router, ErrorData, ServerHandler, ServiceExt};
+use rmcp::service::RequestContext;
+use rmcp::{tool, tool_handler, tool_router, ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -43,11 +47,12 @@ use crate::client::encode;
 use crate::client::{Client, ClientError};
 pub use params::*;
 use replies::*;
+pub use scope::Fork;
 
 /// Every tool a server can offer, sorted by name: those of its router
 /// (`every_tool_is_in_the_list` checks). `wardfs mcp --help` lists these rather than building
 /// the router, whose schemas would cost every `wardfs` command more than the rest of its start.
-pub const TOOLS: [&str; 28] = [
+pub const TOOLS: [&str; 29] = [
     "changes",
     "checkpoint",
     "checkpoint_diff",
@@ -75,6 +80,7 @@ pub const TOOLS: [&str; 28] = [
     "staged_list",
     "staged_show",
     "stat",
+    "update",
     "write",
 ];
 
@@ -101,7 +107,8 @@ windows), change files with `write` (whole file) or `edit` (exact string), find 
 and `grep`. In a pulled git repository, `git_status` lists your changes and `git_stage` turns them \
 into a staged commit that a person reviews and pushes. To try something apart, `fork` makes a \
 copy of the workspace of your own (/forks/NAME, the same tools work on its paths); \
-`changes` lists what you changed there and `merge` brings it back. A failed call returns an error whose JSON \
+`changes` lists what you changed there, `merge` brings it back and `update` brings the workspace's \
+later changes into it. A failed call returns an error whose JSON \
 has a stable `code` (NOT_FOUND, NOT_UNIQUE, ...) and a `message` saying what to fix.";
 
 /// The MCP tools of one `wardfs mcp` process.
@@ -109,6 +116,8 @@ has a stable `code` (NOT_FOUND, NOT_UNIQUE, ...) and a `message` saying what to 
 pub struct Server {
     client: Client,
     tool_router: ToolRouter<Server>,
+    /// The fork it is confined to (`wardfs mcp --fork NAME`, [`scope`]).
+    fork: Option<Fork>,
 }
 
 /// Returns the successful answer of a route as a tool result.
@@ -213,6 +222,55 @@ impl Server {
         Server {
             client,
             tool_router,
+            fork: None,
+        }
+    }
+
+    /// Returns the server confined to `fork` (its root is `/`): only the tools [`scope`]
+    /// offers, each call and answer mapped by it.
+    pub fn confined(client: Client, fork: Fork) -> Server {
+        let mut tool_router = Server::tool_router();
+        for tool in TOOLS {
+            if !scope::offers(tool) {
+                tool_router.remove_route(tool);
+            }
+        }
+        Server {
+            client,
+            tool_router,
+            fork: Some(fork),
+        }
+    }
+
+    /// Confines a call to the fork before its tool runs: its arguments ([`Fork::arguments`])
+    /// and the checkpoints it names, which must be the fork's.
+    async fn confine(
+        &self,
+        fork: &Fork,
+        request: &mut CallToolRequestParams,
+    ) -> Result<(), CallToolResult> {
+        let refused = |r: scope::Refusal| {
+            ToolError {
+                code: r.code,
+                message: r.message,
+                path: r.path.as_deref(),
+            }
+            .result()
+        };
+        let args = request.arguments.get_or_insert_with(JsonObject::new);
+        let ids = fork.arguments(&request.name, args).map_err(refused)?;
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let answer = self
+            .client
+            .get_raw(&fork.checkpoints_route())
+            .await
+            .map_err(failure)?;
+        let own = Fork::checkpoint_ids(&answer).unwrap_or_default();
+        match ids.into_iter().find(|id| !own.contains(id)) {
+            Some(id) => Err(refused(fork.not_its_checkpoint(id))),
+            None => Ok(()),
         }
     }
 
@@ -414,8 +472,10 @@ impl Server {
     /// [{repo, url, branch, base, changes: [{path, state (created, modified, deleted, conflict)}],
     /// examined}]}; repos is empty when nothing is pulled. Cheap: call it after every step.
     /// Changes made beside wardfs are found only with rescan. A file in conflict changed upstream
-    /// too: merge the upstream version into it before staging. Errors: NOT_FOUND (no repository
-    /// pulled at repo), INVALID_ARGUMENT (repo not in /workspace), INVALID_PATH.
+    /// too: merge the upstream version into it before staging. With fork (or a repo in
+    /// /forks/NAME): the fork's files, paths in the fork. Errors: NOT_FOUND (no repository pulled
+    /// at repo, no such fork), INVALID_ARGUMENT (repo not in /workspace or a fork), CONFLICT (a
+    /// fork made before the repository was pulled or pushed again: update it), INVALID_PATH.
     #[tool(
         output_schema = schema::<StatusResult>(),
         annotations(read_only_hint = true, open_world_hint = false)
@@ -427,11 +487,13 @@ impl Server {
     /// Turn changes of a pulled repository into a staged commit for a person to review. Nothing is
     /// pushed and the workspace is not touched; the person pushes or discards it. Returns the
     /// staged commit: {id, repo, url, branch, message, base, commit, state: "staged", additions,
-    /// deletions, files: [{path, operation (create, update, delete), additions, deletions}]}.
-    /// Errors: NO_MATCH (nothing to stage, or a named file has no changes), CONFLICT (files in
-    /// conflict, or an identical commit is already staged), NOT_FOUND (no repository pulled
-    /// there), INVALID_ARGUMENT (blank message, bad branch, several repositories pulled and no
-    /// repo).
+    /// deletions, files: [{path, operation (create, update, delete), additions, deletions,
+    /// writers}]}. With fork (or a repo or file in /forks/NAME) the fork's changes are staged
+    /// (zone: forks/NAME); each file names its writers. Errors: NO_MATCH (nothing to stage, or a
+    /// named file has no changes), CONFLICT (files in conflict, an identical commit is already
+    /// staged, or a fork made before the repository was pulled or pushed again), NOT_FOUND (no
+    /// repository pulled there, no such fork), INVALID_ARGUMENT (blank message, bad branch,
+    /// several repositories pulled and no repo).
     #[tool(
         output_schema = schema::<StagedCommit>(),
         annotations(destructive_hint = false, open_world_hint = false)
@@ -606,23 +668,28 @@ impl Server {
         })
     }
 
-    /// What a fork changed since its fork point. Returns {from (the fork point), files: [{path
-    /// (relative to the fork: src/a.rs is /forks/NAME/src/a.rs), status (added, deleted,
-    /// modified, type-changed), additions, deletions}], patch (git's unified format, only with
-    /// patch: true; cut at 4 MiB: truncated)}. Excluded paths (node_modules/, .venv/, build
-    /// outputs, what .gitignore ignores) are not listed. Errors: NOT_FOUND (no such fork),
-    /// INVALID_ARGUMENT.
+    /// What a fork changed since its fork point, or with since against another zone or fork
+    /// as it is now, or a checkpoint. Returns {from (the checkpoint compared with), files:
+    /// [{path (relative to the fork: src/a.rs is /forks/NAME/src/a.rs), status (added,
+    /// deleted, modified, type-changed, renamed, re-moded), additions, deletions, old_path (of a
+    /// rename), old_mode and new_mode (octal permission bits, when they changed)}], patch (git's
+    /// unified format, only with patch: true; cut at 4 MiB: truncated)}. Excluded paths
+    /// (node_modules/, .venv/, build outputs, what .gitignore ignores) are not listed. Errors:
+    /// NOT_FOUND (no such fork or checkpoint), INVALID_ARGUMENT (a bad name or since),
+    /// ZONE_UNAVAILABLE.
     #[tool(
         output_schema = schema::<DiffResult>(),
         annotations(read_only_hint = true, open_world_hint = false)
     )]
     async fn changes(&self, Parameters(p): Parameters<ChangesParams>) -> ToolResult {
-        let patch = if p.patch == Some(true) {
-            "?patch=true"
-        } else {
-            ""
-        };
-        let route = format!("/v1/forks/{}/changes{patch}", encode(&p.name));
+        let mut route = format!(
+            "/v1/forks/{}/changes?patch={}",
+            encode(&p.name),
+            p.patch == Some(true)
+        );
+        if let Some(since) = &p.since {
+            route.push_str(&format!("&since={}", encode(since)));
+        }
         Ok(match self.client.get_raw(&route).await {
             Ok(bytes) => answer(&bytes),
             Err(e) => failure(e),
@@ -638,7 +705,9 @@ impl Server {
     /// merge. Returns {fork, parent, applied, conflicts: [{path, kind}], before, changed,
     /// left_alone (changed by another writer meanwhile, not overwritten)}; paths are relative to
     /// the parent. After a merge of all its changes the fork's fork point moves to the fork as
-    /// merged. Errors: NOT_FOUND (no such fork), INVALID_ARGUMENT (a bad name or path),
+    /// merged. To settle a conflict, call again naming a side for it: ours (keep the parent's
+    /// version) or theirs (take the fork's); a path named there that does not conflict is
+    /// refused. Errors: NOT_FOUND (no such fork), INVALID_ARGUMENT (a bad name or path),
     /// ZONE_UNAVAILABLE (no zone to merge into: made from a checkpoint), READ_ONLY.
     #[tool(
         output_schema = schema::<MergeResult>(),
@@ -646,7 +715,28 @@ impl Server {
     )]
     async fn merge(&self, Parameters(p): Parameters<MergeParams>) -> ToolResult {
         let route = format!("/v1/forks/{}/merge", encode(&p.name));
-        Ok(self.post(&route, &json!({ "paths": p.paths })).await)
+        let body = json!({ "paths": p.paths, "ours": p.ours, "theirs": p.theirs });
+        Ok(self.post(&route, &body).await)
+    }
+
+    /// Update a fork from its parent: bring the parent's changes since the fork point into the
+    /// fork, keeping the fork's own (three-way, as git merges; the parent is not changed). A
+    /// file both changed in ways that cannot be joined keeps both: the fork's version stays at
+    /// the path and the parent's is written beside it as PATH.parent; settle each (keep what
+    /// should stay at the path, delete PATH.parent) before a merge. The fork is checkpointed
+    /// first: restore with id = before undoes the update. Then its fork point moves to the
+    /// parent as brought in, so `changes` lists only your own changes. Returns {fork, parent,
+    /// onto (the parent's checkpoint brought in), base (the new fork point), before, changed
+    /// (paths written in the fork), conflicts: [{path, kind, parent_copy}], left_alone}; paths
+    /// are relative to the fork. Errors: NOT_FOUND (no such fork), INVALID_ARGUMENT (a bad
+    /// name), ZONE_UNAVAILABLE (no zone to update from: made from a checkpoint).
+    #[tool(
+        output_schema = schema::<UpdateResult>(),
+        annotations(destructive_hint = true, open_world_hint = false)
+    )]
+    async fn update(&self, Parameters(p): Parameters<UpdateParams>) -> ToolResult {
+        let route = format!("/v1/forks/{}/update", encode(&p.name));
+        Ok(self.post(&route, &json!({})).await)
     }
 
     /// List staged commits, newest first. Returns {staged: [{id, repo, branch, message, state,
@@ -768,9 +858,36 @@ impl Server {
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for Server {
     fn get_info(&self) -> ServerConfig {
+        let instructions = match &self.fork {
+            Some(fork) => scope::instructions(fork),
+            None => INSTRUCTIONS.to_string(),
+        };
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(Implementation::new("wardfs", env!("CARGO_PKG_VERSION")))
-            .with_instructions(INSTRUCTIONS)
+            .with_instructions(instructions)
+    }
+
+    /// Runs a tool; confined to a fork, its call is confined before and its answer rewritten
+    /// after ([`scope`]), whichever tool it is.
+    async fn call_tool(
+        &self,
+        mut request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let Some(fork) = &self.fork else {
+            let call = ToolCallContext::new(self, request, context);
+            return self.tool_router.call(call).await;
+        };
+        let tool = request.name.to_string();
+        if let Err(refused) = self.confine(fork, &mut request).await {
+            return Ok(refused.into());
+        }
+        let call = ToolCallContext::new(self, request, context);
+        let mut response = self.tool_router.call(call).await?;
+        if let CallToolResponse::Complete(result) = &mut response {
+            fork.answer(&tool, result);
+        }
+        Ok(response)
     }
 }
 
@@ -827,6 +944,26 @@ mod tests {
             .collect();
         routed.sort();
         assert_eq!(routed, TOOLS);
+    }
+
+    #[test]
+    fn a_confined_server_offers_only_the_tools_that_stay_in_its_fork() {
+        let fork = Fork::new("try-a").unwrap();
+        let mut offered = Server::confined(Client::new("/nonexistent.sock"), fork).tool_names();
+        offered.sort();
+        let want: Vec<&str> = TOOLS.into_iter().filter(|t| scope::offers(t)).collect();
+        assert_eq!(offered, want);
+        for other in [
+            "fork",
+            "merge",
+            "update",
+            "git_status",
+            "git_stage",
+            "mirror_push",
+        ] {
+            assert!(!offered.iter().any(|t| t == other), "{other} is offered");
+        }
+        assert!(offered.len() >= 16, "{offered:?}");
     }
 
     #[test]

@@ -195,6 +195,10 @@ pub struct GitStatusParams {
     /// Re-hash every file, also finding changes made beside wardfs (default false; slower)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rescan: Option<bool>,
+    /// A fork's name: list the changes its files hold instead of the workspace's (default: the
+    /// fork repo lies in, else the workspace)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fork: Option<String>,
 }
 
 /// `git_stage`.
@@ -213,6 +217,10 @@ pub struct GitStageParams {
     /// The branch it will be pushed to (default: the pulled branch)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub branch: Option<String>,
+    /// A fork's name: stage the changes its files hold instead of the workspace's (default: the
+    /// fork repo or the first virtual path in files lies in, else the workspace)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fork: Option<String>,
 }
 
 /// A staged commit's state, for `staged_list`.
@@ -428,6 +436,10 @@ pub struct ChangesParams {
     /// true: the patch in git's format too (default false: only the files and line counts)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub patch: Option<bool>,
+    /// Compare with this instead of the fork point: workspace, cache or another fork as it is
+    /// now (its name, or forks/NAME for a name that is a number), or a checkpoint id
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<String>,
 }
 
 /// `merge`.
@@ -440,4 +452,18 @@ pub struct MergeParams {
     /// paths in the fork or its parent (default: every change)
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub paths: Vec<String>,
+    /// Conflicting paths that keep the parent's version, written as paths are (default: none)
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ours: Vec<String>,
+    /// Conflicting paths that take the fork's version, written as paths are (default: none)
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub theirs: Vec<String>,
+}
+
+/// `update`.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateParams {
+    /// The fork's name (see forks)
+    pub name: String,
 }

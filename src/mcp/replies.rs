@@ -18,7 +18,7 @@ pub use crate::checkpoint::{DiffResult, RestoreResult};
 pub use crate::core::{
     EditResult, GlobResult, GrepResult, ListResult, ReadResult, StatResult, WriteResult,
 };
-pub use crate::fork::{ForkInfo, ForkMade, MergeResult};
+pub use crate::fork::{ForkInfo, ForkMade, MergeResult, UpdateResult};
 pub use crate::git::{PushResult, StagedCommit, StatusResult};
 pub use crate::sandbox::mirror::{PullSummary, PushSummary};
 pub use crate::sandbox::SandboxInfo;

@@ -3,32 +3,37 @@
 //! The daemon's `/v1/events`, `/v1/log` and `/v1/checkpoints` rows name a path by its zone and
 //! its path relative to the zone's root (`{"zone": "workspace", "path": "src/lib.rs"}`); the
 //! tools that pass such rows on (`events`, `checkpoint`, `checkpoint_list`) keep `zone` and
-//! write each path as the virtual path every other tool uses (`/workspace/src/lib.rs`). A row of
-//! a zone that holds no files (`sandboxes`: its path is a sandbox's name) is left as it is.
+//! write each path as the virtual path every other tool uses (`/workspace/src/lib.rs`,
+//! `/forks/NAME/src/lib.rs`). A row of a zone that holds no files (`sandboxes`: its path is a
+//! sandbox's name) is left as it is.
 
 use serde_json::Value;
 
-use crate::core::ZoneId;
+use crate::core::path::FORKS_DIR;
 
 /// Returns the virtual path of `rel` (relative to the root of `zone`).
-fn virtual_path(zone: ZoneId, rel: &str) -> String {
+fn virtual_path(zone: &str, rel: &str) -> String {
     let rel = rel.trim_start_matches('/');
     if rel.is_empty() {
-        format!("/{}", zone.name())
+        format!("/{zone}")
     } else {
-        format!("/{}/{rel}", zone.name())
+        format!("/{zone}/{rel}")
     }
 }
 
-/// Returns the file zone a row names in its `zone` field, if it names one.
-fn zone_of(row: &Value) -> Option<ZoneId> {
-    row.get("zone")
-        .and_then(Value::as_str)
-        .and_then(ZoneId::from_name)
+/// Returns the file zone a row names in its `zone` field, if it names one: `cache`,
+/// `workspace` or a fork's `forks/NAME` (by name: this process knows no fork of the daemon's).
+fn zone_of(row: &Value) -> Option<String> {
+    let zone = row.get("zone").and_then(Value::as_str)?;
+    let fork = zone
+        .strip_prefix(FORKS_DIR)
+        .and_then(|r| r.strip_prefix('/'))
+        .is_some_and(|name| crate::fork::check_name(name).is_ok());
+    (matches!(zone, "cache" | "workspace") || fork).then(|| zone.to_string())
 }
 
 /// Rewrites the string at `row[key]` (when it is one) as a virtual path of `zone`.
-fn rewrite(row: &mut Value, key: &str, zone: ZoneId) {
+fn rewrite(row: &mut Value, key: &str, zone: &str) {
     if let Some(slot) = row.get_mut(key) {
         if let Some(rel) = slot.as_str() {
             *slot = Value::String(virtual_path(zone, rel));
@@ -39,8 +44,8 @@ fn rewrite(row: &mut Value, key: &str, zone: ZoneId) {
 /// A journal row (an `events` change): `path` and `to_path` become virtual paths.
 pub(super) fn change_row(row: &mut Value) {
     if let Some(zone) = zone_of(row) {
-        rewrite(row, "path", zone);
-        rewrite(row, "to_path", zone);
+        rewrite(row, "path", &zone);
+        rewrite(row, "to_path", &zone);
     }
 }
 
@@ -48,7 +53,7 @@ pub(super) fn change_row(row: &mut Value) {
 /// a virtual path.
 pub(super) fn checkpoint_row(row: &mut Value) {
     if let Some(zone) = zone_of(row) {
-        rewrite(row, "scope", zone);
+        rewrite(row, "scope", &zone);
     }
 }
 
@@ -60,7 +65,7 @@ pub(super) fn restore_row(row: &mut Value) {
     if let Some(paths) = row.get_mut("paths").and_then(Value::as_array_mut) {
         for p in paths {
             if let Some(rel) = p.as_str() {
-                *p = Value::String(virtual_path(zone, rel));
+                *p = Value::String(virtual_path(&zone, rel));
             }
         }
     }
@@ -100,6 +105,16 @@ mod tests {
         let mut root = json!({"zone": "workspace", "path": ""});
         change_row(&mut root);
         assert_eq!(root["path"], "/workspace");
+    }
+
+    #[test]
+    fn a_forks_row_names_its_paths_in_the_fork() {
+        let mut row = json!({"zone": "forks/try-a", "path": "src/a.rs", "to_path": null});
+        change_row(&mut row);
+        assert_eq!(row["path"], "/forks/try-a/src/a.rs");
+        let mut odd = json!({"zone": "forks/../x", "path": "a"});
+        change_row(&mut odd);
+        assert_eq!(odd["path"], "a");
     }
 
     #[test]

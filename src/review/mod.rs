@@ -4,9 +4,9 @@
 //!
 //! It is an adapter like the CLI: every action goes to the running daemon through the socket
 //! [`Client`], on the same routes the CLI uses (`GET /v1/git/staged`, `POST /v1/git/staged/show`,
-//! `/v1/git/push`, `/v1/git/discard`, `GET /v1/checkpoints`, `GET /v1/log`,
-//! `POST /v1/checkpoints/diff`, `/v1/checkpoints/restore`). It holds no state of its own besides
-//! its token.
+//! `/v1/git/push`, `/v1/git/discard`, `GET /v1/forks` for the forks' overlaps on staged paths,
+//! `GET /v1/checkpoints`, `GET /v1/log`, `POST /v1/checkpoints/diff`, `/v1/checkpoints/restore`).
+//! It holds no state of its own besides its token.
 //!
 //! Who may use it: anyone who can reach a TCP port on loopback could, so every request must carry
 //! the random per-start [`Token`] (in the `token` query parameter or the `X-Wardfs-Token`
@@ -40,7 +40,7 @@ use serde_json::json;
 
 use crate::client::{Client, ClientError};
 use crate::git::StagedCommit;
-use render::{Header, Tab, View};
+use render::{Header, Overlap, Tab, View};
 
 const PAGE_CSS: &str = include_str!("assets/review.css");
 const PAGE_JS: &str = include_str!("assets/review.js");
@@ -227,6 +227,28 @@ struct ListBody {
     staged: Vec<StagedCommit>,
 }
 
+/// `GET /v1/forks`, as far as the page reads it: each fork's overlaps.
+#[derive(Deserialize)]
+struct ForksBody {
+    forks: Vec<ForkOverlaps>,
+}
+
+#[derive(Deserialize)]
+struct ForkOverlaps {
+    #[serde(default)]
+    overlaps: Vec<Overlap>,
+}
+
+/// The overlaps of every fork now, each once (a fork lists those it is part of, so two forks
+/// list the same one).
+async fn overlaps(client: &Client) -> Result<Vec<Overlap>, ClientError> {
+    let body: ForksBody = client.get("/v1/forks").await?;
+    let mut all: Vec<Overlap> = body.forks.into_iter().flat_map(|f| f.overlaps).collect();
+    all.sort_by(|a, b| (&a.path, &a.zones).cmp(&(&b.path, &b.zones)));
+    all.dedup_by(|a, b| a.path == b.path && a.zones == b.zones);
+    Ok(all)
+}
+
 /// Asks the daemon for the commits: open ones with their diffs, then the finished ones.
 async fn commits(client: &Client) -> Result<(Vec<StagedCommit>, Vec<StagedCommit>), ClientError> {
     let list: ListBody = client.get("/v1/git/staged").await?;
@@ -310,17 +332,27 @@ async fn index(
     let view = view_of(q.ok().and_then(|Query(q)| q.view).as_deref());
     let socket = s.client.socket().display().to_string();
     let (status, page) = match commits(&s.client).await {
-        Ok((open, done)) => (
-            StatusCode::OK,
-            render::page(&render::Page {
-                token: s.token.as_str(),
-                view,
-                socket: &socket,
-                open: &open,
-                done: &done,
-                error: None,
-            }),
-        ),
+        Ok((open, done)) => {
+            // Overlaps matter only beside a commit waiting for review.
+            let found = match open.is_empty() {
+                true => Ok(Vec::new()),
+                false => overlaps(&s.client)
+                    .await
+                    .map_err(|e| Failure::daemon(&e).text),
+            };
+            (
+                StatusCode::OK,
+                render::page(&render::Page {
+                    token: s.token.as_str(),
+                    view,
+                    socket: &socket,
+                    open: &open,
+                    done: &done,
+                    overlaps: found.as_deref().map_err(String::as_str),
+                    error: None,
+                }),
+            )
+        }
         Err(e) => {
             let f = Failure::daemon(&e);
             (
@@ -331,6 +363,7 @@ async fn index(
                     socket: &socket,
                     open: &[],
                     done: &[],
+                    overlaps: Ok(&[]),
                     error: Some(&f.text),
                 }),
             )

@@ -12,11 +12,18 @@
 //!
 //! Times are sent as `<time>` elements ([`time_html`]) whose text is the exact time in UTC and
 //! whose `title` keeps it; the page's script shows them relative to now or in local time.
+//!
+//! Each staged file says where its change came from ([`provenance`]): the fork a commit was
+//! staged from, the writers the journal names, and the fork's overlaps on that path (changed in
+//! the fork's parent or a sibling too). Names a person reads there and in file headers go
+//! through [`name_html`]: control characters and bidirectional overrides quoted as the CLI
+//! quotes them, then HTML-escaped.
 
 use std::fmt::Write as _;
 
 use similar::{ChangeTag, TextDiff};
 
+use crate::core::text;
 use crate::git::diff::{patch_lines, PatchLine};
 use crate::git::{StagedCommit, StagedFile};
 
@@ -79,6 +86,25 @@ pub fn escape(s: &str) -> String {
     out
 }
 
+/// A name as the page shows it: quoted with its control characters and bidirectional overrides
+/// escaped when it holds any ([`text::name`]), then HTML-escaped.
+pub fn name_html(s: &str) -> String {
+    escape(&text::name(s))
+}
+
+/// A path changed on two sides since a fork point, as the daemon's `GET /v1/forks` lists it
+/// under each fork's `overlaps`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+pub struct Overlap {
+    /// Relative to the zones.
+    pub path: String,
+    /// The zones that changed it (`workspace`, `forks/a`, …).
+    pub zones: Vec<String>,
+    /// Who changed it in each zone (`forks/a: fuse pid 42`).
+    #[serde(default)]
+    pub writers: Vec<String>,
+}
+
 /// What the page shows, besides the commits.
 pub struct Page<'a> {
     pub token: &'a str,
@@ -89,6 +115,8 @@ pub struct Page<'a> {
     pub open: &'a [StagedCommit],
     /// Pushed and discarded commits (no diffs), newest first.
     pub done: &'a [StagedCommit],
+    /// The forks' overlaps now, or why they could not be read.
+    pub overlaps: Result<&'a [Overlap], &'a str>,
     /// Why the daemon could not be asked, if it could not.
     pub error: Option<&'a str>,
 }
@@ -199,8 +227,16 @@ pub fn page(p: &Page<'_>) -> String {
              changes with <code>wardfs git stage -m MESSAGE</code>.</p>",
         );
     }
+    if let Err(why) = p.overlaps {
+        let _ = write!(
+            body,
+            "<p class=\"error\" id=\"overlaps-error\">The forks' overlaps could not be read: {}</p>",
+            escape(why)
+        );
+    }
+    let overlaps = p.overlaps.unwrap_or_default();
     for c in p.open {
-        commit(&mut body, c, p.view);
+        commit(&mut body, c, p.view, overlaps);
     }
     if !p.done.is_empty() {
         body.push_str("<h2>Done</h2><table class=\"done\"><tbody>");
@@ -221,26 +257,36 @@ pub fn page(p: &Page<'_>) -> String {
     )
 }
 
-/// One commit waiting for a decision: header, why it failed, actions, and each file's diff.
-fn commit(out: &mut String, c: &StagedCommit, view: View) {
+/// One commit waiting for a decision: header, why it failed, actions, and each file's diff with
+/// where its change came from.
+fn commit(out: &mut String, c: &StagedCommit, view: View, overlaps: &[Overlap]) {
     let id = escape(&c.id);
     let state = escape(&c.state);
     let title = c.message.lines().next().unwrap_or("");
+    let from = match c.zone.strip_prefix("forks/") {
+        Some(fork) => format!(
+            " · from fork <code class=\"fork\">{}</code>",
+            name_html(fork)
+        ),
+        None => String::new(),
+    };
     let _ = write!(
         out,
-        "<section class=\"commit card\" id=\"commit-{id}\" data-id=\"{id}\" data-state=\"{state}\">\
+        "<section class=\"commit card\" id=\"commit-{id}\" data-id=\"{id}\" data-state=\"{state}\" \
+         data-zone=\"{zone}\">\
          <div class=\"commit-head\"><span class=\"badge state-{state}\">{state}</span> \
          <code class=\"id\">{id}</code> <strong class=\"title\">{}</strong></div>\
-         <div class=\"meta\">{} → <code>{}</code> on <code>{}</code> · {} \
+         <div class=\"meta\">{}{from} → <code>{}</code> on <code>{}</code> · {} \
          <span class=\"add\">+{}</span> <span class=\"del\">-{}</span> · staged {}</div>",
         escape(title),
-        escape(&c.repo),
+        name_html(&c.repo),
         escape(&c.url),
         escape(&c.branch),
         crate::core::text::count(c.files.len() as u64, "file"),
         c.additions,
         c.deletions,
         time_html(c.created_at),
+        zone = escape(&c.zone),
     );
     let rest = c.message.split_once('\n').map(|x| x.1.trim()).unwrap_or("");
     if !rest.is_empty() {
@@ -290,9 +336,63 @@ fn commit(out: &mut String, c: &StagedCommit, view: View) {
          Discard</button><span class=\"busy\" id=\"busy-{id}\" hidden></span></div>"
     );
     for f in &c.files {
-        file(out, &staged_file(f), view);
+        file_with(out, &staged_file(f), view, &provenance(c, f, overlaps));
     }
     out.push_str("</section>");
+}
+
+/// Where a staged file's change came from: who changed it (the journal's writers, in the zone
+/// the commit was staged from or, for a file a fork did not change itself, its parent), and
+/// the overlaps of the commit's zone on its path.
+pub fn provenance(c: &StagedCommit, f: &StagedFile, overlaps: &[Overlap]) -> String {
+    let mut out = String::from("<div class=\"provenance\"><span class=\"writers\">changed by ");
+    if f.writers.is_empty() {
+        out.push_str("<span class=\"writer unknown\">nobody the journal names</span>");
+    }
+    for (i, w) in f.writers.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        let _ = write!(
+            out,
+            "<span class=\"writer\" data-zone=\"{}\" data-via=\"{}\" data-pid=\"{}\">\
+             <code>{}</code>: {} <span class=\"last\">(last {})</span></span>",
+            escape(&w.zone),
+            escape(&w.via),
+            w.pid.map(|p| p.to_string()).unwrap_or_default(),
+            name_html(&w.zone),
+            name_html(&w.to_string()),
+            time_html(w.last_ms),
+        );
+    }
+    out.push_str("</span>");
+    let prefix = format!("/{}/", c.zone);
+    let rel = f.path.strip_prefix(&prefix).unwrap_or(&f.path);
+    for o in overlaps
+        .iter()
+        .filter(|o| o.path == rel && o.zones.contains(&c.zone))
+    {
+        let others: Vec<String> = o
+            .zones
+            .iter()
+            .filter(|z| **z != c.zone)
+            .map(|z| format!("<code>{}</code>", name_html(z)))
+            .collect();
+        let _ = write!(
+            out,
+            "<p class=\"overlap\" data-path=\"{}\"><strong>Overlap:</strong> also changed in {} \
+             since the fork point",
+            escape(&o.path),
+            others.join(", ")
+        );
+        if !o.writers.is_empty() {
+            let who: Vec<String> = o.writers.iter().map(|w| name_html(w)).collect();
+            let _ = write!(out, " ({})", who.join("; "));
+        }
+        out.push_str("</p>");
+    }
+    out.push_str("</div>");
+    out
 }
 
 fn done_row(out: &mut String, c: &StagedCommit) {
@@ -357,21 +457,29 @@ fn staged_file(f: &StagedFile) -> FileDiff<'_> {
 
 /// One file: its path, operation and header notes, then its diff (or why there is none).
 pub fn file(out: &mut String, f: &FileDiff<'_>, view: View) {
+    file_with(out, f, view, "");
+}
+
+/// [`file`] with `extra` (markup built by this module, its text escaped) between its header and
+/// its diff.
+fn file_with(out: &mut String, f: &FileDiff<'_>, view: View, extra: &str) {
     let parsed = f.patch.ok().map(parse_patch);
     let _ = write!(
         out,
         "<details class=\"file\" open data-path=\"{path}\"><summary><span class=\"op op-{op}\">{op}</span> \
-         <code class=\"path\">{path}</code> <span class=\"add\">+{}</span> \
+         <code class=\"path\">{shown}</code> <span class=\"add\">+{}</span> \
          <span class=\"del\">-{}</span>",
         f.additions,
         f.deletions,
         op = escape(f.operation),
         path = escape(f.path),
+        shown = name_html(f.path),
     );
     for note in parsed.iter().flat_map(|p| &p.notes) {
         let _ = write!(out, " <span class=\"file-note\">{}</span>", escape(note));
     }
     out.push_str("</summary>");
+    out.push_str(extra);
     match (&parsed, f.patch) {
         (Some(p), _) if !p.hunks.is_empty() => match view {
             View::Unified => unified(out, p),
@@ -819,6 +927,7 @@ index 1111111..2222222 100644\n\
         StagedCommit {
             id: "0123456789".into(),
             repo: "/workspace/proj".into(),
+            zone: "workspace".into(),
             url: "git://127.0.0.1:1/proj.git".into(),
             branch: "main".into(),
             message: "Title <i>x</i>\n\nBody & more".into(),
@@ -843,6 +952,7 @@ index 1111111..2222222 100644\n\
                 oversized: false,
                 diff: None,
                 hunks: None,
+                writers: Vec::new(),
             }],
             skipped: Vec::new(),
             skipped_total: 0,
@@ -856,8 +966,87 @@ index 1111111..2222222 100644\n\
             socket: "/run/s.sock",
             open,
             done,
+            overlaps: Ok(&[]),
             error: None,
         })
+    }
+
+    #[test]
+    fn a_fork_commit_names_its_fork_writers_and_overlaps_escaped() {
+        let zone = "forks/<b>x</b>\u{1b}]0;pwn\u{7}";
+        let mut c = staged("staged");
+        c.zone = zone.into();
+        c.repo = format!("/{zone}/proj");
+        c.files[0].path = format!("/{zone}/proj/\u{202e}q.bin");
+        c.files[0].writers = vec![crate::git::Writer {
+            zone: zone.into(),
+            via: "fuse<script>".into(),
+            pid: Some(42),
+            uid: Some(0),
+            changes: 2,
+            last_ms: 0,
+        }];
+        let overlaps = [
+            Overlap {
+                path: "proj/\u{202e}q.bin".into(),
+                zones: vec![zone.into(), "workspace".into()],
+                writers: vec!["workspace: api pid 7 <i>".into()],
+            },
+            Overlap {
+                path: "proj/other.rs".into(),
+                zones: vec![zone.into(), "workspace".into()],
+                writers: Vec::new(),
+            },
+        ];
+        let html = page(&Page {
+            token: "00ff",
+            view: View::Split,
+            socket: "/run/s.sock",
+            open: &[c],
+            done: &[],
+            overlaps: Ok(&overlaps),
+            error: None,
+        });
+        for raw in ["<b>x", "<script>", "<i>"] {
+            assert!(!html.contains(raw), "{raw:?} reached the page: {html}");
+        }
+        // What a person reads: the page without its attributes' values (which keep names exact
+        // for the script, HTML-escaped, so never hold a `"`).
+        let shown: String = html
+            .split("=\"")
+            .enumerate()
+            .map(|(i, part)| match i {
+                0 => part,
+                _ => part.split_once('"').map_or("", |(_, rest)| rest),
+            })
+            .collect();
+        for raw in ["\u{1b}", "\u{7}", "\u{202e}"] {
+            assert!(!shown.contains(raw), "{raw:?} is shown raw: {shown}");
+        }
+        assert!(
+            html.contains(
+                "from fork <code class=\"fork\">&quot;&lt;b&gt;x&lt;/b&gt;\\033]0;pwn\\a&quot;</code>"
+            ),
+            "{html}"
+        );
+        assert!(
+            html.contains(": fuse&lt;script&gt; pid 42 uid 0 "),
+            "{html}"
+        );
+        assert!(html.contains("\\u{202e}q.bin"), "{html}");
+        assert_eq!(html.matches("class=\"overlap\"").count(), 1, "{html}");
+        assert!(html.contains(
+            "<strong>Overlap:</strong> also changed in <code>workspace</code> since the fork \
+             point (workspace: api pid 7 &lt;i&gt;)"
+        ));
+    }
+
+    #[test]
+    fn a_workspace_commit_names_no_fork_and_says_when_no_writer_is_known() {
+        let html = page_of(&[staged("staged")], &[]);
+        assert!(!html.contains("from fork"), "{html}");
+        assert!(html.contains("data-zone=\"workspace\""));
+        assert!(html.contains("changed by <span class=\"writer unknown\">"));
     }
 
     #[test]

@@ -5,6 +5,11 @@
 //! and what `status` last found (`clean`, `modified`, `deleted`, `created`, `conflict`), so status
 //! only re-hashes what the journal says changed. Staged commits and their files are immutable once
 //! written, except for their `state` and push results. No credential is ever stored here.
+//!
+//! A staged commit records the zone its files were read from (`workspace`, or `forks/NAME` for a
+//! fork's changes) and, per file, the [`Writer`]s the journal names for it. A repo row records
+//! the journal position at which its base last moved (a pull, a push), so that a fork made
+//! before that is known to hold files of an older base.
 
 use rusqlite::{params, OptionalExtension};
 use serde::{Deserialize, Serialize};
@@ -59,6 +64,8 @@ pub struct StagedRow {
     pub base: String,
     /// The commit in the mirror (`refs/wardfs/staged/<id>`).
     pub commit: String,
+    /// The zone its files were read from: `workspace`, or `forks/NAME` for a fork's changes.
+    pub zone: String,
     /// staged | rebased | pushed | conflicted | rejected | discarded
     pub state: String,
     /// Why it is conflicted, rejected or needs re-review.
@@ -89,6 +96,51 @@ pub struct StagedFileRow {
     pub oid: Option<String>,
     /// A git-format unified patch (None for binary and oversized files).
     pub diff: Option<String>,
+    /// Who changed it, as the journal says (newest first).
+    pub writers: Vec<Writer>,
+}
+
+/// One writer of a file, from the journal: who changed it in which zone.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
+pub struct Writer {
+    /// The zone the change was made in: `workspace`, or `forks/NAME`. For a file a fork did not
+    /// change itself, the zone it was forked from (the change came with the fork).
+    pub zone: String,
+    /// The adapter the change came through: `api`, `fuse`, `watcher`, `mirror` or `internal`.
+    pub via: String,
+    /// Process id of the client that made the change, when known.
+    pub pid: Option<u32>,
+    /// User id of the client that made the change, when known.
+    pub uid: Option<u32>,
+    /// How many changes of the file it made.
+    pub changes: u64,
+    /// When it last changed the file, in milliseconds since the Unix epoch.
+    pub last_ms: i64,
+}
+
+impl std::fmt::Display for Writer {
+    /// `fuse pid 4242 uid 1000`: the adapter, then the process and user where known (the zone
+    /// is said apart).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.via)?;
+        if let Some(pid) = self.pid {
+            write!(f, " pid {pid}")?;
+        }
+        if let Some(uid) = self.uid {
+            write!(f, " uid {uid}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Which journal rows [`Db::journal_writers`] looks at: the changes of one path of a zone,
+/// made from `since_ms` until `until_ms` (inclusive).
+#[derive(Debug, Clone, Copy)]
+pub struct WriterScope<'a> {
+    pub zone: &'a str,
+    pub path: &'a str,
+    pub since_ms: i64,
+    pub until_ms: Option<i64>,
 }
 
 fn repo_from(r: &rusqlite::Row<'_>) -> rusqlite::Result<RepoRow> {
@@ -128,12 +180,14 @@ fn staged_from(r: &rusqlite::Row<'_>) -> rusqlite::Result<StagedRow> {
         url_pr: r.get(11)?,
         created_at: r.get(12)?,
         updated_at: r.get(13)?,
+        zone: r.get(16)?,
     })
 }
 
 const STAGED_SELECT: &str = "SELECT s.id, s.repo_id, s.branch, s.message, s.base, s.commit_oid,
     s.state, s.reason, s.pushed_commit, s.conflicts, s.pushed_ref, s.pr_url, s.created_at,
-    s.updated_at, s.repo_id, r.url FROM staged_commits s JOIN repos r ON r.id = s.repo_id";
+    s.updated_at, s.repo_id, r.url, coalesce(s.zone, 'workspace')
+    FROM staged_commits s JOIN repos r ON r.id = s.repo_id";
 
 impl Db {
     /// Returns the repo pulled into `dir`, if any.
@@ -193,6 +247,7 @@ impl Db {
             |r| r.get(0),
         )?;
         tx.execute("DELETE FROM workspace_files WHERE repo_id = ?1", [id])?;
+        mark_base_moved(&tx, id)?;
         {
             let mut st = tx.prepare(
                 "INSERT INTO workspace_files (repo_id, path, base_oid, base_mode, state, upstream_oid)
@@ -310,6 +365,7 @@ impl Db {
             "UPDATE repos SET base = ?2 WHERE id = ?1",
             params![repo_id, new_base],
         )?;
+        mark_base_moved(&tx, repo_id)?;
         for (path, oid, mode) in files {
             match oid {
                 Some(oid) => tx.execute(
@@ -400,8 +456,8 @@ impl Db {
         let tx = conn.transaction()?;
         tx.execute(
             "INSERT INTO staged_commits (id, repo_id, branch, message, base, commit_oid, state,
-                 reason, conflicts, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, NULL, ?9, ?9)",
+                 reason, conflicts, created_at, updated_at, zone)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, NULL, ?9, ?9, ?10)",
             params![
                 s.id,
                 s.repo_id,
@@ -411,14 +467,15 @@ impl Db {
                 s.commit,
                 s.state,
                 s.reason,
-                s.created_at
+                s.created_at,
+                s.zone
             ],
         )?;
         {
             let mut st = tx.prepare(
                 "INSERT INTO staged_files (commit_id, path, operation, additions, deletions,
-                     binary, oversized, oid, orig_oid, diff)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9)",
+                     binary, oversized, oid, orig_oid, diff, writers)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10)",
             )?;
             for f in files {
                 st.execute(params![
@@ -430,7 +487,8 @@ impl Db {
                     f.binary,
                     f.oversized,
                     f.oid,
-                    f.diff
+                    f.diff,
+                    writers_json(&f.writers)
                 ])?;
             }
         }
@@ -475,10 +533,11 @@ impl Db {
     pub fn staged_files(&self, id: &str) -> Result<Vec<StagedFileRow>, StateError> {
         let conn = self.lock();
         let mut st = conn.prepare(
-            "SELECT path, operation, additions, deletions, binary, oversized, oid, diff
+            "SELECT path, operation, additions, deletions, binary, oversized, oid, diff, writers
              FROM staged_files WHERE commit_id = ?1 ORDER BY path",
         )?;
         let rows = st.query_map([id], |r| {
+            let writers: Option<String> = r.get(8)?;
             Ok(StagedFileRow {
                 path: r.get(0)?,
                 operation: r.get(1)?,
@@ -488,6 +547,9 @@ impl Db {
                 oversized: r.get(5)?,
                 oid: r.get(6)?,
                 diff: r.get(7)?,
+                writers: writers
+                    .and_then(|w| serde_json::from_str(&w).ok())
+                    .unwrap_or_default(),
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
@@ -523,21 +585,24 @@ impl Db {
             "UPDATE staged_commits SET base = ?2, commit_oid = ?3, updated_at = ?4 WHERE id = ?1",
             params![id, base, commit, now],
         )?;
-        // The agent's own versions (orig_oid) outlive rebases: a later pull recognizes them.
-        let orig: std::collections::HashMap<String, Option<String>> = {
-            let mut st =
-                tx.prepare("SELECT path, orig_oid FROM staged_files WHERE commit_id = ?1")?;
-            let rows = st.query_map([id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        // The agent's own versions (orig_oid) outlive rebases: a later pull recognizes them;
+        // so do the writers of each file.
+        type Kept = (Option<String>, Option<String>);
+        let orig: std::collections::HashMap<String, Kept> = {
+            let mut st = tx
+                .prepare("SELECT path, orig_oid, writers FROM staged_files WHERE commit_id = ?1")?;
+            let rows = st.query_map([id], |r| Ok((r.get(0)?, (r.get(1)?, r.get(2)?))))?;
             rows.collect::<Result<_, _>>()?
         };
         tx.execute("DELETE FROM staged_files WHERE commit_id = ?1", [id])?;
         {
             let mut st = tx.prepare(
                 "INSERT INTO staged_files (commit_id, path, operation, additions, deletions,
-                     binary, oversized, oid, orig_oid, diff)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                     binary, oversized, oid, orig_oid, diff, writers)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
             )?;
             for f in files {
+                let (orig_oid, writers) = orig.get(&f.path).cloned().unwrap_or_default();
                 st.execute(params![
                     id,
                     f.path,
@@ -547,8 +612,9 @@ impl Db {
                     f.binary,
                     f.oversized,
                     f.oid,
-                    orig.get(&f.path).cloned().flatten().or(f.oid.clone()),
-                    f.diff
+                    orig_oid.or(f.oid.clone()),
+                    f.diff,
+                    writers
                 ])?;
             }
         }
@@ -620,6 +686,79 @@ impl Db {
     }
 }
 
+impl Db {
+    /// The journal position at which the base of repo `repo_id` last moved (a pull, a direct
+    /// push); 0 when not known (a repo pulled before wardfs recorded it).
+    pub fn repo_based_at(&self, repo_id: i64) -> Result<i64, StateError> {
+        Ok(self
+            .lock()
+            .query_row(
+                "SELECT base_journal_id FROM repos WHERE id = ?1",
+                [repo_id],
+                |r| r.get(0),
+            )
+            .optional()?
+            .unwrap_or(0))
+    }
+
+    /// Who changed `scope.path` of `scope.zone` (written, deleted, moved there or away) in its
+    /// time span, newest first, at most `limit`: one [`Writer`] per (via, pid, uid). Git's own
+    /// writes (a pull, a revert) and events are not changes of the agent's and are left out.
+    pub fn journal_writers(
+        &self,
+        scope: &WriterScope<'_>,
+        limit: usize,
+    ) -> Result<Vec<Writer>, StateError> {
+        let conn = self.lock();
+        let mut st = conn.prepare_cached(
+            "SELECT via, pid, uid, count(*), max(time_ms), max(id) FROM (
+                 SELECT id, via, pid, uid, time_ms, op, detail FROM journal
+                     WHERE zone = ?1 AND path = ?2
+                 UNION ALL
+                 SELECT id, via, pid, uid, time_ms, op, detail FROM journal
+                     WHERE zone = ?1 AND to_path = ?2)
+             WHERE detail IS NULL AND via != 'git' AND time_ms >= ?3
+                 AND (?4 IS NULL OR time_ms <= ?4)
+             GROUP BY via, pid, uid ORDER BY max(id) DESC LIMIT ?5",
+        )?;
+        let rows = st.query_map(
+            params![
+                scope.zone,
+                scope.path,
+                scope.since_ms,
+                scope.until_ms,
+                limit.max(1) as i64
+            ],
+            |r| {
+                Ok(Writer {
+                    zone: scope.zone.to_string(),
+                    via: r.get(0)?,
+                    pid: r.get(1)?,
+                    uid: r.get(2)?,
+                    changes: r.get::<_, i64>(3)? as u64,
+                    last_ms: r.get(4)?,
+                })
+            },
+        )?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+}
+
+/// Records that repo `id`'s base moved now: at the journal's last row.
+fn mark_base_moved(tx: &rusqlite::Transaction<'_>, id: i64) -> Result<(), StateError> {
+    tx.execute(
+        "UPDATE repos SET base_journal_id = (SELECT coalesce(max(id), 0) FROM journal)
+         WHERE id = ?1",
+        [id],
+    )?;
+    Ok(())
+}
+
+/// A file's writers as stored (JSON; NULL when none are known).
+fn writers_json(w: &[Writer]) -> Option<String> {
+    (!w.is_empty()).then(|| serde_json::to_string(w).expect("writers serialize"))
+}
+
 fn file_from(r: &rusqlite::Row<'_>) -> rusqlite::Result<FileRow> {
     Ok(FileRow {
         path: r.get(0)?,
@@ -682,3 +821,11 @@ pub(super) const MIGRATION: &str = "
         diff TEXT,
         PRIMARY KEY (commit_id, path)
     );";
+
+/// Migration 11: where a staged commit's files were read from and who wrote each; when a repo's
+/// base last moved; an index to find a move by its destination (for a file's writers).
+pub(super) const MIGRATION_PROVENANCE: &str = "
+    ALTER TABLE staged_commits ADD COLUMN zone TEXT;
+    ALTER TABLE staged_files ADD COLUMN writers TEXT;
+    ALTER TABLE repos ADD COLUMN base_journal_id INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX journal_zone_to_path ON journal(zone, to_path) WHERE to_path IS NOT NULL;";

@@ -29,7 +29,7 @@ use std::time::Duration;
 pub use checkpoint::{CheckpointRow, NewCheckpoint, RestoreRow};
 pub use events::{Cursor, Event, EventBatch, EventBounds};
 pub use fork::{ForkRecord, NewFork};
-pub use git::{FileRow, RepoRow, StagedFileRow, StagedRow};
+pub use git::{FileRow, RepoRow, StagedFileRow, StagedRow, Writer, WriterScope};
 pub use journal::{JournalEntry, JournalFilter, JournalRow, Origin, OwnedEntry, Via, SANDBOX_ZONE};
 pub use lock::DirLock;
 pub use mirror::MirrorEntryRow;
@@ -94,6 +94,9 @@ const MIGRATIONS: &[&str] = &[
     checkpoint::MIGRATION_MODES,
     // 10: forks of zones.
     fork::MIGRATION,
+    // 11: the zone a staged commit was read from and the writers of each file; when a repo's
+    // base last moved; moves found by their destination.
+    git::MIGRATION_PROVENANCE,
 ];
 
 /// The state database.

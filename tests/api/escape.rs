@@ -11,7 +11,12 @@ use crate::support::Daemon;
 
 /// A daemon whose workspace is surrounded by traps pointing at `outside/`.
 fn trapped() -> (Daemon, std::path::PathBuf) {
-    let d = Daemon::start("");
+    trapped_with("")
+}
+
+/// [`trapped`], with `extra` config.
+fn trapped_with(extra: &str) -> (Daemon, std::path::PathBuf) {
+    let d = Daemon::start(extra);
     let outside = d.dir.path().join("outside");
     std::fs::create_dir_all(outside.join("sub")).unwrap();
     std::fs::write(outside.join("secret.txt"), "TOP-SECRET\n").unwrap();
@@ -22,7 +27,11 @@ fn trapped() -> (Daemon, std::path::PathBuf) {
 
 /// (Re)creates the traps; operations on a trap itself (deleting a symlink) may remove them.
 fn arm(d: &Daemon, outside: &std::path::Path) {
-    let ws = d.zone_dir("workspace");
+    arm_in(&d.zone_dir("workspace"), outside);
+}
+
+/// [`arm`] in the zone whose directory is `ws` (two levels below the daemon's temp dir).
+fn arm_in(ws: &std::path::Path, outside: &std::path::Path) {
     for name in [
         "abs_link",
         "rel_link",
@@ -52,6 +61,17 @@ fn arm(d: &Daemon, outside: &std::path::Path) {
 }
 
 const OUT_CODES: &[&str] = &["OUTSIDE_ZONE", "INVALID_PATH"];
+
+/// The escapes of zone `/workspace`, each in the zone `zone` (`/forks/f`) instead.
+fn escape_paths_in(zone: &str) -> Vec<String> {
+    escape_paths()
+        .into_iter()
+        .map(|p| {
+            p.replace("/workspace", zone)
+                .replacen("workspace/", &format!("{}/", &zone[1..]), 1)
+        })
+        .collect()
+}
 
 fn escape_paths() -> Vec<String> {
     let mut v: Vec<String> = [
@@ -86,13 +106,38 @@ fn escape_paths() -> Vec<String> {
 #[test]
 fn every_operation_refuses_every_escape_and_nothing_outside_changes() {
     let (d, outside) = trapped();
-    let before = snapshot(&outside);
+    let ws = d.zone_dir("workspace");
+    refuses_every_escape(&d, &outside, "/workspace", &ws);
+}
+
+/// The same corpus in a fork of the trapped workspace: a fork is a zone of its own, and every
+/// rule of the workspace's holds in it (its traps made again in its directory, as the fork
+/// copied them).
+#[test]
+fn every_operation_refuses_every_escape_in_a_fork_too() {
+    // No spare: it would add a link to the outside file the workspace links (counted below).
+    let (d, outside) = trapped_with("[forks]\nspare = false\n");
+    d.ok("/v1/forks", json!({"name": "f"}));
+    let forks = d.dir.path().join("state/forks");
+    let dir = std::fs::read_dir(&forks)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("f-"))
+        .unwrap_or_else(|| panic!("no directory of fork f in {}", forks.display()));
+    refuses_every_escape(&d, &outside, "/forks/f", &dir);
+}
+
+/// Every operation on every escape of `zone` (whose directory is `dir`) fails with a path error,
+/// and nothing outside the zone changes.
+fn refuses_every_escape(d: &Daemon, outside: &std::path::Path, zone: &str, dir: &std::path::Path) {
+    let before = snapshot(outside);
     let tmp_before: Vec<_> = std::fs::read_dir(d.dir.path())
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
-    for p in escape_paths() {
-        arm(&d, &outside);
+    let links = [format!("{zone}/abs_link"), format!("{zone}/rel_link")];
+    for p in escape_paths_in(zone) {
+        arm_in(dir, outside);
         let calls: Vec<(&str, Value)> = vec![
             ("/v1/fs/read", json!({"path": p})),
             ("/v1/fs/write", json!({"path": p, "content": "pwned"})),
@@ -105,10 +150,13 @@ fn every_operation_refuses_every_escape_and_nothing_outside_changes() {
                 "/v1/fs/mkdir",
                 json!({"path": format!("{p}/newdir"), "parents": true}),
             ),
-            ("/v1/fs/move", json!({"from": p, "to": "/workspace/stolen"})),
             (
                 "/v1/fs/move",
-                json!({"from": "/workspace/inner/ok.txt", "to": p}),
+                json!({"from": p, "to": format!("{zone}/stolen")}),
+            ),
+            (
+                "/v1/fs/move",
+                json!({"from": format!("{zone}/inner/ok.txt"), "to": p}),
             ),
             ("/v1/fs/list", json!({"path": p})),
             ("/v1/fs/stat", json!({"path": format!("{p}/x")})),
@@ -117,13 +165,12 @@ fn every_operation_refuses_every_escape_and_nothing_outside_changes() {
             ("/v1/fs/resolve", json!({"path": format!("{p}/x")})),
         ];
         for (route, body) in calls {
-            arm(&d, &outside);
+            arm_in(dir, outside);
             let (status, v) = d.post(route, &body);
             // Deleting or moving the symlink itself is an operation inside the zone; everything
             // else must fail with a path error, never succeed and never be a 5xx.
             if status == 200 {
-                let link_itself = ["/workspace/abs_link", "/workspace/rel_link"]
-                    .contains(&p.as_str())
+                let link_itself = links.contains(&p)
                     && (route == "/v1/fs/delete"
                         || route == "/v1/fs/move"
                         || route == "/v1/fs/write");
@@ -147,12 +194,12 @@ fn every_operation_refuses_every_escape_and_nothing_outside_changes() {
             "raw GET {p:?}: {status} {}",
             String::from_utf8_lossy(&body)
         );
-        arm(&d, &outside);
+        arm_in(dir, outside);
         let (status, _) = d.curl("PUT", &format!("/v1/fs/raw?path={q}"), Some(b"pwned"));
         assert!((400..500).contains(&status), "raw PUT {p:?}: {status}");
     }
     assert_eq!(
-        snapshot(&outside),
+        snapshot(outside),
         before,
         "something outside the zone changed"
     );

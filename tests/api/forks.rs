@@ -85,10 +85,13 @@ fn merge(d: &Daemon, name: &str, paths: &[&str]) -> Value {
     )
 }
 
-/// The directories of the forks in the daemon's state.
+/// The directories of the forks in the daemon's state (not the spares: `.spare-*`).
 fn fork_dirs(d: &Daemon) -> Vec<PathBuf> {
     match std::fs::read_dir(d.dir.path().join("state/forks")) {
-        Ok(rd) => rd.map(|e| e.unwrap().path()).collect(),
+        Ok(rd) => rd
+            .map(|e| e.unwrap().path())
+            .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+            .collect(),
         Err(_) => Vec::new(),
     }
 }
@@ -113,9 +116,10 @@ fn a_fork_and_its_parent_never_see_each_others_writes_and_changes_lists_the_fork
         (Some(5), Some(0)),
         "{made}"
     );
-    // Shared, not copied: the fork's file is the parent's, a second link to it.
+    // Shared, not copied: the fork's file is the parent's, a second link to it (a third is
+    // the spare the daemon fills after a fork, `forks.spare`, once it is there).
     let st = d.ok("/v1/fs/stat", json!({"path": "/forks/f/c.txt"}));
-    assert_eq!(st["nlink"], 2, "{st}");
+    assert!(matches!(st["nlink"].as_u64(), Some(2..=3)), "{st}");
     assert_eq!(read(&d, "/forks/f/node_modules/x.js"), "shared\n");
 
     // The fork writes, edits, deletes and adds; the parent sees none of it.
@@ -590,4 +594,432 @@ fn the_cli_makes_lists_shows_merges_and_removes_forks_for_people() {
         help.contains("copy-on-write") && help.contains("wardfs fork try-b --from try-a"),
         "{help}"
     );
+}
+
+// -- update, and merges settled by --ours / --theirs ----------------------------------------
+
+/// Updates the fork `name` from its parent.
+fn update(d: &Daemon, name: &str) -> Value {
+    d.ok(&format!("/v1/forks/{name}/update"), json!({}))
+}
+
+/// The strings of a JSON array.
+fn strings(v: &Value) -> Vec<String> {
+    let mut out: Vec<String> = v
+        .as_array()
+        .unwrap_or_else(|| panic!("not an array: {v}"))
+        .iter()
+        .map(|s| s.as_str().unwrap().to_string())
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn an_update_brings_the_parents_changes_into_the_fork_and_keeps_both_sides_of_a_conflict() {
+    let d = daemon();
+    d.write("/workspace/parent.txt", "base\n");
+    d.write("/workspace/fork.txt", "base\n");
+    d.write("/workspace/both.txt", "base\n");
+    fork(&d, "u", None);
+    // The parent changes one file, the fork another; both change a third.
+    d.write("/workspace/parent.txt", "the parent's\n");
+    d.write("/forks/u/fork.txt", "the fork's\n");
+    d.write("/workspace/both.txt", "the parent's\n");
+    d.write("/forks/u/both.txt", "the fork's\n");
+
+    let u = update(&d, "u");
+    assert_eq!(
+        (u["fork"].as_str(), u["parent"].as_str()),
+        (Some("u"), Some("workspace")),
+        "{u}"
+    );
+    assert_eq!(
+        u["conflicts"],
+        json!([{"path": "both.txt", "kind": "content", "parent_copy": "both.txt.parent"}])
+    );
+    assert_eq!(strings(&u["changed"]), ["both.txt.parent", "parent.txt"]);
+    assert_eq!(u["left_alone"], json!([]));
+    // Both ends in the fork; both sides of the conflict are kept.
+    assert_eq!(read(&d, "/forks/u/parent.txt"), "the parent's\n");
+    assert_eq!(read(&d, "/forks/u/fork.txt"), "the fork's\n");
+    assert_eq!(read(&d, "/forks/u/both.txt"), "the fork's\n");
+    assert_eq!(read(&d, "/forks/u/both.txt.parent"), "the parent's\n");
+    // The parent is not touched.
+    assert_eq!(d.read("fork.txt").unwrap(), b"base\n");
+    assert_eq!(d.read("both.txt").unwrap(), b"the parent's\n");
+    assert!(d.read("both.txt.parent").is_none());
+    // The fork point moved to the parent as brought in: `changes` is the fork's own.
+    assert_eq!(listed(&d)[0]["base"], u["base"]);
+    assert_eq!(
+        changes(&d, "u"),
+        pairs(&[
+            ("both.txt", "modified"),
+            ("both.txt.parent", "added"),
+            ("fork.txt", "modified"),
+        ])
+    );
+    // The update's writes are journaled in the fork.
+    let log = get(&d, "/v1/log?zone=forks/u&limit=20").unwrap();
+    assert!(
+        log["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["path"] == "parent.txt"),
+        "{log}"
+    );
+    // Settled in the fork, a merge brings exactly the fork's own.
+    d.write("/forks/u/both.txt", "joined\n");
+    d.ok("/v1/fs/delete", json!({"path": "/forks/u/both.txt.parent"}));
+    let m = merge(&d, "u", &[]);
+    assert_eq!(m["applied"], true, "{m}");
+    assert_eq!(strings(&m["changed"]), ["both.txt", "fork.txt"]);
+    assert_eq!(d.read("both.txt").unwrap(), b"joined\n");
+    // Nothing new in the parent: nothing to do.
+    let again = update(&d, "u");
+    assert_eq!(
+        (again["before"].clone(), again["changed"].clone()),
+        (Value::Null, json!([]))
+    );
+}
+
+#[test]
+fn before_undoes_an_update_and_refusals_name_the_rule() {
+    let d = daemon();
+    d.write("/workspace/a.txt", "base\n");
+    fork(&d, "v", None);
+    d.write("/workspace/a.txt", "the parent's\n");
+    let u = update(&d, "v");
+    assert_eq!(read(&d, "/forks/v/a.txt"), "the parent's\n");
+    let before = u["before"]
+        .as_i64()
+        .expect("an update that wrote names `before`");
+    d.ok("/v1/checkpoints/restore", json!({ "id": before }));
+    assert_eq!(read(&d, "/forks/v/a.txt"), "base\n");
+    assert_eq!(d.read("a.txt").unwrap(), b"the parent's\n");
+
+    // No such fork; a fork of a checkpoint has no parent zone; hostile names; a body with
+    // something it does not take.
+    let (code, _) = d.err("/v1/forks/nope/update", json!({}));
+    assert_eq!(code, ErrorCode::NotFound);
+    fork(&d, "old", Some(&u["onto"].to_string()));
+    let (code, msg) = d.err("/v1/forks/old/update", json!({}));
+    assert_eq!(code, ErrorCode::ZoneUnavailable, "{msg}");
+    assert!(msg.contains("update from"), "{msg}");
+    for bad in ["..%2Fx", "%1B%5B2J", "-rf", ".git"] {
+        let (status, body) = d.curl("POST", &format!("/v1/forks/{bad}/update"), Some(b"{}"));
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            (status, v["code"].as_str()),
+            (400, Some("INVALID_ARGUMENT")),
+            "{bad}: {v}"
+        );
+        assert!(!v.to_string().contains('\u{1b}'), "{v}");
+    }
+    let (code, _) = d.err("/v1/forks/v/update", json!({"ours": ["a.txt"]}));
+    assert_eq!(code, ErrorCode::InvalidArgument);
+}
+
+#[test]
+fn ours_and_theirs_settle_a_merges_conflicts_and_hostile_paths_are_refused() {
+    let d = daemon();
+    for p in ["a.txt", "b.txt", "c.txt"] {
+        d.write(&format!("/workspace/{p}"), "base\n");
+    }
+    fork(&d, "s", None);
+    for p in ["a.txt", "b.txt", "c.txt"] {
+        d.write(&format!("/forks/s/{p}"), "the fork's\n");
+    }
+    d.write("/workspace/a.txt", "the parent's\n");
+    d.write("/workspace/b.txt", "the parent's\n");
+    let route = "/v1/forks/s/merge";
+    // One side given, the other conflict left: all or nothing still.
+    let m = d.ok(route, json!({"ours": ["a.txt"]}));
+    assert_eq!(m["applied"], false, "{m}");
+    assert_eq!(
+        m["conflicts"],
+        json!([{"path": "b.txt", "kind": "content"}])
+    );
+    assert_eq!(d.read("c.txt").unwrap(), b"base\n");
+    // Paths that are not conflicts, climb out, hold a NUL, name another zone or the whole
+    // fork, or are given both sides: refused, nothing applied.
+    for (body, want) in [
+        (
+            json!({"ours": ["a.txt", "c.txt"], "theirs": ["b.txt"]}),
+            ErrorCode::InvalidArgument,
+        ),
+        (
+            json!({"ours": ["a.txt"], "theirs": ["../../etc/passwd"]}),
+            ErrorCode::OutsideZone,
+        ),
+        (
+            json!({"ours": ["a.txt"], "theirs": ["/workspace/../../b.txt"]}),
+            ErrorCode::OutsideZone,
+        ),
+        (
+            json!({"ours": ["a.txt"], "theirs": ["b.txt\u{0}"]}),
+            ErrorCode::InvalidPath,
+        ),
+        (
+            json!({"ours": ["a.txt"], "theirs": ["/cache/b.txt"]}),
+            ErrorCode::InvalidArgument,
+        ),
+        (
+            json!({"ours": ["a.txt"], "theirs": ["/forks/s"]}),
+            ErrorCode::InvalidArgument,
+        ),
+        (
+            json!({"ours": ["a.txt", "b.txt"], "theirs": ["b.txt"]}),
+            ErrorCode::InvalidArgument,
+        ),
+        (
+            json!({"ours": ["a.txt"], "theirs": ["x\u{1b}[2J"]}),
+            ErrorCode::InvalidArgument,
+        ),
+    ] {
+        let (code, msg) = d.err(route, body.clone());
+        assert_eq!(code, want, "{body}: {msg}");
+        assert!(!msg.contains('\u{1b}'), "{msg:?}");
+    }
+    assert_eq!(d.read("c.txt").unwrap(), b"base\n", "nothing applied");
+    // Written as any merge path: relative, in the fork, in the parent; folded.
+    let m = d.ok(
+        route,
+        json!({"ours": ["/workspace/./a.txt"], "theirs": ["/forks/s//b.txt"]}),
+    );
+    assert_eq!(m["applied"], true, "{m}");
+    assert_eq!(
+        m["settled"],
+        json!([{"path": "a.txt", "kind": "content"}, {"path": "b.txt", "kind": "content"}])
+    );
+    assert_eq!(d.read("a.txt").unwrap(), b"the parent's\n");
+    assert_eq!(d.read("b.txt").unwrap(), b"the fork's\n");
+    assert_eq!(d.read("c.txt").unwrap(), b"the fork's\n");
+}
+
+#[test]
+fn the_cli_updates_a_fork_and_settles_a_merge_with_ours_and_theirs() {
+    let d = daemon();
+    for p in ["a.txt", "b.txt", "c.txt"] {
+        d.write(&format!("/workspace/{p}"), "base\n");
+    }
+    fork(&d, "t", None);
+    d.write("/workspace/a.txt", "the parent's\n");
+    d.write("/workspace/b\u{1b}[31m.txt", "the parent's\n");
+    d.write("/forks/t/a.txt", "the fork's\n");
+    let (rc, out, err) = cli(&d, &["update", "t"]);
+    assert_eq!(rc, 5, "{out}{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0]
+            .starts_with("updated fork t from /workspace: 2 paths changed (undo: wardfs restore "),
+        "{out}"
+    );
+    assert!(!out.contains('\u{1b}'), "{out:?}");
+    assert!(out.contains("  \"/forks/t/b\\033[31m.txt\"\n"), "{out}");
+    assert!(
+        out.contains("  conflict content        /forks/t/a.txt (the parent's version at /forks/t/a.txt.parent)\n"),
+        "{out}"
+    );
+    assert!(
+        err.starts_with("wardfs: 1 path of fork t and /workspace conflict"),
+        "{err}"
+    );
+    let (rc, out, _) = cli(&d, &["update", "t"]);
+    assert_eq!(rc, 0);
+    assert!(
+        out.starts_with("fork t is up to date with /workspace"),
+        "{out}"
+    );
+    let out = d.cli(&["--json", "update", "t"]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["changed"], json!([]), "{v}");
+
+    // A merge that conflicts, settled from the command line. (a.txt is no conflict now: the
+    // update brought the parent's version, the fork's stays, and a merge takes the fork's.)
+    for p in ["b.txt", "c.txt"] {
+        d.write(&format!("/workspace/{p}"), "the parent's\n");
+        d.write(&format!("/forks/t/{p}"), "the fork's\n");
+    }
+    let (rc, out, _) = cli(&d, &["merge", "t"]);
+    assert_eq!(rc, 5, "{out}");
+    let (rc, _, err) = cli(&d, &["merge", "t", "--ours", "b.txt", "--theirs", "a.txt"]);
+    assert_eq!(rc, 2, "{err}");
+    assert!(
+        err.contains("a.txt") && err.contains("does not conflict"),
+        "{err}"
+    );
+    let (rc, out, err) = cli(
+        &d,
+        &[
+            "merge",
+            "t",
+            "--ours",
+            "b.txt",
+            "--theirs",
+            "/forks/t/c.txt",
+        ],
+    );
+    assert_eq!(rc, 0, "{out}{err}");
+    assert!(
+        out.contains("  settled as asked (content): /workspace/b.txt\n"),
+        "{out}"
+    );
+    assert_eq!(d.read("a.txt").unwrap(), b"the fork's\n");
+    assert_eq!(d.read("b.txt").unwrap(), b"the parent's\n");
+    assert_eq!(d.read("c.txt").unwrap(), b"the fork's\n");
+    let help = d.cli_ok(&["update", "--help"]);
+    assert!(
+        help.contains("PATH.parent") && help.contains("wardfs update try-a"),
+        "{help}"
+    );
+    let help = d.cli_ok(&["merge", "--help"]);
+    assert!(
+        help.contains("--ours <PATH>") && help.contains("--theirs <PATH>"),
+        "{help}"
+    );
+}
+
+/// GETs a route that must fail; the error's code and message.
+fn get_err(d: &Daemon, route: &str) -> (ErrorCode, String) {
+    match d.api().get(route) {
+        Ok(v) => panic!("{route} succeeded: {v}"),
+        Err((code, message)) => (
+            code.unwrap_or_else(|| panic!("{route}: no answer: {message}")),
+            message,
+        ),
+    }
+}
+
+#[test]
+fn changes_lists_renames_and_compares_with_another_fork_or_a_checkpoint() {
+    let d = daemon();
+    d.write("/workspace/a.txt", "moved\n");
+    d.write("/workspace/x.txt", "base\n");
+    fork(&d, "a", None);
+    fork(&d, "b", None);
+    d.ok(
+        "/v1/fs/move",
+        json!({"from": "/forks/a/a.txt", "to": "/forks/a/d/b.txt"}),
+    );
+    d.write("/forks/a/x.txt", "base\nfrom a\n");
+    d.write("/forks/b/x.txt", "b's\n");
+    d.write("/forks/b/y.txt", "only b\n");
+
+    // A rename is one row naming the path it had; a row without a rename or a mode change has
+    // the fields it always had, no more.
+    let plain = get(&d, "/v1/forks/a/changes").unwrap();
+    assert_eq!(
+        plain["files"],
+        json!([
+            {"path": "d/b.txt", "status": "renamed", "old_path": "a.txt",
+             "additions": 0, "deletions": 0},
+            {"path": "x.txt", "status": "modified", "additions": 1, "deletions": 0},
+        ])
+    );
+    let patch = get(&d, "/v1/forks/a/changes?patch=true").unwrap()["patch"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        patch.contains("rename from a.txt\nrename to d/b.txt\n") && patch.contains("+from a\n"),
+        "{patch}"
+    );
+
+    // Against fork b as it is now: b's own changes show as the difference.
+    let since_b = get(&d, "/v1/forks/a/changes?since=b").unwrap();
+    let expected = json!([
+        {"path": "d/b.txt", "status": "renamed", "old_path": "a.txt",
+         "additions": 0, "deletions": 0},
+        {"path": "x.txt", "status": "modified", "additions": 2, "deletions": 1},
+        {"path": "y.txt", "status": "deleted", "additions": 0, "deletions": 1},
+    ]);
+    assert_eq!(since_b["files"], expected);
+    let from = since_b["from"].as_i64().unwrap();
+    assert_ne!(from, plain["from"].as_i64().unwrap());
+    let cps = get(&d, "/v1/checkpoints?zone=forks/b").unwrap();
+    assert!(
+        cps["checkpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["id"] == from && c["zone"] == "forks/b"),
+        "{cps}"
+    );
+    let spelled = get(&d, "/v1/forks/a/changes?since=%2Fforks%2Fb").unwrap();
+    assert_eq!(spelled["files"], expected);
+    // Since that checkpoint: b as it was then, whatever b does after.
+    d.write("/forks/b/y.txt", "changed again\n");
+    let by_id = get(&d, &format!("/v1/forks/a/changes?since={from}")).unwrap();
+    assert_eq!((&by_id["files"], &by_id["from"]), (&expected, &json!(from)));
+    // The workspace did not change since the fork point: the same as no `since`.
+    let ws = get(&d, "/v1/forks/a/changes?since=workspace").unwrap();
+    assert_eq!(ws["files"], plain["files"]);
+
+    // Hostile `since`: refused, named, and never quoted raw.
+    for bad in [
+        "..%2F..%2Fetc",
+        "a%1B%5B2J",
+        "",
+        "nope",
+        "forks%2F..%2Fb",
+        "a%0Ab",
+    ] {
+        let (code, msg) = get_err(&d, &format!("/v1/forks/a/changes?since={bad}"));
+        assert_eq!(code, ErrorCode::InvalidArgument, "{bad}: {msg}");
+        assert!(msg.contains("since"), "{bad}: {msg}");
+        assert!(!msg.chars().any(|c| c.is_control()), "{bad}: {msg:?}");
+    }
+    for missing in ["999999999", "-5", "9223372036854775807"] {
+        let (code, msg) = get_err(&d, &format!("/v1/forks/a/changes?since={missing}"));
+        assert_eq!(code, ErrorCode::NotFound, "{missing}: {msg}");
+    }
+    let (code, _) = get_err(&d, "/v1/forks/a/changes?sinse=b");
+    assert_eq!(code, ErrorCode::InvalidArgument);
+    let (code, _) = get_err(&d, "/v1/forks/..%2Fa/changes?since=b");
+    assert_eq!(code, ErrorCode::InvalidArgument);
+
+    // The checkpoint diff answers as it did: a rename is a delete and an add there.
+    let diff = d.ok(
+        "/v1/checkpoints/diff",
+        json!({ "from": plain["from"], "to": null }),
+    );
+    let rows: Vec<(String, Vec<String>)> = diff["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            let keys = f.as_object().unwrap().keys().cloned().collect();
+            (format!("{} {}", f["status"], f["path"]), keys)
+        })
+        .collect();
+    let keys: Vec<String> = ["additions", "deletions", "path", "status"]
+        .map(String::from)
+        .to_vec();
+    assert_eq!(
+        rows,
+        [
+            ("\"deleted\" \"a.txt\"".to_string(), keys.clone()),
+            ("\"added\" \"d/b.txt\"".to_string(), keys.clone()),
+            ("\"modified\" \"x.txt\"".to_string(), keys),
+        ]
+    );
+
+    // The CLI shows the rename and names what it compared with.
+    let (rc, out, err) = cli(&d, &["changes", "a", "--since", "b"]);
+    assert_eq!(rc, 0, "{err}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("renamed") && l.ends_with(" a.txt -> d/b.txt")),
+        "{out}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("deleted") && l.ends_with(" y.txt")),
+        "{out}"
+    );
+    let (rc, out, err) = cli(&d, &["changes", "a", "--since", "a\u{1b}[2J"]);
+    assert_eq!(rc, 2, "{out}{err}");
+    assert!(!err.contains('\u{1b}') && err.contains("since"), "{err:?}");
 }

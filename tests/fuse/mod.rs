@@ -4,6 +4,7 @@
 mod test_checkpoint;
 mod test_first_hour;
 mod test_forks;
+mod test_forks_confined;
 mod test_links;
 mod test_model;
 mod test_mount;

@@ -144,8 +144,13 @@ fn forks_come_and_go_in_the_mount_as_the_api_makes_and_removes_them() {
     assert_eq!(read(&a.join("dir/y.txt")), "why\n");
     // The fork's files are hard links of the workspace's on disk, separate inodes here (with
     // the same low 32 bits, which git's index keeps).
+    // (A third link is the spare the daemon fills after the fork: `forks.spare`.)
     let on_disk = fs::metadata(m.workspace().join("x.txt")).unwrap();
-    assert_eq!(on_disk.nlink(), 2, "the fork's x.txt is a hard link");
+    assert!(
+        (2..=3).contains(&on_disk.nlink()),
+        "the fork's x.txt is a hard link: {} links",
+        on_disk.nlink()
+    );
     let (wsx, ax) = (
         fs::metadata(m.ws().join("x.txt")).unwrap(),
         fs::metadata(a.join("x.txt")).unwrap(),

@@ -3,9 +3,11 @@
 //! repositories in temp dirs. The servers are `crate::support::git_servers`, the daemon
 //! `Daemon::git`; `smoke` proves the servers with the git CLI; `hostile` serves crafted packs and
 //! trees (issue 29: delta bombs, submodule floods, entries whose object is not what their mode
-//! says) and stages a big file, measuring the daemon's peak memory.
+//! says) and stages a big file, measuring the daemon's peak memory; `forks` stages a fork's
+//! changes (issue 30).
 
 mod first_hour;
+mod forks;
 mod hostile;
 mod scenarios;
 mod smoke;

@@ -41,7 +41,7 @@ TOOLS = {
     "read", "write", "edit", "ls", "glob", "grep", "stat", "rm", "mv",
     "git_status", "git_stage", "staged_list", "staged_show", "mirror_push", "mirror_pull",
     "checkpoint", "checkpoint_list", "checkpoint_diff", "restore", "events",
-    "fork", "forks", "changes", "merge",
+    "fork", "forks", "changes", "merge", "update",
 }
 
 
@@ -430,6 +430,22 @@ async def main():
                   r.structured_content)
             r = await call(session, "read", {"path": "/workspace/fk.txt"})
             check(r.structured_content["content"] == "workspace's\nTWO\n", "the refused merge changed nothing")
+            r = await call(session, "merge", {"name": "mcp-try", "paths": ["fk.txt"], "ours": ["fk.txt"]})
+            check(r.structured_content["applied"] is True
+                  and r.structured_content["settled"] == [{"path": "fk.txt", "kind": "content"}],
+                  "merge with ours settles the conflict, keeping the parent's version", r.structured_content)
+            await call_error(session, "merge", {"name": "mcp-try", "theirs": ["../../etc/passwd"]}, "OUTSIDE_ZONE")
+            # update: the workspace's later changes come into the fork; a conflict keeps both sides
+            await call(session, "write", {"path": "/workspace/up.txt", "content": "the workspace's\n"})
+            r = await call(session, "update", {"name": "mcp-try"})
+            check(r.structured_content["conflicts"]
+                  == [{"path": "fk.txt", "kind": "content", "parent_copy": "fk.txt.parent"}]
+                  and sorted(r.structured_content["changed"]) == ["fk.txt.parent", "up.txt"],
+                  "update keeps both sides of a conflict", r.structured_content)
+            r = await call(session, "read", {"path": "/forks/mcp-try/fk.txt.parent"})
+            check(r.structured_content["content"] == "workspace's\nTWO\n",
+                  "the parent's version is beside the fork's", r.structured_content)
+            await call_error(session, "update", {"name": "nope"}, "NOT_FOUND")
             await call_error(session, "changes", {"name": "nope"}, "NOT_FOUND")
             await call_error(session, "fork", {"name": "../x"}, "INVALID_ARGUMENT")
             await call_error(session, "fork", {"name": "mcp-try"}, "EXISTS")

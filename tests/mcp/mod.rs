@@ -5,6 +5,7 @@
 //! tool's `outputSchema`. These tests assert on the script's exit status and output; a missing
 //! Python or `mcp` package fails them, naming the fix.
 
+mod confined;
 mod limits;
 
 use std::path::{Path, PathBuf};
@@ -160,6 +161,8 @@ fn every_tool_answers_a_real_mcp_client() {
         "ok restore error code is NOT_FOUND",
         "ok a merge of a line both sides changed applies nothing and names the conflict",
         "ok changes error code is NOT_FOUND",
+        "ok merge with ours settles the conflict, keeping the parent's version",
+        "ok update keeps both sides of a conflict",
         "ok mirror_push without a sandbox is an error with a code",
         "ok mirror_pull without a sandbox is an error with a code",
     ] {
@@ -190,6 +193,7 @@ fn every_tool_answers_a_real_mcp_client() {
             "rm",
             "staged_list",
             "stat",
+            "update",
             "write",
         ],
     );
@@ -405,7 +409,7 @@ fn the_help_names_exactly_the_tools_the_server_lists() {
         .split(' ')
         .map(str::to_string)
         .collect();
-    assert_eq!(listed.len(), 28, "{stdout}");
+    assert_eq!(listed.len(), 29, "{stdout}");
     assert_eq!(tools_in_help(&help), listed, "{help}");
     // Each tool behind a switch is listed under its switch.
     let push = help.find("allow_push = true").unwrap();

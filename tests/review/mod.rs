@@ -9,7 +9,8 @@
 //! The daemon and the git server come from the shared harness (`Daemon::git`,
 //! `support::git_servers`). Nothing is skipped: a missing browser, node or playwright-core fails
 //! the test with what to install. The browser scripts share `browser.js`; the timeline (the
-//! checkpoints tab) is the second scenario, in [`timeline`].
+//! checkpoints tab) is the second scenario, in [`timeline`]; a fork's staged change with its
+//! fork, writers and overlaps (fetched over HTTP) the third, in [`forks`].
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::TcpStream;
@@ -22,6 +23,7 @@ use serde_json::{json, Value};
 use crate::support::git_servers::{BareRepo, GitDaemon};
 use crate::support::{Daemon, BIN};
 
+mod forks;
 mod timeline;
 
 const CHROMIUM: &str = "/usr/bin/chromium";
@@ -81,16 +83,26 @@ impl Drop for Review {
 
 /// Sends one raw HTTP/1.1 request and returns the status code.
 fn status_of(addr: &str, request: &str) -> u16 {
+    answer_of(addr, request).0
+}
+
+/// Sends one raw HTTP/1.1 request and returns the status code and the body.
+fn answer_of(addr: &str, request: &str) -> (u16, String) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     s.write_all(request.as_bytes()).unwrap();
     let mut answer = String::new();
     let _ = s.read_to_string(&mut answer);
-    answer
+    let code = answer
         .split_whitespace()
         .nth(1)
         .and_then(|c| c.parse().ok())
-        .unwrap_or_else(|| panic!("no HTTP status in {answer:?}"))
+        .unwrap_or_else(|| panic!("no HTTP status in {answer:?}"));
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
+    (code, body)
 }
 
 fn get(addr: &str, target: &str) -> u16 {

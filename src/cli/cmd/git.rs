@@ -41,6 +41,9 @@ pub enum GitCommand {
         /// Re-hash every file (finds changes made beside wardfs, which the journal cannot see)
         #[arg(long)]
         rescan: bool,
+        /// The files of this fork instead of the workspace's (`wardfs forks` lists them)
+        #[arg(long, value_name = "NAME")]
+        fork: Option<String>,
     },
     /// Stage changes as a commit for a human to review (`wardfs staged show`) and push
     Stage {
@@ -55,6 +58,9 @@ pub enum GitCommand {
         /// The repository's directory (needed when several are pulled)
         #[arg(long)]
         repo: Option<String>,
+        /// Stage the changes of this fork instead of the workspace's (`wardfs forks` lists them)
+        #[arg(long, value_name = "NAME")]
+        fork: Option<String>,
     },
     /// Mark a file reported as a conflict by a pull as merged, so it can be staged
     Resolve {
@@ -145,12 +151,16 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
             }
             Ok(Outcome::Ok)
         }
-        GitCommand::Status { path, rescan } => {
+        GitCommand::Status { path, rescan, fork } => {
             let raw = ctx
                 .client
                 .post_raw(
                     "/v1/git/status",
-                    &json!({ "repo": ctx.vpath_opt(path.as_deref()).await?, "rescan": rescan }),
+                    &json!({
+                        "repo": ctx.vpath_opt(path.as_deref()).await?,
+                        "rescan": rescan,
+                        "fork": fork,
+                    }),
                 )
                 .await?;
             if ctx.json {
@@ -195,6 +205,7 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
             message,
             branch,
             repo,
+            fork,
         } => {
             let raw = ctx
                 .client
@@ -205,6 +216,7 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
                         "message": message,
                         "branch": branch,
                         "repo": ctx.vpath_opt(repo.as_deref()).await?,
+                        "fork": fork,
                     }),
                 )
                 .await?;
@@ -222,6 +234,9 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
                 c.branch,
                 text::line(&c.url)
             );
+            if c.zone != "workspace" {
+                println!("  from {}", text::name(&c.zone));
+            }
             for f in &c.files {
                 println!("  {:<6} {}", f.operation, text::name(&f.path));
             }

@@ -23,6 +23,7 @@ pub mod read;
 pub mod resolve;
 pub mod review;
 pub mod rm;
+pub mod run;
 pub mod sandbox;
 pub mod serve;
 pub mod staged;

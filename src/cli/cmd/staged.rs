@@ -187,6 +187,9 @@ fn render(c: &StagedCommit, stat: bool, color: bool) -> String {
         c.commit,
         time(c.created_at)
     ));
+    if c.zone != "workspace" {
+        out.push_str(&format!("from:    {}\n", text::name(&c.zone)));
+    }
     if let Some(r) = &c.reason {
         out.push_str(&format!("why:     {}\n", text::line(r)));
     }
@@ -215,6 +218,13 @@ fn render(c: &StagedCommit, stat: bool, color: bool) -> String {
             f.operation,
             text::name(&f.path)
         ));
+        for w in &f.writers {
+            out.push_str(&format!(
+                "        by {}: {}\n",
+                text::name(&w.zone),
+                text::line(&w.to_string())
+            ));
+        }
     }
     out.push_str(&format!(
         " {} changed, {} insertions(+), {} deletions(-)\n",

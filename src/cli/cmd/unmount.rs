@@ -4,6 +4,8 @@
 //! SIGKILL or by the OOM killer, whose mount answers every call with ENOTCONN until it is
 //! detached. The systemd unit runs it as `ExecStopPost`, so a stopped or crashed service never
 //! leaves a dead mount behind. It never detaches a mount that a live daemon still serves.
+//!
+//! `wardfs unmount DIR` undoes `wardfs fork NAME --mount DIR` (see `crate::fuse::binds`).
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -12,18 +14,61 @@ use serde_json::json;
 
 use crate::config::Settings;
 
-/// Detach the configured mount point if a daemon died and left it mounted
+/// Detach the mount point a dead daemon left mounted, or a fork bound at DIR
 ///
-/// Does nothing when nothing is mounted there (exit 0). Refuses (exit 6) when a live daemon
-/// still serves the mount: stop that daemon instead (SIGTERM unmounts cleanly).
+/// Without DIR: does nothing when nothing is mounted there (exit 0); refuses (exit 6) when a
+/// live daemon still serves the mount: stop that daemon instead (SIGTERM unmounts cleanly).
+///
+/// With DIR: unmounts the fork bound there by `wardfs fork NAME --mount DIR` (root only); the
+/// fork itself stays. Refuses (exit 6) anything else mounted at DIR.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// A directory a fork is bound at (`wardfs fork NAME --mount DIR`)
+    #[arg(value_name = "DIR")]
+    pub dir: Option<std::path::PathBuf>,
+}
 
-pub fn run(config: Option<&Path>, json: bool, _: &Args) -> ExitCode {
+/// `wardfs unmount DIR`: unmounts the fork's bind at `dir`.
+fn unbind(json: bool, dir: &Path) -> ExitCode {
+    let shown = crate::core::text::name(&dir.display().to_string()).into_owned();
+    match crate::fuse::binds::unbind(dir) {
+        Ok(fork) => {
+            if json {
+                println!(
+                    "{}",
+                    json!({ "mount": shown, "state": "unmounted", "fork": fork })
+                );
+            } else {
+                println!(
+                    "{shown}: unmounted (fork {} stays)",
+                    crate::core::text::name(&fork)
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(crate::fuse::binds::BindError::Refused(why)) => {
+            crate::cli::fail(json, "REJECTED", &why, Some(&shown));
+            ExitCode::from(6)
+        }
+        Err(e) => {
+            crate::cli::fail(json, "INTERNAL", &e.to_string(), Some(&shown));
+            ExitCode::from(9)
+        }
+    }
+}
+
+pub fn run(config: Option<&Path>, json: bool, args: &Args) -> ExitCode {
     let settings = match Settings::load(config) {
         Ok(s) => s,
         Err(e) => return crate::cli::config_failed(json, &e),
     };
+    if let Some(dir) = &args.dir {
+        // By name: a hung mount is never stat'ed.
+        let resolved = crate::fuse::binds::resolved;
+        if resolved(dir) != resolved(&settings.mount) {
+            return unbind(json, dir);
+        }
+    }
     let mount = &settings.mount;
     let shown = mount.display().to_string();
     let say = |state: &str, text: String| {

@@ -53,7 +53,7 @@
 
 mod bridge;
 mod freezer;
-mod jail;
+pub mod jail;
 mod tree;
 
 use std::collections::{BTreeMap, HashMap};
