@@ -383,6 +383,88 @@ fn ls_tree(repo: &Path, tree: &str) -> String {
     git(repo, None, &index, &["ls-tree", "-r", tree]).1
 }
 
+/// A workspace and a fork of it, each changed by its own random changes, with their trees in a
+/// bare model repository: what the merge and update property tests compare with
+/// `git merge-tree`.
+struct Model {
+    s: Setup,
+    git_dir: std::path::PathBuf,
+    ws_root: std::path::PathBuf,
+    fork_root: std::path::PathBuf,
+    name: String,
+    /// The trees (hex, in `git_dir`) of the fork point, and of the parent and the fork after
+    /// their changes.
+    base: String,
+    parent: String,
+    fork: String,
+}
+
+impl Model {
+    fn new(base_name: &str, parent: &[Change], fork: &[Change]) -> Model {
+        let s = setup();
+        let z = &s.zones;
+        for (i, p) in POOL.iter().enumerate().take(4) {
+            z.write(&format!("/workspace/{p}"), &base_text(i), API)
+                .unwrap();
+        }
+        let git_dir = s._dir.path().join("model.git");
+        std::process::Command::new("git")
+            .args(["init", "-q", "--bare"])
+            .arg(&git_dir)
+            .output()
+            .unwrap();
+        let ws_root = ws(&s).to_path_buf();
+        let base = tree_of(&git_dir, &ws_root);
+        let name = unique(base_name);
+        s.forks
+            .create(&name, &Source::Zone(ZoneId::Workspace), API)
+            .unwrap();
+        let fork_root = fork_root(&s, &name);
+        apply(z, "/workspace", &ws_root, parent);
+        apply(z, &format!("/forks/{name}"), &fork_root, fork);
+        let (parent, fork) = (tree_of(&git_dir, &ws_root), tree_of(&git_dir, &fork_root));
+        Model {
+            s,
+            git_dir,
+            ws_root,
+            fork_root,
+            name,
+            base,
+            parent,
+            fork,
+        }
+    }
+
+    /// `git merge-tree` of `ours` and `theirs` against `base`: (exit code, output).
+    fn merge_tree(git_dir: &Path, base: &str, ours: &str, theirs: &str) -> (i32, String) {
+        let index = git_dir.join("unused-index");
+        git(
+            git_dir,
+            None,
+            &index,
+            &[
+                "merge-tree",
+                "--write-tree",
+                "--name-only",
+                "-X",
+                "no-renames",
+                &format!("--merge-base={base}"),
+                ours,
+                theirs,
+            ],
+        )
+    }
+
+    /// The conflicted paths `git merge-tree --name-only` lists after its tree.
+    fn conflicted(out: &str) -> std::collections::BTreeSet<String> {
+        out.lines()
+            .skip(1)
+            .take_while(|l| !l.is_empty())
+            .map(String::from)
+            .collect()
+    }
+}
+
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig {
         cases: 24,
@@ -397,29 +479,9 @@ proptest::proptest! {
         ours in proptest::collection::vec(change(), 0..6),
         theirs in proptest::collection::vec(change(), 0..6),
     ) {
-        let s = setup();
-        let z = &s.zones;
-        for (i, p) in POOL.iter().enumerate().take(4) {
-            z.write(&format!("/workspace/{p}"), &base_text(i), API).unwrap();
-        }
-        let git_dir = s._dir.path().join("model.git");
-        std::process::Command::new("git").args(["init", "-q", "--bare"]).arg(&git_dir).output().unwrap();
-        let ws_root = ws(&s).to_path_buf();
-        let base = tree_of(&git_dir, &ws_root);
-        let name = unique("model");
-        s.forks.create(&name, &Source::Zone(ZoneId::Workspace), API).unwrap();
-        let fork_root = s.forks.root.read_dir().unwrap()
-            .map(|e| e.unwrap().path())
-            .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(&format!("{name}-")))
-            .unwrap();
-        apply(z, "/workspace", &ws_root, &ours);
-        apply(z, &format!("/forks/{name}"), &fork_root, &theirs);
-        let (o, t) = (tree_of(&git_dir, &ws_root), tree_of(&git_dir, &fork_root));
-        let index = git_dir.join("unused-index");
-        let (code, out) = git(&git_dir, None, &index, &[
-            "merge-tree", "--write-tree", "--name-only", "-X", "no-renames",
-            &format!("--merge-base={base}"), &o, &t,
-        ]);
+        let Model { s, git_dir, ws_root, name, base, parent: o, fork: t, .. } =
+            Model::new("model", &ours, &theirs);
+        let (code, out) = Model::merge_tree(&git_dir, &base, &o, &t);
         let m = s.forks.merge(&name, &[], API).unwrap();
         let git_tree = out.lines().next().unwrap_or_default().to_string();
         if code == 0 {
@@ -428,12 +490,7 @@ proptest::proptest! {
             proptest::prop_assert_eq!(ls_tree(&git_dir, &now), ls_tree(&git_dir, &git_tree));
         } else {
             proptest::prop_assert_eq!(code, 1, "git merge-tree failed: {}", out);
-            let git_paths: std::collections::BTreeSet<String> = out
-                .lines()
-                .skip(1)
-                .take_while(|l| !l.is_empty())
-                .map(String::from)
-                .collect();
+            let git_paths = Model::conflicted(&out);
             let ours_paths: std::collections::BTreeSet<String> =
                 m.conflicts.iter().map(|c| c.path.clone()).collect();
             proptest::prop_assert!(!m.applied, "git found conflicts {git_paths:?}, wardfs: {m:?}");
@@ -889,26 +946,9 @@ proptest::proptest! {
         parent in proptest::collection::vec(change(), 0..6),
         fork in proptest::collection::vec(change(), 0..6),
     ) {
-        let s = setup();
-        let z = &s.zones;
-        for (i, p) in POOL.iter().enumerate().take(4) {
-            z.write(&format!("/workspace/{p}"), &base_text(i), API).unwrap();
-        }
-        let git_dir = s._dir.path().join("model.git");
-        std::process::Command::new("git").args(["init", "-q", "--bare"]).arg(&git_dir).output().unwrap();
-        let ws_root = ws(&s).to_path_buf();
-        let base = tree_of(&git_dir, &ws_root);
-        let name = unique("umodel");
-        s.forks.create(&name, &Source::Zone(ZoneId::Workspace), API).unwrap();
-        let root = fork_root(&s, &name);
-        apply(z, "/workspace", &ws_root, &parent);
-        apply(z, &format!("/forks/{name}"), &root, &fork);
-        let (p, f) = (tree_of(&git_dir, &ws_root), tree_of(&git_dir, &root));
-        let index = git_dir.join("unused-index");
-        let (code, out) = git(&git_dir, None, &index, &[
-            "merge-tree", "--write-tree", "--name-only", "-X", "no-renames",
-            &format!("--merge-base={base}"), &f, &p,
-        ]);
+        let Model { s, git_dir, ws_root, fork_root: root, name, base, parent: p, fork: f } =
+            Model::new("umodel", &parent, &fork);
+        let (code, out) = Model::merge_tree(&git_dir, &base, &f, &p);
         let u = s.forks.update(&name, API).unwrap();
         proptest::prop_assert!(u.left_alone.is_empty(), "{u:?}");
         let git_tree = out.lines().next().unwrap_or_default().to_string();
@@ -919,12 +959,7 @@ proptest::proptest! {
             proptest::prop_assert!(u.conflicts.is_empty(), "git merged cleanly, wardfs: {u:?}");
         } else {
             proptest::prop_assert_eq!(code, 1, "git merge-tree failed: {}", out);
-            let git_paths: std::collections::BTreeSet<String> = out
-                .lines()
-                .skip(1)
-                .take_while(|l| !l.is_empty())
-                .map(String::from)
-                .collect();
+            let git_paths = Model::conflicted(&out);
             proptest::prop_assert_eq!(&ours_paths, &git_paths);
             let (fork_had, parent_has) = (entries(&git_dir, &f), entries(&git_dir, &p));
             for c in &git_paths {
