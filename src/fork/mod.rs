@@ -404,26 +404,22 @@ impl Forks {
             path: format!("/forks/{name}"),
             reason: "this daemon has made too many forks since it started; restart it".into(),
         })?;
-        let rec = self.record(id, name, from, dir, point, origin);
-        let zone = rec
-            .as_ref()
-            .ok()
-            .map(|_| LocalZone::open_dir(id, dir, false, false, false));
-        match (rec, zone) {
-            (Ok(rec), Some(Ok(zone))) => {
+        let rec = match self.record(id, name, from, dir, point, origin) {
+            Ok(rec) => rec,
+            Err(e) => {
+                ZoneId::unregister_fork(id);
+                return Err(e);
+            }
+        };
+        match LocalZone::open_dir(id, dir, false, false, false) {
+            Ok(zone) => {
                 self.zones.add_fork(id, zone);
                 Ok(self.info(&rec))
             }
-            (rec, zone) => {
+            Err(e) => {
                 ZoneId::unregister_fork(id);
-                if let Ok(rec) = &rec {
-                    let _ = db.fork_remove(rec.id, self.zones.now_ms(), None);
-                }
-                Err(match (rec, zone) {
-                    (Err(e), _) => e,
-                    (_, Some(Err(e))) => FsError::Internal(format!("the fork's directory: {e}")),
-                    _ => FsError::Internal("a fork could not be registered".into()),
-                })
+                let _ = db.fork_remove(rec.id, self.zones.now_ms(), None);
+                Err(FsError::Internal(format!("the fork's directory: {e}")))
             }
         }
     }
@@ -507,12 +503,8 @@ impl Forks {
         point: &CheckpointRow,
         read_at: i64,
     ) -> FsResult<(materialize::Filled, u64)> {
-        let dst = rustix::fs::open(
-            dir,
-            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
-            rustix::fs::Mode::empty(),
-        )
-        .map_err(|e| FsError::Internal(format!("{}: {e}", dir.display())))?;
+        let dst = spare::open_dir(dir)
+            .map_err(|e| FsError::Internal(format!("{}: {e}", dir.display())))?;
         let io = |e: std::io::Error| FsError::Internal(format!("filling the fork: {e}"));
         match from {
             Source::Zone(z) => {
@@ -662,9 +654,7 @@ impl Forks {
         ZoneId::unregister_fork(id);
         let dir = PathBuf::from(&rec.dir);
         if dir.starts_with(&self.root) {
-            if let Err(e) = std::fs::remove_dir_all(&dir) {
-                tracing::warn!(dir = %dir.display(), error = %e, "cannot delete a removed fork's directory");
-            }
+            spare::delete(&dir);
         }
         Ok(ForkRemoved {
             name: name.to_string(),
