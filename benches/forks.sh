@@ -11,6 +11,7 @@
 #   4. `merge` of those 1,000 files into the workspace
 #   5. agent workloads through the fork's mount against the workspace's mount, warm (hyperfine):
 #      rg, git status, find, tar
+#   6. the same, cold: each run right after `sync; echo 3 > /proc/sys/vm/drop_caches` (median of 3)
 # Prints a table; raw figures stay in bench-data/forks/. Environment: CARGO, WARDFS_BIN,
 # FORKS_ALIVE (default 100).
 set -euo pipefail
@@ -143,9 +144,15 @@ hyperfine --warmup 2 --runs 10 --export-json "$out/agent.json" \
   "git -C $ws status --porcelain >/dev/null" "git -C $fk status --porcelain >/dev/null" \
   "find $ws -type f -printf '%s\n' >/dev/null" "find $fk -type f -printf '%s\n' >/dev/null" \
   "tar -cf /dev/null -C $ws ." "tar -cf /dev/null -C $fk ." >/dev/null
+log "6. the same, cold: each run right after sync and drop_caches (the kernel forgets the mount's entries and pages)"
+hyperfine --prepare 'sync; echo 3 >/proc/sys/vm/drop_caches' --runs 3 --export-json "$out/agent-cold.json" \
+  "rg -n -F 'unsafe impl' $ws >/dev/null || true" "rg -n -F 'unsafe impl' $fk >/dev/null || true" \
+  "git -C $ws status --porcelain >/dev/null" "git -C $fk status --porcelain >/dev/null" \
+  "find $ws -type f -printf '%s\n' >/dev/null" "find $fk -type f -printf '%s\n' >/dev/null" \
+  "tar -cf /dev/null -C $ws ." "tar -cf /dev/null -C $fk ." >/dev/null
 wardfs_stop
 
-row() { jq -r --argjson i "$1" '.results[$i].median * 1000' "$out/agent.json"; }
+row() { jq -r --argjson i "$1" '.results[$i].median * 1000' "$out/${2:-agent}.json"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 verdict() { awk -v v="$1" -v t="$2" 'BEGIN { print (v <= t) ? "met" : "MISSED" }'; }
 printf '\nwardfs forks benchmark, %s\n' "$(date -u +%Y-%m-%dT%H:%MZ)"
@@ -165,9 +172,11 @@ printf '| changes of a fork with %s changed files (median of 5) | %s ms | < 50 m
   "$changed" "$changes_ms" "$(verdict "$changes_ms" 50)"
 printf '| merge of %s changed files | %s ms | < 1,000 ms | %s |\n' \
   "$merged" "$merge_ms" "$(verdict "$merge_ms" 1000)"
-for w in "rg -F:0" "git status:2" "find:4" "tar:6"; do
-  name=${w%%:*} i=${w##*:}
-  a=$(row "$i") b=$(row $((i + 1)))
-  printf '| %s: workspace mount %.0f ms, fork mount %.0f ms | fork/workspace %s | ≤ 1.10 | %s |\n' \
-    "$name" "$a" "$b" "$(ratio "$b" "$a")" "$(verdict "$(ratio "$b" "$a")" 1.10)"
+for run in agent:warm agent-cold:cold; do
+  for w in "rg -F:0" "git status:2" "find:4" "tar:6"; do
+    name=${w%%:*} i=${w##*:}
+    a=$(row "$i" "${run%%:*}") b=$(row $((i + 1)) "${run%%:*}")
+    printf '| %s, %s: workspace mount %.0f ms, fork mount %.0f ms | fork/workspace %s | ≤ 1.10 | %s |\n' \
+      "$name" "${run##*:}" "$a" "$b" "$(ratio "$b" "$a")" "$(verdict "$(ratio "$b" "$a")" 1.10)"
+  done
 done

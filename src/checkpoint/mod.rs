@@ -616,7 +616,16 @@ impl Checkpoints {
             origin,
             Unchanged::UseLatest,
         )?;
-        self.restore_locked(&repo, &target, &scope, paths, before, origin)
+        let whole = scope.is_empty();
+        let res = self.restore_locked(&repo, &target, &scope, paths, before, origin)?;
+        if whole {
+            // Undoing a merge or an update undoes the move of the fork point it made too.
+            self.zones
+                .db()
+                .forks_follow_restore(zone.name(), id, res.before)
+                .map_err(state_err)?;
+        }
+        Ok(res)
     }
 
     /// Puts the zone of `target` back as that checkpoint has it within `scope` (`paths` as the

@@ -761,7 +761,7 @@ impl Forks {
             // here, as git's merge base moves to a merged commit.
             self.zones
                 .db()
-                .fork_set_base(rec.id, theirs.id)
+                .fork_move_base(rec.id, rec.base, theirs.id, restored.before)
                 .map_err(state_err)?;
         }
         Ok(result)

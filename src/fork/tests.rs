@@ -21,9 +21,14 @@ pub(super) struct Setup {
 }
 
 pub(super) fn setup() -> Setup {
+    setup_with("")
+}
+
+/// [`setup`] with `extra` appended to the config.
+pub(super) fn setup_with(extra: &str) -> Setup {
     let dir = tempfile::tempdir().unwrap();
-    let config = "state_dir = \"state\"\n[zones]\nroot = \"z\"\n";
-    let settings = Settings::from_str(config, "test", dir.path(), None).unwrap();
+    let config = format!("state_dir = \"state\"\n[zones]\nroot = \"z\"\n{extra}");
+    let settings = Settings::from_str(&config, "test", dir.path(), None).unwrap();
     let zones = Arc::new(
         Zones::open(
             &settings,
@@ -93,6 +98,42 @@ fn a_fork_starts_as_its_parent_and_neither_sees_the_others_writes() {
     let listed = s.forks.list().unwrap();
     let me = listed.iter().find(|l| l.name == name).unwrap();
     assert_eq!((me.parent.as_str(), me.changed), ("workspace", Some(2)));
+}
+
+#[test]
+fn retention_keeps_a_live_forks_fork_point_and_drops_a_removed_ones() {
+    let s = setup_with("[checkpoints]\nkeep = 1\n");
+    let z = &s.zones;
+    z.write("/workspace/a.txt", "1\n2\n3\n", API).unwrap();
+    let (alive, gone) = (unique("kept"), unique("dropped"));
+    let from = Source::Zone(ZoneId::Workspace);
+    let point = s.forks.create(&alive, &from, API).unwrap().fork.base;
+    let other = s.forks.create(&gone, &from, API).unwrap().fork.base;
+    z.write(&format!("/forks/{gone}/b.txt"), "kept\n", API)
+        .unwrap();
+    s.forks.remove(&gone, API).unwrap();
+    let cps = &s.forks.checkpoints;
+    let fork = ZoneId::from_name(&format!("forks/{alive}")).unwrap();
+    for i in 0..3 {
+        z.write(&format!("/forks/{alive}/b.txt"), &format!("{i}\n"), API)
+            .unwrap();
+        cps.create(fork, "later", API).unwrap();
+    }
+    let (rows, _) = cps.prune(0).unwrap();
+    assert!(rows >= 3, "{rows} pruned: the test proves nothing");
+    assert!(
+        cps.get(point).is_ok(),
+        "the live fork's fork point was pruned"
+    );
+    assert!(
+        cps.get(other).is_err(),
+        "a removed fork's fork point was kept"
+    );
+    z.write(&format!("/forks/{alive}/a.txt"), "ONE\n2\n3\n", API)
+        .unwrap();
+    let m = s.forks.merge(&alive, &[], API).unwrap();
+    assert!(m.applied, "{m:?}");
+    assert_eq!(read(z, "/workspace/a.txt"), "ONE\n2\n3\n");
 }
 
 #[test]
@@ -608,6 +649,67 @@ fn owned(list: &[(&str, &str)]) -> Vec<(String, String)> {
     list.iter()
         .map(|(a, b)| (a.to_string(), b.to_string()))
         .collect()
+}
+
+#[test]
+fn undoing_an_update_or_a_merge_puts_the_fork_point_back() {
+    let s = setup();
+    let z = &s.zones;
+    z.write("/workspace/a.txt", "1\n2\n3\n4\n5\n6\n", API)
+        .unwrap();
+    let name = unique("undo");
+    let f = format!("/forks/{name}");
+    let first = s
+        .forks
+        .create(&name, &Source::Zone(ZoneId::Workspace), API)
+        .unwrap()
+        .fork
+        .base;
+    z.write(&format!("{f}/mine.txt"), "the fork's\n", API)
+        .unwrap();
+    z.write("/workspace/a.txt", "1\n2\n3\n4\n5\nSIX\n", API)
+        .unwrap();
+    let base_now = |s: &Setup| {
+        s.forks
+            .list()
+            .unwrap()
+            .into_iter()
+            .find(|l| l.name == name)
+            .unwrap()
+            .base
+    };
+    let own = owned(&[("mine.txt", "added")]);
+    // Undo an update: the fork's files and its fork point go back together, so its changes
+    // are its own again and a merge keeps the parent's change (it would revert it otherwise).
+    let u = s.forks.update(&name, API).unwrap();
+    assert_ne!(u.base, first);
+    let cps = &s.forks.checkpoints;
+    cps.restore(u.before.unwrap(), &[], API).unwrap();
+    assert_eq!(
+        base_now(&s),
+        first,
+        "the update's fork point stayed after its undo"
+    );
+    assert_eq!(changed_files(&s, &name), own);
+    // Undo the undo: the update's fork point comes back.
+    let undo = cps.list(Some(ZoneId::fork(&name).unwrap()), 1).unwrap()[0].id;
+    cps.restore(undo, &[], API).unwrap();
+    assert_eq!(base_now(&s), u.base);
+    // Undo a merge: the fork's changes are changes again.
+    let m = s.forks.merge(&name, &[], API).unwrap();
+    assert!(m.applied && m.conflicts.is_empty(), "{m:?}");
+    assert!(changed_files(&s, &name).is_empty());
+    cps.restore(m.before.unwrap(), &[], API).unwrap();
+    assert_eq!(read(z, "/workspace/mine.txt"), "<NOT_FOUND>");
+    assert_eq!(
+        changed_files(&s, &name),
+        own,
+        "the merge's undo lost the fork's changes"
+    );
+    let again = s.forks.merge(&name, &[], API).unwrap();
+    assert!(again.applied, "{again:?}");
+    assert_eq!(read(z, "/workspace/mine.txt"), "the fork's\n");
+    assert_eq!(read(z, "/workspace/a.txt"), "1\n2\n3\n4\n5\nSIX\n");
 }
 
 #[test]

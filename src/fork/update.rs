@@ -147,7 +147,10 @@ impl Forks {
         };
         result.conflicts = merged.settled.into_iter().map(UpdateConflict::of).collect();
         self.put_in_fork(id, &ours.tree, &tree, origin, &mut result)?;
-        result.base = self.move_point(&rec, id, [&base, &theirs], &result.left_alone, origin)?;
+        // Checkpoints of the fork up to this one hold it as it was before the update.
+        let at = result.before.unwrap_or(ours.id);
+        result.base =
+            self.move_point(&rec, id, [&base, &theirs], at, &result.left_alone, origin)?;
         Ok(result)
     }
 
@@ -181,12 +184,14 @@ impl Forks {
     }
 
     /// Records the fork's new fork point, the parent's tree `theirs` with the old fork point
-    /// `base`'s version of each path in `left_alone`, and makes it the fork's `base`.
+    /// `base`'s version of each path in `left_alone`, and makes it the fork's `base` (a
+    /// restore to a checkpoint up to `at` puts `base` back).
     fn move_point(
         &self,
         rec: &ForkRecord,
         id: ZoneId,
         [base, theirs]: [&CheckpointRow; 2],
+        at: i64,
         left_alone: &[String],
         origin: Origin,
     ) -> FsResult<i64> {
@@ -207,7 +212,7 @@ impl Forks {
         )?;
         self.zones
             .db()
-            .fork_set_base(rec.id, point.id)
+            .fork_move_base(rec.id, rec.base, point.id, at)
             .map_err(state_err)?;
         Ok(point.id)
     }

@@ -101,6 +101,9 @@ fn install_once() -> bool {
         let _ = git2::opts::set_mwindow_size(PACK_WINDOW_BYTES);
         let _ = git2::opts::set_mwindow_mapped_limit(PACK_MAPPED_BYTES);
         let _ = git2::opts::set_cache_max_size(OBJECT_CACHE_BYTES);
+        // Every tree wardfs writes names objects it wrote or read itself; libgit2's check that
+        // each entry exists reads every entry's header from disk, most of a merge's time.
+        git2::opts::strict_object_creation(false);
         let (major, minor, _) = git2::Version::get().libgit2_version();
         if (major, minor) != KNOWN_LIBGIT2 {
             tracing::warn!(

@@ -313,7 +313,7 @@ impl Db {
     }
 
     /// Deletes the checkpoints of `zone` past the newest `keep` (0: no limit) and those made
-    /// before `before_ms`, never the newest; returns how many went.
+    /// before `before_ms`, never the newest nor a live fork's fork point; returns how many went.
     pub fn checkpoint_prune(
         &self,
         zone: &str,
@@ -324,15 +324,21 @@ impl Db {
         let mut n = 0;
         if keep > 0 {
             n += conn.execute(
-                "DELETE FROM checkpoints WHERE zone = ?1 AND id NOT IN
-                   (SELECT id FROM checkpoints WHERE zone = ?1 ORDER BY id DESC LIMIT ?2)",
+                &format!(
+                    "DELETE FROM checkpoints WHERE zone = ?1 AND id NOT IN
+                       (SELECT id FROM checkpoints WHERE zone = ?1 ORDER BY id DESC LIMIT ?2)
+                       AND id NOT IN ({FORK_POINTS})"
+                ),
                 params![zone, keep as i64],
             )?;
         }
         if let Some(before) = before_ms {
             n += conn.execute(
-                "DELETE FROM checkpoints WHERE zone = ?1 AND time_ms < ?2
-                   AND id <> (SELECT max(id) FROM checkpoints WHERE zone = ?1)",
+                &format!(
+                    "DELETE FROM checkpoints WHERE zone = ?1 AND time_ms < ?2
+                       AND id <> (SELECT max(id) FROM checkpoints WHERE zone = ?1)
+                       AND id NOT IN ({FORK_POINTS})"
+                ),
                 params![zone, before],
             )?;
         }
@@ -404,3 +410,9 @@ pub(super) fn checkpoints_after(
     let rows = st.query_map(params![after, limit.max(1) as i64], row)?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
+
+/// The checkpoints retention keeps whatever their age: each live fork's fork point (merge,
+/// update and changes start from it) and those it had, which a restore puts back.
+const FORK_POINTS: &str = "SELECT base FROM forks WHERE removed_ms IS NULL
+    UNION SELECT m.old_base FROM fork_moves m JOIN forks f ON f.id = m.fork
+      WHERE f.removed_ms IS NULL";

@@ -22,6 +22,16 @@ pub(super) const MIGRATION: &str = "CREATE TABLE forks (
     );
     CREATE UNIQUE INDEX forks_alive ON forks(name) WHERE removed_ms IS NULL;";
 
+/// The moves of forks' fork points (a merge, an update, a restore undoing one), so that a
+/// restore puts back the fork point a checkpoint was taken with.
+pub(super) const MIGRATION_MOVES: &str = "CREATE TABLE fork_moves (
+        fork INTEGER NOT NULL,
+        old_base INTEGER NOT NULL,
+        new_base INTEGER NOT NULL,
+        at INTEGER NOT NULL
+    );
+    CREATE INDEX fork_moves_fork ON fork_moves(fork, at);";
+
 /// A fork to record.
 #[derive(Debug, Clone)]
 pub struct NewFork<'a> {
@@ -116,13 +126,50 @@ impl Db {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    /// Moves the fork `id`'s fork point to the checkpoint `base` (after an update).
-    pub fn fork_set_base(&self, id: i64, base: i64) -> Result<(), StateError> {
-        self.lock().execute(
-            "UPDATE forks SET base = ?2 WHERE id = ?1",
-            params![id, base],
-        )?;
+    /// Moves the fork `id`'s fork point from the checkpoint `old` to `new` (a merge or an
+    /// update), remembering the move: checkpoints up to `at` were taken while `old` was the
+    /// fork point, so a restore to one of them puts `old` back ([`Db::forks_follow_restore`]).
+    pub fn fork_move_base(&self, id: i64, old: i64, new: i64, at: i64) -> Result<(), StateError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        move_base(&tx, id, old, new, at)?;
+        tx.commit()?;
         Ok(())
+    }
+
+    /// A restore of `zone` (`workspace`, `forks/a`) to the checkpoint `target`, the present
+    /// kept in the checkpoint `before`, puts back the fork point of each fork it concerns (the
+    /// fork `zone` is, and the forks made from `zone`) as it was when `target` was taken: undoing
+    /// an update or a merge undoes the move of the fork point it made, and undoing that undo
+    /// moves it again. Returns the names of the forks whose point moved.
+    pub fn forks_follow_restore(
+        &self,
+        zone: &str,
+        target: i64,
+        before: i64,
+    ) -> Result<Vec<String>, StateError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        let concerned: Vec<(i64, String, i64)> = {
+            let mut st = tx.prepare_cached(
+                "SELECT id, name, base FROM forks WHERE removed_ms IS NULL
+                   AND ('forks/' || name = ?1 OR parent = ?1)",
+            )?;
+            let rows = st.query_map(params![zone], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+            rows.collect::<Result<_, _>>()?
+        };
+        let mut moved = Vec::new();
+        for (id, name, base) in concerned {
+            match base_at(&tx, id, target)? {
+                Some(then) if then != base => {
+                    move_base(&tx, id, base, then, before)?;
+                    moved.push(name);
+                }
+                _ => {}
+            }
+        }
+        tx.commit()?;
+        Ok(moved)
     }
 
     /// Marks the fork `id` removed at `time_ms`, its changes kept in `last_checkpoint`.
@@ -138,4 +185,46 @@ impl Db {
         )?;
         Ok(())
     }
+}
+
+fn move_base(
+    tx: &rusqlite::Transaction<'_>,
+    id: i64,
+    old: i64,
+    new: i64,
+    at: i64,
+) -> rusqlite::Result<()> {
+    tx.execute("UPDATE forks SET base = ?2 WHERE id = ?1", params![id, new])?;
+    tx.execute(
+        "INSERT INTO fork_moves (fork, old_base, new_base, at) VALUES (?1, ?2, ?3, ?4)",
+        params![id, old, new, at],
+    )?;
+    Ok(())
+}
+
+/// The fork point the fork `id` had when the checkpoint `checkpoint` was taken: the point the
+/// last move before it set, else the point the first move after it left; `None` when the
+/// point never moved.
+fn base_at(
+    tx: &rusqlite::Transaction<'_>,
+    id: i64,
+    checkpoint: i64,
+) -> rusqlite::Result<Option<i64>> {
+    let set_before = tx
+        .query_row(
+            "SELECT new_base FROM fork_moves WHERE fork = ?1 AND at < ?2
+               ORDER BY at DESC, rowid DESC LIMIT 1",
+            params![id, checkpoint],
+            |r| r.get(0),
+        )
+        .optional()?;
+    if set_before.is_some() {
+        return Ok(set_before);
+    }
+    tx.query_row(
+        "SELECT old_base FROM fork_moves WHERE fork = ?1 ORDER BY at, rowid LIMIT 1",
+        params![id],
+        |r| r.get(0),
+    )
+    .optional()
 }

@@ -97,6 +97,8 @@ const MIGRATIONS: &[&str] = &[
     // 11: the zone a staged commit was read from and the writers of each file; when a repo's
     // base last moved; moves found by their destination.
     git::MIGRATION_PROVENANCE,
+    // 12: the moves of forks' fork points, so a restore puts back the one it was taken with.
+    fork::MIGRATION_MOVES,
 ];
 
 /// The state database.
