@@ -756,6 +756,7 @@ impl Forks {
         result.before = Some(restored.before);
         result.changed = changed;
         result.left_alone = restored.conflicts;
+        self.note_merged(&rec, parent, restored.before, &result)?;
         if paths.is_empty() && result.left_alone.is_empty() {
             // All of the fork is in the parent now: the next merge (and `changes`) starts from
             // here, as git's merge base moves to a merged commit.
@@ -765,6 +766,29 @@ impl Forks {
                 .map_err(state_err)?;
         }
         Ok(result)
+    }
+
+    /// Notes the parent's journal rows the merge wrote (after its checkpoint `before`), so the
+    /// fork's own changes are no overlap with it.
+    fn note_merged(
+        &self,
+        rec: &ForkRecord,
+        parent: ZoneId,
+        before: i64,
+        result: &MergeResult,
+    ) -> FsResult<()> {
+        let after = self.checkpoints.get(before)?.journal_pos;
+        let prefix = format!("/{}/", parent.name());
+        let written: Vec<String> = result
+            .changed
+            .iter()
+            .filter(|p| !result.left_alone.contains(&format!("{prefix}{p}")))
+            .cloned()
+            .collect();
+        self.zones
+            .db()
+            .fork_note_merged(rec.id, parent.name(), after, &written)
+            .map_err(state_err)
     }
 
     /// The zone the fork `rec` was made from, or why there is none to `verb` (`merge into`,

@@ -139,29 +139,21 @@ impl Forks {
     }
 
     /// What the fork's parent zone changed since the fork point (`None` for a fork of a
-    /// checkpoint: no parent changes).
+    /// checkpoint: no parent changes). The fork's own merges into the parent are not the
+    /// parent's changes.
     fn parent_side(&self, rec: &ForkRecord, after: i64) -> Option<Side> {
         ZoneId::from_name(&rec.parent)?;
-        self.side(&rec.parent, after)
+        let db = self.zones.db();
+        let paths = db.fork_parent_paths_since(rec.id, &rec.parent, after, MAX_PATHS);
+        side_of(&rec.parent, after, paths)
     }
 
     fn side(&self, zone: &str, after: i64) -> Option<Side> {
-        let db = self.zones.db();
-        match db.journal_zone_paths_since(zone, after, MAX_PATHS) {
-            Ok(Some(paths)) => Some(Side {
-                zone: zone.to_string(),
-                after,
-                paths: paths.into_iter().filter(|p| !p.is_empty()).collect(),
-            }),
-            Ok(None) => {
-                tracing::warn!(zone, "over {MAX_PATHS} paths changed: left out of overlaps");
-                None
-            }
-            Err(e) => {
-                tracing::warn!(zone, error = %e, "cannot read the journal for overlaps");
-                None
-            }
-        }
+        let paths = self
+            .zones
+            .db()
+            .journal_zone_paths_since(zone, after, MAX_PATHS);
+        side_of(zone, after, paths)
     }
 
     /// Who last changed `path` in each of `zones` (after their fork points).
@@ -197,4 +189,28 @@ fn sorted(zones: &[&String]) -> Vec<String> {
     v.sort();
     v.dedup();
     v
+}
+
+/// A side of `zone` from the paths its journal names after `after` (`None`: over
+/// [`MAX_PATHS`], or the journal unreadable; logged).
+fn side_of(
+    zone: &str,
+    after: i64,
+    paths: Result<Option<Vec<String>>, crate::state::StateError>,
+) -> Option<Side> {
+    match paths {
+        Ok(Some(paths)) => Some(Side {
+            zone: zone.to_string(),
+            after,
+            paths: paths.into_iter().filter(|p| !p.is_empty()).collect(),
+        }),
+        Ok(None) => {
+            tracing::warn!(zone, "over {MAX_PATHS} paths changed: left out of overlaps");
+            None
+        }
+        Err(e) => {
+            tracing::warn!(zone, error = %e, "cannot read the journal for overlaps");
+            None
+        }
+    }
 }

@@ -328,6 +328,43 @@ fn overlaps_name_paths_changed_in_a_fork_and_its_parent_or_a_sibling() {
     assert_eq!(asked[0].path, "siblings.txt");
 }
 
+#[test]
+fn a_forks_own_merge_is_no_overlap_but_a_later_parent_write_is() {
+    let s = setup();
+    let z = &s.zones;
+    z.write("/workspace/x.txt", "base\n", API).unwrap();
+    z.write("/workspace/y.txt", "base\n", API).unwrap();
+    let name = unique("own");
+    let f = format!("/forks/{name}");
+    s.forks
+        .create(&name, &Source::Zone(ZoneId::Workspace), API)
+        .unwrap();
+    z.write(&format!("{f}/x.txt"), "fork 1\n", API).unwrap();
+    z.write(&format!("{f}/y.txt"), "fork 1\n", API).unwrap();
+    // Some paths only: the fork point stays, so the merge's writes are after it.
+    let m = s.forks.merge(&name, &["x.txt".to_string()], API).unwrap();
+    assert!(m.applied && m.changed == ["x.txt"], "{m:?}");
+    z.write(&format!("{f}/x.txt"), "fork 2\n", API).unwrap();
+    let zones_of = |p: &str| -> Vec<Vec<String>> {
+        s.forks
+            .overlaps_of(&name)
+            .unwrap()
+            .into_iter()
+            .filter(|o| o.path == p)
+            .map(|o| o.zones)
+            .collect()
+    };
+    assert!(
+        zones_of("x.txt").is_empty(),
+        "the fork's own merge is an overlap"
+    );
+    // Another writer of the parent afterwards is one.
+    z.write("/workspace/x.txt", "someone else\n", API).unwrap();
+    let mut want = vec![format!("forks/{name}"), "workspace".to_string()];
+    want.sort();
+    assert_eq!(zones_of("x.txt"), [want]);
+}
+
 /// One change of the merge model.
 #[derive(Debug, Clone)]
 enum Change {

@@ -23,14 +23,17 @@ pub(super) const MIGRATION: &str = "CREATE TABLE forks (
     CREATE UNIQUE INDEX forks_alive ON forks(name) WHERE removed_ms IS NULL;";
 
 /// The moves of forks' fork points (a merge, an update, a restore undoing one), so that a
-/// restore puts back the fork point a checkpoint was taken with.
+/// restore puts back the fork point a checkpoint was taken with; the journal rows a fork's merge
+/// wrote in its parent, which are the fork's own changes and no overlap with it.
 pub(super) const MIGRATION_MOVES: &str = "CREATE TABLE fork_moves (
         fork INTEGER NOT NULL,
         old_base INTEGER NOT NULL,
         new_base INTEGER NOT NULL,
         at INTEGER NOT NULL
     );
-    CREATE INDEX fork_moves_fork ON fork_moves(fork, at);";
+    CREATE INDEX fork_moves_fork ON fork_moves(fork, at);
+    CREATE TABLE fork_merged_rows (fork INTEGER NOT NULL, journal_id INTEGER NOT NULL);
+    CREATE INDEX fork_merged_rows_fork ON fork_merged_rows(fork);";
 
 /// A fork to record.
 #[derive(Debug, Clone)]
@@ -135,6 +138,56 @@ impl Db {
         move_base(&tx, id, old, new, at)?;
         tx.commit()?;
         Ok(())
+    }
+
+    /// Notes the journal rows of the merge of the fork `id` into `parent`: for each of `paths`
+    /// (relative to the zones) the first row of `parent` after the journal position `after`,
+    /// the merge's own write (another writer's earlier one would have made the merge leave the
+    /// path alone). [`Db::fork_parent_paths_since`] leaves them out.
+    pub fn fork_note_merged(
+        &self,
+        id: i64,
+        parent: &str,
+        after: i64,
+        paths: &[String],
+    ) -> Result<(), StateError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        {
+            let mut st = tx.prepare_cached(
+                "INSERT INTO fork_merged_rows (fork, journal_id)
+                   SELECT ?1, min(id) FROM journal WHERE zone = ?2 AND id > ?3 AND path = ?4
+                   HAVING min(id) IS NOT NULL",
+            )?;
+            for p in paths {
+                st.execute(params![id, parent, after, p])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// The paths the journal names as changed in `parent` after the position `after`, but for
+    /// the rows the merges of the fork `id` wrote there (at most `limit`; `None` past it).
+    pub fn fork_parent_paths_since(
+        &self,
+        id: i64,
+        parent: &str,
+        after: i64,
+        limit: usize,
+    ) -> Result<Option<Vec<String>>, StateError> {
+        let conn = self.lock();
+        let mut st = conn.prepare_cached(
+            "SELECT path FROM journal WHERE zone = ?1 AND id > ?2
+               AND id NOT IN (SELECT journal_id FROM fork_merged_rows WHERE fork = ?4)
+             UNION SELECT to_path FROM journal WHERE zone = ?1 AND id > ?2 AND to_path IS NOT NULL
+             LIMIT ?3",
+        )?;
+        let rows = st.query_map(params![parent, after, limit as i64 + 1, id], |r| {
+            r.get::<_, String>(0)
+        })?;
+        let paths: Vec<String> = rows.collect::<Result<_, _>>()?;
+        Ok((paths.len() <= limit).then_some(paths))
     }
 
     /// A restore of `zone` (`workspace`, `forks/a`) to the checkpoint `target`, the present
