@@ -957,8 +957,8 @@ mod tests {
             "fork",
             "merge",
             "update",
-            "git_status",
-            "git_stage",
+            "git_push",
+            "staged_list",
             "mirror_push",
         ] {
             assert!(!offered.iter().any(|t| t == other), "{other} is offered");

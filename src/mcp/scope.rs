@@ -14,9 +14,10 @@
 //! writes every path member, and the paths in an error's message, relative to the fork's root.
 //!
 //! The tools that act on other zones are not offered: `fork` (a new fork would lie outside),
-//! `merge` and `update` (they write or read the parent), the git tools (pulled repositories
-//! are the workspace's), the mirror and sandbox tools. A person merges a confined agent's
-//! work (`wardfs merge NAME`) after reading `wardfs changes NAME`.
+//! `merge` and `update` (they write or read the parent), the git tools but `git_status` and
+//! `git_stage` of the fork's own files (a repository the workspace pulled, as the fork holds
+//! it), the mirror and sandbox tools. A person merges a confined agent's work (`wardfs merge
+//! NAME`) after reading `wardfs changes NAME`, or reviews what it staged.
 
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject};
 use serde_json::Value;
@@ -36,6 +37,8 @@ enum Arg {
     Zone,
     /// A fork's name: only this fork's.
     ForkName,
+    /// The same, set to this fork's when left out (where the daemon's default is the workspace).
+    OwnFork,
     /// A checkpoint id: only one of the fork's.
     Checkpoint,
     /// Anything else (text, numbers, switches), passed as it is.
@@ -118,11 +121,26 @@ const CONFINED: &[(&str, &[(&str, Arg)])] = &[
     ),
     ("changes", &[("name", ForkName), ("patch", Plain)]),
     ("forks", &[]),
+    (
+        "git_status",
+        &[("repo", Path), ("rescan", Plain), ("fork", OwnFork)],
+    ),
+    (
+        "git_stage",
+        &[
+            ("message", Plain),
+            ("files", Paths),
+            ("repo", Path),
+            ("branch", Plain),
+            ("fork", OwnFork),
+        ],
+    ),
 ];
 
 /// The members of an answer that hold virtual paths (or lists of them).
-const PATH_MEMBERS: [&str; 10] = [
+const PATH_MEMBERS: [&str; 11] = [
     "path",
+    "repo",
     "to_path",
     "scope",
     "paths",
@@ -292,6 +310,9 @@ impl Fork {
                 Zone if !args.contains_key("path") => {
                     args.insert(key.to_string(), Value::String(self.zone.clone()));
                 }
+                OwnFork => {
+                    args.insert(key.to_string(), Value::String(self.name.clone()));
+                }
                 _ => {}
             }
         }
@@ -330,7 +351,7 @@ impl Fork {
                 }
                 *s = self.zone.clone();
             }
-            (ForkName, Value::String(s)) if *s != self.name => {
+            (ForkName | OwnFork, Value::String(s)) if *s != self.name => {
                 return Err(refuse(&format!(
                     "`{}` is not this fork (its name is {})",
                     text::name(s),
@@ -464,7 +485,8 @@ pub fn instructions(fork: &Fork) -> String {
          `grep`; paths start at the fork's root (/src/main.rs), where the tools' descriptions \
          say /workspace/src/main.rs. Take a `checkpoint` before a risky change, `restore` \
          one to go back. `changes` with name {name} lists what you changed; a person merges \
-         it into the workspace. A failed call returns an error whose JSON has a stable `code` \
+         it into the workspace. In a repository the workspace pulled, `git_status` lists your \
+         changes and `git_stage` stages them as a commit a person reviews. A failed call returns an error whose JSON has a stable `code` \
          (NOT_FOUND, NOT_UNIQUE, OUTSIDE_ZONE, ...) and a `message` saying what to fix.",
         name = fork.name
     )

@@ -9,6 +9,7 @@
 use serde_json::{json, Value};
 use wardfs::core::ErrorCode;
 
+use crate::mcp::confined::Session;
 use crate::support::git_servers::{BareRepo, GitDaemon};
 use crate::support::Daemon;
 
@@ -153,6 +154,64 @@ fn a_forks_change_stages_names_its_fork_and_writer_and_pushes_leaving_the_worksp
     let (code, msg) = d.err("/v1/git/stage", json!({ "message": "merged" }));
     assert_eq!(code, ErrorCode::NoMatch, "{msg}");
     assert!(msg.contains("already in a staged commit"), "{msg}");
+}
+
+#[test]
+fn an_agent_confined_to_its_fork_sees_and_stages_only_the_forks_changes() {
+    let (_repo, _server, d) = pulled();
+    d.ok("/v1/forks", json!({ "name": "a" }));
+    d.ok("/v1/forks", json!({ "name": "b" }));
+    d.write("/forks/b/proj/src/lib.rs", "the other fork's\n");
+    d.write("/workspace/proj/README.md", "the workspace's\n");
+    let mut s = Session::start(&d, "a");
+    s.ok(
+        "write",
+        json!({"path": "/proj/src/lib.rs", "content": LIB_FORK}),
+    );
+
+    // Its status is the fork's, by default and given its repository by its path in the fork;
+    // the answer names paths from the fork's root.
+    let want = pairs(&[("/proj/src/lib.rs", "modified")]);
+    for args in [json!({}), json!({"repo": "/proj"}), json!({"fork": "a"})] {
+        let st = s.ok("git_status", args.clone());
+        assert_eq!(changes(&st), want, "{args}: {st}");
+        assert_eq!(st["repos"][0]["repo"], "/proj", "{st}");
+    }
+    // Another fork, or the workspace's repository, is out of reach.
+    let e = s.err("git_status", json!({"fork": "b"}));
+    assert_eq!(e["code"], "OUTSIDE_ZONE", "{e}");
+    let e = s.err("git_status", json!({"repo": "/workspace/proj"}));
+    assert_ne!(e["code"], json!(null), "{e}");
+    let e = s.err(
+        "git_stage",
+        json!({"message": "x", "files": ["/forks/b/proj/src/lib.rs"]}),
+    );
+    assert_ne!(e["code"], json!(null), "{e}");
+
+    // What it stages is the fork's change alone, for a person to review.
+    let c = s.ok(
+        "git_stage",
+        json!({"message": "Add two, from a confined agent"}),
+    );
+    assert_eq!(c["zone"], "forks/a", "{c}");
+    assert_eq!(c["repo"], "/proj", "{c}");
+    let files: Vec<&str> = c["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(files, ["/proj/src/lib.rs"], "{c}");
+    let shown = d.ok(
+        "/v1/git/staged/show",
+        json!({ "id": c["id"].as_str().unwrap() }),
+    );
+    let diff = shown["files"][0]["diff"].as_str().unwrap();
+    assert!(diff.contains("+pub fn two() -> u32 {"), "{diff}");
+    assert!(
+        !diff.contains("other fork") && !diff.contains("workspace's"),
+        "{diff}"
+    );
 }
 
 #[test]

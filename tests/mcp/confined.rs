@@ -24,7 +24,7 @@ const WORKSPACE_SECRET: &str = "WORKSPACE-ONLY";
 const OTHER_SECRET: &str = "OTHER-FORK-ONLY";
 
 /// The tools a server confined to a fork offers.
-const CONFINED_TOOLS: [&str; 16] = [
+const CONFINED_TOOLS: [&str; 18] = [
     "changes",
     "checkpoint",
     "checkpoint_diff",
@@ -32,6 +32,8 @@ const CONFINED_TOOLS: [&str; 16] = [
     "edit",
     "events",
     "forks",
+    "git_stage",
+    "git_status",
     "glob",
     "grep",
     "ls",
@@ -44,7 +46,7 @@ const CONFINED_TOOLS: [&str; 16] = [
 ];
 
 /// One `wardfs mcp --fork NAME` process, past its handshake.
-struct Session {
+pub(crate) struct Session {
     child: Child,
     stdin: ChildStdin,
     lines: mpsc::Receiver<String>,
@@ -53,7 +55,7 @@ struct Session {
 }
 
 impl Session {
-    fn start(d: &Daemon, fork: &str) -> Session {
+    pub(crate) fn start(d: &Daemon, fork: &str) -> Session {
         let mut child = Command::new(BIN)
             .arg("--socket")
             .arg(&d.socket)
@@ -126,7 +128,7 @@ impl Session {
     }
 
     /// Calls a tool that must succeed; returns its structured content.
-    fn ok(&mut self, tool: &str, args: Value) -> Value {
+    pub(crate) fn ok(&mut self, tool: &str, args: Value) -> Value {
         let a = self.raw(tool, args.clone());
         assert!(
             a["result"].is_object() && a["result"]["isError"] != true,
@@ -136,7 +138,7 @@ impl Session {
     }
 
     /// Calls a tool that must fail with a tool error; returns its error object.
-    fn err(&mut self, tool: &str, args: Value) -> Value {
+    pub(crate) fn err(&mut self, tool: &str, args: Value) -> Value {
         let a = self.raw(tool, args.clone());
         assert_eq!(a["result"]["isError"], true, "{tool} {args} succeeded: {a}");
         a["result"]["structuredContent"].clone()
@@ -611,8 +613,9 @@ fn an_agent_confined_to_a_fork_reaches_nothing_outside_it() {
         ("fork", json!({"name": "c"})),
         ("merge", json!({"name": "a"})),
         ("update", json!({"name": "a"})),
-        ("git_status", json!({})),
-        ("git_stage", json!({"message": "x"})),
+        ("git_push", json!({"id": "x"})),
+        ("git_status", json!({"fork": "b"})),
+        ("git_stage", json!({"message": "x", "fork": "b"})),
         ("staged_list", json!({})),
         ("mirror_push", json!({"sandbox": "dev"})),
         ("sandbox_list", json!({})),

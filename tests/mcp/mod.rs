@@ -5,7 +5,7 @@
 //! tool's `outputSchema`. These tests assert on the script's exit status and output; a missing
 //! Python or `mcp` package fails them, naming the fix.
 
-mod confined;
+pub(crate) mod confined;
 mod limits;
 
 use std::path::{Path, PathBuf};
