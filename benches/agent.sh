@@ -18,7 +18,16 @@
 # Workloads (WARDFS_AGENT_ONLY, comma-separated; `rg` means both rg ones), each over each tree:
 #   rg-literal  rg -n -F 'unsafe impl' TREE
 #   rg-regex    rg -n 'impl<[^>]*> (Drop|Clone) for' TREE
-#   git         git -C TREE status --porcelain
+#   git         git -C TREE status --porcelain   (no monitor, no untracked cache: -c core.fsmonitor=false
+#               -c core.untrackedCache=false, on every side)
+#   git-fsm     the same `git status` with wardfs's file-system monitor on the wardfs side (-c
+#               core.fsmonitor='WARDFS --socket S git fsmonitor-hook', core.untrackedCache=true, what
+#               `wardfs git watch` sets); native and bindfs run the plain `git` command, the baseline.
+#               Two rows: git-fsm, whose cold run is the first after a restart of the daemon (a new
+#               instance: the monitor answers "everything" and git looks at every file), and
+#               git-fsm-live, whose cold run follows drop_caches with the daemon kept running (its
+#               token still good: git looks at what the journal names). WARDFS_AGENT_ONLY=git-fsm
+#               means both
 #   find        find TREE -type f -printf '%s\n'
 #   tar         tar -C TREE -cf - .   (into hyperfine's pipe: GNU tar reads no file contents when its
 #               archive is /dev/null, so `tar -cf /dev/null .` would only stat the files)
@@ -59,7 +68,8 @@
 # Environment:
 #   WARDFS_AGENT_QUICK=1       a small version for checking the script: small trees (data-quick/),
 #                              1 warmup + 2 runs, 1 cold run, ~400-entry tarball
-#   WARDFS_AGENT_ONLY          comma-separated subset of rg-literal,rg-regex,rg,git,find,tar,untar
+#   WARDFS_AGENT_ONLY          comma-separated subset of rg-literal,rg-regex,rg,git,git-fsm,
+#                              git-fsm-live,find,tar,untar
 #   WARDFS_AGENT_TREES         comma-separated subset of registry,gen (default both)
 #   WARDFS_AGENT_RUNS / WARDFS_AGENT_WARMUP   hyperfine runs and warmup runs (default 5 / 2)
 #   WARDFS_AGENT_COLD_REPS     cold runs per side and workload (default 3; the median is reported)
@@ -99,18 +109,19 @@ else
   data=$repo/bench-data/agent/data results=$repo/bench-data/agent/results
 fi
 only=""
-for w in $(tr ',' ' ' <<<"${WARDFS_AGENT_ONLY:-rg,git,find,tar,untar}"); do
+for w in $(tr ',' ' ' <<<"${WARDFS_AGENT_ONLY:-rg,git,git-fsm,find,tar,untar}"); do
   case $w in
     rg) only+=",rg-literal,rg-regex" ;;
-    rg-literal | rg-regex | git | find | tar | untar) only+=",$w" ;;
-    *) die "unknown workload '$w' in WARDFS_AGENT_ONLY (rg-literal, rg-regex, rg, git, find, tar, untar)" ;;
+    git-fsm) only+=",git-fsm,git-fsm-live" ;;
+    rg-literal | rg-regex | git | git-fsm-live | find | tar | untar) only+=",$w" ;;
+    *) die "unknown workload '$w' in WARDFS_AGENT_ONLY (rg-literal, rg-regex, rg, git, git-fsm, git-fsm-live, find, tar, untar)" ;;
   esac
 done
 only=${only#,}
 trees_wanted=${WARDFS_AGENT_TREES:-registry,gen}
 requests=${WARDFS_AGENT_REQUESTS:-1}
 strict=${WARDFS_BENCH_STRICT:-0}
-workloads=(rg-literal rg-regex git find tar)
+workloads=(rg-literal rg-regex git git-fsm git-fsm-live find tar)
 want() { [[ ",$only," == *",$1,"* ]]; }
 for t in $(tr ',' ' ' <<<"$trees_wanted"); do
   [[ $t == registry || $t == gen ]] || die "unknown tree '$t' in WARDFS_AGENT_TREES"
@@ -400,7 +411,8 @@ wardfs_settle() {
     "$(awk -v t=$((cur - c0)) -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.2f", t / hz}')" \
     >>"$results/settle.tsv"
 }
-writes() { [ "$1" = git ] || [ "$1" = untar ]; }
+writes() { is_git "$1" || [ "$1" = untar ]; }
+is_git() { [[ $1 == git || $1 == git-fsm* ]]; }
 
 # Root of the workspace as side $1 shows it.
 declare -A root=([native]=$ws [bindfs]=$bind [wardfs]=$mnt/workspace)
@@ -433,6 +445,8 @@ done
 if want untar; then jobs+=("deps:untar"); fi
 ((${#jobs[@]})) || die "nothing to measure (WARDFS_AGENT_ONLY=$only, WARDFS_AGENT_TREES=$trees_wanted)"
 
+# git without a monitor or an untracked cache, whatever the index holds from another side's run.
+plain_git="-c core.fsmonitor=false -c core.untrackedCache=false"
 # cmd_of JOB SIDE: the command line (for hyperfine -N and for sh -c alike).
 cmd_of() {
   local t=${1%%:*} w=${1#*:} r=${root[$2]}
@@ -440,7 +454,14 @@ cmd_of() {
   case $w in
     rg-literal) printf '%s' "rg -n -F 'unsafe impl' $d" ;;
     rg-regex) printf '%s' "rg -n 'impl<[^>]*> (Drop|Clone) for' $d" ;;
-    git) printf '%s' "git -C $d status --porcelain" ;;
+    git) printf '%s' "git $plain_git -C $d status --porcelain" ;;
+    git-fsm | git-fsm-live)
+      if [ "$2" = wardfs ]; then
+        printf '%s' "git -c 'core.fsmonitor=$bin --socket $tmp/run/s.sock git fsmonitor-hook' -c core.fsmonitorHookVersion=2 -c core.untrackedCache=true -C $d status --porcelain"
+      else
+        printf '%s' "git $plain_git -C $d status --porcelain"
+      fi
+      ;;
     find) printf '%s' "find $d -type f -printf '%s\n'" ;;
     tar) printf '%s' "tar -C $d -cf - ." ;;
     untar) printf '%s' "sh -c 'rm -rf $s; mkdir $s && tar -xf $tarball -C $s && rm -rf $s'" ;;
@@ -456,7 +477,7 @@ check() {
   cmd=$(cmd_of "$job" "$side")
   case $w in
     rg-*) { sh -c "$cmd" || [ $? = 1 ]; } | sed "s|^$r/$t/||" | sort >"$out" ;;
-    git) sh -c "$cmd" >"$out" ;;
+    git | git-fsm | git-fsm-live) sh -c "$cmd" >"$out" ;;
     # Names too; not .git/index, which a git status through another side may have rewritten.
     find) find "$r/$t" -type f -printf '%s %P\n' | grep -v ' \.git/index$' | sort >"$out" ;;
     tar) sh -c "$cmd" | tar -tvf - | grep -Ev ' \./\.git(/|$)' | sort >"$out" ;;
@@ -550,12 +571,19 @@ for rep in $(seq 1 "$cold_reps"); do
     for k in 0 1 2; do
       side=${sides[$(((rep + j + k) % 3))]}
       cmd=$(cmd_of "$job" "$side")
-      if [ "${job#*:}" = git ]; then
+      if is_git "${job#*:}"; then
         fresh "$side"
         sh -c "$cmd" >/dev/null # the index now holds this side's inode numbers
         [ "$side" != wardfs ] || wardfs_settle "$write_idle" "prime $job"
       fi
-      fresh "$side"
+      if [ "${job#*:}" = git-fsm-live ]; then
+        # The daemon keeps running: a second run leaves the index with a token it still vouches
+        # for (the first after a start is answered "everything"), then only the caches go.
+        sh -c "$cmd" >/dev/null
+        [ "$side" != wardfs ] || wardfs_settle "$write_idle" "prime again $job"
+      else
+        fresh "$side"
+      fi
       drop_caches
       # shellcheck disable=SC2046
       hf "$side" "$results/cold-${job/:/-}-$side-$rep.json" "$cmd" --runs 1 $(hf_ignore "$job")
@@ -595,7 +623,7 @@ count_run() {
   { sh -c "$cmd" || [ $? = 1 ]; } | cat >/dev/null
   idx1=$(stat -c '%i %y' "$ws/${job%%:*}/.git/index" 2>/dev/null || echo -)
   wait_quiet "$logf"
-  if [ "${job#*:}" = git ]; then
+  if is_git "${job#*:}"; then
     if [ "$idx0" = "$idx1" ]; then echo "$job $side $run: index unchanged"; else echo "$job $side $run: index rewritten"; fi \
       >>"$results/git-index.txt"
   fi
@@ -613,7 +641,7 @@ if [ "$requests" = 1 ]; then
   log "requests by opcode: wardfs (RUST_LOG=fuser=debug) and bindfs (-d), a cold run then a warm run"
   for side in wardfs bindfs; do
     for job in "${jobs[@]}"; do
-      if [ "${job#*:}" = git ]; then
+      if is_git "${job#*:}"; then
         fresh "$side"
         sh -c "$(cmd_of "$job" "$side")" >/dev/null
         [ "$side" != wardfs ] || wardfs_settle "$write_idle" "prime requests $job"
@@ -699,11 +727,14 @@ label = {
     "rg-literal": "`rg -n -F 'unsafe impl'`",
     "rg-regex": "`rg -n 'impl<[^>]*> (Drop\\|Clone) for'`",
     "git": "`git status --porcelain` (one file changed)",
+    "git-fsm": "`git status --porcelain`, wardfs with its monitor (cold: first after a restart)",
+    "git-fsm-live": "`git status --porcelain`, wardfs with its monitor (cold: caches dropped, daemon kept)",
     "find": "`find -type f -printf '%s\\n'`",
     "tar": "`tar -cf - .` (into a pipe)",
     "untar": f"untar {untar_n} entries + `rm -rf`",
 }
-goal = {"rg-literal": 1.5, "rg-regex": 1.5, "git": 2.0, "find": 1.5, "tar": 1.5, "untar": 2.0}
+goal = {"rg-literal": 1.5, "rg-regex": 1.5, "git": 2.0, "git-fsm": 1.0, "git-fsm-live": 1.0,
+        "find": 1.5, "tar": 1.5, "untar": 2.0}
 sides = ("native", "bindfs", "wardfs")
 failed = []
 

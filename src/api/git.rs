@@ -1,4 +1,5 @@
-//! The git routes under `/v1/git`: pull, status, stage, resolve, staged (list/show), push, discard.
+//! The git routes under `/v1/git`: pull, status, stage, resolve, staged (list/show), push, discard,
+//! and the answers of git's file-system monitor for a checkout in a zone (fsmonitor).
 //!
 //! Git work runs on the blocking pool. Pull and push can stream their progress: with
 //! `"progress": true` the answer is NDJSON (`application/x-ndjson`), `{"progress": …}` lines
@@ -17,6 +18,7 @@ use super::openapi::{route, Route, StreamLine};
 use super::AppState;
 use crate::core::ErrorCode::*;
 use crate::core::{FsError, ZoneId};
+use crate::git::fsmonitor::{checkout_at, FsmonitorAnswer};
 use crate::git::{Git, GitFailure, Progress, PullRequest, PushRequest, StageRequest, StagedCommit};
 use crate::git::{PullResult, PushResult};
 
@@ -208,6 +210,27 @@ pub(super) fn routes() -> Vec<Route> {
             "gitDiscard": POST "/v1/git/discard" => discard
         )
         .errors(&[NotFound, Conflict, ReadOnly, PermissionDenied, NoSpace]),
+        route!(
+            /// Answer git's file-system monitor for a checkout inside a zone
+            ///
+            /// What `wardfs git fsmonitor-hook` (git's `core.fsmonitor`, set by `wardfs git
+            /// watch`) asks: the paths of the checkout whose work tree is `dir` (or `path`)
+            /// changed since `token`, relative to the work tree, from the journal (every writer:
+            /// the API, MCP, the mount, pulls, restores, and changes beside wardfs, which the
+            /// answer first waits for the watcher to take in, at most 2 s), and the `token` to
+            /// pass next time. `everything: true` (git then looks at every file) with a `reason`
+            /// when the daemon cannot vouch for the list: an empty or foreign token, one of
+            /// another daemon instance (every start is a new one) or zone, one ahead of the
+            /// journal or whose next rows were pruned, changes beside wardfs the watcher lost or
+            /// could not watch, a zone served from a sandbox, a change to the checkout's
+            /// directory or one above it, more than 50,000 paths. Paths in the checkout's `.git`
+            /// are left out. Only the query parameters below are accepted; INVALID_ARGUMENT for
+            /// an unknown one or for both or neither of `dir` and `path`; INVALID_PATH or
+            /// OUTSIDE_ZONE for a `dir` or `path` not in a zone; NOT_FOUND for a fork that does
+            /// not exist.
+            "gitFsmonitor": GET "/v1/git/fsmonitor" => fsmonitor
+        )
+        .errors(&[InvalidPath, OutsideZone, NotFound]),
     ]
 }
 
@@ -412,4 +435,44 @@ async fn discard(
         super::checkpoint::before(&app, zone, what).await?;
     }
     blocking(&app, move |g| g.discard(&r.id, r.revert)).await
+}
+
+/// Query of `GET /v1/git/fsmonitor`: the checkout (by `dir` or by `path`) and the token.
+#[derive(Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct FsmonitorQuery {
+    /// The checkout's work tree as git runs the hook in it: an absolute path through the mount
+    /// (`MOUNT/workspace/app`, `MOUNT/forks/NAME/app`) or in a zone's own directory.
+    dir: Option<String>,
+    /// The checkout's work tree as a virtual path (`/workspace/app`), instead of `dir`.
+    path: Option<String>,
+    /// The token of the last answer, as git passes it; empty (or anything else that is not a
+    /// token of this daemon instance for this zone) answers everything.
+    #[serde(default)]
+    token: String,
+}
+
+async fn fsmonitor(
+    State(app): State<Arc<AppState>>,
+    q: Result<Query<FsmonitorQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<FsmonitorAnswer>, ApiError> {
+    let Query(q) = q.map_err(|e| FsError::invalid("query", e.body_text()))?;
+    tokio::task::spawn_blocking(move || {
+        let checkout = match (&q.dir, &q.path) {
+            (Some(dir), None) => checkout_at(&app.zones, &app.settings.mount, dir)?,
+            (None, Some(path)) => crate::core::path::parse_in_zone(path)?,
+            _ => {
+                return Err(FsError::invalid(
+                    "dir",
+                    "give the checkout's `dir` (a path on this machine) or its `path` (a \
+                     virtual path), one of them",
+                ))
+            }
+        };
+        app.fsmonitor.answer(&app.zones, &checkout, &q.token)
+    })
+    .await
+    .map_err(|e| ApiError::Fs(FsError::Internal(format!("worker failed: {e}"))))?
+    .map(Json)
+    .map_err(ApiError::Fs)
 }

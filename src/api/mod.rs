@@ -41,7 +41,7 @@ pub use metrics::Metrics;
 pub use peer::{BindError, Peer, PeerListener};
 
 use crate::config::{Backing, Settings};
-use crate::core::ErrorCode::{InvalidPath, OutsideZone};
+use crate::core::ErrorCode::{InvalidPath, NotFound, OutsideZone};
 use crate::core::{FsError, Zone, Zones};
 use crate::state::{JournalFilter, JournalRow};
 use openapi::{route, Route};
@@ -65,6 +65,9 @@ pub struct AppState {
     pub stopping: tokio::sync::watch::Sender<bool>,
     /// The one memory budget of the request bodies being read (`limits.body_memory_bytes`).
     pub(crate) bodies: body::Budget,
+    /// git's file-system monitor (`GET /v1/git/fsmonitor`): this daemon's instance, and the
+    /// watcher it asks what changed beside wardfs (handed over by the daemon once it watches).
+    pub fsmonitor: crate::git::fsmonitor::Monitor,
 }
 
 impl AppState {
@@ -104,6 +107,7 @@ impl AppState {
             started: Instant::now(),
             mounted,
             stopping: tokio::sync::watch::Sender::new(false),
+            fsmonitor: crate::git::fsmonitor::Monitor::new(),
         }))
     }
 }
@@ -147,10 +151,11 @@ fn routes() -> Vec<Route> {
             /// and sandbox events. Filter by zone, by path (the path itself and everything beneath
             /// it), by time and by a range of journal ids. Only the query parameters below are
             /// accepted; an unknown one, a bad `limit` or an unknown `zone` gives
-            /// INVALID_ARGUMENT; a bad `path` INVALID_PATH or OUTSIDE_ZONE.
+            /// INVALID_ARGUMENT; a bad `path` INVALID_PATH or OUTSIDE_ZONE; a path in a fork
+            /// that does not exist NOT_FOUND.
             "log": GET "/v1/log" => log
         )
-        .errors(&[InvalidPath, OutsideZone]),
+        .errors(&[InvalidPath, OutsideZone, NotFound]),
         route!(
             /// Follow changes and checkpoints as they happen (NDJSON stream)
             ///
@@ -162,11 +167,11 @@ fn routes() -> Vec<Route> {
             /// the query parameters below are accepted; an unknown one gives INVALID_ARGUMENT, as
             /// do a malformed cursor, a cursor past the newest event, one whose next journal rows
             /// were pruned by `journal.keep_days`, and an unknown `zone`; a bad `path` gives
-            /// INVALID_PATH or OUTSIDE_ZONE.
+            /// INVALID_PATH or OUTSIDE_ZONE; a path in a fork that does not exist NOT_FOUND.
             "events": GET "/v1/events" => events::events
         )
         .ndjson::<events::EventLine<'static>>()
-        .errors(&[InvalidPath, OutsideZone]),
+        .errors(&[InvalidPath, OutsideZone, NotFound]),
         route!(
             /// Prometheus metrics
             ///
@@ -308,6 +313,19 @@ pub(crate) fn ndjson(
         .into_response()
 }
 
+/// The directory to open in an editor, in `/v1/status`.
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct EditorDir {
+    /// The mounted workspace (`<mount>/workspace`); without a mount, the workspace's own
+    /// directory.
+    pub dir: String,
+    /// True when a watcher on `dir` (inotify: editors, build tools, test runners) hears every
+    /// change, whoever makes it (the API, MCP, pulls, restores, merges, programs beside the
+    /// mount; see docs/architecture.md); false for a workspace served from a sandbox, whose
+    /// watchers hear only the changes made through the mount.
+    pub every_change: bool,
+}
+
 /// One zone in `/v1/status`, as configured and served.
 #[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ZoneStatus {
@@ -345,6 +363,9 @@ pub struct Status {
     /// Whether this daemon mounted the zones at `mount` with FUSE (false when started with
     /// `serve --no-mount`).
     pub mounted: bool,
+    /// The directory to open in an editor; absent when the workspace is disabled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub editor: Option<EditorDir>,
     /// Path of the SQLite state database (journal).
     pub state_db: String,
     /// Number of rows in the change journal (see GET /v1/log).
@@ -443,6 +464,7 @@ async fn status(State(app): State<Arc<AppState>>) -> Result<Json<Status>, ApiErr
         socket: s.socket.display().to_string(),
         mount: s.mount.display().to_string(),
         mounted: app.mounted,
+        editor: editor_dir(&app),
         state_db: app.zones.db().path().to_string(),
         journal_rows,
         staged_awaiting_review,
@@ -450,6 +472,22 @@ async fn status(State(app): State<Arc<AppState>>) -> Result<Json<Status>, ApiErr
         pending_write_backs,
         zones,
     }))
+}
+
+/// The directory to open in an editor (see [`EditorDir`]).
+fn editor_dir(app: &AppState) -> Option<EditorDir> {
+    let ws = crate::core::ZoneId::Workspace;
+    let mounted = app.settings.mount.join(ws.name());
+    let (dir, every_change) = match (app.zones.zone(ws), app.mounted) {
+        (Zone::Local(_), true) => (mounted, true),
+        (Zone::Local(z), false) => (z.root().to_path_buf(), true),
+        (Zone::Remote(_), true) => (mounted, false),
+        _ => return None,
+    };
+    Some(EditorDir {
+        dir: dir.display().to_string(),
+        every_change,
+    })
 }
 
 /// Query of `/v1/log`.

@@ -126,8 +126,18 @@ impl Ctx {
         if paths::is_virtual(input) {
             return Ok(input.to_string());
         }
-        let layout = self
-            .layout
+        let layout = self.layout().await?;
+        paths::to_virtual(input, &paths::cwd(), layout).map_err(|why| ClientError::Api {
+            code: ErrorCode::InvalidPath,
+            message: why,
+            path: Some(input.to_string()),
+        })
+    }
+
+    /// Where the zones are on this machine: the mount and each zone's directory, asked of the
+    /// daemon (`/v1/status`) the first time.
+    pub async fn layout(&self) -> Result<&Layout, ClientError> {
+        self.layout
             .get_or_try_init(|| async {
                 let s: serde_json::Value = self.client.get("/v1/status").await?;
                 let zones = s["zones"].as_array().cloned().unwrap_or_default();
@@ -139,12 +149,7 @@ impl Ctx {
                     }),
                 ))
             })
-            .await?;
-        paths::to_virtual(input, &paths::cwd(), layout).map_err(|why| ClientError::Api {
-            code: ErrorCode::InvalidPath,
-            message: why,
-            path: Some(input.to_string()),
-        })
+            .await
     }
 
     /// Returns the virtual paths of several paths as typed ([`Ctx::vpath`]).

@@ -20,7 +20,7 @@ use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -56,9 +56,45 @@ pub struct Node {
     fd: OnceLock<OwnedFd>,
     /// Where a node not pinned lives: its parent directory node and its name there.
     at: Mutex<Option<(Arc<Node>, OsString)>>,
-    /// Looked up under a second name while its first still named it (a hard link): which of
-    /// them a change came through is then unknown.
-    several_names: AtomicBool,
+    /// The other names it was looked up under while they still named its file (hard links),
+    /// through which a change could come too (see [`Node::has_several_names`]).
+    other_names: Mutex<OtherNames>,
+}
+
+/// The names a node was known by besides its place ([`Node::moved`]): at most
+/// [`OtherNames::MAX`] kept, past which the node counts as having several names for good.
+#[derive(Debug, Default)]
+struct OtherNames {
+    names: Vec<(Arc<Node>, OsString)>,
+    overflowed: bool,
+}
+
+impl OtherNames {
+    /// Names kept per node; a file linked under more is rare, and then never changed in place.
+    const MAX: usize = 8;
+
+    fn add(&mut self, dir: &Arc<Node>, name: &OsStr) {
+        if self.find(dir, name).is_some() {
+            return;
+        }
+        if self.names.len() == OtherNames::MAX {
+            self.overflowed = true;
+            return;
+        }
+        self.names.push((dir.clone(), name.to_owned()));
+    }
+
+    fn drop_name(&mut self, dir: &Arc<Node>, name: &OsStr) {
+        if let Some(i) = self.find(dir, name) {
+            self.names.swap_remove(i);
+        }
+    }
+
+    fn find(&self, dir: &Arc<Node>, name: &OsStr) -> Option<usize> {
+        self.names
+            .iter()
+            .position(|(d, n)| d.key() == dir.key() && n.as_os_str() == name)
+    }
 }
 
 /// A node's descriptor: its pinned one, or one opened for the operation.
@@ -92,7 +128,7 @@ impl Node {
             ino: AtomicU64::new(st.st_ino),
             fd: OnceLock::from(fd),
             at: Mutex::new(None),
-            several_names: AtomicBool::new(false),
+            other_names: Mutex::default(),
         }
     }
 
@@ -105,7 +141,7 @@ impl Node {
             ino: AtomicU64::new(st.st_ino),
             fd: OnceLock::new(),
             at: Mutex::new(Some((dir.clone(), name.to_owned()))),
-            several_names: AtomicBool::new(false),
+            other_names: Mutex::default(),
         }
     }
 
@@ -178,7 +214,8 @@ impl Node {
 
     /// Notes that a node held by name is now `name` in `dir` (a rename, or a lookup under
     /// another name); pinned nodes follow by themselves. When the name it had still names it,
-    /// `name` is a second one (a hard link), noted ([`Node::has_several_names`]).
+    /// `name` is a second one (a hard link): the old one is kept among its other names
+    /// ([`Node::has_several_names`]).
     pub fn moved(&self, dir: &Arc<Node>, name: &OsStr) {
         let mut at = self.at.lock().expect("not poisoned");
         if self.is_pinned() {
@@ -186,9 +223,12 @@ impl Node {
         }
         if let Some((old_dir, old_name)) = at.as_ref() {
             let same = old_dir.key() == dir.key() && old_name.as_os_str() == name;
-            if !same && self.still_at(old_dir, old_name) {
-                self.several_names.store(true, Ordering::Release);
+            let second = !same && self.still_at(old_dir, old_name);
+            let mut others = self.other_names.lock().expect("not poisoned");
+            if second {
+                others.add(old_dir, old_name);
             }
+            others.drop_name(dir, name);
             *at = Some((dir.clone(), name.to_owned()));
         }
     }
@@ -200,9 +240,13 @@ impl Node {
             .is_ok_and(|st| self.check(&st).is_ok())
     }
 
-    /// True when the node was looked up under more than one name (see [`Node::moved`]).
+    /// True when the node was looked up under another name than its place that still names
+    /// its file (see [`Node::moved`]): a change could come through either. Names replaced or
+    /// removed since no longer count.
     pub fn has_several_names(&self) -> bool {
-        self.several_names.load(Ordering::Acquire)
+        let mut others = self.other_names.lock().expect("not poisoned");
+        others.names.retain(|(dir, name)| self.still_at(dir, name));
+        others.overflowed || !others.names.is_empty()
     }
 
     /// Follows a copy of its own ([`super::copy_up`]) that took the node's name: `st` is its

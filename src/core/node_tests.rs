@@ -275,7 +275,7 @@ fn the_hard_link_rule_gives_a_node_a_copy_of_its_own_before_any_change_and_refus
 #[test]
 fn a_node_looked_up_under_two_names_of_one_file_is_never_changed() {
     let dir = tempfile::tempdir().unwrap();
-    linked_from_outside(dir.path(), &["a", "b"]);
+    linked_from_outside(dir.path(), &["a", "b", "d"]);
     let z = zones_with(dir.path(), "");
     let ws = root(&z);
     let a = child(&z, &ws, "a");
@@ -291,8 +291,19 @@ fn a_node_looked_up_under_two_names_of_one_file_is_never_changed() {
         std::fs::metadata(dir.path().join("outside.txt"))
             .unwrap()
             .nlink(),
-        3
+        4
     );
+    // Once the other name is replaced (an agent's edit through the API), only one is left.
+    let d = child(&z, &ws, "d");
+    d.moved(&ws, OsStr::new("b"));
+    assert!(d.has_several_names());
+    std::fs::write(dir.path().join("z/workspace/d.new"), "new").unwrap();
+    std::fs::rename(
+        dir.path().join("z/workspace/d.new"),
+        dir.path().join("z/workspace/d"),
+    )
+    .unwrap();
+    assert!(!d.has_several_names());
     // A rename through the mount is not a second name: the old one is gone.
     let c = child(&z, &ws, "a");
     std::fs::rename(

@@ -91,7 +91,7 @@ pub fn run(settings: Settings, no_mount: bool) -> anyhow::Result<()> {
     set_fd_limit(settings.limits.open_files);
     // Changes made beside wardfs are journaled (and reach the mount) as long as this lives.
     let watching = if settings.journal.watch {
-        watch::Watcher::start(zones.clone())
+        watch::Watcher::start(zones.clone(), &settings.state_dir.join("watch-barriers"))
     } else {
         tracing::info!("journal.watch is off: changes made beside wardfs are not journaled");
         Ok(None)
@@ -105,6 +105,11 @@ pub fn run(settings: Settings, no_mount: bool) -> anyhow::Result<()> {
     };
     // The daemon's state before the mount: the forks it serves are zones from the first lookup.
     let state = AppState::new(zones.clone(), settings.clone(), !no_mount)?;
+    // git's file-system monitor asks the watcher what it saw beside wardfs (without one, it
+    // answers "everything" for every checkout).
+    if let Some(w) = &_watcher {
+        state.fsmonitor.watch(w.beside());
+    }
     // The mount lives until this function returns (after the API has stopped).
     let _mount = if no_mount {
         None

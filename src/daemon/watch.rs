@@ -22,12 +22,21 @@
 //! be watched is named in the log, the first few a minute only; the rest are counted
 //! ([`Unwatched`]). A name that is not UTF-8 is journaled lossily, as the mount journals it.
 //!
+//! git's file-system monitor (`crate::git::fsmonitor`) asks the watcher, through
+//! [`Watcher::beside`], what it has seen and not journaled yet, once it has taken in every change
+//! made before the question ([`Barriers`]: a marker file made in a directory of the daemon's own
+//! that the same inotify descriptor watches; the kernel queues its event after every earlier
+//! one, so when the thread reaches it, it has looked at them all). It answers the paths pending,
+//! the journal's position when it last lost changes (past [`MAX_PENDING`], or the kernel's event
+//! queue overflowed), and the directories it could not watch.
+//!
 //! Owns the watch and its thread; may not be imported by anything but `daemon`.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -36,6 +45,7 @@ use rustix::fs::{FileType, Mode, OFlags};
 use notify::{EventKind, RecursiveMode, Watcher as _};
 
 use crate::core::{VPath, Zone, ZoneId, Zones};
+use crate::git::fsmonitor::{Beside as BesideSeen, BesideWatch};
 
 /// How long a path must be quiet before it is journaled.
 const SETTLE: Duration = Duration::from_millis(250);
@@ -50,6 +60,9 @@ const TMP_PREFIX: &str = ".wardfs-tmp-";
 const UNWATCHED_NAMED: usize = 5;
 /// How often at most the count of the directories that could not be watched is logged.
 const UNWATCHED_WINDOW: Duration = Duration::from_secs(60);
+/// Directories that could not be watched remembered by name for git's monitor; past this many,
+/// their zone's root stands for them all.
+const UNWATCHED_KEPT: usize = 1_000;
 
 /// A running watcher; dropping it stops the watch and its thread.
 pub struct Watcher {
@@ -57,11 +70,19 @@ pub struct Watcher {
     /// the watch weakly).
     _watcher: Arc<Mutex<notify::RecommendedWatcher>>,
     _thread: std::thread::JoinHandle<()>,
+    barriers: Arc<Barriers>,
 }
 
 impl Watcher {
-    /// Watches the local zones of `zones`; `None` when there is none.
-    pub fn start(zones: Arc<Zones>) -> notify::Result<Option<Watcher>> {
+    /// What git's file-system monitor asks the watcher (see the module doc).
+    pub fn beside(&self) -> Arc<dyn BesideWatch> {
+        self.barriers.clone()
+    }
+
+    /// Watches the local zones of `zones`; `None` when there is none. `barrier_dir` is a
+    /// directory of the daemon's own (made, and emptied of markers a killed daemon left) where
+    /// [`Watcher::beside`] makes its markers.
+    pub fn start(zones: Arc<Zones>, barrier_dir: &Path) -> notify::Result<Option<Watcher>> {
         let roots: Vec<(ZoneId, PathBuf)> = ZoneId::ALL
             .iter()
             .filter_map(|id| match zones.zone(*id) {
@@ -73,22 +94,39 @@ impl Watcher {
             return Ok(None);
         }
         let queue = Arc::new(Queue::default());
-        let closer = Closer(queue.clone());
+        let barriers = Arc::new(Barriers::new(barrier_dir).map_err(notify::Error::io)?);
+        let closer = Closer(queue.clone(), barriers.clone());
         // Only changes: no IN_OPEN / IN_CLOSE_NOWRITE, which the daemon's own opens of backing
         // files would queue by the thousand (each one a wake-up of the watcher thread).
         let config = notify::Config::default().with_event_kinds(notify::EventKindMask::CORE);
         let watcher = notify::RecommendedWatcher::new(
             move |res: notify::Result<notify::Event>| {
                 let Ok(ev) = res else { return };
+                if ev.need_rescan() {
+                    // The kernel's queue overflowed: events were lost.
+                    closer.0.overflowed();
+                    return;
+                }
                 if matches!(ev.kind, EventKind::Access(_)) {
                     return;
                 }
-                closer.0.push(ev.paths);
+                // A barrier's marker is looked at without letting a burst gather first.
+                let urgent = ev.paths.iter().all(|p| closer.1.marker(p).is_some());
+                closer.0.push(ev.paths, urgent);
             },
             config,
         )?;
         let watcher = Arc::new(Mutex::new(watcher));
-        let mut beside = Beside::new(zones, roots.clone(), Arc::downgrade(&watcher));
+        watcher
+            .lock()
+            .expect("not poisoned")
+            .watch(&barriers.dir, RecursiveMode::NonRecursive)?;
+        let mut beside = Beside::new(
+            zones,
+            roots.clone(),
+            Arc::downgrade(&watcher),
+            barriers.clone(),
+        );
         for (_, r) in &roots {
             watcher
                 .lock()
@@ -105,6 +143,7 @@ impl Watcher {
         Ok(Some(Watcher {
             _watcher: watcher,
             _thread: thread,
+            barriers,
         }))
     }
 }
@@ -123,8 +162,19 @@ struct Queue {
 struct Queued {
     order: Vec<PathBuf>,
     set: HashSet<PathBuf>,
+    /// The kernel's event queue overflowed since the thread last looked.
+    overflowed: bool,
+    /// A barrier's marker is queued: the thread takes the queue without waiting for more.
+    urgent: bool,
     /// The watch is gone: the thread ends.
     closed: bool,
+}
+
+/// What the thread takes from the [`Queue`] at once.
+struct Taken {
+    paths: Vec<PathBuf>,
+    /// Events were lost before these (the kernel's queue overflowed).
+    overflowed: bool,
 }
 
 /// How long the thread lets a burst gather after the first event of it (it looks at each path
@@ -132,8 +182,9 @@ struct Queued {
 const GATHER: Duration = Duration::from_millis(1);
 
 impl Queue {
-    fn push(&self, paths: Vec<PathBuf>) {
+    fn push(&self, paths: Vec<PathBuf>, urgent: bool) {
         let mut q = self.state.lock().expect("not poisoned");
+        q.urgent |= urgent;
         let was_empty = q.order.is_empty();
         for p in paths {
             if !q.set.contains(&p) {
@@ -146,35 +197,130 @@ impl Queue {
         }
     }
 
+    /// Notes that the kernel's event queue overflowed (events were lost).
+    fn overflowed(&self) {
+        self.state.lock().expect("not poisoned").overflowed = true;
+        self.ready.notify_one();
+    }
+
     /// The paths queued, after waiting at most `wait` for one (empty when none came); `None`
     /// once the watch is gone.
-    fn take(&self, wait: Duration) -> Option<Vec<PathBuf>> {
+    fn take(&self, wait: Duration) -> Option<Taken> {
         let q = self.state.lock().expect("not poisoned");
         let (q, _) = self
             .ready
-            .wait_timeout_while(q, wait, |q| q.order.is_empty() && !q.closed)
+            .wait_timeout_while(q, wait, |q| {
+                q.order.is_empty() && !q.overflowed && !q.closed
+            })
             .expect("not poisoned");
         if q.closed {
             return None;
         }
-        let burst = !q.order.is_empty();
+        let burst = !q.order.is_empty() && !q.urgent;
         drop(q);
         if burst {
             std::thread::sleep(GATHER);
         }
         let mut q = self.state.lock().expect("not poisoned");
         q.set.clear();
-        Some(std::mem::take(&mut q.order))
+        q.urgent = false;
+        Some(Taken {
+            paths: std::mem::take(&mut q.order),
+            overflowed: std::mem::take(&mut q.overflowed),
+        })
     }
 }
 
-/// Held by the watch's event handler: when the watch is dropped, the thread is told to end.
-struct Closer(Arc<Queue>);
+/// Held by the watch's event handler: when the watch is dropped, the thread is told to end,
+/// and whoever waits at a barrier stops waiting.
+struct Closer(Arc<Queue>, Arc<Barriers>);
 
 impl Drop for Closer {
     fn drop(&mut self) {
         self.0.state.lock().expect("not poisoned").closed = true;
         self.0.ready.notify_all();
+        self.1.close();
+    }
+}
+
+/// The markers git's monitor waits at (see the module doc): each a file named by its number in
+/// a directory of the daemon's own, reached once the thread has looked at it.
+struct Barriers {
+    dir: PathBuf,
+    next: AtomicU64,
+    reached: Mutex<Reached>,
+    cv: Condvar,
+}
+
+/// The last marker the thread reached and what it knew then.
+#[derive(Default)]
+struct Reached {
+    n: u64,
+    beside: BesideSeen,
+    /// The watch is gone: nobody reaches a marker any more.
+    closed: bool,
+}
+
+impl Barriers {
+    /// Barriers in `dir` (made; markers a killed daemon left in it removed).
+    fn new(dir: &Path) -> std::io::Result<Barriers> {
+        std::fs::create_dir_all(dir)?;
+        for e in std::fs::read_dir(dir)?.flatten() {
+            let _ = std::fs::remove_file(e.path());
+        }
+        Ok(Barriers {
+            dir: dir.to_path_buf(),
+            next: AtomicU64::new(0),
+            reached: Mutex::default(),
+            cv: Condvar::new(),
+        })
+    }
+
+    /// The number of the marker at `path`, if it is one.
+    fn marker(&self, path: &Path) -> Option<u64> {
+        if path.parent() != Some(self.dir.as_path()) {
+            return None;
+        }
+        path.file_name()?.to_str()?.parse().ok()
+    }
+
+    /// The thread reached marker `n` knowing `beside`.
+    fn reach(&self, n: u64, beside: BesideSeen) {
+        let mut r = self.reached.lock().expect("not poisoned");
+        if n > r.n {
+            r.n = n;
+            r.beside = beside;
+        }
+        drop(r);
+        self.cv.notify_all();
+    }
+
+    fn close(&self) {
+        self.reached.lock().expect("not poisoned").closed = true;
+        self.cv.notify_all();
+    }
+}
+
+impl BesideWatch for Barriers {
+    fn settle(&self, wait: Duration) -> Option<BesideSeen> {
+        let deadline = Instant::now() + wait;
+        let n = self.next.fetch_add(1, Ordering::Relaxed) + 1;
+        let marker = self.dir.join(n.to_string());
+        // Its event is queued after the events of every change made before this call.
+        if let Err(e) = std::fs::File::create(&marker) {
+            tracing::warn!(error = %e, marker = %marker.display(), "cannot make a watcher barrier");
+            return None;
+        }
+        let _ = std::fs::remove_file(&marker);
+        let mut r = self.reached.lock().expect("not poisoned");
+        while r.n < n && !r.closed {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            r = self.cv.wait_timeout(r, left).expect("not poisoned").0;
+        }
+        (!r.closed).then(|| r.beside.clone())
     }
 }
 
@@ -191,6 +337,13 @@ struct Beside {
     watcher: Weak<Mutex<notify::RecommendedWatcher>>,
     /// Directories the watch could not be added to, for the log.
     unwatched: Unwatched,
+    /// The same directories for git's monitor (at most [`UNWATCHED_KEPT`]; then a zone's root).
+    unwatched_dirs: Vec<VPath>,
+    /// The journal's newest row when changes were last lost (see [`Beside::lose`]).
+    lost_at: Option<i64>,
+    /// Whether a loss was noted in the batch the thread is looking at.
+    lost_in_batch: bool,
+    barriers: Arc<Barriers>,
 }
 
 /// Directories the watch could not be added to, as the log tells them: the first
@@ -249,6 +402,7 @@ impl Beside {
         zones: Arc<Zones>,
         roots: Vec<(ZoneId, PathBuf)>,
         watcher: Weak<Mutex<notify::RecommendedWatcher>>,
+        barriers: Arc<Barriers>,
     ) -> Beside {
         Beside {
             zones,
@@ -258,6 +412,10 @@ impl Beside {
             dropped: 0,
             watcher,
             unwatched: Unwatched::new(Instant::now()),
+            unwatched_dirs: Vec::new(),
+            lost_at: None,
+            lost_in_batch: false,
+            barriers,
         }
     }
 
@@ -271,11 +429,23 @@ impl Beside {
             if let Some(due) = self.unwatched.due_in(Instant::now()) {
                 wait = wait.min(due);
             }
-            let Some(paths) = queue.take(wait) else {
+            let Some(taken) = queue.take(wait) else {
                 return;
             };
-            for path in paths {
-                self.seen(path);
+            self.lost_in_batch = false;
+            if taken.overflowed {
+                tracing::warn!("the kernel's queue of changes beside wardfs overflowed; some were not journaled");
+                self.lose();
+            }
+            let mut reached = None;
+            for path in taken.paths {
+                match self.barriers.marker(&path) {
+                    Some(n) => reached = reached.max(Some(n)),
+                    None => self.seen(path),
+                }
+            }
+            if let Some(n) = reached {
+                self.barriers.reach(n, self.seen_so_far());
             }
             let now = Instant::now();
             self.journal_settled(now);
@@ -316,6 +486,7 @@ impl Beside {
     fn pend(&mut self, path: PathBuf) {
         if self.pending.len() >= MAX_PENDING && !self.pending.contains_key(&path) {
             self.dropped += 1;
+            self.lose();
             return;
         }
         let now = Instant::now();
@@ -343,7 +514,10 @@ impl Beside {
                 .expect("not poisoned")
                 .watch(&d, RecursiveMode::NonRecursive);
             if let Err(e) = watched {
-                self.unwatched.note(&d, &e);
+                if !is_gone(&e) {
+                    self.unwatched.note(&d, &e);
+                    self.keep_unwatched(&d);
+                }
                 continue;
             }
             let Some(entries) = read_dir_noatime(&d) else {
@@ -359,12 +533,63 @@ impl Beside {
                 } else if pend {
                     if self.pending.len() >= MAX_PENDING {
                         self.dropped += 1;
+                        self.lose();
                         continue;
                     }
                     self.pend(p);
                 }
             }
         }
+    }
+
+    /// Notes that changes beside wardfs were lost (not journaled one by one): the journal's
+    /// newest row now, once per batch, for git's monitor, which then answers "everything" to a
+    /// token not newer than that.
+    fn lose(&mut self) {
+        if self.lost_in_batch {
+            return;
+        }
+        self.lost_in_batch = true;
+        self.lost_at = Some(self.zones.db().journal_max_id().unwrap_or(i64::MAX));
+    }
+
+    /// Remembers, for git's monitor, that the directory `dir` is not watched.
+    fn keep_unwatched(&mut self, dir: &Path) {
+        let Some(vp) = self.vpath_or_root(dir) else {
+            return;
+        };
+        let vp = if self.unwatched_dirs.len() < UNWATCHED_KEPT {
+            vp
+        } else {
+            VPath::root(vp.zone())
+        };
+        if !self.unwatched_dirs.contains(&vp) {
+            self.unwatched_dirs.push(vp);
+        }
+    }
+
+    /// What git's monitor is told at a barrier: the paths pending (their virtual paths), when
+    /// changes were last lost, the directories not watched.
+    fn seen_so_far(&self) -> BesideSeen {
+        BesideSeen {
+            pending: self
+                .pending
+                .keys()
+                .filter_map(|p| self.vpath_or_root(p))
+                .collect(),
+            lost_at: self.lost_at,
+            unwatched: self.unwatched_dirs.clone(),
+        }
+    }
+
+    /// [`Beside::vpath`], or the zone's root for a zone's directory itself.
+    fn vpath_or_root(&self, path: &Path) -> Option<VPath> {
+        self.vpath(path).or_else(|| {
+            self.roots
+                .iter()
+                .find(|(_, r)| r == path)
+                .map(|(id, _)| VPath::root(*id))
+        })
     }
 
     /// Journals the paths quiet for `SETTLE` that are still not wardfs's own.
@@ -445,6 +670,19 @@ fn read_dir_noatime(dir: &Path) -> Option<Vec<(Vec<u8>, FileType)>> {
         out.push((name.to_vec(), kind));
     }
     Some(out)
+}
+
+/// Whether a watch failed because its directory is gone (removed or replaced since it was
+/// seen): nothing there to watch, and its removal is an event of its own.
+fn is_gone(e: &notify::Error) -> bool {
+    match &e.kind {
+        notify::ErrorKind::PathNotFound => true,
+        notify::ErrorKind::Io(io) => matches!(
+            io.kind(),
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+        ),
+        _ => false,
+    }
 }
 
 /// True for wardfs's own temp names (a write in progress through the API or a pull).

@@ -43,6 +43,7 @@ use fuser::{
 };
 use rustix::fs::{FileType, OFlags, Stat};
 
+use super::echo::{Answer, Echoes};
 use super::inodes::{zone_ino, Inode, Inodes, FORKS_INO, ROOT_INO};
 use super::remote::{RemoteTree, REMOTE_FH_BASE};
 use crate::config::IoMode;
@@ -256,6 +257,9 @@ pub struct WardFs {
     remote: [Option<Arc<RemoteTree>>; 2],
     /// The forks the mount last saw, and since when (see [`WardFs::forks_seen`]).
     forks: Mutex<(Vec<ZoneId>, SystemTime)>,
+    /// The echo of changes made outside the mount, whose requests are answered apart
+    /// ([`WardFs::echoing`]).
+    echo: Arc<Echoes>,
 }
 
 type Res<T> = Result<T, Errno>;
@@ -315,12 +319,14 @@ fn plain_name(name: &OsStr) -> Res<&OsStr> {
 
 impl WardFs {
     /// The file system over `zones`; `io` is each zone's I/O mode, by zone index; `transport`
-    /// says whether to ask for FUSE over io_uring; `prefetch`, whether to read ahead of walks.
+    /// says whether to ask for FUSE over io_uring; `prefetch`, whether to read ahead of walks;
+    /// `echo`, the echo whose requests to answer apart.
     pub fn new(
         zones: Arc<Zones>,
         io: [IoMode; 2],
         transport: Transport,
         prefetch: bool,
+        echo: Arc<Echoes>,
     ) -> std::io::Result<WardFs> {
         let inodes = Arc::new(Inodes::new());
         let zones_for_remote = zones.clone();
@@ -369,6 +375,7 @@ impl WardFs {
             remote: ZoneId::ALL
                 .map(|id| RemoteTree::new(zones_for_remote.clone(), id).map(Arc::new)),
             forks: Mutex::new((Vec::new(), SystemTime::now())),
+            echo,
         })
     }
 
@@ -873,6 +880,170 @@ macro_rules! reply {
     };
 }
 
+/// The answers to the echo's requests (see `super::echo`).
+impl WardFs {
+    /// True when `req` comes from the echo thread (`super::echo`): it repeats through the mount
+    /// a change the zones hold already, so that the kernel tells the mount's watchers. Every
+    /// handler of a request the echo makes asks first, and answers with an `echo_*` method
+    /// below: from what the zones hold now, never touching the backing store, the journal, the
+    /// path locks or the own-change bookkeeping.
+    fn echoing(&self, req: &Request) -> bool {
+        self.echo.is_echo(req.pid())
+    }
+
+    /// How to answer the echo's lookup of `name` in `parent`, when it is a name the echo
+    /// changes ([`Echoes::answer`]).
+    fn echo_asks(&self, req: &Request, parent: INodeNo, name: &OsStr) -> Option<Answer> {
+        if !self.echoing(req) {
+            return None;
+        }
+        let dir = self.inode(parent).ok()?;
+        let (dev, ino) = dir.node.key();
+        self.echo.answer((dir.zone, dev, ino), name)
+    }
+
+    /// The echo's lookup of a name it changes, as [`Echoes::answer`] says. Never cached (entry
+    /// TTL 0): anyone else looking the name up meanwhile asks again and is answered as the
+    /// zones are.
+    ///
+    /// An entry for a name that is gone (a removal's, a move's source) is answered only while
+    /// the name is still gone: one made anew meanwhile is `ENOENT` (not cached either), so that
+    /// the echo, late, fails and the kernel keeps what it knows.
+    fn echo_lookup(&self, parent: INodeNo, name: &OsStr, answer: Answer, reply: ReplyEntry) {
+        let gone = |ino, kind| self.gone_attr(ino, kind);
+        if answer != Answer::Absent && self.echo_there(parent, name) {
+            return reply.error(Errno::ENOENT);
+        }
+        match answer {
+            Answer::Absent => reply.error(Errno::ENOENT),
+            Answer::Held(ino, kind) if self.inodes.looked_up_again(ino) => {
+                reply.entry(&Duration::ZERO, &gone(ino, kind), Generation(0))
+            }
+            Answer::Held(_, kind) | Answer::Ghost(kind) => reply.entry(
+                &Duration::ZERO,
+                &gone(self.inodes.ghost(), kind),
+                Generation(0),
+            ),
+            Answer::At((zone, dev, ino), name) => {
+                let found = self
+                    .inodes
+                    .known_number(zone, dev, ino)
+                    .ok_or(Errno::ENOENT)
+                    .and_then(|dir| self.do_lookup(INodeNo(dir), &name));
+                reply!(reply, found, |(_, attr)| reply.entry_with_ttls(
+                    &TTL,
+                    &Duration::ZERO,
+                    &attr,
+                    Generation(0)
+                ))
+            }
+        }
+    }
+
+    /// The echo's `mkdir`, `symlink` or `mknod` of `name` in `parent`: the entry that is there.
+    fn echo_entry(&self, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        reply!(reply, self.do_lookup(parent, name), |(_, attr)| reply
+            .entry(&TTL, &attr, Generation(0)))
+    }
+
+    /// The echo's create of the file `name` in `parent`: the entry that is there, opened as
+    /// [`WardFs::echo_open`] opens it.
+    fn echo_created(&self, parent: INodeNo, name: &OsStr, reply: ReplyCreate) {
+        let (inode, attr) = match self.do_lookup(parent, name) {
+            Ok(found) => found,
+            Err(e) => return reply.error(e),
+        };
+        let flags = FopenFlags::FOPEN_NOFLUSH;
+        match WardFs::echo_backing(&inode) {
+            Some(b) => {
+                reply.created_passthrough(&TTL, &attr, Generation(0), FileHandle(0), flags, &b)
+            }
+            None => reply.created(
+                &TTL,
+                &attr,
+                Generation(0),
+                FileHandle(0),
+                flags | FopenFlags::FOPEN_DIRECT_IO,
+            ),
+        }
+    }
+
+    /// The echo's open of `ino` (to truncate it to its size): handle 0, which no `RELEASE`
+    /// ends (there is nothing to end), in the I/O mode that leaves the inode's as it is:
+    /// through the passthrough backing file the kernel has for it, if it has one (the kernel
+    /// refuses any other open of such an inode), else direct I/O (which enters no mode, so it
+    /// never makes a passthrough open of the file fail meanwhile).
+    fn echo_open(&self, ino: INodeNo, reply: ReplyOpen) {
+        let flags = FopenFlags::FOPEN_NOFLUSH;
+        match self.inode(ino).ok().and_then(|i| WardFs::echo_backing(&i)) {
+            Some(b) => reply.opened_passthrough(FileHandle(0), flags, &b),
+            None => reply.opened(FileHandle(0), flags | FopenFlags::FOPEN_DIRECT_IO),
+        }
+    }
+
+    /// The passthrough backing file the kernel has for `inode`, if any.
+    fn echo_backing(inode: &Inode) -> Option<Arc<BackingId>> {
+        inode.backing.lock().expect("not poisoned").clone()
+    }
+
+    /// The echo's removal of `name` in `parent`: done already; the kernel drops the name.
+    /// Refused (`EBUSY`, the kernel's view unchanged) when `name` is there again: the echo is
+    /// late for a name made anew meanwhile.
+    fn echo_removed(&self, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if self.echo_there(parent, name) {
+            return reply.error(Errno::EBUSY);
+        }
+        self.inodes.unname(parent.0, name);
+        reply.ok()
+    }
+
+    /// The echo's rename of `name` in `parent` to `newname` in `newparent`: done already (the
+    /// kernel learnt the entry at the destination, `echo_lookup`), unless the zones hold
+    /// something else now (the source is there again, or the destination gone): refused
+    /// (`EBUSY`, the kernel's view unchanged).
+    fn echo_renamed(
+        &self,
+        (parent, name): (INodeNo, &OsStr),
+        (newparent, newname): (INodeNo, &OsStr),
+        reply: ReplyEmpty,
+    ) {
+        if self.echo_there(parent, name) || !self.echo_there(newparent, newname) {
+            return reply.error(Errno::EBUSY);
+        }
+        reply.ok()
+    }
+
+    /// True when the zones hold an entry `name` in the directory inode `parent` now.
+    fn echo_there(&self, parent: INodeNo, name: &OsStr) -> bool {
+        self.inode(parent)
+            .is_ok_and(|p| self.zones.node_key_at(&p, name).is_some())
+    }
+
+    /// The echo's `setattr` (a truncation to the size the file has, times set to what they
+    /// are): the attributes the file has.
+    fn echo_attr(&self, ino: INodeNo, reply: ReplyAttr) {
+        let res = self
+            .inode(ino)
+            .and_then(|i| i.stat().map_err(errno).map(|st| attr_of(i.ino, &st)));
+        reply!(reply, res, |attr| reply.attr(&TTL, &attr))
+    }
+
+    /// The attributes of an entry whose file is gone (answered so that the echo can remove it):
+    /// its number and kind, nothing in it.
+    fn gone_attr(&self, ino: u64, kind: FileType) -> FileAttr {
+        let dir = kind == FileType::Directory;
+        FileAttr {
+            ino: INodeNo(ino),
+            size: 0,
+            blocks: 0,
+            perm: if dir { 0o755 } else { 0o644 },
+            nlink: if dir { 2 } else { 1 },
+            kind: fuse_kind(kind),
+            ..self.virtual_attr(ROOT_INO)
+        }
+    }
+}
+
 impl fuser::Filesystem for WardFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let _ = config.add_capabilities(
@@ -946,7 +1117,10 @@ impl fuser::Filesystem for WardFs {
         Ok(())
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        if let Some(answer) = self.echo_asks(req, parent, name) {
+            return self.echo_lookup(parent, name, answer, reply);
+        }
         if let Some(t) = self.remote_root(parent.0, name) {
             return reply!(reply, t.root_attr(), |attr| reply.entry(
                 &t.ttl(),
@@ -1031,6 +1205,9 @@ impl fuser::Filesystem for WardFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        if self.echoing(req) {
+            return self.echo_attr(ino, reply);
+        }
         if let Some(t) = self.tree(ino.0) {
             let when = |t: TimeOrNow| match t {
                 TimeOrNow::SpecificTime(t) => t,
@@ -1085,6 +1262,9 @@ impl fuser::Filesystem for WardFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        if self.echoing(req) {
+            return self.echo_entry(parent, name, reply);
+        }
         if self.tree(parent.0).is_some() {
             return reply.error(Errno::EPERM);
         }
@@ -1115,6 +1295,9 @@ impl fuser::Filesystem for WardFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
+        if self.echoing(req) {
+            return self.echo_entry(parent, name, reply);
+        }
         if let Some(t) = self.tree(parent.0) {
             let res = t.mkdir(parent.0, name, mode & !umask, WardFs::origin(req));
             return reply!(reply, res, |attr| reply.entry(
@@ -1141,6 +1324,9 @@ impl fuser::Filesystem for WardFs {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if self.echoing(req) {
+            return self.echo_removed(parent, name, reply);
+        }
         if let Some(t) = self.tree(parent.0) {
             let res = t.remove(parent.0, name, false, WardFs::origin(req));
             return reply!(reply, res, |()| reply.ok());
@@ -1156,12 +1342,18 @@ impl fuser::Filesystem for WardFs {
                         self.zones.own().forget(k);
                     }
                 })
-                .map_err(errno)
+                .map_err(errno)?;
+            // The kernel drops the name (the inode it held there may live on, open).
+            self.inodes.unname(parent.0, name);
+            Ok(())
         })();
         reply!(reply, res, |()| reply.ok())
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if self.echoing(req) {
+            return self.echo_removed(parent, name, reply);
+        }
         if let Some(t) = self.tree(parent.0) {
             let res = t.remove(parent.0, name, true, WardFs::origin(req));
             return reply!(reply, res, |()| reply.ok());
@@ -1176,7 +1368,10 @@ impl fuser::Filesystem for WardFs {
                         self.zones.own().forget(k);
                     }
                 })
-                .map_err(errno)
+                .map_err(errno)?;
+            // The kernel drops the name (the inode it held there may live on, open).
+            self.inodes.unname(parent.0, name);
+            Ok(())
         })();
         reply!(reply, res, |()| reply.ok())
     }
@@ -1189,6 +1384,9 @@ impl fuser::Filesystem for WardFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        if self.echoing(req) {
+            return self.echo_entry(parent, link_name, reply);
+        }
         if let Some(t) = self.tree(parent.0) {
             let res = t.symlink(parent.0, link_name, target, WardFs::origin(req));
             return reply!(reply, res, |attr| reply.entry(
@@ -1224,6 +1422,9 @@ impl fuser::Filesystem for WardFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        if self.echoing(req) {
+            return self.echo_renamed((parent, name), (newparent, newname), reply);
+        }
         match (self.tree(parent.0), self.tree(newparent.0)) {
             (None, None) => {}
             (Some(a), Some(b)) if std::ptr::eq(a, b) => {
@@ -1317,6 +1518,9 @@ impl fuser::Filesystem for WardFs {
         if self.no_open {
             // Once: the kernel then opens every file without asking (see `io_handle`).
             return reply.error(Errno::ENOSYS);
+        }
+        if self.echoing(req) {
+            return self.echo_open(ino, reply);
         }
         if let Some(t) = self.tree(ino.0) {
             let write = WardFs::is_write(flags.0);
@@ -1849,6 +2053,9 @@ impl fuser::Filesystem for WardFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        if self.echoing(req) {
+            return self.echo_created(parent, name, reply);
+        }
         if let Some(t) = self.tree(parent.0) {
             let excl = flags & libc::O_EXCL != 0;
             let res = t.create(parent.0, name, mode & !umask, excl, WardFs::origin(req));

@@ -26,6 +26,12 @@
 //! slot above it ([`FORK_FILE_BASE`]): as stable, and the same as the parent's in the low 32 bits
 //! git's index keeps, so a new fork's index still matches its files.
 //!
+//! The table also remembers the names the kernel has known files by, past the kernel's
+//! forgetting of their inodes ([`Inodes::named`]): a change made outside the mount is then
+//! told to the mount's watchers as a change of a file they know rather than a new one, and a
+//! removal names what was removed (`super::echo`). Numbers from [`GHOST_BASE`] up stand for no
+//! file: the echo answers with one for a removed name whose inode the kernel has forgotten.
+//!
 //! The forks' roots (`MOUNT/forks/NAME`) are looked up like files, counted and forgotten; each
 //! fork gets a new root number when the fork's directory changes (removed and made again under
 //! its name), so the kernel lets go of what it held beneath the old one ([`Inodes::fork_root`]).
@@ -83,6 +89,12 @@ pub const FORK_ROOT_BASE: u64 = 3 << 62;
 /// Where the numbers of forks' files start: `FORK_FILE_BASE + (slot << FORK_INO_BITS) +
 /// st_ino`, for an `st_ino` below `1 << FORK_INO_BITS` (else a spilled number).
 pub const FORK_FILE_BASE: u64 = 1 << 63;
+
+/// Where the numbers of ghosts start: an entry the mount's echo of a removal answers for a name
+/// whose file is gone and whose inode the kernel no longer holds (see `super::echo`). Counted up,
+/// never reused; the kernel forgets each at once. Between the spill range's start and the forks'
+/// files, far above any number spilled.
+pub const GHOST_BASE: u64 = SPILL_BASE + (1 << 61);
 
 /// The bits of a fork file's `st_ino` its number keeps (see [`FORK_FILE_BASE`]).
 const FORK_INO_BITS: u32 = 50;
@@ -158,6 +170,42 @@ impl Numbers {
     }
 }
 
+/// The names the kernel has known files by: (parent inode, name) → the inode it knew there
+/// (number, kind), kept as a hash of the pair (a few bytes a name, not a second copy of it). A
+/// name stays known after the kernel forgets its inode (its cache was dropped, by an
+/// invalidation or by memory pressure: a watcher on the mount still knows the name), until it
+/// is removed or moved away through the mount, or another file is looked up under it. Bounded:
+/// past [`MAX_LIVE`] names it starts again. Two pairs of one hash can only make a change look
+/// like another kind of change to a watcher (see `super::echo`), never reach a file.
+#[derive(Default)]
+struct Names {
+    map: HashMap<u64, (u64, FileType)>,
+    hasher: std::collections::hash_map::RandomState,
+}
+
+impl Names {
+    fn key(&self, parent: u64, name: &OsStr) -> u64 {
+        use std::hash::BuildHasher;
+        self.hasher.hash_one((parent, name))
+    }
+
+    fn insert(&mut self, parent: u64, name: &OsStr, ino: u64, kind: FileType) {
+        if self.map.len() >= MAX_LIVE {
+            self.map.clear();
+        }
+        let k = self.key(parent, name);
+        self.map.insert(k, (ino, kind));
+    }
+
+    /// Drops the pair, if it still names `ino` (any inode when `ino` is `None`).
+    fn remove(&mut self, parent: u64, name: &OsStr, ino: Option<u64>) {
+        let k = self.key(parent, name);
+        if ino.is_none() || self.map.get(&k).map(|v| v.0) == ino {
+            self.map.remove(&k);
+        }
+    }
+}
+
 /// What the mount knows of a fork slot's root: how many directories it has had (the root's
 /// number, [`fork_root_ino`]), and the backing key of the present one (`None`: the fork is gone).
 #[derive(Debug, Clone, Copy)]
@@ -205,7 +253,10 @@ pub struct Inodes {
     taken: Mutex<std::collections::HashSet<u64>>,
     /// The forks' roots, by slot.
     fork_roots: Mutex<HashMap<usize, ForkRoot>>,
+    /// The names the kernel has known files by (see [`Inodes::named`]).
+    names: Mutex<Names>,
     next: AtomicU64,
+    next_ghost: AtomicU64,
     clock: AtomicU64,
     /// Pinned inodes above this ask for eviction; eviction goes down to `low`.
     high: usize,
@@ -239,7 +290,9 @@ impl Inodes {
             numbers: Mutex::default(),
             taken: Mutex::default(),
             fork_roots: Mutex::default(),
+            names: Mutex::default(),
             next: AtomicU64::new(SPILL_BASE),
+            next_ghost: AtomicU64::new(GHOST_BASE),
             clock: AtomicU64::new(0),
             high,
             low: high / 3 * 2,
@@ -295,9 +348,60 @@ impl Inodes {
     /// a rename).
     pub fn seen_as(&self, ino: u64, parent: u64, dir: &Arc<Node>, name: &OsStr) {
         if let Some(i) = self.get(ino) {
-            *i.seen_as.lock().expect("not poisoned") = (parent, name.to_owned());
+            self.rename_seen(&i, parent, name);
             i.node.moved(dir, name);
         }
+    }
+
+    /// Sets the name the kernel knows `inode` as, in [`Inode::seen_as`] and in [`Names`].
+    fn rename_seen(&self, inode: &Inode, parent: u64, name: &OsStr) {
+        let mut seen = inode.seen_as.lock().expect("not poisoned");
+        let mut names = self.names.lock().expect("not poisoned");
+        names.remove(seen.0, &seen.1, Some(inode.ino));
+        names.insert(parent, name, inode.ino, inode.kind);
+        *seen = (parent, name.to_owned());
+    }
+
+    /// The inode the kernel last knew as `name` in `parent` (number, kind), if it has known
+    /// one there and the name was not removed through the mount since: its file may be gone,
+    /// or another may have the name now, and the kernel may have forgotten it.
+    pub fn named(&self, parent: u64, name: &OsStr) -> Option<(u64, FileType)> {
+        let (ino, kind) = {
+            let names = self.names.lock().expect("not poisoned");
+            *names.map.get(&names.key(parent, name))?
+        };
+        let moved_away = self.get(ino).is_some_and(|i| {
+            let seen = i.seen_as.lock().expect("not poisoned");
+            seen.0 != parent || seen.1 != name
+        });
+        (!moved_away).then_some((ino, kind))
+    }
+
+    /// Notes that the kernel no longer knows any inode as `name` in `parent` (removed, or moved
+    /// away, through the mount).
+    pub fn unname(&self, parent: u64, name: &OsStr) {
+        self.names
+            .lock()
+            .expect("not poisoned")
+            .remove(parent, name, None);
+    }
+
+    /// Counts one more kernel reference to the live inode `ino` (looked up again under a name
+    /// it no longer has; see `super::echo`). False when it is not live.
+    pub fn looked_up_again(&self, ino: u64) -> bool {
+        let live = self.live.read().expect("not poisoned");
+        match live.get(&ino) {
+            Some(i) => {
+                i.nlookup.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A new ghost number (see [`GHOST_BASE`]).
+    pub fn ghost(&self) -> u64 {
+        self.next_ghost.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Registers a zone root (never forgotten): `fd` and its stat `st` come from the core.
@@ -480,7 +584,7 @@ impl Inodes {
         if let Some(existing) = live.get(&ino) {
             if existing.kind == node.kind {
                 existing.nlookup.fetch_add(1, Ordering::Relaxed);
-                *existing.seen_as.lock().expect("not poisoned") = (parent, name.to_owned());
+                self.rename_seen(existing, parent, name);
                 existing.node.moved(dir, name);
                 return existing.clone();
             }
@@ -503,6 +607,10 @@ impl Inodes {
             counted,
         });
         live.insert(ino, inode.clone());
+        self.names
+            .lock()
+            .expect("not poisoned")
+            .insert(parent, name, ino, inode.kind);
         let pinned = if counted {
             self.pinned.fetch_add(1, Ordering::Relaxed) + 1
         } else {
@@ -543,6 +651,7 @@ impl Inodes {
                 if inode.counted {
                     self.pinned.fetch_sub(1, Ordering::Relaxed);
                 }
+                // Its name stays known (see [`Names`]).
                 live.remove(&ino);
             }
         }

@@ -8,6 +8,10 @@
 //! the changes wardfs made itself ([`crate::core::own`]) and journals the rest. Notifications are
 //! never sent from a FUSE request thread, where they can deadlock against the kernel.
 //!
+//! No notification tells the watchers on the mount (inotify) of a change: before it drops the
+//! kernel's caches, [`Direct`] plans each change's echo through the mount (`super::echo`, from
+//! what the kernel holds still) and queues it once they are dropped.
+//!
 //! The [`Evictor`] thread drops entries when the inode table passes its fd budget (see
 //! [`super::inodes`]).
 //!
@@ -16,32 +20,53 @@
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use fuser::{INodeNo, Notifier};
 
+use super::echo::{Echo, Echoes, Reported};
 use super::inodes::Inodes;
-use crate::core::ChangeListener;
+use crate::core::{ChangeListener, Zones};
 
 /// Invalidates synchronously for changes made through the core and beside it (never on a FUSE
-/// request thread: the core skips listeners for changes that came through the mount).
+/// request thread: the core skips listeners for changes that came through the mount), and has
+/// each change echoed through the mount for its watchers.
 pub struct Direct {
     pub inodes: Arc<Inodes>,
     pub notifier: Notifier,
+    pub echo: Arc<Echoes>,
+    /// Weak: the zones hold this listener.
+    pub zones: Weak<Zones>,
+}
+
+impl Direct {
+    /// The echoes of the changes at `paths`, planned from what the kernel knows before its
+    /// caches are dropped.
+    fn plan(&self, paths: &[PathBuf], reported: Reported) -> Vec<Echo> {
+        match self.zones.upgrade() {
+            Some(zones) => self.echo.plan(&self.inodes, &zones, paths, reported),
+            None => Vec::new(),
+        }
+    }
 }
 
 impl ChangeListener for Direct {
+    /// `paths` are the changed entry, and for a move its destination after it.
     fn changed(&self, paths: &[PathBuf]) {
+        let echoes = self.plan(paths, Reported::ByCore);
         for p in paths {
             invalidate(&self.inodes, &self.notifier, p);
             invalidate_new_ancestors(&self.inodes, &self.notifier, p);
         }
+        self.echo.send(echoes);
     }
 
     fn changed_beside(&self, paths: &[PathBuf]) {
+        let echoes = self.plan(paths, Reported::Beside);
         for p in paths {
             invalidate(&self.inodes, &self.notifier, p);
         }
+        self.echo.send(echoes);
     }
 
     fn forks_changed(&self, name: &str) {

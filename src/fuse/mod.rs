@@ -2,7 +2,9 @@
 //!
 //! `<mount>/cache` and `<mount>/workspace` are the zones, `<mount>/forks/NAME` each fork that
 //! exists now (a zone too, looked up as the kernel asks: see `fs`); `fs` answers the kernel,
-//! `inodes` maps inode numbers to backing files, `invalidate` keeps the kernel's caches honest. Mounting handles a
+//! `inodes` maps inode numbers to backing files, `invalidate` keeps the kernel's caches honest,
+//! `echo` repeats each change made outside the mount through it so that its watchers (inotify)
+//! hear of it (the requests made by a process of its own, `echo_helper`). Mounting handles a
 //! stale mount left by a crash (lazy unmount, then mount again); dropping a [`Mount`] unmounts.
 //! `binds` puts a fork's tree at a directory of one's choice (`wardfs fork NAME --mount DIR`).
 //!
@@ -13,6 +15,8 @@
 //! `config`; never `api`, `git`, `sandbox` or `daemon` (`tests/rules` checks the imports).
 
 pub mod binds;
+mod echo;
+mod echo_helper;
 mod fs;
 mod inodes;
 mod invalidate;
@@ -27,7 +31,16 @@ use crate::config::IoMode;
 use crate::config::Transport;
 use crate::core::{ListenerId, Zones};
 
+pub use echo_helper::HELPER_ARG as ECHO_HELPER_ARG;
 pub use fs::TTL;
+
+/// Runs the process as the mount's echo helper (`wardfs` started with [`ECHO_HELPER_ARG`] by a
+/// daemon: see `echo_helper`); `args` are what follows that argument: the daemon's pid and the
+/// mount point.
+pub fn echo_helper(mut args: impl Iterator<Item = std::ffi::OsString>) -> std::process::ExitCode {
+    let (parent, mountpoint) = (args.next(), args.next());
+    echo_helper::main(parent.as_deref(), mountpoint.as_deref())
+}
 
 /// A mount that could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +64,8 @@ pub struct Mount {
     /// Unmounts a fork's binds when the fork is removed ([`binds::ForkBinds`]).
     binds: Option<ListenerId>,
     _evictor: Option<invalidate::Evictor>,
+    /// Tells the mount's watchers of changes made outside it ([`echo`]).
+    echo: Arc<echo::Echoes>,
     mountpoint: PathBuf,
 }
 
@@ -72,6 +87,8 @@ impl Mount {
         {
             self.zones.remove_listener(id);
         }
+        // Not waited for: its requests to the mount fail once the mount is gone.
+        self.echo.close();
         self._evictor.take();
         let Some(session) = self.session.take() else {
             return Ok(());
@@ -246,10 +263,13 @@ pub fn mount(
     prefetch: bool,
 ) -> Result<Mount, MountError> {
     prepare_mountpoint(mountpoint)?;
+    let echo = echo::Echoes::new();
     let fs =
-        fs::WardFs::new(zones.clone(), io, transport, prefetch).map_err(|e| MountError::Mount {
-            path: mountpoint.display().to_string(),
-            source: e,
+        fs::WardFs::new(zones.clone(), io, transport, prefetch, echo.clone()).map_err(|e| {
+            MountError::Mount {
+                path: mountpoint.display().to_string(),
+                source: e,
+            }
         })?;
     let inodes = fs.inodes.clone();
     let root = rustix::process::geteuid().is_root();
@@ -275,7 +295,14 @@ pub fn mount(
     let listener = zones.add_listener(Arc::new(invalidate::Direct {
         inodes: inodes.clone(),
         notifier: session.notifier(),
+        echo: echo.clone(),
+        zones: Arc::downgrade(&zones),
     }));
+    let top = std::path::absolute(mountpoint).unwrap_or_else(|_| mountpoint.to_path_buf());
+    if let Err(e) = echo::start(echo.clone(), top, Arc::downgrade(&zones)) {
+        tracing::warn!(error = %e, "cannot start the echo thread; watchers on the mount (editors) hear only of changes made through it");
+        echo.close();
+    }
     let binds = zones.add_listener(Arc::new(binds::ForkBinds {
         mount: mountpoint.to_path_buf(),
         zones: Arc::downgrade(&zones),
@@ -294,6 +321,7 @@ pub fn mount(
         listener: Some(listener),
         binds: Some(binds),
         _evictor: evictor,
+        echo,
         mountpoint: mountpoint.to_path_buf(),
     })
 }

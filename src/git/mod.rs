@@ -20,7 +20,8 @@
 //! keeps the service, the helpers they share and the path rules. [`error`] holds the failures
 //! the operations share, [`remote`] talks to git servers, [`diff`] reads and writes patches,
 //! [`pr`] opens pull requests, [`prune`] sweeps staging leftovers, [`memory`] caps what libgit2
-//! allocates at once while it reads what a remote sent.
+//! allocates at once while it reads what a remote sent. [`fsmonitor`] answers git's file-system
+//! monitor hook for a person's own checkout inside a zone, from the journal.
 //!
 //! May import `core`, `state` and `config`; never an adapter or `sandbox` (`tests/rules` checks
 //! the imports).
@@ -28,6 +29,7 @@
 pub mod diff;
 mod discard;
 pub mod error;
+pub mod fsmonitor;
 pub mod memory;
 mod place;
 pub mod pr;

@@ -110,6 +110,23 @@ pub struct JournalRow {
     pub detail: Option<String>,
 }
 
+/// A journal row as [`Db::journal_zone_rows_after`] returns it: its id, and what it changed
+/// when it is a row of the zone asked about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZoneRow {
+    pub id: i64,
+    pub change: Option<ZoneChange>,
+}
+
+/// What a journal row of a zone changed: its op, its path and, for a move, its destination
+/// (both relative to the zone root).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZoneChange {
+    pub op: String,
+    pub path: String,
+    pub to_path: Option<String>,
+}
+
 /// Which rows to return, newest first.
 #[derive(Debug, Clone, Default)]
 pub struct JournalFilter {
@@ -255,6 +272,35 @@ impl Db {
             .lock()
             .execute("DELETE FROM journal WHERE time_ms < ?1", params![before_ms])?;
         Ok(n as u64)
+    }
+
+    /// Returns the journal rows after row `after`, oldest first, at most `limit`: every row's id
+    /// (so that a caller can tell whether rows are missing), and for the rows of zone `zone` their
+    /// op and paths. What git's file-system monitor reads (`git::fsmonitor`).
+    pub fn journal_zone_rows_after(
+        &self,
+        zone: &str,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<ZoneRow>, StateError> {
+        let conn = self.lock();
+        let mut st = conn.prepare_cached(
+            "SELECT id, zone = ?2, op, path, to_path FROM journal WHERE id > ?1 ORDER BY id LIMIT ?3",
+        )?;
+        let rows = st.query_map(params![after, zone, limit as i64], |r| {
+            let id: i64 = r.get(0)?;
+            let change = if r.get::<_, bool>(1)? {
+                Some(ZoneChange {
+                    op: r.get(2)?,
+                    path: r.get(3)?,
+                    to_path: r.get(4)?,
+                })
+            } else {
+                None
+            };
+            Ok(ZoneRow { id, change })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
     }
 
     /// Returns the number of journal rows.
@@ -410,5 +456,48 @@ mod tests {
             .map(|r| r.time_ms)
             .collect();
         assert_eq!(left, [3, 2]);
+    }
+
+    #[test]
+    fn zone_rows_after_a_position_name_every_id_and_only_the_zones_changes() {
+        let db = Db::open_in_memory().unwrap();
+        for (i, (zone, path, to)) in [
+            ("workspace", "a", None),
+            ("cache", "c", None),
+            ("workspace", "b", Some("d")),
+            ("forks/x", "a", None),
+        ]
+        .iter()
+        .enumerate()
+        {
+            db.journal_append(&JournalEntry {
+                time_ms: i as i64,
+                zone,
+                path,
+                op: if to.is_some() { "move" } else { "write" },
+                bytes: None,
+                to_path: *to,
+                origin: Origin::INTERNAL,
+                detail: None,
+            })
+            .unwrap();
+        }
+        let rows = db.journal_zone_rows_after("workspace", 1, 10).unwrap();
+        let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
+        assert_eq!(ids, [2, 3, 4]);
+        assert_eq!(rows[0].change, None);
+        assert_eq!(
+            rows[1].change,
+            Some(ZoneChange {
+                op: "move".into(),
+                path: "b".into(),
+                to_path: Some("d".into())
+            })
+        );
+        assert_eq!(rows[2].change, None);
+        assert_eq!(
+            db.journal_zone_rows_after("workspace", 0, 2).unwrap().len(),
+            2
+        );
     }
 }

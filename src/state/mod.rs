@@ -30,7 +30,10 @@ pub use checkpoint::{CheckpointRow, NewCheckpoint, RestoreRow};
 pub use events::{Cursor, Event, EventBatch, EventBounds};
 pub use fork::{ForkRecord, NewFork};
 pub use git::{FileRow, RepoRow, StagedFileRow, StagedRow, Writer, WriterScope};
-pub use journal::{JournalEntry, JournalFilter, JournalRow, Origin, OwnedEntry, Via, SANDBOX_ZONE};
+pub use journal::{
+    JournalEntry, JournalFilter, JournalRow, Origin, OwnedEntry, Via, ZoneChange, ZoneRow,
+    SANDBOX_ZONE,
+};
 pub use lock::DirLock;
 pub use mirror::MirrorEntryRow;
 pub use sandbox::SandboxRow;

@@ -8,3 +8,4 @@ mod test_forks_confined;
 mod test_links;
 mod test_model;
 mod test_mount;
+mod test_watchers;

@@ -4,10 +4,12 @@
 //! `Daemon::git`; `smoke` proves the servers with the git CLI; `hostile` serves crafted packs and
 //! trees (issue 29: delta bombs, submodule floods, entries whose object is not what their mode
 //! says) and stages a big file, measuring the daemon's peak memory; `forks` stages a fork's
-//! changes (issue 30).
+//! changes (issue 30); `fsmonitor` runs git's `status` through a real mount with the journal as
+//! its file-system monitor (issue 31).
 
 mod first_hour;
 mod forks;
+mod fsmonitor;
 mod hostile;
 mod scenarios;
 mod smoke;

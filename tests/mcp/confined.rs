@@ -8,14 +8,12 @@
 //! end exactly as they were, with none of their contents in any answer.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead as _, BufReader, Write as _};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
 
+use crate::support::mcp::McpClient;
 use crate::support::{Daemon, BIN};
 
 /// What only the workspace holds (written after the forks were made).
@@ -47,84 +45,26 @@ const CONFINED_TOOLS: [&str; 18] = [
 
 /// One `wardfs mcp --fork NAME` process, past its handshake.
 pub(crate) struct Session {
-    child: Child,
-    stdin: ChildStdin,
-    lines: mpsc::Receiver<String>,
-    next_id: u64,
+    client: McpClient,
     instructions: String,
 }
 
 impl Session {
     pub(crate) fn start(d: &Daemon, fork: &str) -> Session {
-        let mut child = Command::new(BIN)
-            .arg("--socket")
-            .arg(&d.socket)
-            .arg("--config")
-            .arg(&d.config)
-            .args(["mcp", "--fork", fork])
-            .env_remove("WARDFS_SOCKET")
-            .env_remove("WARDFS_CONFIG")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let stdin = child.stdin.take().unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in stdout.lines() {
-                let Ok(line) = line else { return };
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
-        let mut s = Session {
-            child,
-            stdin,
-            lines,
-            next_id: 1,
-            instructions: String::new(),
-        };
-        let init = s.request(
-            "initialize",
-            json!({"protocolVersion": "2025-06-18", "capabilities": {},
-                   "clientInfo": {"name": "confined-test", "version": "0"}}),
-        );
-        s.instructions = init["result"]["instructions"]
+        let client = McpClient::start(d, &["--fork", fork]);
+        let instructions = client.init["instructions"]
             .as_str()
-            .unwrap_or_else(|| panic!("no instructions: {init}"))
+            .unwrap_or_else(|| panic!("no instructions: {}", client.init))
             .to_string();
-        s.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-        s
-    }
-
-    fn send(&mut self, message: &Value) {
-        writeln!(self.stdin, "{message}").unwrap();
-        self.stdin.flush().unwrap();
-    }
-
-    /// Sends a request; returns the answer with its id.
-    fn request(&mut self, method: &str, params: Value) -> Value {
-        let id = self.next_id;
-        self.next_id += 1;
-        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
-        loop {
-            let line = self
-                .lines
-                .recv_timeout(Duration::from_secs(30))
-                .unwrap_or_else(|_| panic!("{method}: no answer within 30 s"));
-            let v: Value = serde_json::from_str(&line).unwrap();
-            if v["id"] == id {
-                return v;
-            }
+        Session {
+            client,
+            instructions,
         }
     }
 
     /// Calls a tool; returns the whole answer (`result` or a JSON-RPC `error`).
     fn raw(&mut self, tool: &str, args: Value) -> Value {
-        self.request("tools/call", json!({"name": tool, "arguments": args}))
+        self.client.call(tool, args)
     }
 
     /// Calls a tool that must succeed; returns its structured content.
@@ -145,7 +85,7 @@ impl Session {
     }
 
     fn tools(&mut self) -> Vec<String> {
-        let list = self.request("tools/list", json!({}));
+        let list = self.client.request("tools/list", json!({}));
         let mut names: Vec<String> = list["result"]["tools"]
             .as_array()
             .unwrap_or_else(|| panic!("{list}"))
@@ -154,13 +94,6 @@ impl Session {
             .collect();
         names.sort();
         names
-    }
-}
-
-impl Drop for Session {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

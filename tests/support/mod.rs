@@ -4,6 +4,8 @@
 //!   inherited or hermetic environment, tokens, fd limit), and [`daemon::serve_command`], the
 //!   only place the tests build that command; the daemon driven by CLI, curl and the client.
 //! * [`mount`]: FUSE checks, whether a path is mounted, the lazy unmount after a crash.
+//! * [`inotify`]: a real recursive inotify watcher on a tree (as editors' watchers watch one),
+//!   the events it hears and when.
 //! * [`git_servers`]: bare repositories, `git daemon` and `git http-backend` behind lighttpd on
 //!   loopback, and the hermetic `git` CLI.
 //! * [`sandbox_agent`]: the real sandbox-agent, started safely (`--token`, `--no-telemetry`,
@@ -25,6 +27,8 @@ pub mod faults;
 pub mod files;
 pub mod gates;
 pub mod git_servers;
+pub mod inotify;
+pub mod mcp;
 pub mod mount;
 pub mod rng;
 pub mod sandbox_agent;

@@ -1,4 +1,5 @@
-//! `wardfs git`: pull a repository into the workspace, see what changed, stage it for review.
+//! `wardfs git`: pull a repository into the workspace, see what changed, stage it for review;
+//! `git watch` and the hook it sets up are in `git_watch`.
 
 use serde_json::json;
 
@@ -66,6 +67,38 @@ pub enum GitCommand {
     Resolve {
         /// The file, e.g. /workspace/project/src/lib.rs
         path: String,
+    },
+    /// Let git in a checkout inside a zone ask wardfs what changed (git's file-system monitor)
+    ///
+    /// Sets `core.fsmonitor` (this binary and the daemon's socket) and `core.untrackedCache` in
+    /// the config of the repository holding PATH (a checkout of your own inside a zone, through
+    /// the mount or in the zone's directory, a fork's too): `git status` then looks only at the
+    /// paths the journal says changed since its last run, whoever changed them. With `--zone`,
+    /// every checkout in the zone, through an include in your global git config instead.
+    Watch {
+        /// A path in the checkout (default: where you stand)
+        #[arg(conflicts_with = "zone")]
+        path: Option<String>,
+        /// Every checkout in this zone (`workspace`, `cache`): writes an include into your
+        /// global git config, nothing into the checkouts
+        #[arg(long, value_name = "ZONE")]
+        zone: Option<String>,
+        /// Turn it off again
+        #[arg(long)]
+        off: bool,
+    },
+    /// Answer git's file-system monitor (git runs this as `core.fsmonitor`; see `git watch`)
+    ///
+    /// Prints git's answer for the checkout in the current directory: the new token, NUL, then
+    /// each path changed since TOKEN and a NUL, or `/` for "look at everything". With --json,
+    /// the daemon's answer, with the reason when it is everything.
+    #[command(hide = true)]
+    FsmonitorHook {
+        /// The hook protocol's version (2; anything else is answered `/`)
+        version: String,
+        /// The token of the last answer
+        #[arg(default_value = "", allow_hyphen_values = true)]
+        token: String,
     },
 }
 
@@ -246,6 +279,12 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
                 id = c.id
             );
             Ok(Outcome::Ok)
+        }
+        GitCommand::Watch { path, zone, off } => {
+            super::git_watch::watch(ctx, path.as_deref(), zone.as_deref(), *off).await
+        }
+        GitCommand::FsmonitorHook { version, token } => {
+            super::git_watch::hook(ctx, version, token).await
         }
         GitCommand::Resolve { path } => {
             let path = ctx.vpath(path).await?;

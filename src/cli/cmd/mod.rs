@@ -10,6 +10,7 @@ pub mod exists;
 pub mod fork;
 pub mod gc;
 pub mod git;
+pub mod git_watch;
 pub mod glob;
 pub mod grep;
 pub mod install_service;

@@ -1,10 +1,11 @@
-//! `wardfs status`: what the daemon serves and how it is doing.
+//! `wardfs status`: what the daemon serves, where to open an editor, and how it is doing.
 
-use crate::api::Status;
+use crate::api::{EditorDir, Status};
 use crate::cli::output::print_json;
 use crate::cli::{ClientError, Ctx, Outcome};
+use crate::core::text;
 
-/// Show the daemon's zones, socket, mount and journal
+/// Show the daemon's zones, socket, mount, the directory to open in an editor, and journal
 #[derive(Debug, clap::Args)]
 pub struct Args {}
 
@@ -23,6 +24,13 @@ pub async fn run(ctx: &Ctx, _: &Args) -> Result<Outcome, ClientError> {
         s.mount,
         if s.mounted { "mounted" } else { "not mounted" }
     );
+    if let Some(e) = &s.editor {
+        println!(
+            "editor:  {} ({})",
+            text::name(&e.dir),
+            editor_note(s.mounted, e)
+        );
+    }
     println!("state:   {} ({} journal rows)", s.state_db, s.journal_rows);
     println!(
         "staged:  {} commit(s) awaiting review{}",
@@ -61,4 +69,17 @@ pub async fn run(ctx: &Ctx, _: &Args) -> Result<Outcome, ClientError> {
         );
     }
     Ok(Outcome::Ok)
+}
+
+/// What the `editor:` line says of the directory to open in an editor.
+fn editor_note(mounted: bool, e: &EditorDir) -> &'static str {
+    match (mounted, e.every_change) {
+        (true, true) => "open this in an editor: its watchers hear every change, whoever makes it",
+        (false, _) => {
+            "no mount: open the workspace's own directory, whose watchers hear every change"
+        }
+        (true, false) => {
+            "served from a sandbox: its watchers hear the changes made through the mount only"
+        }
+    }
 }
