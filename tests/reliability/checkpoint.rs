@@ -261,3 +261,84 @@ fn a_merge_killed_half_way_leaves_the_parent_with_all_of_it_after_the_restart() 
         "a.txt fork\n"
     );
 }
+
+/// The directory on disk holding the fork's file `marker` (found under the daemon's directory).
+fn fork_dir_of(m: &Daemon, marker: &str) -> std::path::PathBuf {
+    let out = std::process::Command::new("find")
+        .arg(m.dir.path())
+        .args(["-name", marker, "-not", "-path", "*/workspace/*"])
+        .output()
+        .unwrap();
+    let found = String::from_utf8(out.stdout).unwrap();
+    let first = found
+        .lines()
+        .next()
+        .unwrap_or_else(|| panic!("no {marker}"));
+    std::path::Path::new(first).parent().unwrap().to_path_buf()
+}
+
+#[test]
+fn an_update_killed_half_way_leaves_the_fork_with_all_of_it_after_the_restart_and_runs_again() {
+    let gates = Gates::new();
+    let mut m = start(&gates);
+    write_all(&m, "v1");
+    m.ok("/v1/forks", json!({ "name": "killed" }));
+    m.write("/forks/killed/fork-only.txt", "the fork's own\n");
+    write_all(&m, "parent");
+    let fork = fork_dir_of(&m, "fork-only.txt");
+    let in_fork = || -> Vec<Option<String>> {
+        FILES
+            .iter()
+            .map(|f| std::fs::read_to_string(fork.join(f)).ok())
+            .collect()
+    };
+
+    gates.arm("restore-midway");
+    let update = m.cli_in_thread(&["update", "killed"]);
+    gates.wait_held("restore-midway", Duration::from_secs(30));
+    let mid = in_fork();
+    let updated = mid
+        .iter()
+        .zip(version("parent"))
+        .filter(|(a, b)| **a == *b)
+        .count();
+    assert!(
+        updated >= 1 && updated < FILES.len(),
+        "the gate holds the update half way: {mid:?}"
+    );
+    m.crash();
+    gates.release("restore-midway");
+    assert!(!update.join().unwrap().status.success());
+
+    m.respawn();
+    let fork = fork_dir_of(&m, "fork-only.txt");
+    let after: Vec<Option<String>> = FILES
+        .iter()
+        .map(|f| std::fs::read_to_string(fork.join(f)).ok())
+        .collect();
+    assert_eq!(
+        after,
+        version("parent"),
+        "the fork holds all of the update after the restart:\n{}",
+        m.log_text()
+    );
+    assert_eq!(
+        m.ok(
+            "/v1/fs/read",
+            json!({ "path": "/forks/killed/fork-only.txt" })
+        )["content"],
+        "the fork's own\n",
+        "the fork's own change is kept"
+    );
+    // Run again, the update has nothing left to bring; the merge then brings the fork's own
+    // change only, and leaves the parent's as they are.
+    let again = m.cli(&["update", "killed"]);
+    assert!(again.status.success(), "{again:?}");
+    let merged = m.cli(&["merge", "killed"]);
+    assert!(merged.status.success(), "{merged:?}");
+    assert_eq!(contents(&m), version("parent"));
+    assert_eq!(
+        std::fs::read_to_string(m.workspace().join("fork-only.txt")).unwrap(),
+        "the fork's own\n"
+    );
+}
