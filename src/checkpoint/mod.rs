@@ -186,6 +186,20 @@ struct Snapshot {
     modes: Option<Oid>,
 }
 
+/// What [`Checkpoints::catch_up`] did at start.
+#[derive(Debug, Default)]
+pub struct CaughtUp {
+    /// Paths journaled as changed while no daemon watched.
+    pub paths: u64,
+    /// The zones it walked (the local ones with a checkpoint, with at most [`UNSEEN_MAX`]
+    /// directories unseen): every change to them since their newest checkpoint is in the
+    /// journal, but beneath `unseen`.
+    pub zones: Vec<ZoneId>,
+    /// The directories of those zones it did not look into: left out of checkpoints
+    /// (`checkpoints.exclude`, `.gitignore`, build outputs) or unreadable; `.git` ones aside.
+    pub unseen: Vec<VPath>,
+}
+
 /// The checkpoints of every local zone.
 pub struct Checkpoints {
     zones: Arc<Zones>,
@@ -542,12 +556,12 @@ impl Checkpoints {
     /// mtime is not older than the zone's newest checkpoint (less a margin for coarse clocks),
     /// and, in each such directory, the names its checkpoint holds that are gone. The next
     /// checkpoint, built from the journal, then sees them. A walk of `lstat`s, no reading of
-    /// files. Returns the paths journaled. Called by the daemon at start, before
-    /// [`Checkpoints::recover`].
-    pub fn catch_up(&self) -> FsResult<u64> {
+    /// files. Returns the paths journaled and the zones walked. Called by the daemon at start,
+    /// before [`Checkpoints::recover`].
+    pub fn catch_up(&self) -> FsResult<CaughtUp> {
         let repo = self.repo.lock().expect("not poisoned");
         let db = self.zones.db();
-        let mut n = 0;
+        let mut caught = CaughtUp::default();
         for zone in self.zones.zone_ids() {
             let Zone::Local(z) = self.zones.zone(zone) else {
                 continue;
@@ -564,10 +578,16 @@ impl Checkpoints {
                 filter: &Filter::new(z.root(), &self.cfg)?,
                 tree: &tree,
                 since_ms: last.time_ms - 2_000,
+                unseen: std::cell::RefCell::new(Some(Vec::new())),
             };
-            n += walk.dir("")?;
+            caught.paths += walk.dir("")?;
+            if let Some(unseen) = walk.unseen.into_inner() {
+                caught.zones.push(zone);
+                let paths = unseen.iter().filter_map(|d| VPath::new(zone, d).ok());
+                caught.unseen.extend(paths);
+            }
         }
-        Ok(n)
+        Ok(caught)
     }
 
     /// Restores, newest first.
@@ -1823,7 +1843,13 @@ struct CatchUp<'a> {
     /// The zone's newest checkpoint.
     tree: &'a git2::Tree<'a>,
     since_ms: i64,
+    /// The directories it did not look into (left out of checkpoints, or unreadable), but
+    /// `.git` ones; `None` past [`UNSEEN_MAX`].
+    unseen: std::cell::RefCell<Option<Vec<String>>>,
 }
+
+/// Directories a start-up catch-up names as not looked into, at most, per zone.
+const UNSEEN_MAX: usize = 1_000;
 
 impl CatchUp<'_> {
     fn changed(&self, md: &std::fs::Metadata) -> bool {
@@ -1842,6 +1868,21 @@ impl CatchUp<'_> {
         }
     }
 
+    /// Notes that the directory `rel` was not looked into.
+    fn unseen(&self, rel: &str) {
+        if rel == ".git" || rel.ends_with("/.git") {
+            return; // git's own, which no checkout's status reads from the work tree
+        }
+        let mut unseen = self.unseen.borrow_mut();
+        if let Some(list) = unseen.as_mut() {
+            if list.len() == UNSEEN_MAX {
+                *unseen = None;
+            } else {
+                list.push(rel.to_string());
+            }
+        }
+    }
+
     /// Journals what changed in the directory `rel` and beneath it.
     fn dir(&self, rel: &str) -> FsResult<u64> {
         let path = if rel.is_empty() {
@@ -1850,6 +1891,7 @@ impl CatchUp<'_> {
             self.root.join(rel)
         };
         let Ok(entries) = std::fs::read_dir(&path) else {
+            self.unseen(rel);
             return Ok(0);
         };
         let join = |name: &str| {
@@ -1863,6 +1905,7 @@ impl CatchUp<'_> {
         let mut here: BTreeSet<String> = BTreeSet::new();
         for e in entries.flatten() {
             let Ok(name) = e.file_name().into_string() else {
+                self.unseen(rel); // a name the journal cannot hold as it is
                 continue;
             };
             let Ok(md) = std::fs::symlink_metadata(e.path()) else {
@@ -1870,6 +1913,13 @@ impl CatchUp<'_> {
             };
             let child = join(&name);
             if self.filter.skips(&child, md.is_dir()) {
+                // Left out of checkpoints, yet git may track it: a changed file is journaled
+                // all the same (checkpoints leave it out again), a directory named unseen.
+                if md.is_dir() {
+                    self.unseen(&child);
+                } else if self.changed(&md) {
+                    n += self.note(&child, "write");
+                }
                 continue;
             }
             here.insert(name);

@@ -18,7 +18,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -116,6 +116,77 @@ impl AsFd for NodeFd<'_> {
 /// Returns `/proc/self/fd/N`, which reopens the backing file with new flags.
 pub fn proc_path(fd: &impl AsFd) -> String {
     format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd())
+}
+
+/// The process's `/proc/self/fd` directory, opened once: a descriptor's entry there is then a
+/// one-component lookup beneath it (`proc_entry`), not a walk from `/` through `self` (about
+/// 1.5 µs less per call, paid several times by every change through the mount).
+fn proc_fds() -> Option<BorrowedFd<'static>> {
+    static FDS: OnceLock<Option<OwnedFd>> = OnceLock::new();
+    FDS.get_or_init(|| {
+        rustix::fs::open(
+            "/proc/self/fd",
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .ok()
+    })
+    .as_ref()
+    .map(|fd| fd.as_fd())
+}
+
+/// The entry of `fd` in `/proc/self/fd` (a magic link to its file): the directory and the name
+/// to resolve beneath it, or the whole path from `/` when the directory could not be opened.
+fn proc_entry(fd: &impl AsFd) -> (BorrowedFd<'static>, String) {
+    let n = fd.as_fd().as_raw_fd();
+    match proc_fds() {
+        Some(dir) => (dir, n.to_string()),
+        None => (rustix::fs::CWD, format!("/proc/self/fd/{n}")),
+    }
+}
+
+/// Opens the file of `fd` (an `O_PATH` descriptor, say) again with `flags`.
+pub fn reopen(fd: &impl AsFd, flags: OFlags) -> NodeResult<OwnedFd> {
+    let (dir, name) = proc_entry(fd);
+    rustix::fs::openat(dir, name.as_str(), flags | OFlags::CLOEXEC, Mode::empty())
+}
+
+/// The path the kernel gives the file of `fd` (deleted ones end in ` (deleted)`).
+fn path_of_fd(fd: &impl AsFd) -> NodeResult<std::path::PathBuf> {
+    let (dir, name) = proc_entry(fd);
+    let target = rustix::fs::readlinkat(dir, name.as_str(), Vec::new())?;
+    Ok(std::path::PathBuf::from(OsString::from_vec(
+        target.into_bytes(),
+    )))
+}
+
+/// Sets the mode of the file of `fd` (an `O_PATH` descriptor): `fchmodat2` on the descriptor
+/// itself (Linux 6.6 and later), else through its `/proc/self/fd` entry.
+fn chmod_fd(fd: &impl AsFd, mode: u32) -> NodeResult<()> {
+    // SAFETY: fchmodat2 reads the empty C string and changes only the file's mode.
+    let done = unsafe {
+        libc::syscall(
+            libc::SYS_fchmodat2,
+            fd.as_fd().as_raw_fd(),
+            c"".as_ptr(),
+            mode as libc::c_uint,
+            libc::AT_EMPTY_PATH,
+        )
+    };
+    if done == 0 {
+        return Ok(());
+    }
+    let e = Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::IO);
+    if e != Errno::NOSYS && e != Errno::INVAL {
+        return Err(e);
+    }
+    let (dir, name) = proc_entry(fd);
+    rustix::fs::chmodat(
+        dir,
+        name.as_str(),
+        Mode::from_raw_mode(mode),
+        AtFlags::empty(),
+    )
 }
 
 impl Node {
@@ -430,7 +501,7 @@ impl Zones {
         let Zone::Local(z) = self.zone(node.zone) else {
             return None;
         };
-        let real = std::fs::read_link(proc_path(&node.fd().ok()?)).ok()?;
+        let real = path_of_fd(&node.fd().ok()?).ok()?;
         let rel = real.strip_prefix(z.root()).ok()?;
         VPath::new(node.zone, rel.to_str()?).ok()
     }
@@ -611,10 +682,7 @@ impl Zones {
     /// Opens the node's file with `flags` (through `/proc/self/fd`, so with the new flags).
     pub fn node_open(&self, node: &Node, flags: OFlags, press: &dyn Fn()) -> NodeResult<OwnedFd> {
         let fd = with_fds(press, || node.fd())?;
-        let path = proc_path(&fd);
-        with_fds(press, || {
-            rustix::fs::open(path.as_str(), flags | OFlags::CLOEXEC, Mode::empty())
-        })
+        with_fds(press, || reopen(&fd, flags))
     }
 
     /// The target of a symlink node.
@@ -955,53 +1023,14 @@ impl Zones {
         } else {
             None
         };
+        // One descriptor for every step (after the hard-link rule, which may give the node a
+        // new file): its stat is the answer.
+        let fd = node.fd()?;
         {
             let _lock = change.size.and(vp.as_ref()).map(|v| self.locks.lock(v));
-            if let Some(mode) = change.mode {
-                rustix::fs::chmod(
-                    proc_path(&node.fd()?).as_str(),
-                    Mode::from_raw_mode(mode & 0o7777),
-                )?;
-            }
-            if change.uid.is_some() || change.gid.is_some() {
-                rustix::fs::chownat(
-                    node.fd()?,
-                    "",
-                    change.uid.map(rustix::fs::Uid::from_raw),
-                    change.gid.map(rustix::fs::Gid::from_raw),
-                    AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
-                )?;
-            }
-            if let Some(size) = change.size {
-                match open_file {
-                    Some(f) => rustix::fs::ftruncate(f, size)?,
-                    None => {
-                        let fd = self.node_open(node, OFlags::WRONLY, press)?;
-                        rustix::fs::ftruncate(&fd, size)?;
-                    }
-                }
-            }
-            if change.atime.is_some() || change.mtime.is_some() {
-                let ts = Timestamps {
-                    last_access: timespec(change.atime),
-                    last_modification: timespec(change.mtime),
-                };
-                if node.kind == FileType::Symlink {
-                    rustix::fs::utimensat(
-                        node.fd()?,
-                        "",
-                        &ts,
-                        AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
-                    )?;
-                } else {
-                    rustix::fs::utimensat(
-                        rustix::fs::CWD,
-                        proc_path(&node.fd()?).as_str(),
-                        &ts,
-                        AtFlags::empty(),
-                    )?;
-                }
-            }
+            Zones::apply_attrs(&fd, &change, open_file, || {
+                self.node_open(node, OFlags::WRONLY, press)
+            })?;
         }
         if let Some(vp) = vp {
             let op = if change.size.is_some() {
@@ -1011,7 +1040,44 @@ impl Zones {
             };
             self.record(&vp, op, change.size, None, who.origin);
         }
-        node.stat()
+        rustix::fs::fstat(&fd)
+    }
+
+    /// Makes `change` to the file of `fd`: mode, owner, size (through `open_file`, else a
+    /// descriptor `open` opens for writing), times.
+    fn apply_attrs(
+        fd: &impl AsFd,
+        change: &AttrChange,
+        open_file: Option<&std::fs::File>,
+        open: impl FnOnce() -> NodeResult<OwnedFd>,
+    ) -> NodeResult<()> {
+        if let Some(mode) = change.mode {
+            chmod_fd(fd, mode & 0o7777)?;
+        }
+        if change.uid.is_some() || change.gid.is_some() {
+            rustix::fs::chownat(
+                fd,
+                "",
+                change.uid.map(rustix::fs::Uid::from_raw),
+                change.gid.map(rustix::fs::Gid::from_raw),
+                AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
+            )?;
+        }
+        if let Some(size) = change.size {
+            match open_file {
+                Some(f) => rustix::fs::ftruncate(f, size)?,
+                None => rustix::fs::ftruncate(&open()?, size)?,
+            }
+        }
+        if change.atime.is_some() || change.mtime.is_some() {
+            let ts = Timestamps {
+                last_access: timespec(change.atime),
+                last_modification: timespec(change.mtime),
+            };
+            // On the descriptor itself, a symlink's own times as a file's.
+            rustix::fs::utimensat(fd, "", &ts, AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW)?;
+        }
+        Ok(())
     }
 
     /// Sets (`Some(value)`) or removes (`None`) an extended attribute, after the hard-link rule

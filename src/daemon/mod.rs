@@ -155,17 +155,22 @@ pub fn run(settings: Settings, no_mount: bool) -> anyhow::Result<()> {
         let sandbox_task = tokio::spawn(tend_sandboxes(state.clone(), warm));
         let checkpoint_task = tokio::spawn(auto_checkpoints(state.clone()));
         let overlap_task = tokio::spawn(watch_overlaps(state.clone()));
+        let monitor = state.clone();
         let served = crate::api::serve(listener, state, signals.recv()).await;
         gc_task.abort();
         sandbox_task.abort();
         checkpoint_task.abort();
         overlap_task.abort();
+        let _ = tokio::task::spawn_blocking(move || monitor.fsmonitor.stopped()).await;
         // Only the daemon that bound the socket removes it.
         let _ = std::fs::remove_file(&socket);
         tracing::info!("stopped");
         Ok(served?)
     })
 }
+
+/// The record of starts and clean stops git's monitor keeps in the state directory.
+const FSMONITOR_STARTS: &str = "fsmonitor-starts";
 
 /// Journals what changed in the zones while no daemon watched them (so the next checkpoint holds
 /// it), then finishes the restores a crash cut short; once this daemon holds the socket (no
@@ -175,11 +180,26 @@ async fn catch_up_checkpoints(state: &Arc<AppState>) {
     let cps = state.checkpoints.clone();
     let caught = tokio::task::spawn_blocking(move || cps.catch_up()).await;
     match caught {
-        Ok(Ok(0)) => {}
-        Ok(Ok(n)) => tracing::info!(
-            paths = n,
-            "journaled what changed in the zones while wardfs was not running"
-        ),
+        Ok(Ok(c)) => {
+            if c.paths > 0 {
+                tracing::info!(
+                    paths = c.paths,
+                    "journaled what changed in the zones while wardfs was not running"
+                );
+            }
+            let marks = |zones: &[crate::core::ZoneId]| -> Vec<String> {
+                zones
+                    .iter()
+                    .filter_map(|z| crate::git::fsmonitor::zone_mark(&state.zones, *z))
+                    .collect()
+            };
+            state.fsmonitor.started(
+                state.settings.state_dir.join(FSMONITOR_STARTS),
+                &marks(&c.zones),
+                &marks(&state.zones.zone_ids()),
+                c.unseen,
+            );
+        }
         Ok(Err(e)) => {
             tracing::warn!("cannot look for changes made while wardfs was not running: {e}")
         }

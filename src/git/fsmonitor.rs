@@ -6,7 +6,9 @@
 //! (`GET /v1/git/fsmonitor`), which answers from here: a new token and the paths changed since
 //! the old one, relative to the work tree, or "everything" (`/`), after which git looks at every
 //! file. A token is `wardfs:<instance>:<zone>:<journal position>`: the daemon's instance (new at
-//! every start: what changed while no daemon ran is not in the journal), the zone it was given
+//! every start; the previous instance's tokens are answered too when it stopped cleanly and this
+//! start-up journaled what changed in the zone since its newest checkpoint, see [`Starts`]; an
+//! older one's, or after a crash, are everything), the zone it was given
 //! for (`workspace`, `cache`, or `fork<id>` for the fork recorded with that id: a fork's files
 //! were never journaled in it before it existed) and the journal's newest row when the answer
 //! began.
@@ -17,7 +19,8 @@
 //! and what the watcher of the backing directories saw beside wardfs and has not journaled yet
 //! ([`BesideWatch::settle`]: it first takes in every change made before the call). Anything
 //! that cannot vouch for that answers everything, with a fresh token: a token that is not
-//! wardfs's, of another instance or zone, or ahead of the journal; rows missing after it
+//! wardfs's, of another instance or zone (but the previous instance's, as above, when the
+//! start-up looked into every directory in and above the checkout), or ahead of the journal; rows missing after it
 //! (`journal.keep_days` pruned them); changes beside wardfs the watcher lost, could not watch,
 //! or has not taken in within [`SETTLE_WAIT`]; no watcher at all; a zone served from a sandbox;
 //! a change to the checkout's directory itself or a directory above it; more than
@@ -73,10 +76,14 @@ pub trait BesideWatch: Send + Sync {
     fn settle(&self, wait: Duration) -> Option<Beside>;
 }
 
-/// The monitor of one daemon: its instance and its watcher.
+/// The monitor of one daemon: its instance, its watcher, and the record of starts that lets it
+/// answer a previous instance's token ([`Starts`]).
 pub struct Monitor {
     instance: String,
     beside: OnceLock<Arc<dyn BesideWatch>>,
+    starts: OnceLock<Starts>,
+    /// The directories this start's catch-up did not look into (see [`Monitor::started`]).
+    unseen: OnceLock<Vec<VPath>>,
 }
 
 /// The answer to git's hook: its output is `token`, NUL, then each path and a NUL, or `/` for
@@ -146,6 +153,8 @@ impl Monitor {
         Monitor {
             instance: new_instance(),
             beside: OnceLock::new(),
+            starts: OnceLock::new(),
+            unseen: OnceLock::new(),
         }
     }
 
@@ -222,6 +231,18 @@ impl Monitor {
             Ok(p) => p,
             Err(why) => return Ok(Found::everything(why)),
         };
+        let earlier = parse_token(token).is_some_and(|t| t.instance != self.instance);
+        let unseen = self.unseen.get().map(Vec::as_slice).unwrap_or_default();
+        if let Some(d) = unseen
+            .iter()
+            .filter(|_| earlier)
+            .find(|d| related(d, checkout))
+        {
+            return Ok(Found::everything(format!(
+                "the token is of the previous daemon instance, and its start-up did not look \
+                 into {d} (left out of checkpoints), where git may track files"
+            )));
+        }
         if let Some(d) = beside.unwatched.iter().find(|d| related(d, checkout)) {
             return Ok(Found::everything(format!(
                 "the watcher could not watch {d}, so changes beside wardfs there go unseen"
@@ -256,8 +277,12 @@ impl Monitor {
         let Some(t) = parse_token(token) else {
             return Err(format!("{token:?} is not a wardfs token"));
         };
-        if t.instance != self.instance {
-            return Err("the token is of another daemon instance (wardfs restarted since)".into());
+        if t.instance != self.instance && !self.continues(t.instance, tag) {
+            return Err(
+                "the token is of another daemon instance, and the journal may lack what changed \
+                 since (a start that did not catch up with the zone, or a stop that was not clean)"
+                    .into(),
+            );
         }
         if t.zone != tag {
             return Err(format!("the token is of zone {}, not {tag}", t.zone));
@@ -273,6 +298,150 @@ impl Monitor {
         }
         Ok(t.position)
     }
+}
+
+/// Where a zone stands for [`Starts`]: its tag and its backing root's `(st_dev, st_ino)` (a
+/// zone moved to another directory is another zone for the journal).
+pub fn zone_mark(zones: &Zones, zone: ZoneId) -> Option<String> {
+    let Zone::Local(z) = zones.zone(zone) else {
+        return None;
+    };
+    let st = rustix::fs::stat(z.root()).ok()?;
+    Some(format!(
+        "{}={}.{}",
+        zone_tag(zones, zone).ok()?,
+        st.st_dev,
+        st.st_ino
+    ))
+}
+
+impl Monitor {
+    /// Records this start in `path` ([`Starts`]) with the zones whose changes since their newest
+    /// checkpoint the start-up journaled (`caught`: their [`zone_mark`]s) but beneath the
+    /// directories `unseen`, and where every local zone is (`roots`: theirs); answers may then
+    /// vouch for the previous instance's tokens.
+    pub fn started(&self, path: PathBuf, caught: &[String], roots: &[String], unseen: Vec<VPath>) {
+        let _ = self.unseen.set(unseen);
+        let starts = Starts { path };
+        let line = format!(
+            "start {} {} {}",
+            self.instance,
+            or_dash(&caught.join(",")),
+            or_dash(&roots.join(","))
+        );
+        if let Err(e) = starts.append(&line) {
+            tracing::warn!(
+                "cannot record this start for git's monitor (tokens of earlier runs answer \
+                 everything): {e}"
+            );
+            return;
+        }
+        let _ = self.starts.set(starts);
+    }
+
+    /// Records a clean stop: when the watcher has taken in every change made beside wardfs and
+    /// never lost one, the journal holds all this instance saw, and a later instance may vouch
+    /// for its tokens. Said of nothing otherwise (a later instance then answers everything).
+    pub fn stopped(&self) {
+        let (Some(starts), Some(watch)) = (self.starts.get(), self.beside.get()) else {
+            return;
+        };
+        let clean = watch
+            .settle(SETTLE_WAIT)
+            .is_some_and(|b| b.lost_at.is_none() && b.unwatched.is_empty());
+        if !clean {
+            tracing::info!("git's monitor: the watcher lost or could not take in changes: tokens of this run will answer everything after a restart");
+            return;
+        }
+        if let Err(e) = starts.append(&format!("end {}", self.instance)) {
+            tracing::warn!("cannot record this stop for git's monitor: {e}");
+        }
+    }
+
+    /// True when the record of starts vouches for the tokens of instance `old` in the zone
+    /// `tag`: see [`continuous`].
+    fn continues(&self, old: &str, tag: &str) -> bool {
+        self.starts
+            .get()
+            .and_then(|s| s.read())
+            .is_some_and(|text| continuous(&text, old, &self.instance, tag))
+    }
+}
+
+/// `-` for an empty list (so that a line always has its words).
+fn or_dash(list: &str) -> &str {
+    if list.is_empty() {
+        "-"
+    } else {
+        list
+    }
+}
+
+/// The record of the daemon's starts and clean stops, in `<state_dir>/fsmonitor-starts`, one line
+/// each, oldest first: `start <instance> <caught> <roots>` once the start-up has journaled what
+/// changed in the zones `caught` since their newest checkpoint (`Checkpoints::catch_up`:
+/// whatever changed while no daemon ran, or that a killed one had not journaled, is after that
+/// checkpoint), with `roots` the [`zone_mark`]s of every local zone; and `end <instance>` when it
+/// stopped with every change journaled. Written by the
+/// daemon alone (the state directory is its own); at most [`Starts::KEEP`] lines are kept.
+struct Starts {
+    path: PathBuf,
+}
+
+impl Starts {
+    /// Lines kept (older starts' tokens then answer everything).
+    const KEEP: usize = 200;
+    /// The most of the file read.
+    const MAX_BYTES: u64 = 256 * 1024;
+
+    /// The record, or `None` when it cannot be read or is too long.
+    fn read(&self) -> Option<String> {
+        let meta = std::fs::metadata(&self.path).ok()?;
+        if meta.len() > Starts::MAX_BYTES {
+            return None;
+        }
+        std::fs::read_to_string(&self.path).ok()
+    }
+
+    /// Adds `line`, keeping the newest [`Starts::KEEP`] lines (replaced whole, by a rename).
+    fn append(&self, line: &str) -> std::io::Result<()> {
+        let text = self.read().unwrap_or_default();
+        let mut lines: Vec<&str> = text.lines().collect();
+        lines.push(line);
+        let from = lines.len().saturating_sub(Starts::KEEP);
+        let tmp = self.path.with_extension("tmp");
+        std::fs::write(&tmp, lines[from..].join("\n") + "\n")?;
+        std::fs::File::open(&tmp)?.sync_all()?;
+        std::fs::rename(&tmp, &self.path)
+    }
+}
+
+/// True when `record` ([`Starts`]) shows the journal whole for the zone `tag` from the start of
+/// instance `old` to the running instance `now`: `old` is the instance right before `now`, it
+/// stopped cleanly, and `now` caught up with the zone at its start, under the root `old` had.
+/// (Only the one before: what an earlier start-up did not look into is not known.)
+fn continuous(record: &str, old: &str, now: &str, tag: &str) -> bool {
+    let mark = |marks: &str| -> Option<String> {
+        marks
+            .split(',')
+            .find(|m| m.split_once('=').is_some_and(|(t, _)| t == tag))
+            .map(str::to_string)
+    };
+    let lines: Vec<Vec<&str>> = record.lines().map(|l| l.split(' ').collect()).collect();
+    let [.., before, ended, current] = &lines[..] else {
+        return false;
+    };
+    let (["start", a, _, old_roots], ["end", e], ["start", b, caught, roots]) =
+        (&before[..], &ended[..], &current[..])
+    else {
+        return false;
+    };
+    *a == old
+        && *e == old
+        && *b == now
+        && mark(caught).is_some()
+        && mark(roots).is_some()
+        && mark(roots) == mark(old_roots)
 }
 
 /// A new instance id: 16 hex digits from the kernel's random source (the time and pid when it
@@ -544,6 +713,33 @@ mod tests {
                 to_path: None,
             }),
         }
+    }
+
+    #[test]
+    fn a_previous_instances_token_is_vouched_for_only_across_a_clean_stop_and_a_caught_up_start() {
+        let (ws, both) = ("workspace=1.2", "workspace=1.2,cache=1.3");
+        // The previous start had no checkpoint to catch up from: its own tokens still count.
+        let ok = format!("start a - {both}\nend a\nstart b {ws} {both}\n");
+        assert!(continuous(&ok, "a", "b", "workspace"));
+        // Unknown instance, a zone not caught up, the running instance's own start line missing.
+        assert!(!continuous(&ok, "z", "b", "workspace"));
+        assert!(!continuous(&ok, "a", "b", "cache"));
+        assert!(!continuous(&ok, "a", "c", "workspace"));
+        // Not the instance right before, or a stop that was not clean (no `end`).
+        let two = format!("{ok}end b\nstart c {ws} {ws}\n");
+        assert!(!continuous(&two, "a", "c", "workspace"));
+        assert!(continuous(&two, "b", "c", "workspace"));
+        let crash = format!("start a {ws} {ws}\nstart b {ws} {ws}\n");
+        assert!(!continuous(&crash, "a", "b", "workspace"));
+        // The zone under another root, or a previous start that did not know it.
+        let moved = format!("start a {ws} {ws}\nend a\nstart c workspace=1.9 workspace=1.9\n");
+        assert!(!continuous(&moved, "a", "c", "workspace"));
+        let unknown = format!("start a - cache=1.3\nend a\nstart c {ws} {ws}\n");
+        assert!(!continuous(&unknown, "a", "c", "workspace"));
+        // A fork's tag is its own, and must be the whole tag.
+        let fork = "start a - fork7=1.5\nend a\nstart c fork7=1.5 fork7=1.5\n";
+        assert!(continuous(fork, "a", "c", "fork7"));
+        assert!(!continuous(fork, "a", "c", "fork"));
     }
 
     #[test]

@@ -283,12 +283,22 @@ fn git_status_through_the_mount_lists_what_a_pull_a_restore_and_a_change_while_s
     d.cli_ok(&["restore", &id, "/workspace/app/src/f1.txt"]);
     lists(&app, " M src/f1.txt", "src/f1.txt", "a restore");
 
-    // A change made while no daemon ran: the next daemon is another instance, so its first
-    // answer is everything, and git looks at every file.
+    // A change made while no daemon ran, after a clean stop: the next daemon journals it at
+    // start (it changed after the zone's newest checkpoint), so it answers the previous
+    // instance's token from the journal, with that change, not with everything.
     let old = status(&app).token();
     d.stop();
     std::fs::write(d.workspace().join("app/src/f2.txt"), "two, while stopped\n").unwrap();
     d.respawn();
+    let a = hook_json(&d, &app, &old);
+    assert_eq!(a["everything"], json!(false), "{a}");
+    let paths: Vec<&str> = a["paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p.as_str())
+        .collect();
+    assert!(paths.contains(&"src/f2.txt"), "{a}");
     let s = status(&app);
     s.asked_the_hook();
     assert!(
@@ -296,6 +306,46 @@ fn git_status_through_the_mount_lists_what_a_pull_a_restore_and_a_change_while_s
         "a change made while the daemon was stopped:\n{}",
         s.porcelain
     );
+    assert_ne!(s.token(), old, "the index holds the new instance's token");
+
+    // A file git tracks in a directory checkpoints leave out (ignored): the start-up does not
+    // look into it, so a change there while stopped makes the answer everything.
+    std::fs::write(app.join(".gitignore"), "gen/\n").unwrap();
+    std::fs::create_dir_all(app.join("gen")).unwrap();
+    std::fs::write(app.join("gen/out.txt"), "generated\n").unwrap();
+    run_git(
+        &app,
+        &["add", "-f", ".gitignore", "gen/out.txt", "src/f2.txt"],
+    );
+    run_git(&app, &["commit", "-qm", "generated, tracked"]);
+    d.cli_ok(&["checkpoint", "-m", "before the second stop"]);
+    let old = status(&app).token();
+    d.stop();
+    std::fs::write(d.workspace().join("app/gen/out.txt"), "regenerated\n").unwrap();
+    d.respawn();
+    let a = hook_json(&d, &app, &old);
+    assert_eq!(a["everything"], json!(true), "{a}");
+    assert!(
+        a["reason"].as_str().unwrap().contains("did not look into"),
+        "{a}"
+    );
+    let s = status(&app);
+    assert!(
+        s.porcelain.lines().any(|l| l == " M gen/out.txt"),
+        "a tracked file in an ignored directory, changed while stopped:\n{}",
+        s.porcelain
+    );
+
+    // After a crash the journal may lack what the killed daemon had not written: the next one
+    // answers its tokens with everything, and git looks at every file.
+    let old = s.token();
+    d.crash();
+    std::fs::write(
+        d.workspace().join("app/src/f3.txt"),
+        "three, changed after a crash\n",
+    )
+    .unwrap();
+    d.respawn();
     let a = hook_json(&d, &app, &old);
     assert_eq!(a["everything"], json!(true), "{a}");
     assert!(
@@ -305,7 +355,12 @@ fn git_status_through_the_mount_lists_what_a_pull_a_restore_and_a_change_while_s
             .contains("another daemon instance"),
         "{a}"
     );
-    assert_ne!(s.token(), old, "the index holds the new instance's token");
+    let s = status(&app);
+    assert!(
+        s.porcelain.lines().any(|l| l == " M src/f3.txt"),
+        "a file changed after a crash:\n{}",
+        s.porcelain
+    );
 }
 
 #[test]
