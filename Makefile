@@ -47,9 +47,10 @@ bench-api:
 bench-fuse:
 	bash benches/fuse.sh
 
-## make bench-agent: agent workloads (rg, git status, find, tar, untar + rm -rf) over the cargo
-## registry's sources and the generated tree: the mount vs the native backing dir and bindfs, warm and
-## cold, with the FUSE requests per workload by opcode (root; WARDFS_AGENT_QUICK=1: a small version)
+## make bench-agent: agent workloads (rg, git status, find, tar over the cargo registry's sources and
+## the generated tree; untar + rm -rf, npm ci, cargo build, git checkout): the mount vs native, bindfs
+## and the crates.io peer, each over its own copy, warm and cold, with the FUSE requests per workload
+## by opcode (root; WARDFS_AGENT_QUICK=1: a small version)
 bench-agent:
 	bash benches/agent.sh
 
