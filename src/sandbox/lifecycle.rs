@@ -32,8 +32,8 @@ use serde::{Deserialize, Serialize};
 
 use super::agent::SandboxAgent;
 use super::provision::{
-    daytona, local, Handle, ProviderState, ProvisionError, Provisioner, SandboxSpec, SnapshotSpec,
-    VolumeMount,
+    daytona, local, Handle, Listed, ProviderState, ProvisionError, Provisioner, SandboxSpec,
+    SnapshotSpec, VolumeMount,
 };
 use super::registry::{
     Attached, Registry, SandboxError, SandboxInfo, ACTIVE, CREATING, DESTROYED, ERROR, PAUSED,
@@ -762,7 +762,6 @@ impl Registry {
                 return;
             }
         };
-        let db = self.zones.db();
         let mut local_names = HashSet::new();
         let mut local: Option<Arc<dyn Provisioner>> = None;
         for row in rows.into_iter().filter(is_provisioned) {
@@ -780,133 +779,253 @@ impl Registry {
             if row.provider == PROVIDER_LOCAL && local.is_none() {
                 local = Some(p.clone());
             }
-            let session = self.session(&name);
-            let _held = session.attached.lock().await;
-            let Ok(Some(row)) = db.sandbox(&name) else {
-                continue;
-            };
-            let listed = match p.list().await {
-                Ok(l) => l,
-                Err(e) => {
-                    tracing::warn!(sandbox = %name, "cannot list the provider's sandboxes: {e}");
-                    continue;
-                }
-            };
-            let mut id = row.provider_id.clone();
-            let mut adopted = false;
-            if id.is_none() {
-                // Made for this name but never recorded (the daemon died inside create):
-                // adopt the first that runs.
-                if let Some(l) = listed
-                    .iter()
-                    .find(|l| l.name.as_deref() == Some(&name) && l.state == ProviderState::Running)
-                {
-                    tracing::info!(sandbox = %name, id = %l.id, "adopting a sandbox made for this name");
+            self.reconcile_session(&name, p.as_ref()).await;
+        }
+        if let Some(p) = local {
+            destroy_unowned_local(p.as_ref(), &local_names).await;
+        }
+    }
+
+    /// Reconciles the session `name` under its lock: reads its row again, lists what the
+    /// provider `p` holds, adopts a running sandbox made for the name but never recorded,
+    /// settles the session by its sandbox's state and deals with the strays made for the name.
+    async fn reconcile_session(&self, name: &str, p: &dyn Provisioner) {
+        let session = self.session(name);
+        let _held = session.attached.lock().await;
+        let Ok(Some(row)) = self.zones.db().sandbox(name) else {
+            return;
+        };
+        let listed = match p.list().await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(sandbox = %name, "cannot list the provider's sandboxes: {e}");
+                return;
+            }
+        };
+        let mut id = row.provider_id.clone();
+        let mut adopted = false;
+        if id.is_none() {
+            // Made for this name but never recorded (the daemon died inside create):
+            // adopt the first that runs.
+            if let Some(l) = unrecorded_to_adopt(&listed, name) {
+                self.adopt_unrecorded(name, l);
+                id = Some(l.id.clone());
+                adopted = true;
+            }
+        }
+        if let Some(id) = &id {
+            if let Err(e) = self.settle_session(&row, id, adopted, p).await {
+                tracing::warn!(sandbox = %name, "cannot reconcile: {e}");
+            }
+        }
+        self.destroy_strays(&row, p, &listed, id.as_deref()).await;
+    }
+
+    /// Records `l`, a running sandbox made for `name` by a create cut short, as the session's.
+    fn adopt_unrecorded(&self, name: &str, l: &Listed) {
+        tracing::info!(sandbox = %name, id = %l.id, "adopting a sandbox made for this name");
+        self.journal_lifecycle(
+            name,
+            "sandbox-adopted",
+            &format!("{}: made for this name by a create cut short", l.id),
+        );
+        let _ = self
+            .zones
+            .db()
+            .set_sandbox_provision(name, Some(&l.id), None, None);
+    }
+
+    /// Sets the session of `row` by what the provider says of its sandbox `id` (`adopted`: just
+    /// adopted by [`Self::adopt_unrecorded`], already journaled): gone → `destroyed`, running →
+    /// `active`, paused or stopped → `paused`, not running after a create or resume cut short
+    /// → `paused` with the reason; anything else is left as it is.
+    async fn settle_session(
+        &self,
+        row: &SandboxRow,
+        id: &str,
+        adopted: bool,
+        p: &dyn Provisioner,
+    ) -> Result<(), SandboxError> {
+        let name = row.name.as_str();
+        let db = self.zones.db();
+        match p.state(id).await {
+            Ok(ProviderState::Missing) if row.status == DESTROYED => Ok(()),
+            Ok(ProviderState::Missing) => self.mark_gone(name, "found missing at daemon start"),
+            Ok(ProviderState::Running) => {
+                tracing::info!(sandbox = %name, id, "running sandbox adopted");
+                if row.status != ACTIVE && !adopted {
                     self.journal_lifecycle(
-                        &name,
+                        name,
                         "sandbox-adopted",
-                        &format!("{}: made for this name by a create cut short", l.id),
+                        &format!("{id}: running at daemon start, was {}", row.status),
                     );
-                    let _ = db.set_sandbox_provision(&name, Some(&l.id), None, None);
-                    id = Some(l.id.clone());
-                    adopted = true;
                 }
+                db.set_sandbox_status(name, ACTIVE, None, None, Some(self.now()))
+                    .and_then(|()| db.set_sandbox_paused_at(name, None))
+                    .map_err(SandboxError::from)
             }
-            if let Some(id) = &id {
-                let result = match p.state(id).await {
-                    Ok(ProviderState::Missing) if row.status == DESTROYED => Ok(()),
-                    Ok(ProviderState::Missing) => {
-                        self.mark_gone(&name, "found missing at daemon start")
-                    }
-                    Ok(ProviderState::Running) => {
-                        tracing::info!(sandbox = %name, id, "running sandbox adopted");
-                        if row.status != ACTIVE && !adopted {
-                            self.journal_lifecycle(
-                                &name,
-                                "sandbox-adopted",
-                                &format!("{id}: running at daemon start, was {}", row.status),
-                            );
-                        }
-                        db.set_sandbox_status(&name, ACTIVE, None, None, Some(self.now()))
-                            .and_then(|()| db.set_sandbox_paused_at(&name, None))
-                            .map_err(SandboxError::from)
-                    }
-                    Ok(state @ (ProviderState::Paused | ProviderState::Stopped)) => {
-                        let at = row.paused_at.unwrap_or_else(|| self.now());
-                        if row.status != PAUSED {
-                            self.journal_lifecycle(
-                                &name,
-                                "sandbox-paused",
-                                &format!(
-                                    "{id}: {state:?} at daemon start, was {}; the next use resumes it",
-                                    row.status
-                                ),
-                            );
-                        }
-                        db.set_sandbox_status(&name, PAUSED, None, None, None)
-                            .and_then(|()| db.set_sandbox_paused_at(&name, Some(at)))
-                            .map_err(SandboxError::from)
-                    }
-                    Ok(other) if row.status == CREATING || row.status == RESUMING => {
-                        // Cut short by the last daemon's end, and not running now: the next
-                        // use resumes it (a local tree that never came up is started again).
-                        let reason = format!(
-                            "its {} was cut short (the provider reports {other:?}); the next use resumes it",
-                            if row.status == CREATING { "create" } else { "resume" }
-                        );
-                        tracing::warn!(sandbox = %name, id, "{reason}");
-                        self.journal_lifecycle(&name, "sandbox-paused", &format!("{id}: {reason}"));
-                        db.set_sandbox_status(&name, PAUSED, Some(&reason), None, None)
-                            .and_then(|()| db.set_sandbox_paused_at(&name, Some(self.now())))
-                            .map_err(SandboxError::from)
-                    }
-                    Ok(other) => {
-                        tracing::info!(sandbox = %name, id, state = ?other, "sandbox left as its provider reports it");
-                        Ok(())
-                    }
-                    Err(e) => Err(provision_error(&name, e)),
-                };
-                if let Err(e) = result {
-                    tracing::warn!(sandbox = %name, "cannot reconcile: {e}");
-                }
-            }
-            // Others made for this name: left over from a create or destroy cut short.
-            for l in listed
-                .iter()
-                .filter(|l| l.name.as_deref() == Some(&name) && Some(&l.id) != id.as_ref())
-            {
-                if row.provider == PROVIDER_LOCAL {
-                    tracing::info!(sandbox = %name, id = %l.id, "destroying a stray sandbox made for this name");
+            Ok(state @ (ProviderState::Paused | ProviderState::Stopped)) => {
+                let at = row.paused_at.unwrap_or_else(|| self.now());
+                if row.status != PAUSED {
                     self.journal_lifecycle(
-                        &name,
-                        "sandbox-destroyed",
+                        name,
+                        "sandbox-paused",
                         &format!(
-                            "{}: made for this name by a create or destroy cut short",
-                            l.id
+                            "{id}: {state:?} at daemon start, was {}; the next use resumes it",
+                            row.status
                         ),
                     );
-                    if let Err(e) = p.destroy(&l.id, false).await {
-                        tracing::warn!(sandbox = %name, id = %l.id, "cannot destroy it: {e}");
-                    }
-                } else {
-                    tracing::warn!(sandbox = %name, id = %l.id, "the provider holds another sandbox made for this name; left alone");
+                }
+                db.set_sandbox_status(name, PAUSED, None, None, None)
+                    .and_then(|()| db.set_sandbox_paused_at(name, Some(at)))
+                    .map_err(SandboxError::from)
+            }
+            Ok(other) if row.status == CREATING || row.status == RESUMING => {
+                self.pause_cut_short(row, id, &other)
+            }
+            Ok(other) => {
+                tracing::info!(sandbox = %name, id, state = ?other, "sandbox left as its provider reports it");
+                Ok(())
+            }
+            Err(e) => Err(provision_error(name, e)),
+        }
+    }
+
+    /// Records `paused` the session of `row`, whose create or resume the last daemon's end cut
+    /// short and whose sandbox `id` is not running now (`other`): the next use resumes it (a
+    /// local tree that never came up is started again).
+    fn pause_cut_short(
+        &self,
+        row: &SandboxRow,
+        id: &str,
+        other: &ProviderState,
+    ) -> Result<(), SandboxError> {
+        let name = row.name.as_str();
+        let db = self.zones.db();
+        let reason = format!(
+            "its {} was cut short (the provider reports {other:?}); the next use resumes it",
+            if row.status == CREATING {
+                "create"
+            } else {
+                "resume"
+            }
+        );
+        tracing::warn!(sandbox = %name, id, "{reason}");
+        self.journal_lifecycle(name, "sandbox-paused", &format!("{id}: {reason}"));
+        db.set_sandbox_status(name, PAUSED, Some(&reason), None, None)
+            .and_then(|()| db.set_sandbox_paused_at(name, Some(self.now())))
+            .map_err(SandboxError::from)
+    }
+
+    /// Deals with the other sandboxes made for the name of `row` (not `id`), left over from a
+    /// create or destroy cut short: a local one is destroyed, another provider's left alone.
+    async fn destroy_strays(
+        &self,
+        row: &SandboxRow,
+        p: &dyn Provisioner,
+        listed: &[Listed],
+        id: Option<&str>,
+    ) {
+        let name = row.name.as_str();
+        for l in strays(listed, name, id) {
+            if row.provider == PROVIDER_LOCAL {
+                tracing::info!(sandbox = %name, id = %l.id, "destroying a stray sandbox made for this name");
+                self.journal_lifecycle(
+                    name,
+                    "sandbox-destroyed",
+                    &format!(
+                        "{}: made for this name by a create or destroy cut short",
+                        l.id
+                    ),
+                );
+                if let Err(e) = p.destroy(&l.id, false).await {
+                    tracing::warn!(sandbox = %name, id = %l.id, "cannot destroy it: {e}");
+                }
+            } else {
+                tracing::warn!(sandbox = %name, id = %l.id, "the provider holds another sandbox made for this name; left alone");
+            }
+        }
+    }
+}
+
+/// Returns the sandbox to adopt for `name` when its session recorded none: the first listed
+/// one made for the name that runs.
+fn unrecorded_to_adopt<'a>(listed: &'a [Listed], name: &str) -> Option<&'a Listed> {
+    listed
+        .iter()
+        .find(|l| l.name.as_deref() == Some(name) && l.state == ProviderState::Running)
+}
+
+/// Returns the listed sandboxes made for `name` other than the session's own `id`.
+fn strays<'a>(
+    listed: &'a [Listed],
+    name: &'a str,
+    id: Option<&'a str>,
+) -> impl Iterator<Item = &'a Listed> {
+    listed
+        .iter()
+        .filter(move |l| l.name.as_deref() == Some(name) && Some(l.id.as_str()) != id)
+}
+
+/// Destroys the local sandboxes named for no session in `local_names`. Local sandboxes live in
+/// this daemon's own state directory: one named for no session here is nobody's.
+async fn destroy_unowned_local(p: &dyn Provisioner, local_names: &HashSet<String>) {
+    if let Ok(listed) = p.list().await {
+        for l in listed {
+            let owned = l.name.as_ref().is_some_and(|n| local_names.contains(n));
+            if !owned {
+                tracing::info!(id = %l.id, name = ?l.name, "destroying a local sandbox no session owns");
+                if let Err(e) = p.destroy(&l.id, false).await {
+                    tracing::warn!(id = %l.id, "cannot destroy it: {e}");
                 }
             }
         }
-        // Local sandboxes live in this daemon's own state directory: one named for no session
-        // here is nobody's.
-        if let Some(p) = local {
-            if let Ok(listed) = p.list().await {
-                for l in listed {
-                    let owned = l.name.as_ref().is_some_and(|n| local_names.contains(n));
-                    if !owned {
-                        tracing::info!(id = %l.id, name = ?l.name, "destroying a local sandbox no session owns");
-                        if let Err(e) = p.destroy(&l.id, false).await {
-                            tracing::warn!(id = %l.id, "cannot destroy it: {e}");
-                        }
-                    }
-                }
-            }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn listed(id: &str, name: Option<&str>, state: ProviderState) -> Listed {
+        Listed {
+            id: id.into(),
+            name: name.map(str::to_string),
+            state,
         }
+    }
+
+    #[test]
+    fn the_first_running_sandbox_made_for_the_name_is_adopted() {
+        let all = [
+            listed("a", Some("other"), ProviderState::Running),
+            listed("b", Some("dev"), ProviderState::Stopped),
+            listed("c", None, ProviderState::Running),
+            listed("d", Some("dev"), ProviderState::Running),
+            listed("e", Some("dev"), ProviderState::Running),
+        ];
+        assert_eq!(
+            unrecorded_to_adopt(&all, "dev").map(|l| l.id.as_str()),
+            Some("d")
+        );
+        assert!(unrecorded_to_adopt(&all[..3], "dev").is_none());
+    }
+
+    #[test]
+    fn strays_are_the_others_made_for_the_name() {
+        let all = [
+            listed("a", Some("dev"), ProviderState::Running),
+            listed("b", Some("dev"), ProviderState::Stopped),
+            listed("c", Some("other"), ProviderState::Running),
+            listed("d", None, ProviderState::Running),
+        ];
+        let ids = |id| {
+            strays(&all, "dev", id)
+                .map(|l| l.id.as_str())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ids(Some("a")), ["b"]);
+        assert_eq!(ids(None), ["a", "b"]);
+        assert_eq!(ids(Some("zz")), ["a", "b"]);
     }
 }

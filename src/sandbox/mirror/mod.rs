@@ -18,7 +18,7 @@
 
 mod local;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Seek as _;
 use std::path::Path;
 use std::sync::Arc;
@@ -31,7 +31,7 @@ use crate::core::foreign::{self, GitDir, LinkResolver};
 use crate::core::provider::{
     join_remote, BatchItem, HashAlgo, MetaUpdate, RemoteError, RemoteFs, RemoteMeta, WalkEntry,
 };
-use crate::core::{EntryKind, FsError, Replacement, VPath, ZoneId, Zones};
+use crate::core::{EntryKind, FsError, Replacement, Seen, VPath, ZoneId, Zones};
 use crate::state::{Db, MirrorEntryRow, StateError};
 use crate::state::{Origin, Via};
 pub use local::TMP_PREFIX;
@@ -545,6 +545,18 @@ struct Pending {
     bytes: u64,
 }
 
+/// What every phase of one push shares: both trees as the push found them.
+struct PushCtx<'a> {
+    tree: &'a LocalTree,
+    remote: &'a dyn RemoteFs,
+    remote_root: &'a str,
+    opts: &'a MirrorOptions,
+    /// The local walk, by path.
+    local: BTreeMap<String, LocalItem>,
+    /// The remote walk.
+    remote_map: RemoteTree,
+}
+
 /// Pushes what changed in the zone directory `local_root` to `remote_root` in the sandbox.
 ///
 /// Compares the local tree with `manifest` (stat first, hash to confirm), walks the remote once
@@ -571,168 +583,345 @@ pub async fn push(
         .map(|(path, reason)| Skipped { path, reason })
         .collect();
     let remote_map = remote_tree(remote, remote_root).await?;
-
-    // 1. Manifest paths: what changed on each side.
-    let mut refresh = Vec::new();
-    let mut gone_locally: Vec<(MirrorEntryRow, Side)> = Vec::new();
-    let mut changed: BTreeMap<String, Option<Read>> = BTreeMap::new();
-    let entries: Vec<MirrorEntryRow> = manifest.entries.values().cloned().collect();
-    for m in &entries {
-        let (lside, read) = local_side(&tree, m, local.get(&m.path), &mut refresh)?;
-        if lside == Side::Same {
-            continue;
-        }
-        let rside = remote_side(
-            remote,
-            remote_root,
-            m,
-            remote_map.get(&m.path),
-            &mut refresh,
-        )
+    let ctx = PushCtx {
+        tree: &tree,
+        remote,
+        remote_root,
+        opts,
+        local,
+        remote_map,
+    };
+    let compared = ctx.compare(manifest, &mut summary).await?;
+    let to_send = ctx
+        .plan_sends(manifest, compared.changed, &mut summary)
         .await?;
-        if rside == Side::Changed {
-            summary.conflicts.push(Conflict {
-                path: m.path.clone(),
-                reason: if lside == Side::Gone {
-                    "deleted locally and changed in the sandbox".into()
-                } else {
-                    "changed locally and in the sandbox".into()
-                },
-                remote_copy: None,
-            });
-            continue;
-        }
-        let type_changed = local
-            .get(&m.path)
-            .is_some_and(|l| kind_name(&l.kind) != m.kind);
-        if lside == Side::Gone || type_changed {
-            gone_locally.push((m.clone(), rside));
-        }
-        if lside == Side::Changed {
-            changed.insert(m.path.clone(), read);
-        }
-    }
-    manifest.commit(std::mem::take(&mut refresh), Vec::new())?;
+    let mut gone_locally = compared.gone_locally;
+    let renames = plan_renames(
+        &ctx.local,
+        &ctx.remote_map,
+        manifest,
+        &to_send,
+        &mut gone_locally,
+    );
+    ctx.delete_gone(manifest, gone_locally, &mut summary)
+        .await?;
+    let renamed_to = ctx
+        .apply_renames(manifest, renames, &to_send, &mut summary)
+        .await?;
+    let pending = pending_sends(&ctx.local, to_send, &renamed_to);
+    ctx.send_pending(manifest, pending, &mut summary).await?;
+    manifest.touch(true, opts.now_ms)?;
+    summary.duration_ms = started.elapsed().as_millis() as u64;
+    Ok(summary)
+}
 
-    // 2. New local paths, and changed ones whose kind changed.
-    let conflicted: std::collections::HashSet<String> =
-        summary.conflicts.iter().map(|c| c.path.clone()).collect();
-    let mut to_send: Vec<(String, Option<Read>)> = Vec::new();
-    for (path, l) in &local {
-        if conflicted.contains(path) {
-            continue;
-        }
-        if manifest.get(path).is_none() {
-            let mut read = None;
-            if l.kind == LocalKind::File {
-                let (hash, item) = tree.hash(path).map_err(local_err(path, "read"))?;
-                read = Some(Read { hash, item });
+/// What changed on each side of the manifest's paths (the first phase of a push).
+struct Compared {
+    /// Paths gone locally (or whose kind changed) and not changed in the sandbox, with how
+    /// they stand there.
+    gone_locally: Vec<(MirrorEntryRow, Side)>,
+    /// Paths changed locally only, with the file read while comparing (if it was).
+    changed: BTreeMap<String, Option<Read>>,
+}
+
+/// A path to send, with its file's hash (files only).
+type ToSend = (String, Option<Read>);
+
+impl PushCtx<'_> {
+    /// Compares each manifest path with both sides: a path changed on both is a conflict, one
+    /// changed locally only is to send, one gone locally is to delete. Rows whose content
+    /// turned out unchanged get their fingerprints refreshed.
+    async fn compare(
+        &self,
+        manifest: &mut Manifest,
+        summary: &mut PushSummary,
+    ) -> Result<Compared, MirrorError> {
+        let mut refresh = Vec::new();
+        let mut gone_locally: Vec<(MirrorEntryRow, Side)> = Vec::new();
+        let mut changed: BTreeMap<String, Option<Read>> = BTreeMap::new();
+        let entries: Vec<MirrorEntryRow> = manifest.entries.values().cloned().collect();
+        for m in &entries {
+            let (lside, read) = local_side(self.tree, m, self.local.get(&m.path), &mut refresh)?;
+            if lside == Side::Same {
+                continue;
             }
-            // Something the sandbox created at the same path: the same content is adopted,
-            // other content is a conflict.
-            if let (Some(r), Some(rd)) = (remote_map.get(path), read.as_ref()) {
-                if r.kind != EntryKind::Dir {
-                    let same = r.kind == EntryKind::File
-                        && r.size == rd.item.size
-                        && remote_blake3(remote, &join_remote(remote_root, path)).await? == rd.hash;
-                    if !same {
+            let rside = remote_side(
+                self.remote,
+                self.remote_root,
+                m,
+                self.remote_map.get(&m.path),
+                &mut refresh,
+            )
+            .await?;
+            if rside == Side::Changed {
+                summary.conflicts.push(Conflict {
+                    path: m.path.clone(),
+                    reason: if lside == Side::Gone {
+                        "deleted locally and changed in the sandbox".into()
+                    } else {
+                        "changed locally and in the sandbox".into()
+                    },
+                    remote_copy: None,
+                });
+                continue;
+            }
+            let type_changed = self
+                .local
+                .get(&m.path)
+                .is_some_and(|l| kind_name(&l.kind) != m.kind);
+            if lside == Side::Gone || type_changed {
+                gone_locally.push((m.clone(), rside));
+            }
+            if lside == Side::Changed {
+                changed.insert(m.path.clone(), read);
+            }
+        }
+        manifest.commit(std::mem::take(&mut refresh), Vec::new())?;
+        Ok(Compared {
+            gone_locally,
+            changed,
+        })
+    }
+
+    /// Lists what to send, in local path order: new local paths (a file hashed; one the
+    /// sandbox created too with other content is a conflict) and the `changed` ones.
+    async fn plan_sends(
+        &self,
+        manifest: &Manifest,
+        mut changed: BTreeMap<String, Option<Read>>,
+        summary: &mut PushSummary,
+    ) -> Result<Vec<ToSend>, MirrorError> {
+        let conflicted: std::collections::HashSet<String> =
+            summary.conflicts.iter().map(|c| c.path.clone()).collect();
+        let mut to_send: Vec<ToSend> = Vec::new();
+        for (path, l) in &self.local {
+            if conflicted.contains(path) {
+                continue;
+            }
+            if manifest.get(path).is_none() {
+                let mut read = None;
+                if l.kind == LocalKind::File {
+                    let (hash, item) = self.tree.hash(path).map_err(local_err(path, "read"))?;
+                    read = Some(Read { hash, item });
+                }
+                if self.created_both_sides(path, read.as_ref()).await? {
+                    summary.conflicts.push(Conflict {
+                        path: path.clone(),
+                        reason: "created locally and in the sandbox with different content".into(),
+                        remote_copy: None,
+                    });
+                    continue;
+                }
+                to_send.push((path.clone(), read));
+            } else if let Some(read) = changed.remove(path) {
+                let read = match (read, &l.kind) {
+                    (None, LocalKind::File) => {
+                        let (hash, item) = self.tree.hash(path).map_err(local_err(path, "read"))?;
+                        Some(Read { hash, item })
+                    }
+                    (r, _) => r,
+                };
+                to_send.push((path.clone(), read));
+            }
+        }
+        Ok(to_send)
+    }
+
+    /// Returns true when the sandbox created something at the new local file `path` too, with
+    /// other content (the same content is adopted: false).
+    async fn created_both_sides(
+        &self,
+        path: &str,
+        read: Option<&Read>,
+    ) -> Result<bool, MirrorError> {
+        if let (Some(r), Some(rd)) = (self.remote_map.get(path), read) {
+            if r.kind != EntryKind::Dir {
+                let same = r.kind == EntryKind::File
+                    && r.size == rd.item.size
+                    && remote_blake3(self.remote, &join_remote(self.remote_root, path)).await?
+                        == rd.hash;
+                return Ok(!same);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Deletes in the sandbox what is gone locally (and unchanged there): files and links
+    /// first, then directories, deepest first. A directory the sandbox added files to is a
+    /// conflict; each path leaves the manifest as it is done.
+    async fn delete_gone(
+        &self,
+        manifest: &mut Manifest,
+        mut gone_locally: Vec<(MirrorEntryRow, Side)>,
+        summary: &mut PushSummary,
+    ) -> Result<(), MirrorError> {
+        gone_locally.sort_by_key(|(m, _)| deletion_order(m));
+        for (m, rside) in &gone_locally {
+            if *rside == Side::Same {
+                let full = join_remote(self.remote_root, &m.path);
+                match self.remote.remove(&full, false).await {
+                    Ok(()) | Err(RemoteError::NotFound { .. }) => {}
+                    Err(RemoteError::NotEmpty { .. }) => {
                         summary.conflicts.push(Conflict {
-                            path: path.clone(),
-                            reason: "created locally and in the sandbox with different content"
+                            path: m.path.clone(),
+                            reason: "deleted locally; the sandbox added files to the directory"
                                 .into(),
                             remote_copy: None,
                         });
                         continue;
                     }
+                    Err(e) => return Err(e.into()),
                 }
+                summary.deleted += 1;
             }
-            to_send.push((path.clone(), read));
-        } else if let Some(read) = changed.remove(path) {
-            let read = match (read, &l.kind) {
-                (None, LocalKind::File) => {
-                    let (hash, item) = tree.hash(path).map_err(local_err(path, "read"))?;
-                    Some(Read { hash, item })
-                }
-                (r, _) => r,
-            };
-            to_send.push((path.clone(), read));
+            manifest.commit(Vec::new(), vec![m.path.clone()])?;
         }
+        Ok(())
     }
 
-    // 3. Renames: a path gone locally whose content reappeared at a new path.
+    /// Renames in the sandbox each file of `renames` to its new path (an index in `to_send`),
+    /// each confirmed before it is recorded. Returns the indexes renamed (not to send).
+    async fn apply_renames(
+        &self,
+        manifest: &mut Manifest,
+        renames: Vec<(MirrorEntryRow, usize)>,
+        to_send: &[ToSend],
+        summary: &mut PushSummary,
+    ) -> Result<HashSet<usize>, MirrorError> {
+        let mut renamed_to = HashSet::new();
+        for (m, i) in renames {
+            let (new_path, read) = &to_send[i];
+            let read = read.as_ref().expect("renames are files");
+            self.remote
+                .rename(
+                    &join_remote(self.remote_root, &m.path),
+                    &join_remote(self.remote_root, new_path),
+                )
+                .await?;
+            let mut row = file_row(new_path, read, m.remote_mtime_ns);
+            row.remote_size = m.remote_size;
+            manifest.commit(vec![row], vec![m.path.clone()])?;
+            summary.renamed += 1;
+            renamed_to.insert(i);
+        }
+        Ok(renamed_to)
+    }
+
+    /// Sends `pending` in batches no larger than the provider takes in one request (a file
+    /// too large for any batch streamed on its own), reporting progress after each.
+    async fn send_pending(
+        &self,
+        manifest: &mut Manifest,
+        pending: Vec<Pending>,
+        summary: &mut PushSummary,
+    ) -> Result<(), MirrorError> {
+        let (tree, remote, remote_root) = (self.tree, self.remote, self.remote_root);
+        let mut progress = MirrorProgress {
+            phase: "send",
+            files_done: summary.files_sent,
+            files_total: summary.files_sent
+                + pending
+                    .iter()
+                    .filter(|p| !matches!(p.item, BatchItem::Dir { .. }))
+                    .count() as u64,
+            bytes_done: summary.bytes_sent,
+            bytes_total: summary.bytes_sent + pending.iter().map(|p| p.bytes).sum::<u64>(),
+        };
+        self.opts.report(progress.clone());
+        let budget = remote.limits().max_request_bytes;
+        let mut batch: Vec<Pending> = Vec::new();
+        let mut batch_bytes = 0u64;
+        let mut iter = pending.into_iter().peekable();
+        while let Some(p) = iter.next() {
+            let cost = 512 + p.bytes.div_ceil(512) * 512;
+            let large = matches!(p.item, BatchItem::File { .. }) && cost + 1024 > budget;
+            if !batch.is_empty() && (large || batch_bytes + cost + 1024 > budget) {
+                // (What is batched goes first: directories before what they hold.)
+                let sent = std::mem::take(&mut batch);
+                send_batch(tree, remote, remote_root, manifest, sent, summary).await?;
+                batch_bytes = 0;
+                self.report_sent(&mut progress, summary);
+            }
+            if large {
+                // Too large for any batch: streamed on its own, never whole in memory.
+                send_large(tree, remote, remote_root, manifest, p, summary).await?;
+                self.report_sent(&mut progress, summary);
+                continue;
+            }
+            batch_bytes += cost;
+            batch.push(p);
+            if iter.peek().is_none() {
+                let sent = std::mem::take(&mut batch);
+                send_batch(tree, remote, remote_root, manifest, sent, summary).await?;
+                self.report_sent(&mut progress, summary);
+            }
+        }
+        Ok(())
+    }
+
+    /// Reports what the push has sent so far.
+    fn report_sent(&self, progress: &mut MirrorProgress, summary: &PushSummary) {
+        progress.files_done = summary.files_sent;
+        progress.bytes_done = summary.bytes_sent;
+        self.opts.report(progress.clone());
+    }
+}
+
+/// Where a path gone on the other side stands in the order of deletions: files and links
+/// first, then directories, deepest first.
+fn deletion_order(m: &MirrorEntryRow) -> (bool, std::cmp::Reverse<usize>) {
+    (
+        m.kind == KIND_DIR,
+        std::cmp::Reverse(m.path.matches('/').count()),
+    )
+}
+
+/// Finds the renames among a push's changes: a file gone locally (and unchanged in the
+/// sandbox) whose content and mode reappeared at a new path, one the manifest and the sandbox
+/// do not have, in `to_send`. Takes those out of `gone_locally` and returns each with the
+/// index of its new path in `to_send`.
+fn plan_renames(
+    local: &BTreeMap<String, LocalItem>,
+    remote_map: &RemoteTree,
+    manifest: &Manifest,
+    to_send: &[ToSend],
+    gone_locally: &mut Vec<(MirrorEntryRow, Side)>,
+) -> Vec<(MirrorEntryRow, usize)> {
     let mut renames: Vec<(MirrorEntryRow, usize)> = Vec::new();
-    {
-        let mut by_hash: HashMap<(String, u32), usize> = HashMap::new();
-        for (i, (path, read)) in to_send.iter().enumerate() {
-            if let Some(rd) = read {
-                if manifest.get(path).is_none() && !remote_map.contains_key(path) {
-                    by_hash.entry((rd.hash.clone(), rd.item.mode)).or_insert(i);
-                }
+    let mut by_hash: HashMap<(String, u32), usize> = HashMap::new();
+    for (i, (path, read)) in to_send.iter().enumerate() {
+        if let Some(rd) = read {
+            if manifest.get(path).is_none() && !remote_map.contains_key(path) {
+                by_hash.entry((rd.hash.clone(), rd.item.mode)).or_insert(i);
             }
         }
-        gone_locally.retain(|(m, rside)| {
-            if *rside != Side::Same || m.kind != KIND_FILE || local.contains_key(&m.path) {
-                return true;
-            }
-            let Some(hash) = m.hash.clone() else {
-                return true;
-            };
-            match by_hash.remove(&(hash, m.mode)) {
-                Some(i) => {
-                    renames.push((m.clone(), i));
-                    false
-                }
-                None => true,
-            }
-        });
     }
-
-    // 4. Deletions: files and links first, then directories, deepest first.
-    gone_locally.sort_by_key(|(m, _)| {
-        (
-            m.kind == KIND_DIR,
-            std::cmp::Reverse(m.path.matches('/').count()),
-        )
+    gone_locally.retain(|(m, rside)| {
+        if *rside != Side::Same || m.kind != KIND_FILE || local.contains_key(&m.path) {
+            return true;
+        }
+        let Some(hash) = m.hash.clone() else {
+            return true;
+        };
+        match by_hash.remove(&(hash, m.mode)) {
+            Some(i) => {
+                renames.push((m.clone(), i));
+                false
+            }
+            None => true,
+        }
     });
-    for (m, rside) in &gone_locally {
-        if *rside == Side::Same {
-            let full = join_remote(remote_root, &m.path);
-            match remote.remove(&full, false).await {
-                Ok(()) | Err(RemoteError::NotFound { .. }) => {}
-                Err(RemoteError::NotEmpty { .. }) => {
-                    summary.conflicts.push(Conflict {
-                        path: m.path.clone(),
-                        reason: "deleted locally; the sandbox added files to the directory".into(),
-                        remote_copy: None,
-                    });
-                    continue;
-                }
-                Err(e) => return Err(e.into()),
-            }
-            summary.deleted += 1;
-        }
-        manifest.commit(Vec::new(), vec![m.path.clone()])?;
-    }
+    renames
+}
 
-    // 5. Renames, each confirmed before it is recorded.
-    let mut renamed_to = std::collections::HashSet::new();
-    for (m, i) in renames {
-        let (new_path, read) = &to_send[i];
-        let read = read.as_ref().expect("renames are files");
-        remote
-            .rename(
-                &join_remote(remote_root, &m.path),
-                &join_remote(remote_root, new_path),
-            )
-            .await?;
-        let mut row = file_row(new_path, read, m.remote_mtime_ns);
-        row.remote_size = m.remote_size;
-        manifest.commit(vec![row], vec![m.path.clone()])?;
-        summary.renamed += 1;
-        renamed_to.insert(i);
-    }
-
-    // 6. Sends, in batches no larger than the provider takes in one request.
+/// Turns what is left to send (not in `renamed_to`) into batch items with the rows to record,
+/// directories first so parents exist before what they hold. A file's content is read only
+/// when its batch is built.
+fn pending_sends(
+    local: &BTreeMap<String, LocalItem>,
+    to_send: Vec<ToSend>,
+    renamed_to: &HashSet<usize>,
+) -> Vec<Pending> {
     let mut pending: Vec<Pending> = Vec::new();
     for (i, (path, read)) in to_send.into_iter().enumerate() {
         if renamed_to.contains(&i) {
@@ -776,71 +965,8 @@ pub async fn push(
         };
         pending.push(p);
     }
-    // Directories first, so parents exist before what they hold.
     pending.sort_by_key(|p| !matches!(p.item, BatchItem::Dir { .. }));
-    let mut progress = MirrorProgress {
-        phase: "send",
-        files_done: summary.files_sent,
-        files_total: summary.files_sent
-            + pending
-                .iter()
-                .filter(|p| !matches!(p.item, BatchItem::Dir { .. }))
-                .count() as u64,
-        bytes_done: summary.bytes_sent,
-        bytes_total: summary.bytes_sent + pending.iter().map(|p| p.bytes).sum::<u64>(),
-    };
-    opts.report(progress.clone());
-    let budget = remote.limits().max_request_bytes;
-    let mut batch: Vec<Pending> = Vec::new();
-    let mut batch_bytes = 0u64;
-    let mut iter = pending.into_iter().peekable();
-    while let Some(p) = iter.next() {
-        let cost = 512 + p.bytes.div_ceil(512) * 512;
-        let large = matches!(p.item, BatchItem::File { .. }) && cost + 1024 > budget;
-        if !batch.is_empty() && (large || batch_bytes + cost + 1024 > budget) {
-            // (What is batched goes first: directories before what they hold.)
-            send_batch(
-                &tree,
-                remote,
-                remote_root,
-                manifest,
-                std::mem::take(&mut batch),
-                &mut summary,
-            )
-            .await?;
-            batch_bytes = 0;
-            progress.files_done = summary.files_sent;
-            progress.bytes_done = summary.bytes_sent;
-            opts.report(progress.clone());
-        }
-        if large {
-            // Too large for any batch: streamed on its own, never whole in memory.
-            send_large(&tree, remote, remote_root, manifest, p, &mut summary).await?;
-            progress.files_done = summary.files_sent;
-            progress.bytes_done = summary.bytes_sent;
-            opts.report(progress.clone());
-            continue;
-        }
-        batch_bytes += cost;
-        batch.push(p);
-        if iter.peek().is_none() {
-            send_batch(
-                &tree,
-                remote,
-                remote_root,
-                manifest,
-                std::mem::take(&mut batch),
-                &mut summary,
-            )
-            .await?;
-            progress.files_done = summary.files_sent;
-            progress.bytes_done = summary.bytes_sent;
-            opts.report(progress.clone());
-        }
-    }
-    manifest.touch(true, opts.now_ms)?;
-    summary.duration_ms = started.elapsed().as_millis() as u64;
-    Ok(summary)
+    pending
 }
 
 fn kind_name(k: &LocalKind) -> &'static str {
@@ -1131,13 +1257,10 @@ async fn pull_entry(
     manifest: &mut Manifest,
     summary: &mut PullSummary,
 ) -> Result<(), MirrorError> {
-    let tree = ctx.tree;
-    let suffix = &ctx.suffix;
     let m = manifest.get(path).cloned();
     // What is there now, as the core will compare it right before it replaces the entry: a
     // write made after this check (API, mount) turns the pull's write into a conflict.
-    let zone = ctx.opts.zone.as_ref();
-    let seen = match zone {
+    let seen = match ctx.opts.zone.as_ref() {
         Some(z) => Some(
             z.zones
                 .seen(&z.path(path)?.to_string())
@@ -1145,264 +1268,387 @@ async fn pull_entry(
         ),
         None => None,
     };
-    let l = tree.lstat(path).map_err(local_err(path, "stat"))?;
+    let l = ctx.tree.lstat(path).map_err(local_err(path, "stat"))?;
+    let entry = EntryPull {
+        ctx,
+        path,
+        r,
+        m,
+        l,
+        seen,
+    };
     match r.kind {
-        EntryKind::Dir => {
-            match &l {
-                None => tree
-                    .mkdir_p(path, foreign::mask_mode(r.mode.unwrap_or(0o755), ctx.umask))
-                    .map_err(local_err(path, "mkdir"))?,
-                Some(l) if l.kind == LocalKind::Dir => {}
-                Some(_) => {
-                    summary.conflicts.push(Conflict {
-                        path: path.clone(),
-                        reason: "a directory in the sandbox, not one locally".into(),
-                        remote_copy: None,
-                    });
-                    return Ok(());
-                }
-            }
-            if m.as_ref().is_none_or(|m| m.kind != KIND_DIR) {
-                let item = tree
-                    .lstat(path)
-                    .map_err(local_err(path, "stat"))?
-                    .expect("just made");
-                manifest.commit(vec![other_row(path, &item)], Vec::new())?;
-            }
-        }
-        EntryKind::Symlink => {
-            let target = r.link_target.clone().unwrap_or_default();
-            if m.as_ref()
-                .is_some_and(|m| m.kind == KIND_LINK && m.link_target.as_ref() == Some(&target))
-            {
-                return Ok(());
-            }
-            if let Err(e) = ctx.links.resolve(path, &target) {
-                summary.skip(path, e.to_string());
-                return Ok(());
-            }
-            let local_same = local_unchanged(tree, m.as_ref(), l.as_ref())?;
-            let already =
-                matches!(&l, Some(LocalItem { kind: LocalKind::Symlink(t), .. }) if *t == target);
-            if already {
-                let item = l.clone().expect("present");
-                manifest.commit(vec![other_row(path, &item)], Vec::new())?;
-            } else if local_same {
-                let item = match zone {
-                    Some(z) => {
-                        let vp = z.path(path)?.to_string();
-                        match z.zones.replace_entry(
-                            &vp,
-                            Replacement::Symlink(&target),
-                            seen,
-                            ORIGIN,
-                        ) {
-                            Ok(_) => tree.lstat(path).map_err(local_err(path, "stat"))?,
-                            Err(FsError::Conflict { .. }) => None,
-                            Err(e) => return Err(fs_err(path, "symlink")(e)),
-                        }
-                    }
-                    None => Some(
-                        tree.symlink_atomic(path, &target)
-                            .map_err(local_err(path, "symlink"))?,
-                    ),
-                };
-                if let Some(item) = item {
-                    manifest.commit(vec![other_row(path, &item)], Vec::new())?;
-                    summary.files_received += 1;
-                    summary.changed.push((path.clone(), "symlink", None));
-                    return Ok(());
-                }
-                // Written locally after the check: both kept, as a conflict.
-                let copy = format!("{path}{suffix}");
-                save_link_copy(zone, tree, &copy, &target)?;
-                summary.conflicts.push(Conflict {
-                    path: path.clone(),
-                    reason: "changed locally while the pull ran".into(),
-                    remote_copy: Some(copy),
-                });
-            } else {
-                let copy = format!("{path}{suffix}");
-                save_link_copy(zone, tree, &copy, &target)?;
-                summary.conflicts.push(Conflict {
-                    path: path.clone(),
-                    reason: "changed locally and in the sandbox".into(),
-                    remote_copy: Some(copy),
-                });
-            }
-        }
-        EntryKind::File => {
-            if let Some(m) = &m {
-                // Unchanged, or in flight from a cut-short push (the next push settles it).
-                if m.kind == KIND_FILE && (fingerprint_same(m, r) || m.hash.is_none()) {
-                    return Ok(());
-                }
-            }
-            if r.size > ctx.max_file {
-                summary.skip(
+        EntryKind::Dir => entry.dir(manifest, summary),
+        EntryKind::Symlink => entry.link(manifest, summary),
+        EntryKind::File => entry.file(manifest, summary).await,
+        EntryKind::Other => Ok(()),
+    }
+}
+
+/// One remote entry being pulled, with what the manifest and the zone directory hold at its
+/// path.
+struct EntryPull<'a, 'c> {
+    ctx: &'a PullCtx<'c>,
+    path: &'a String,
+    r: &'a RemoteMeta,
+    /// The manifest's row of the path.
+    m: Option<MirrorEntryRow>,
+    /// What the zone directory holds at the path.
+    l: Option<LocalItem>,
+    /// What the core saw at the path (a pull for a zone), compared again before a write.
+    seen: Option<Seen>,
+}
+
+impl EntryPull<'_, '_> {
+    /// Returns the path of the conflict copy (`name.sandbox-<sandbox>`).
+    fn copy_path(&self) -> String {
+        format!("{}{}", self.path, self.ctx.suffix)
+    }
+
+    /// Pulls a directory: made locally when missing (a local non-directory there is a
+    /// conflict), recorded when the manifest did not have it as one.
+    fn dir(&self, manifest: &mut Manifest, summary: &mut PullSummary) -> Result<(), MirrorError> {
+        let (tree, path) = (self.ctx.tree, self.path);
+        match &self.l {
+            None => tree
+                .mkdir_p(
                     path,
-                    format!(
-                        "{} bytes, over limits.sandbox_file_bytes ({})",
-                        r.size, ctx.max_file
-                    ),
-                );
+                    foreign::mask_mode(self.r.mode.unwrap_or(0o755), self.ctx.umask),
+                )
+                .map_err(local_err(path, "mkdir"))?,
+            Some(l) if l.kind == LocalKind::Dir => {}
+            Some(_) => {
+                summary.conflicts.push(Conflict {
+                    path: path.clone(),
+                    reason: "a directory in the sandbox, not one locally".into(),
+                    remote_copy: None,
+                });
                 return Ok(());
             }
-            let full = join_remote(ctx.remote_root, path);
-            let fresh = |row: &mut MirrorEntryRow| {
-                row.remote_size = Some(r.size);
-                row.remote_mtime_ns = r.mtime_ns;
-            };
-            // Hashed in the sandbox when it can: a touched file is then never downloaded.
-            let remote_hash = if ctx.remote.caps().remote_hashes.contains(&HashAlgo::Blake3) {
-                Some(ctx.remote.hash(&full, HashAlgo::Blake3).await?)
-            } else {
-                None
-            };
-            if let (Some(m), Some(hash)) = (&m, &remote_hash) {
-                if m.kind == KIND_FILE && m.hash.as_ref() == Some(hash) {
-                    // Touched, not changed.
-                    let mut row = m.clone();
-                    fresh(&mut row);
-                    manifest.commit(vec![row], Vec::new())?;
-                    return Ok(());
-                }
-            }
-            let local_same = local_unchanged(tree, m.as_ref(), l.as_ref())?;
-            let local_file = match &l {
-                Some(LocalItem {
-                    kind: LocalKind::File,
-                    ..
-                }) => Some(tree.hash(path).map_err(local_err(path, "read"))?),
-                _ => None,
-            };
-            let both_hold = |hash: &str, manifest: &mut Manifest| -> Result<bool, MirrorError> {
-                match &local_file {
-                    Some((h, item)) if h == hash => {
-                        let mut row = pulled_row(path, hash, item.size, item);
-                        fresh(&mut row);
-                        manifest.commit(vec![row], Vec::new())?;
-                        Ok(true)
-                    }
-                    _ => Ok(false),
-                }
-            };
-            if let Some(hash) = &remote_hash {
-                if both_hold(hash, manifest)? {
-                    return Ok(());
-                }
-            }
-            // Streamed into a temp file beside the destination: never whole in memory.
-            let mut spool = tree.spool(path).map_err(local_err(path, "write"))?;
-            match ctx.remote.read_into(&full, ctx.max_file, &mut spool).await {
-                Ok(_) => {}
-                Err(e @ RemoteError::TooLarge { .. }) => {
-                    summary.skip(path, e.to_string());
-                    return Ok(());
-                }
-                Err(e) => return Err(e.into()),
-            }
-            let hash = spool.hash();
-            let len = spool.len();
-            if let Some(m) = &m {
-                if m.kind == KIND_FILE && m.hash.as_ref() == Some(&hash) {
-                    let mut row = m.clone();
-                    fresh(&mut row);
-                    manifest.commit(vec![row], Vec::new())?;
-                    return Ok(());
-                }
-            }
-            if both_hold(&hash, manifest)? {
+        }
+        if self.m.as_ref().is_none_or(|m| m.kind != KIND_DIR) {
+            let item = tree
+                .lstat(path)
+                .map_err(local_err(path, "stat"))?
+                .expect("just made");
+            manifest.commit(vec![other_row(path, &item)], Vec::new())?;
+        }
+        Ok(())
+    }
+
+    /// Pulls a symlink: skipped when it resolves outside the tree, written when the local
+    /// path is unchanged since the manifest, else kept beside the local one as a conflict.
+    fn link(&self, manifest: &mut Manifest, summary: &mut PullSummary) -> Result<(), MirrorError> {
+        let (tree, path) = (self.ctx.tree, self.path);
+        let target = self.r.link_target.clone().unwrap_or_default();
+        if self
+            .m
+            .as_ref()
+            .is_some_and(|m| m.kind == KIND_LINK && m.link_target.as_ref() == Some(&target))
+        {
+            return Ok(());
+        }
+        if let Err(e) = self.ctx.links.resolve(path, &target) {
+            summary.skip(path, e.to_string());
+            return Ok(());
+        }
+        let local_same = local_unchanged(tree, self.m.as_ref(), self.l.as_ref())?;
+        let already =
+            matches!(&self.l, Some(LocalItem { kind: LocalKind::Symlink(t), .. }) if *t == target);
+        let reason = if already {
+            let item = self.l.clone().expect("present");
+            manifest.commit(vec![other_row(path, &item)], Vec::new())?;
+            return Ok(());
+        } else if local_same {
+            if let Some(item) = self.write_link(&target)? {
+                manifest.commit(vec![other_row(path, &item)], Vec::new())?;
+                summary.files_received += 1;
+                summary.changed.push((path.clone(), "symlink", None));
                 return Ok(());
             }
-            let mode = foreign::mask_mode(r.mode.unwrap_or(0o644), ctx.umask);
-            let name = local::split(path).1;
-            // Downloaded: the moment a test hook (the progress callback) may write in between.
-            ctx.opts.report(MirrorProgress {
-                phase: "downloaded",
+            // Written locally after the check: both kept, as a conflict.
+            "changed locally while the pull ran"
+        } else {
+            "changed locally and in the sandbox"
+        };
+        let copy = self.copy_path();
+        save_link_copy(self.ctx.opts.zone.as_ref(), tree, &copy, &target)?;
+        summary.conflicts.push(Conflict {
+            path: path.clone(),
+            reason: reason.into(),
+            remote_copy: Some(copy),
+        });
+        Ok(())
+    }
+
+    /// Writes the symlink (through the core, compared with what it saw, when the pull runs
+    /// for a zone). Returns its stat; `None` when the core found the path changed since.
+    fn write_link(&self, target: &str) -> Result<Option<LocalItem>, MirrorError> {
+        let (tree, path) = (self.ctx.tree, self.path);
+        Ok(match self.ctx.opts.zone.as_ref() {
+            Some(z) => {
+                let vp = z.path(path)?.to_string();
+                match z
+                    .zones
+                    .replace_entry(&vp, Replacement::Symlink(target), self.seen, ORIGIN)
+                {
+                    Ok(_) => tree.lstat(path).map_err(local_err(path, "stat"))?,
+                    Err(FsError::Conflict { .. }) => None,
+                    Err(e) => return Err(fs_err(path, "symlink")(e)),
+                }
+            }
+            None => Some(
+                tree.symlink_atomic(path, target)
+                    .map_err(local_err(path, "symlink"))?,
+            ),
+        })
+    }
+
+    /// Pulls a file: nothing when its fingerprint (or, hashed, its content) is unchanged or
+    /// both sides already hold it; else downloaded (skipped over the size limit) and placed.
+    async fn file(
+        &self,
+        manifest: &mut Manifest,
+        summary: &mut PullSummary,
+    ) -> Result<(), MirrorError> {
+        let (ctx, tree, path, r) = (self.ctx, self.ctx.tree, self.path, self.r);
+        if let Some(m) = &self.m {
+            // Unchanged, or in flight from a cut-short push (the next push settles it).
+            if m.kind == KIND_FILE && (fingerprint_same(m, r) || m.hash.is_none()) {
+                return Ok(());
+            }
+        }
+        if r.size > ctx.max_file {
+            summary.skip(
+                path,
+                format!(
+                    "{} bytes, over limits.sandbox_file_bytes ({})",
+                    r.size, ctx.max_file
+                ),
+            );
+            return Ok(());
+        }
+        let full = join_remote(ctx.remote_root, path);
+        // Hashed in the sandbox when it can: a touched file is then never downloaded.
+        let remote_hash = if ctx.remote.caps().remote_hashes.contains(&HashAlgo::Blake3) {
+            Some(ctx.remote.hash(&full, HashAlgo::Blake3).await?)
+        } else {
+            None
+        };
+        if let Some(hash) = &remote_hash {
+            if self.touched(hash, manifest)? {
+                return Ok(());
+            }
+        }
+        let local_same = local_unchanged(tree, self.m.as_ref(), self.l.as_ref())?;
+        let local_file = match &self.l {
+            Some(LocalItem {
+                kind: LocalKind::File,
+                ..
+            }) => Some(tree.hash(path).map_err(local_err(path, "read"))?),
+            _ => None,
+        };
+        if let Some(hash) = &remote_hash {
+            if self.both_hold(hash, local_file.as_ref(), manifest)? {
+                return Ok(());
+            }
+        }
+        let Some(mut spool) = self.download(&full, summary).await? else {
+            return Ok(());
+        };
+        let hash = spool.hash();
+        if self.touched(&hash, manifest)? || self.both_hold(&hash, local_file.as_ref(), manifest)? {
+            return Ok(());
+        }
+        self.place(&mut spool, &hash, local_same, manifest, summary)
+    }
+
+    /// Returns the manifest row `row` with the remote fingerprint of this entry.
+    fn fresh(&self, mut row: MirrorEntryRow) -> MirrorEntryRow {
+        row.remote_size = Some(self.r.size);
+        row.remote_mtime_ns = self.r.mtime_ns;
+        row
+    }
+
+    /// Returns true (and records the new fingerprint) when the remote file still has the
+    /// manifest's content `hash`: touched, not changed.
+    fn touched(&self, hash: &str, manifest: &mut Manifest) -> Result<bool, MirrorError> {
+        match &self.m {
+            Some(m) if m.kind == KIND_FILE && m.hash.as_deref() == Some(hash) => {
+                manifest.commit(vec![self.fresh(m.clone())], Vec::new())?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// Returns true (and records the file) when the local file, `local_file` as hashed, already
+    /// has the remote content `hash`.
+    fn both_hold(
+        &self,
+        hash: &str,
+        local_file: Option<&(String, LocalItem)>,
+        manifest: &mut Manifest,
+    ) -> Result<bool, MirrorError> {
+        match local_file {
+            Some((h, item)) if h == hash => {
+                let row = self.fresh(pulled_row(self.path, hash, item.size, item));
+                manifest.commit(vec![row], Vec::new())?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// Streams the remote file `full` into a temp file beside the destination (never whole in
+    /// memory). `None`: over the size limit after all (skipped and reported).
+    async fn download(
+        &self,
+        full: &str,
+        summary: &mut PullSummary,
+    ) -> Result<Option<local::Spool>, MirrorError> {
+        let path = self.path;
+        let mut spool = self
+            .ctx
+            .tree
+            .spool(path)
+            .map_err(local_err(path, "write"))?;
+        match self
+            .ctx
+            .remote
+            .read_into(full, self.ctx.max_file, &mut spool)
+            .await
+        {
+            Ok(_) => Ok(Some(spool)),
+            Err(e @ RemoteError::TooLarge { .. }) => {
+                summary.skip(path, e.to_string());
+                Ok(None)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Places a downloaded file with content `hash`: written over the local path when it is
+    /// unchanged (`local_same`) and the core finds it as it saw it, else saved beside it as
+    /// a conflict.
+    fn place(
+        &self,
+        spool: &mut local::Spool,
+        hash: &str,
+        local_same: bool,
+        manifest: &mut Manifest,
+        summary: &mut PullSummary,
+    ) -> Result<(), MirrorError> {
+        let (opts, path) = (self.ctx.opts, self.path);
+        let len = spool.len();
+        let mode = foreign::mask_mode(self.r.mode.unwrap_or(0o644), self.ctx.umask);
+        // Downloaded: the moment a test hook (the progress callback) may write in between.
+        opts.report(MirrorProgress {
+            phase: "downloaded",
+            files_done: summary.files_received,
+            bytes_done: summary.bytes_received + len,
+            ..Default::default()
+        });
+        let written = if local_same {
+            self.write_file(spool, mode)?
+        } else {
+            None
+        };
+        if let Some(item) = written {
+            summary.files_received += 1;
+            summary.bytes_received += len;
+            summary.changed.push((path.clone(), "write", Some(len)));
+            opts.report(MirrorProgress {
+                phase: "receive",
                 files_done: summary.files_received,
-                bytes_done: summary.bytes_received + len,
+                bytes_done: summary.bytes_received,
                 ..Default::default()
             });
-            let written = if !local_same {
-                None
-            } else if let Some(z) = zone {
-                let vp = z.path(path)?.to_string();
+            let row = self.fresh(pulled_row(path, hash, len, &item));
+            manifest.commit(vec![row], Vec::new())?;
+        } else {
+            let copy = self.save_file_copy(spool, mode)?;
+            summary.bytes_received += len;
+            summary.conflicts.push(Conflict {
+                path: path.clone(),
+                reason: if local_same {
+                    "changed locally while the pull ran".into()
+                } else {
+                    "changed locally and in the sandbox".into()
+                },
+                remote_copy: Some(copy),
+            });
+        }
+        Ok(())
+    }
+
+    /// Writes the downloaded file over the path (through the core, compared with what it saw,
+    /// when the pull runs for a zone). Returns its stat; `None` when the core found the path
+    /// changed since.
+    fn write_file(
+        &self,
+        spool: &mut local::Spool,
+        mode: u32,
+    ) -> Result<Option<LocalItem>, MirrorError> {
+        let (tree, path) = (self.ctx.tree, self.path);
+        let Some(z) = self.ctx.opts.zone.as_ref() else {
+            let name = local::split(path).1;
+            return Ok(Some(
+                spool.commit(name, mode).map_err(local_err(path, "write"))?,
+            ));
+        };
+        let vp = z.path(path)?.to_string();
+        spool
+            .file
+            .seek(std::io::SeekFrom::Start(0))
+            .map_err(local_err(path, "write"))?;
+        let new = Replacement::File {
+            content: &mut spool.file,
+            mode,
+        };
+        match z.zones.replace_entry(&vp, new, self.seen, ORIGIN) {
+            Ok(_) => Ok(Some(
+                tree.lstat(path)
+                    .map_err(local_err(path, "stat"))?
+                    .ok_or_else(|| MirrorError::Local {
+                        path: path.clone(),
+                        op: "write",
+                        source: std::io::Error::other("gone right after the write"),
+                    })?,
+            )),
+            Err(FsError::Conflict { .. }) => Ok(None),
+            Err(e) => Err(fs_err(path, "write")(e)),
+        }
+    }
+
+    /// Saves the downloaded file beside the local one as the conflict copy (through the core
+    /// when the pull runs for a zone: journaled and seen by the mount like any write). Returns
+    /// the copy's path.
+    fn save_file_copy(&self, spool: &mut local::Spool, mode: u32) -> Result<String, MirrorError> {
+        let copy = self.copy_path();
+        match self.ctx.opts.zone.as_ref() {
+            Some(z) => {
                 spool
                     .file
                     .seek(std::io::SeekFrom::Start(0))
-                    .map_err(local_err(path, "write"))?;
+                    .map_err(local_err(&copy, "write"))?;
                 let new = Replacement::File {
                     content: &mut spool.file,
                     mode,
                 };
-                match z.zones.replace_entry(&vp, new, seen, ORIGIN) {
-                    Ok(_) => Some(
-                        tree.lstat(path)
-                            .map_err(local_err(path, "stat"))?
-                            .ok_or_else(|| MirrorError::Local {
-                                path: path.clone(),
-                                op: "write",
-                                source: std::io::Error::other("gone right after the write"),
-                            })?,
-                    ),
-                    Err(FsError::Conflict { .. }) => None,
-                    Err(e) => return Err(fs_err(path, "write")(e)),
-                }
-            } else {
-                Some(spool.commit(name, mode).map_err(local_err(path, "write"))?)
-            };
-            if let Some(item) = written {
-                summary.files_received += 1;
-                summary.bytes_received += len;
-                summary.changed.push((path.clone(), "write", Some(len)));
-                ctx.opts.report(MirrorProgress {
-                    phase: "receive",
-                    files_done: summary.files_received,
-                    bytes_done: summary.bytes_received,
-                    ..Default::default()
-                });
-                let mut row = pulled_row(path, &hash, len, &item);
-                fresh(&mut row);
-                manifest.commit(vec![row], Vec::new())?;
-            } else {
-                let copy = format!("{path}{suffix}");
-                match zone {
-                    // Through the core: journaled and seen by the mount like any write.
-                    Some(z) => {
-                        spool
-                            .file
-                            .seek(std::io::SeekFrom::Start(0))
-                            .map_err(local_err(&copy, "write"))?;
-                        let new = Replacement::File {
-                            content: &mut spool.file,
-                            mode,
-                        };
-                        z.zones
-                            .replace_entry(&z.path(&copy)?.to_string(), new, None, ORIGIN)
-                            .map_err(fs_err(&copy, "write"))?;
-                    }
-                    None => {
-                        spool
-                            .commit(&format!("{name}{suffix}"), mode)
-                            .map_err(local_err(&copy, "write"))?;
-                    }
-                }
-                summary.bytes_received += len;
-                summary.conflicts.push(Conflict {
-                    path: path.clone(),
-                    reason: if local_same {
-                        "changed locally while the pull ran".into()
-                    } else {
-                        "changed locally and in the sandbox".into()
-                    },
-                    remote_copy: Some(copy),
-                });
+                z.zones
+                    .replace_entry(&z.path(&copy)?.to_string(), new, None, ORIGIN)
+                    .map_err(fs_err(&copy, "write"))?;
+            }
+            None => {
+                let name = local::split(self.path).1;
+                spool
+                    .commit(&format!("{name}{}", self.ctx.suffix), mode)
+                    .map_err(local_err(&copy, "write"))?;
             }
         }
-        EntryKind::Other => {}
+        Ok(copy)
     }
-    Ok(())
 }
 
 /// Saves the sandbox's side of a conflicting symlink beside the local one (through the core
@@ -1461,5 +1707,165 @@ fn local_unchanged(
             let mut refresh = Vec::new();
             Ok(local_side(tree, m, Some(l), &mut refresh)?.0 == Side::Same)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(size: u64, mode: u32, mtime_ns: i64) -> LocalItem {
+        LocalItem {
+            kind: LocalKind::File,
+            size,
+            mtime_ns,
+            mode,
+        }
+    }
+
+    fn read(hash: &str, item: LocalItem) -> Option<Read> {
+        Some(Read {
+            hash: hash.into(),
+            item,
+        })
+    }
+
+    fn row(path: &str, hash: &str, mode: u32) -> MirrorEntryRow {
+        file_row(path, &read(hash, file(3, mode, 0)).unwrap(), None)
+    }
+
+    #[test]
+    fn a_file_gone_locally_whose_content_reappeared_is_a_rename() {
+        let local: BTreeMap<String, LocalItem> = [
+            ("moved".to_string(), file(3, 0o644, 0)),
+            ("also".to_string(), file(3, 0o644, 0)),
+            ("remote-has".to_string(), file(3, 0o600, 0)),
+            ("kept".to_string(), file(3, 0o644, 0)),
+        ]
+        .into();
+        let remote_map = RemoteTree::new(vec![WalkEntry {
+            path: "remote-has".into(),
+            meta: RemoteMeta {
+                kind: EntryKind::File,
+                size: 3,
+                mtime_ns: None,
+                mode: None,
+                link_target: None,
+            },
+        }]);
+        let mut manifest = Manifest::in_memory();
+        manifest
+            .commit(vec![row("kept", "k", 0o644)], Vec::new())
+            .unwrap();
+        let to_send = vec![
+            ("also".to_string(), read("h1", file(3, 0o644, 0))),
+            ("kept".to_string(), read("h3", file(3, 0o644, 0))),
+            ("moved".to_string(), read("h1", file(3, 0o644, 0))),
+            ("remote-has".to_string(), read("h2", file(3, 0o600, 0))),
+        ];
+        let mut gone = vec![
+            (row("old", "h1", 0o644), Side::Same),
+            (row("old2", "h1", 0o644), Side::Same),
+            (row("changed-mode", "h1", 0o600), Side::Same),
+            (row("gone-there", "h3", 0o644), Side::Gone),
+            (row("over-remote", "h2", 0o600), Side::Same),
+            (row("over-kept", "h3", 0o644), Side::Same),
+        ];
+        let renames = plan_renames(&local, &remote_map, &manifest, &to_send, &mut gone);
+        let renames: Vec<(&str, usize)> =
+            renames.iter().map(|(m, i)| (m.path.as_str(), *i)).collect();
+        // The first new path with the content takes it; the next gone one is deleted.
+        assert_eq!(renames, [("old", 0)]);
+        let left: Vec<&str> = gone.iter().map(|(m, _)| m.path.as_str()).collect();
+        assert_eq!(
+            left,
+            [
+                "old2",
+                "changed-mode",
+                "gone-there",
+                "over-remote",
+                "over-kept"
+            ]
+        );
+    }
+
+    #[test]
+    fn pending_sends_put_directories_first_and_skip_renamed_paths() {
+        let local: BTreeMap<String, LocalItem> = [
+            (
+                "d".to_string(),
+                LocalItem {
+                    kind: LocalKind::Dir,
+                    size: 0,
+                    mtime_ns: 0,
+                    mode: 0o755,
+                },
+            ),
+            ("d/f".to_string(), file(5, 0o640, 2_700_000_000)),
+            ("d/g".to_string(), file(7, 0o644, 0)),
+            (
+                "l".to_string(),
+                LocalItem {
+                    kind: LocalKind::Symlink("d/f".into()),
+                    size: 3,
+                    mtime_ns: 0,
+                    mode: 0o777,
+                },
+            ),
+        ]
+        .into();
+        let to_send = vec![
+            ("d/f".to_string(), read("hf", file(5, 0o640, 2_700_000_000))),
+            ("d/g".to_string(), read("hg", file(7, 0o644, 0))),
+            ("l".to_string(), None),
+            ("d".to_string(), None),
+        ];
+        let pending = pending_sends(&local, to_send, &HashSet::from([1]));
+        let items: Vec<&BatchItem> = pending.iter().map(|p| &p.item).collect();
+        assert_eq!(
+            items,
+            [
+                &BatchItem::Dir {
+                    path: "d".into(),
+                    mode: 0o755
+                },
+                &BatchItem::File {
+                    path: "d/f".into(),
+                    data: Bytes::new(),
+                    mode: 0o640,
+                    mtime: Some(2)
+                },
+                &BatchItem::Symlink {
+                    path: "l".into(),
+                    target: "d/f".into()
+                },
+            ]
+        );
+        assert_eq!(
+            pending.iter().map(|p| p.bytes).collect::<Vec<_>>(),
+            [0, 5, 0]
+        );
+        // The file's row claims the whole seconds the tar carries.
+        assert_eq!(pending[1].row.hash.as_deref(), Some("hf"));
+        assert_eq!(pending[1].row.remote_mtime_ns, Some(2_000_000_000));
+        assert_eq!(pending[2].row.link_target.as_deref(), Some("d/f"));
+    }
+
+    #[test]
+    fn deletions_go_files_first_then_directories_deepest_first() {
+        let dir = |path: &str| MirrorEntryRow {
+            kind: KIND_DIR.into(),
+            ..row(path, "", 0o755)
+        };
+        let mut gone = [
+            dir("a"),
+            dir("a/b"),
+            row("a/b/f", "h", 0o644),
+            row("g", "h", 0o644),
+            dir("a/b/c"),
+        ];
+        gone.sort_by_key(deletion_order);
+        let order: Vec<&str> = gone.iter().map(|m| m.path.as_str()).collect();
+        assert_eq!(order, ["a/b/f", "g", "a/b/c", "a/b", "a"]);
     }
 }
