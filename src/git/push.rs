@@ -101,6 +101,43 @@ impl GitFailure for PushError {
     }
 }
 
+/// The staged commit `row` if its state lets it be pushed (`staged`, `rebased`, `rejected`),
+/// else CONFLICT saying why not.
+fn pushable(row: StagedRow) -> Result<StagedRow, PushError> {
+    if !matches!(row.state.as_str(), "staged" | "rebased" | "rejected") {
+        return Err(PushError::WrongState {
+            id: row.id,
+            state: row.state.clone(),
+            rule: match row.state.as_str() {
+                "pushed" => "it was pushed already".into(),
+                "discarded" => "it was discarded".into(),
+                _ => "stage the change again after resolving the conflict".into(),
+            },
+        });
+    }
+    Ok(row)
+}
+
+/// The remote ref a push of `row` goes to: its branch, or with `pr` the branch `wardfs/<id>`.
+fn target_ref(row: &StagedRow, pr: bool) -> String {
+    if pr {
+        format!("refs/heads/wardfs/{}", row.id)
+    } else {
+        format!("refs/heads/{}", row.branch)
+    }
+}
+
+/// The state and conflicts a failed push leaves on `row`: `conflicted` with the conflicting
+/// paths, `rejected`, `rebased` (to be reviewed again), else the state it had.
+fn failed_state<'a>(e: &PushError, row: &'a StagedRow) -> (&'a str, Vec<String>) {
+    match e {
+        PushError::Conflict { paths, .. } => ("conflicted", paths.clone()),
+        PushError::Rejected { .. } => ("rejected", Vec::new()),
+        PushError::NeedsReview { .. } => ("rebased", Vec::new()),
+        _ => (row.state.as_str(), row.conflicts.clone()),
+    }
+}
+
 impl Git {
     /// Pushes a staged commit (a human's decision): to its branch, or with `pr` to
     /// `wardfs/<id>` with a pull request. A remote that moved is merged into (three-way); a
@@ -116,94 +153,30 @@ impl Git {
             .db()
             .staged(&req.id)?
             .ok_or_else(|| PushError::NoStaged { id: req.id.clone() })?;
-        if !matches!(row.state.as_str(), "staged" | "rebased" | "rejected") {
-            return Err(PushError::WrongState {
-                id: row.id,
-                state: row.state.clone(),
-                rule: match row.state.as_str() {
-                    "pushed" => "it was pushed already".into(),
-                    "discarded" => "it was discarded".into(),
-                    _ => "stage the change again after resolving the conflict".into(),
-                },
-            });
-        }
+        let row = pushable(row)?;
         let repo = self.repo_of(&row)?;
         let mirror_path = PathBuf::from(&repo.mirror);
         let lock = self.lock_for(&mirror_path);
         let _guard = lock.lock().expect("not poisoned");
         let mirror = self.open_mirror(&mirror_path)?;
-        let target = if req.pr {
-            format!("refs/heads/wardfs/{}", row.id)
-        } else {
-            format!("refs/heads/{}", row.branch)
-        };
+        let target = target_ref(&row, req.pr);
         // Everything a pull request needs is checked before anything is pushed.
         let pr_target = if req.pr {
             Some(pr::Target::new(&self.settings, &repo.url)?)
         } else {
             None
         };
-        let src = staged_ref(&row.id);
-        let mut attempt = 0;
-        let outcome = loop {
-            attempt += 1;
-            let r = self.push_once(&mirror, &repo, &row, &target, &src, req.pr, progress);
-            match r {
-                Err(PushError::RemoteMoved { .. }) if attempt < 2 => continue,
-                other => break other,
-            }
-        };
+        let outcome = self.push_attempts(&mirror, &repo, &row, &target, req.pr, progress);
         let now = self.zones.now_ms();
-        let db = self.zones.db();
         let (commit, rebased) = match outcome {
             Ok((c, r)) => (c, r || row.state == "rebased"),
-            Err(e) => {
-                let (state, conflicts) = match &e {
-                    PushError::Conflict { paths, .. } => ("conflicted", paths.clone()),
-                    PushError::Rejected { .. } => ("rejected", Vec::new()),
-                    PushError::NeedsReview { .. } => ("rebased", Vec::new()),
-                    _ => (row.state.as_str(), row.conflicts.clone()),
-                };
-                db.set_staged_state(
-                    &row.id,
-                    state,
-                    Some(&e.to_string()),
-                    &conflicts,
-                    None,
-                    None,
-                    None,
-                    None,
-                    now,
-                )?;
-                self.event(&repo.dir, "git-push", &format!("{}: failed: {e}", row.id));
-                return Err(e);
-            }
+            Err(e) => return Err(self.record_failed_push(&repo, &row, e, now)?),
         };
-        let mut url = None;
-        if let Some(t) = &pr_target {
-            let files = db.staged_files(&row.id)?;
-            match t.open(&self.settings, &row, &format!("wardfs/{}", row.id), &files) {
-                Ok(u) => url = Some(u),
-                Err(e) => {
-                    // The branch is on the remote; say so, so that a retry is understood.
-                    db.set_staged_state(
-                        &row.id,
-                        &row.state,
-                        Some(&format!(
-                            "pushed to {target}, but the pull request failed: {e}"
-                        )),
-                        &[],
-                        Some(&commit.to_string()),
-                        None,
-                        Some(&target),
-                        None,
-                        now,
-                    )?;
-                    return Err(e.into());
-                }
-            }
-        }
-        db.set_staged_state(
+        let url = match &pr_target {
+            Some(t) => Some(self.open_pr(t, &row, &target, commit, now)?),
+            None => None,
+        };
+        self.zones.db().set_staged_state(
             &row.id,
             "pushed",
             None,
@@ -219,25 +192,7 @@ impl Git {
         // A fork's commit leaves the base alone: the workspace does not hold the fork's changes
         // (until they are merged), and would read as undoing them.
         if !req.pr && !rebased && row.base == repo.base && row.zone == WORKSPACE {
-            let files: Vec<(String, Option<String>, Option<u32>)> = db
-                .staged_files(&row.id)?
-                .into_iter()
-                .map(|f| {
-                    let mode = f.oid.as_ref().and_then(|_| {
-                        mirror
-                            .find_commit(commit)
-                            .ok()
-                            .and_then(|c| c.tree().ok())
-                            .and_then(|t| t.get_path(Path::new(&f.path)).ok())
-                            .map(|e| e.filemode() as u32)
-                    });
-                    (f.path, f.oid, mode)
-                })
-                .collect();
-            db.advance_base(repo.id, &commit.to_string(), &files)?;
-            mirror
-                .reference(&base_ref(&repo.dir), commit, true, "wardfs: pushed")
-                .map_err(libgit2("pin base"))?;
+            self.advance_base_to(&mirror, &repo, &row, commit)?;
         }
         self.event(
             &repo.dir,
@@ -258,6 +213,119 @@ impl Git {
             rebased,
             duration_ms: started.elapsed().as_millis() as u64,
         })
+    }
+
+    /// Pushes the staged commit to `target`, once more when the lease broke on the first try;
+    /// returns the commit pushed and whether this call rebased it.
+    fn push_attempts(
+        &self,
+        mirror: &Repository,
+        repo: &RepoRow,
+        row: &StagedRow,
+        target: &str,
+        pr: bool,
+        progress: OnProgress<'_>,
+    ) -> Result<(Oid, bool), PushError> {
+        let src = staged_ref(&row.id);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let r = self.push_once(mirror, repo, row, target, &src, pr, progress);
+            match r {
+                Err(PushError::RemoteMoved { .. }) if attempt < 2 => continue,
+                other => break other,
+            }
+        }
+    }
+
+    /// Records a failed push on the staged commit (its state as [`failed_state`] says, the
+    /// error as its reason) and in the journal; returns the error to answer with.
+    fn record_failed_push(
+        &self,
+        repo: &RepoRow,
+        row: &StagedRow,
+        e: PushError,
+        now: i64,
+    ) -> Result<PushError, PushError> {
+        let (state, conflicts) = failed_state(&e, row);
+        self.zones.db().set_staged_state(
+            &row.id,
+            state,
+            Some(&e.to_string()),
+            &conflicts,
+            None,
+            None,
+            None,
+            None,
+            now,
+        )?;
+        self.event(&repo.dir, "git-push", &format!("{}: failed: {e}", row.id));
+        Ok(e)
+    }
+
+    /// Opens the pull request for the pushed branch `wardfs/<id>`; returns its URL. On failure
+    /// the staged commit says the branch is on the remote, so that a retry is understood.
+    fn open_pr(
+        &self,
+        t: &pr::Target,
+        row: &StagedRow,
+        target: &str,
+        commit: Oid,
+        now: i64,
+    ) -> Result<String, PushError> {
+        let db = self.zones.db();
+        let files = db.staged_files(&row.id)?;
+        match t.open(&self.settings, row, &format!("wardfs/{}", row.id), &files) {
+            Ok(u) => Ok(u),
+            Err(e) => {
+                db.set_staged_state(
+                    &row.id,
+                    &row.state,
+                    Some(&format!(
+                        "pushed to {target}, but the pull request failed: {e}"
+                    )),
+                    &[],
+                    Some(&commit.to_string()),
+                    None,
+                    Some(target),
+                    None,
+                    now,
+                )?;
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Moves the repository's base to the pushed `commit` (its files, with their modes as the
+    /// commit holds them, are clean now) and pins it in the mirror.
+    fn advance_base_to(
+        &self,
+        mirror: &Repository,
+        repo: &RepoRow,
+        row: &StagedRow,
+        commit: Oid,
+    ) -> Result<(), PushError> {
+        let db = self.zones.db();
+        let files: Vec<(String, Option<String>, Option<u32>)> = db
+            .staged_files(&row.id)?
+            .into_iter()
+            .map(|f| {
+                let mode = f.oid.as_ref().and_then(|_| {
+                    mirror
+                        .find_commit(commit)
+                        .ok()
+                        .and_then(|c| c.tree().ok())
+                        .and_then(|t| t.get_path(Path::new(&f.path)).ok())
+                        .map(|e| e.filemode() as u32)
+                });
+                (f.path, f.oid, mode)
+            })
+            .collect();
+        db.advance_base(repo.id, &commit.to_string(), &files)?;
+        mirror
+            .reference(&base_ref(&repo.dir), commit, true, "wardfs: pushed")
+            .map_err(libgit2("pin base"))?;
+        Ok(())
     }
 
     /// One push attempt: fetch the target, rebase when it moved, push with a lease.
@@ -436,5 +504,94 @@ impl Git {
             )
             .map_err(libgit2("commit"))?;
         Ok((new, overlap))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(state: &str) -> StagedRow {
+        StagedRow {
+            id: "0123456789".into(),
+            repo_id: 1,
+            url: "https://example.invalid/o/r".into(),
+            branch: "main".into(),
+            message: "m".into(),
+            base: "b".into(),
+            commit: "c".into(),
+            zone: WORKSPACE.into(),
+            state: state.into(),
+            reason: None,
+            conflicts: vec!["old.rs".into()],
+            pushed_commit: None,
+            pushed_ref: None,
+            url_pr: None,
+            created_at: 0,
+            updated_at: 0,
+        }
+    }
+
+    #[test]
+    fn only_a_staged_rebased_or_rejected_commit_is_pushed() {
+        for s in ["staged", "rebased", "rejected"] {
+            assert_eq!(pushable(row(s)).unwrap().state, s);
+        }
+        for (s, rule) in [
+            ("pushed", "it was pushed already"),
+            ("discarded", "it was discarded"),
+            (
+                "conflicted",
+                "stage the change again after resolving the conflict",
+            ),
+        ] {
+            let e = pushable(row(s)).unwrap_err();
+            assert_eq!(e.code(), ErrorCode::Conflict);
+            assert_eq!(
+                e.to_string(),
+                format!("staged commit 0123456789 is {s}: {rule}")
+            );
+        }
+    }
+
+    #[test]
+    fn a_push_goes_to_the_branch_or_with_pr_to_its_own_branch() {
+        assert_eq!(target_ref(&row("staged"), false), "refs/heads/main");
+        assert_eq!(
+            target_ref(&row("staged"), true),
+            "refs/heads/wardfs/0123456789"
+        );
+    }
+
+    #[test]
+    fn a_failed_push_leaves_the_state_its_error_says() {
+        let r = row("rejected");
+        let conflict = PushError::Conflict {
+            reason: "moved".into(),
+            paths: vec!["a.rs".into()],
+        };
+        assert_eq!(
+            failed_state(&conflict, &r),
+            ("conflicted", vec!["a.rs".to_string()])
+        );
+        let rejected = PushError::Rejected {
+            refname: "refs/heads/main".into(),
+            reason: "hook".into(),
+        };
+        assert_eq!(failed_state(&rejected, &r), ("rejected", vec![]));
+        let review = PushError::NeedsReview {
+            id: r.id.clone(),
+            paths: vec!["a.rs".into()],
+        };
+        assert_eq!(failed_state(&review, &row("staged")), ("rebased", vec![]));
+        let moved = PushError::RemoteMoved {
+            branch: "main".into(),
+            expected: "a".into(),
+            found: "b".into(),
+        };
+        assert_eq!(
+            failed_state(&moved, &r),
+            ("rejected", vec!["old.rs".to_string()])
+        );
     }
 }

@@ -207,6 +207,117 @@ impl GitFailure for ShowError {
 /// database).
 pub type ListError = CommonError;
 
+/// What a stage takes, decided before the mirror is touched.
+struct StagePlan<'r> {
+    /// The commit message, trimmed.
+    message: &'r str,
+    /// No files were named: every change not already in a staged commit on the same base.
+    every: bool,
+    place: Place,
+    repo: RepoRow,
+    branch: String,
+    /// The repository's status in `place` (a fork's says what it left out).
+    status: RepoStatus,
+    /// Every change, as (repository path, state).
+    changes: Vec<(String, String)>,
+    selection: Selection,
+}
+
+/// The changes a stage chose, as (repository path, state), and the repository paths it was
+/// asked for ("": all of it), for what is left out beneath them.
+#[derive(Debug, Default, PartialEq)]
+struct Selection {
+    chosen: Vec<(String, String)>,
+    roots: Vec<String>,
+}
+
+impl Selection {
+    /// Every change, for a stage that names no files.
+    fn all(changes: &[(String, String)]) -> Selection {
+        Selection {
+            chosen: changes.to_vec(),
+            roots: vec![String::new()],
+        }
+    }
+
+    /// Adds the changes at or beneath the repository path `rel` (each once); false when there
+    /// are none.
+    fn add(&mut self, changes: &[(String, String)], rel: &str) -> bool {
+        let hits: Vec<_> = changes.iter().filter(|(p, _)| under(p, rel)).collect();
+        self.roots.push(rel.to_string());
+        if hits.is_empty() {
+            return false;
+        }
+        for h in hits {
+            if !self.chosen.contains(h) {
+                self.chosen.push(h.clone());
+            }
+        }
+        true
+    }
+
+    /// Refuses chosen files a pull found changed upstream too (CONFLICT naming them, as
+    /// virtual paths of the repository at `dir` in `place`).
+    fn refuse_conflicts(&self, place: &Place, dir: &str) -> Result<(), StageError> {
+        let conflicted: Vec<String> = self
+            .chosen
+            .iter()
+            .filter(|(_, s)| s == "conflict")
+            .map(|(p, _)| place.vfile(dir, p))
+            .collect();
+        if !conflicted.is_empty() {
+            return Err(StageError::Conflict {
+                reason: "these files changed upstream too (see the last pull); merge the upstream \
+                         change into them, then `wardfs git resolve PATH`"
+                    .into(),
+                paths: conflicted,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The tree a stage built in the mirror, on the base it was built on.
+struct StageTree<'m> {
+    base: git2::Commit<'m>,
+    base_tree: git2::Tree<'m>,
+    tree: git2::Tree<'m>,
+    /// The writers of each file the tree takes, by repository path.
+    writers: HashMap<String, Vec<Writer>>,
+    /// What was left out beneath the paths asked for (the first 1,000), and how many.
+    skipped: Vec<PathNote>,
+    skipped_total: usize,
+}
+
+/// Why a stage found nothing to take from the repository at `vdir` (virtual path): no
+/// changes, or all of them staged already; names the first path left out, if any.
+fn nothing_to_stage(
+    vdir: &str,
+    changes: &[(String, String)],
+    skipped: &[PathNote],
+    skipped_total: usize,
+) -> StageError {
+    let mut why = if changes.is_empty() {
+        format!("nothing to stage: {vdir} has no changes")
+    } else {
+        "nothing to stage: every change is already in a staged commit (`wardfs staged list`)".into()
+    };
+    if let Some(first) = skipped.first() {
+        why.push_str(&format!(
+            "; {} left out, e.g. {}: {} (`wardfs git status` names them)",
+            count(skipped_total as u64, "path"),
+            first.path,
+            first.reason
+        ));
+    }
+    StageError::Nothing(why)
+}
+
+/// A staged commit's id: the first 10 hex digits of the commit as first staged.
+fn staged_id(commit: Oid) -> String {
+    commit.to_string()[..10].to_string()
+}
+
 impl Git {
     /// Returns the repository a stage is for: the one named (`repo`), the one holding the first
     /// file named by its virtual path, the only one pulled, or the only one with changes; with
@@ -268,8 +379,22 @@ impl Git {
         Ok(false)
     }
 
-    /// Builds a commit of the chosen changes on the repo's base, in the mirror only.
+    /// Builds a commit of the chosen changes on the repo's base, in the mirror only: plans what
+    /// to take, then under the mirror's lock builds the tree, commits it and records it.
     pub fn stage(&self, req: &StageRequest) -> Result<StagedCommit, StageError> {
+        let plan = self.plan_stage(req)?;
+        let mirror_path = PathBuf::from(&plan.repo.mirror);
+        let lock = self.lock_for(&mirror_path);
+        let _guard = lock.lock().expect("not poisoned");
+        let mirror = self.open_mirror(&mirror_path)?;
+        let built = self.build_stage_tree(&mirror, &plan)?;
+        let (commit, now) = self.commit_staged(&mirror, &plan, &built)?;
+        self.record_staged(&mirror, plan, built, commit, now)
+    }
+
+    /// Checks the request and decides what a stage takes: the zone, the repository, the branch
+    /// and the chosen changes (none of them in conflict). Touches no mirror.
+    fn plan_stage<'r>(&self, req: &'r StageRequest) -> Result<StagePlan<'r>, StageError> {
         let message = req.message.trim();
         if message.is_empty() {
             return Err(invalid("message", "must not be empty; say what the change does").into());
@@ -284,8 +409,8 @@ impl Git {
         let repo = self.repo_to_stage(req, &place)?;
         let branch = req.branch.clone().unwrap_or_else(|| repo.branch.clone());
         check_branch(&branch)?;
-        let st = self.changes_in(&place, &repo, false)?;
-        let changes: Vec<(String, String)> = st
+        let status = self.changes_in(&place, &repo, false)?;
+        let changes: Vec<(String, String)> = status
             .changes
             .iter()
             .map(|c| {
@@ -293,67 +418,116 @@ impl Git {
                 (rel.to_string(), c.state.clone())
             })
             .collect();
-        let mut chosen: Vec<(String, String)> = Vec::new();
-        // The repository paths asked for ("": all of it), for what is left out beneath them.
-        let mut roots: Vec<String> = Vec::new();
-        if req.files.is_empty() {
-            chosen = changes.clone();
-            roots.push(String::new());
-        } else {
-            for f in &req.files {
-                let rel = if f.starts_with('/') {
-                    let r = self.place_rel(&place, "files", f)?;
-                    if !under(&r, &repo.dir) {
-                        return Err(invalid(
-                            "files",
-                            format!("{f} is not in {}", place.vdir(&repo.dir)),
-                        )
-                        .into());
-                    }
-                    if repo.dir.is_empty() {
-                        r
-                    } else {
-                        r[repo.dir.len()..].trim_start_matches('/').to_string()
-                    }
-                } else {
-                    repo_path("files", f)?
-                };
-                let hits: Vec<_> = changes.iter().filter(|(p, _)| under(p, &rel)).collect();
-                roots.push(rel.clone());
-                if hits.is_empty() {
-                    return Err(StageError::Nothing(format!(
-                        "{} has no changes to stage",
-                        place.vfile(&repo.dir, &rel)
-                    )));
-                }
-                for h in hits {
-                    if !chosen.contains(h) {
-                        chosen.push(h.clone());
-                    }
-                }
+        let selection = self.select(&req.files, &place, &repo, &changes)?;
+        selection.refuse_conflicts(&place, &repo.dir)?;
+        Ok(StagePlan {
+            message,
+            every: req.files.is_empty(),
+            place,
+            repo,
+            branch,
+            status,
+            changes,
+            selection,
+        })
+    }
+
+    /// The changes `files` names (every change when it names none): each must hold at least
+    /// one (else NO_MATCH).
+    fn select(
+        &self,
+        files: &[String],
+        place: &Place,
+        repo: &RepoRow,
+        changes: &[(String, String)],
+    ) -> Result<Selection, StageError> {
+        if files.is_empty() {
+            return Ok(Selection::all(changes));
+        }
+        let mut selection = Selection::default();
+        for f in files {
+            let rel = self.file_to_stage(place, repo, f)?;
+            if !selection.add(changes, &rel) {
+                return Err(StageError::Nothing(format!(
+                    "{} has no changes to stage",
+                    place.vfile(&repo.dir, &rel)
+                )));
             }
         }
-        let conflicted: Vec<String> = chosen
-            .iter()
-            .filter(|(_, s)| s == "conflict")
-            .map(|(p, _)| place.vfile(&repo.dir, p))
-            .collect();
-        if !conflicted.is_empty() {
-            return Err(StageError::Conflict {
-                reason: "these files changed upstream too (see the last pull); merge the upstream \
-                         change into them, then `wardfs git resolve PATH`"
-                    .into(),
-                paths: conflicted,
-            });
+        Ok(selection)
+    }
+
+    /// The repository path of one of `files`: a virtual path in `place` inside the repository,
+    /// or a path inside the repository.
+    fn file_to_stage(&self, place: &Place, repo: &RepoRow, f: &str) -> Result<String, StageError> {
+        if !f.starts_with('/') {
+            return Ok(repo_path("files", f)?);
         }
-        let mirror_path = PathBuf::from(&repo.mirror);
-        let lock = self.lock_for(&mirror_path);
-        let _guard = lock.lock().expect("not poisoned");
-        let mirror = self.open_mirror(&mirror_path)?;
+        let r = self.place_rel(place, "files", f)?;
+        if !under(&r, &repo.dir) {
+            return Err(
+                invalid("files", format!("{f} is not in {}", place.vdir(&repo.dir))).into(),
+            );
+        }
+        Ok(if repo.dir.is_empty() {
+            r
+        } else {
+            r[repo.dir.len()..].trim_start_matches('/').to_string()
+        })
+    }
+
+    /// Builds the plan's tree on the base in `mirror` (the caller holds its lock): every chosen
+    /// change not already staged (when no files were named), with its writers. NO_MATCH when
+    /// that leaves nothing, or a tree equal to the base.
+    fn build_stage_tree<'m>(
+        &self,
+        mirror: &'m Repository,
+        plan: &StagePlan<'_>,
+    ) -> Result<StageTree<'m>, StageError> {
+        let repo = &plan.repo;
         let base_oid = Oid::from_str(&repo.base).map_err(libgit2("base id"))?;
         let base = mirror.find_commit(base_oid).map_err(libgit2("read base"))?;
         let base_tree = base.tree().map_err(libgit2("read base tree"))?;
-        let already: HashSet<(String, Option<String>)> = if req.files.is_empty() {
+        let (mut update, writers) = self.tree_update(mirror, plan)?;
+        let (skipped, skipped_total) = self.left_out_of_stage(plan);
+        if writers.is_empty() {
+            let dir = plan.place.vdir(&repo.dir);
+            return Err(nothing_to_stage(
+                &dir,
+                &plan.changes,
+                &skipped,
+                skipped_total,
+            ));
+        }
+        let tree_oid = update
+            .create_updated(mirror, &base_tree)
+            .map_err(libgit2("build tree"))?;
+        if tree_oid == base_tree.id() {
+            return Err(StageError::Nothing(
+                "nothing to stage: the files equal their base".into(),
+            ));
+        }
+        let tree = mirror.find_tree(tree_oid).map_err(libgit2("read tree"))?;
+        Ok(StageTree {
+            base,
+            base_tree,
+            tree,
+            writers,
+            skipped,
+            skipped_total,
+        })
+    }
+
+    /// The tree update of the plan's chosen changes, with the writers of each file it takes:
+    /// their blobs stored in `mirror`, leaving out (when no files were named) a change already
+    /// in a staged commit on the same base.
+    fn tree_update(
+        &self,
+        mirror: &Repository,
+        plan: &StagePlan<'_>,
+    ) -> Result<(git2::build::TreeUpdateBuilder, HashMap<String, Vec<Writer>>), StageError> {
+        let repo = &plan.repo;
+        let already: HashSet<(String, Option<String>)> = if plan.every {
             self.zones
                 .db()
                 .staged_blobs(repo.id, &repo.base)?
@@ -363,10 +537,9 @@ impl Git {
             HashSet::new()
         };
         let mut update = git2::build::TreeUpdateBuilder::new();
-        let mut writers: HashMap<String, Vec<crate::state::Writer>> = HashMap::new();
-        let mut n = 0;
-        for (path, _) in &chosen {
-            match self.store_local(&mirror, &place.vfile(&repo.dir, path))? {
+        let mut writers: HashMap<String, Vec<Writer>> = HashMap::new();
+        for (path, _) in &plan.selection.chosen {
+            match self.store_local(mirror, &plan.place.vfile(&repo.dir, path))? {
                 Some((oid, mode)) => {
                     if already.contains(&(path.clone(), Some(oid.to_string()))) {
                         continue;
@@ -380,64 +553,75 @@ impl Git {
                     update.remove(path.as_str());
                 }
             }
-            writers.insert(path.clone(), self.writers_of(&place, &repo, path)?);
-            n += 1;
+            writers.insert(path.clone(), self.writers_of(&plan.place, repo, path)?);
         }
-        let roots: Vec<&str> = roots.iter().map(String::as_str).collect();
-        let (skipped, skipped_total) = if place.is_fork() {
-            (st.skipped.clone(), st.skipped_total)
+        Ok((update, writers))
+    }
+
+    /// What a stage leaves out beneath the paths it was asked for: a fork's status says, the
+    /// workspace's is kept per repository.
+    fn left_out_of_stage(&self, plan: &StagePlan<'_>) -> (Vec<PathNote>, usize) {
+        if plan.place.is_fork() {
+            (plan.status.skipped.clone(), plan.status.skipped_total)
         } else {
-            self.left_out(&repo, &roots)
-        };
-        if n == 0 {
-            let mut why = if changes.is_empty() {
-                format!("nothing to stage: {} has no changes", place.vdir(&repo.dir))
-            } else {
-                "nothing to stage: every change is already in a staged commit (`wardfs staged list`)"
-                    .into()
-            };
-            if let Some(first) = skipped.first() {
-                why.push_str(&format!(
-                    "; {} left out, e.g. {}: {} (`wardfs git status` names them)",
-                    count(skipped_total as u64, "path"),
-                    first.path,
-                    first.reason
-                ));
-            }
-            return Err(StageError::Nothing(why));
+            let roots: Vec<&str> = plan.selection.roots.iter().map(String::as_str).collect();
+            self.left_out(&plan.repo, &roots)
         }
-        let tree_oid = update
-            .create_updated(&mirror, &base_tree)
-            .map_err(libgit2("build tree"))?;
-        if tree_oid == base_tree.id() {
-            return Err(StageError::Nothing(
-                "nothing to stage: the files equal their base".into(),
-            ));
-        }
-        let tree = mirror.find_tree(tree_oid).map_err(libgit2("read tree"))?;
+    }
+
+    /// Commits the built tree on the base with the plan's message and keeps it at its staged
+    /// ref; returns the commit and the time it was made.
+    fn commit_staged(
+        &self,
+        mirror: &Repository,
+        plan: &StagePlan<'_>,
+        built: &StageTree<'_>,
+    ) -> Result<(Oid, i64), StageError> {
         let now = self.zones.now_ms();
         let sig = self.signature(now)?;
         let commit = mirror
-            .commit(None, &sig, &sig, message, &tree, &[&base])
+            .commit(None, &sig, &sig, plan.message, &built.tree, &[&built.base])
             .map_err(libgit2("commit"))?;
-        let id = commit.to_string()[..10].to_string();
+        let id = staged_id(commit);
         mirror
             .reference(&staged_ref(&id), commit, true, "wardfs: staged")
             .map_err(libgit2("keep staged commit"))?;
+        Ok((commit, now))
+    }
+
+    /// Records the staged commit with its files' patches and writers (CONFLICT when an
+    /// identical commit is staged already), journals it and returns it as the API shows it.
+    fn record_staged(
+        &self,
+        mirror: &Repository,
+        plan: StagePlan<'_>,
+        built: StageTree<'_>,
+        commit: Oid,
+        now: i64,
+    ) -> Result<StagedCommit, StageError> {
+        let StageTree {
+            base_tree,
+            tree,
+            mut writers,
+            skipped,
+            skipped_total,
+            ..
+        } = built;
+        let id = staged_id(commit);
         let mut files =
-            diff::file_patches(&mirror, &base_tree, &tree, self.settings.max_diff_bytes)?;
+            diff::file_patches(mirror, &base_tree, &tree, self.settings.max_diff_bytes)?;
         for f in &mut files {
             f.writers = writers.remove(&f.path).unwrap_or_default();
         }
         let row = StagedRow {
             id: id.clone(),
-            repo_id: repo.id,
-            url: repo.url.clone(),
-            branch,
-            message: message.to_string(),
-            base: repo.base.clone(),
+            repo_id: plan.repo.id,
+            url: plan.repo.url.clone(),
+            branch: plan.branch,
+            message: plan.message.to_string(),
+            base: plan.repo.base.clone(),
             commit: commit.to_string(),
-            zone: place.name().into(),
+            zone: plan.place.name().into(),
             state: "staged".into(),
             reason: None,
             conflicts: Vec::new(),
@@ -462,10 +646,14 @@ impl Git {
                 e => e.into(),
             })?;
         self.event_in(
-            place.id,
-            &repo.dir,
+            plan.place.id,
+            &plan.repo.dir,
             "git-stage",
-            &format!("{id}: {}: {message}", count(files.len() as u64, "file")),
+            &format!(
+                "{id}: {}: {}",
+                count(files.len() as u64, "file"),
+                plan.message
+            ),
         );
         let mut staged = self.view(row, false)?;
         staged.skipped = skipped;
@@ -556,5 +744,94 @@ impl Git {
             skipped: Vec::new(),
             skipped_total: 0,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn changes(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter()
+            .map(|(p, s)| (p.to_string(), s.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_selection_takes_each_change_beneath_a_path_once_and_keeps_every_path_asked_for() {
+        let all = changes(&[
+            ("src/a.rs", "modified"),
+            ("src/b.rs", "created"),
+            ("srcx.rs", "deleted"),
+            ("README", "modified"),
+        ]);
+        let mut s = Selection::default();
+        assert!(s.add(&all, "src"));
+        assert!(s.add(&all, "src/a.rs"));
+        assert!(s.add(&all, "README"));
+        assert_eq!(
+            s.chosen,
+            changes(&[
+                ("src/a.rs", "modified"),
+                ("src/b.rs", "created"),
+                ("README", "modified")
+            ])
+        );
+        assert!(!s.add(&all, "docs"));
+        assert_eq!(s.roots, ["src", "src/a.rs", "README", "docs"]);
+        let every = Selection::all(&all);
+        assert_eq!(every.chosen, all);
+        assert_eq!(every.roots, [""]);
+    }
+
+    #[test]
+    fn a_selection_with_a_conflicted_file_is_refused_naming_only_those() {
+        let place = Place::workspace();
+        let ok = Selection::all(&changes(&[("a", "modified"), ("b", "created")]));
+        assert!(ok.refuse_conflicts(&place, "demo").is_ok());
+        let bad = Selection::all(&changes(&[
+            ("a", "conflict"),
+            ("b", "modified"),
+            ("c/d", "conflict"),
+        ]));
+        match bad.refuse_conflicts(&place, "demo") {
+            Err(StageError::Conflict { reason, paths }) => {
+                assert_eq!(paths, ["/workspace/demo/a", "/workspace/demo/c/d"]);
+                assert!(reason.contains("wardfs git resolve PATH"), "{reason}");
+            }
+            other => panic!("expected a conflict, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn nothing_to_stage_says_why_and_names_the_first_path_left_out() {
+        let none = nothing_to_stage("/workspace/demo", &[], &[], 0);
+        assert_eq!(
+            none.to_string(),
+            "nothing to stage: /workspace/demo has no changes"
+        );
+        assert_eq!(none.code(), ErrorCode::NoMatch);
+        let note = PathNote {
+            path: "/workspace/demo/\\377".into(),
+            reason: "not UTF-8".into(),
+        };
+        let staged = nothing_to_stage(
+            "/workspace/demo",
+            &changes(&[("a", "modified")]),
+            &[note],
+            3,
+        );
+        assert_eq!(
+            staged.to_string(),
+            "nothing to stage: every change is already in a staged commit (`wardfs staged \
+             list`); 3 paths left out, e.g. /workspace/demo/\\377: not UTF-8 (`wardfs git \
+             status` names them)"
+        );
+    }
+
+    #[test]
+    fn a_staged_id_is_the_first_ten_hex_digits() {
+        let oid = Oid::from_str("0123456789abcdef0123456789abcdef01234567").unwrap();
+        assert_eq!(staged_id(oid), "0123456789");
     }
 }

@@ -1,13 +1,14 @@
 //! `wardfs git`: pull a repository into the workspace, see what changed, stage it for review;
 //! `git watch` and the hook it sets up are in `git_watch`.
 
+use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use crate::cli::output::print_json;
 use crate::cli::progress::{Tick, View};
 use crate::cli::{ClientError, Ctx, Outcome};
 use crate::core::text::{self, count};
-use crate::git::{PathNote, PullResult, StagedCommit, StatusResult};
+use crate::git::{Change, PathNote, PullResult, StagedCommit, StatusResult};
 
 /// Pull a repository into the workspace, see what the agent changed, stage it for review
 #[derive(Debug, clap::Args)]
@@ -133,6 +134,7 @@ pub fn git_tick(p: &serde_json::Value) -> Tick {
     }
 }
 
+/// Runs a `wardfs git` subcommand.
 pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
     match &a.command {
         GitCommand::Pull {
@@ -140,98 +142,9 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
             branch,
             paths,
             into,
-        } => {
-            let into = ctx.vpath_opt(into.as_deref()).await?;
-            let body = json!({
-                "remote": remote, "branch": branch, "paths": paths, "into": into, "progress": true,
-            });
-            let mut view = View::new(ctx.json);
-            let r = ctx
-                .client
-                .post_progress("/v1/git/pull", &body, |p| view.update(git_tick(p)))
-                .await;
-            view.finish();
-            let r: PullResult = r?;
-            if ctx.json {
-                println!("{}", serde_json::to_string(&r).unwrap_or_default());
-                return Ok(Outcome::Ok);
-            }
-            println!(
-                "pulled {} {} at {} into {}: {} written, {} deleted, {} unchanged ({} ms)",
-                r.url,
-                r.branch,
-                &r.commit[..12],
-                text::name(&r.repo),
-                r.written,
-                r.deleted,
-                r.unchanged,
-                r.duration_ms
-            );
-            if !r.conflicts.is_empty() {
-                println!("changed both upstream and here (left as they are; merge, then `wardfs git resolve PATH`):");
-                for c in &r.conflicts {
-                    println!("  {}  ({})", text::name(&c.path), text::line(&c.reason));
-                }
-            }
-            for s in &r.skipped {
-                println!("skipped {}: {}", text::name(&s.path), text::line(&s.reason));
-            }
-            if r.skipped_total > r.skipped.len() {
-                println!(
-                    "({} more entries skipped)",
-                    r.skipped_total - r.skipped.len()
-                );
-            }
-            Ok(Outcome::Ok)
-        }
+        } => pull(ctx, remote, branch.as_deref(), paths, into.as_deref()).await,
         GitCommand::Status { path, rescan, fork } => {
-            let raw = ctx
-                .client
-                .post_raw(
-                    "/v1/git/status",
-                    &json!({
-                        "repo": ctx.vpath_opt(path.as_deref()).await?,
-                        "rescan": rescan,
-                        "fork": fork,
-                    }),
-                )
-                .await?;
-            if ctx.json {
-                print_json(&raw);
-                return Ok(Outcome::Ok);
-            }
-            let s: StatusResult = crate::cli::output::decode(&raw)?;
-            if s.repos.is_empty() {
-                println!("no repository is pulled (`wardfs git pull URL`)");
-            }
-            for r in &s.repos {
-                println!(
-                    "{} ({} {} at {})",
-                    text::name(&r.repo),
-                    text::line(&r.url),
-                    r.branch,
-                    &r.base[..12.min(r.base.len())]
-                );
-                if r.changes.is_empty() {
-                    println!("  no changes");
-                }
-                for c in &r.changes {
-                    let tag = match c.state.as_str() {
-                        "created" => "A",
-                        "modified" => "M",
-                        "deleted" => "D",
-                        _ => "C",
-                    };
-                    let note = if c.state == "conflict" {
-                        "  (changed upstream too)"
-                    } else {
-                        ""
-                    };
-                    println!("  {tag} {}{note}", text::name(&c.path));
-                }
-                left_out(&r.skipped, r.skipped_total);
-            }
-            Ok(Outcome::Ok)
+            status(ctx, path.as_deref(), *rescan, fork.as_deref()).await
         }
         GitCommand::Stage {
             files,
@@ -240,45 +153,12 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
             repo,
             fork,
         } => {
-            let raw = ctx
-                .client
-                .post_raw(
-                    "/v1/git/stage",
-                    &json!({
-                        "files": ctx.stage_paths(files).await?,
-                        "message": message,
-                        "branch": branch,
-                        "repo": ctx.vpath_opt(repo.as_deref()).await?,
-                        "fork": fork,
-                    }),
-                )
-                .await?;
-            if ctx.json {
-                print_json(&raw);
-                return Ok(Outcome::Ok);
-            }
-            let c: StagedCommit = crate::cli::output::decode(&raw)?;
-            println!(
-                "staged {}: {} (+{} -{}) for {} of {}",
-                c.id,
-                count(c.files.len() as u64, "file"),
-                c.additions,
-                c.deletions,
-                c.branch,
-                text::line(&c.url)
-            );
-            if c.zone != "workspace" {
-                println!("  from {}", text::name(&c.zone));
-            }
-            for f in &c.files {
-                println!("  {:<6} {}", f.operation, text::name(&f.path));
-            }
-            left_out(&c.skipped, c.skipped_total);
-            println!(
-                "review: wardfs staged show {id}    push: wardfs staged push {id}",
-                id = c.id
-            );
-            Ok(Outcome::Ok)
+            let to = StageTo {
+                branch: branch.as_deref(),
+                repo: repo.as_deref(),
+                fork: fork.as_deref(),
+            };
+            stage(ctx, files, message, to).await
         }
         GitCommand::Watch { path, zone, off } => {
             super::git_watch::watch(ctx, path.as_deref(), zone.as_deref(), *off).await
@@ -286,18 +166,223 @@ pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
         GitCommand::FsmonitorHook { version, token } => {
             super::git_watch::hook(ctx, version, token).await
         }
-        GitCommand::Resolve { path } => {
-            let path = ctx.vpath(path).await?;
-            let raw = ctx
-                .client
-                .post_raw("/v1/git/resolve", &json!({ "path": path }))
-                .await?;
-            if ctx.json {
-                print_json(&raw);
-            } else {
-                println!("{}: resolved; it can be staged now", text::name(&path));
-            }
-            Ok(Outcome::Ok)
+        GitCommand::Resolve { path } => resolve(ctx, path).await,
+    }
+}
+
+/// `git pull`: pulls with a progress view, then prints what the pull did.
+async fn pull(
+    ctx: &Ctx,
+    remote: &str,
+    branch: Option<&str>,
+    paths: &[String],
+    into: Option<&str>,
+) -> Result<Outcome, ClientError> {
+    let into = ctx.vpath_opt(into).await?;
+    let body = json!({
+        "remote": remote, "branch": branch, "paths": paths, "into": into, "progress": true,
+    });
+    let mut view = View::new(ctx.json);
+    let r = ctx
+        .client
+        .post_progress("/v1/git/pull", &body, |p| view.update(git_tick(p)))
+        .await;
+    view.finish();
+    let r: PullResult = r?;
+    if ctx.json {
+        println!("{}", serde_json::to_string(&r).unwrap_or_default());
+        return Ok(Outcome::Ok);
+    }
+    print_pulled(&r);
+    Ok(Outcome::Ok)
+}
+
+/// Prints a pull's result: the counts, then its conflicts and the entries it skipped.
+fn print_pulled(r: &PullResult) {
+    println!(
+        "pulled {} {} at {} into {}: {} written, {} deleted, {} unchanged ({} ms)",
+        r.url,
+        r.branch,
+        &r.commit[..12],
+        text::name(&r.repo),
+        r.written,
+        r.deleted,
+        r.unchanged,
+        r.duration_ms
+    );
+    if !r.conflicts.is_empty() {
+        println!("changed both upstream and here (left as they are; merge, then `wardfs git resolve PATH`):");
+        for c in &r.conflicts {
+            println!("  {}  ({})", text::name(&c.path), text::line(&c.reason));
         }
+    }
+    for s in &r.skipped {
+        println!("skipped {}: {}", text::name(&s.path), text::line(&s.reason));
+    }
+    if r.skipped_total > r.skipped.len() {
+        println!(
+            "({} more entries skipped)",
+            r.skipped_total - r.skipped.len()
+        );
+    }
+}
+
+/// `git status`: asks for the status of the repository holding `path` (all without one).
+async fn status(
+    ctx: &Ctx,
+    path: Option<&str>,
+    rescan: bool,
+    fork: Option<&str>,
+) -> Result<Outcome, ClientError> {
+    let body = json!({
+        "repo": ctx.vpath_opt(path).await?,
+        "rescan": rescan,
+        "fork": fork,
+    });
+    post_and_print(ctx, "/v1/git/status", &body, print_status).await
+}
+
+/// Posts `body` to `route` and prints the answer: as it came with --json, else with `print`.
+async fn post_and_print<T: DeserializeOwned>(
+    ctx: &Ctx,
+    route: &str,
+    body: &serde_json::Value,
+    print: fn(&T),
+) -> Result<Outcome, ClientError> {
+    let raw = ctx.client.post_raw(route, body).await?;
+    if ctx.json {
+        print_json(&raw);
+        return Ok(Outcome::Ok);
+    }
+    let answer: T = crate::cli::output::decode(&raw)?;
+    print(&answer);
+    Ok(Outcome::Ok)
+}
+
+/// Prints each repository's changes, one line each, and what status could not look at.
+fn print_status(s: &StatusResult) {
+    if s.repos.is_empty() {
+        println!("no repository is pulled (`wardfs git pull URL`)");
+    }
+    for r in &s.repos {
+        println!(
+            "{} ({} {} at {})",
+            text::name(&r.repo),
+            text::line(&r.url),
+            r.branch,
+            &r.base[..12.min(r.base.len())]
+        );
+        if r.changes.is_empty() {
+            println!("  no changes");
+        }
+        for c in &r.changes {
+            println!("{}", change_line(c));
+        }
+        left_out(&r.skipped, r.skipped_total);
+    }
+}
+
+/// A change as status prints it: `  A path`, `M`, `D`, or `C` with a note for a conflict.
+fn change_line(c: &Change) -> String {
+    let tag = match c.state.as_str() {
+        "created" => "A",
+        "modified" => "M",
+        "deleted" => "D",
+        _ => "C",
+    };
+    let note = if c.state == "conflict" {
+        "  (changed upstream too)"
+    } else {
+        ""
+    };
+    format!("  {tag} {}{note}", text::name(&c.path))
+}
+
+/// Where `git stage` puts the commit and what it reads: its options besides files and message.
+struct StageTo<'a> {
+    branch: Option<&'a str>,
+    repo: Option<&'a str>,
+    fork: Option<&'a str>,
+}
+
+/// `git stage`: stages `files` (every change without them) as a commit with `message`.
+async fn stage(
+    ctx: &Ctx,
+    files: &[String],
+    message: &str,
+    to: StageTo<'_>,
+) -> Result<Outcome, ClientError> {
+    let body = json!({
+        "files": ctx.stage_paths(files).await?,
+        "message": message,
+        "branch": to.branch,
+        "repo": ctx.vpath_opt(to.repo).await?,
+        "fork": to.fork,
+    });
+    post_and_print(ctx, "/v1/git/stage", &body, print_staged).await
+}
+
+/// Prints a staged commit: its counts, zone and files, what it left out, and what to do next.
+fn print_staged(c: &StagedCommit) {
+    println!(
+        "staged {}: {} (+{} -{}) for {} of {}",
+        c.id,
+        count(c.files.len() as u64, "file"),
+        c.additions,
+        c.deletions,
+        c.branch,
+        text::line(&c.url)
+    );
+    if c.zone != "workspace" {
+        println!("  from {}", text::name(&c.zone));
+    }
+    for f in &c.files {
+        println!("  {:<6} {}", f.operation, text::name(&f.path));
+    }
+    left_out(&c.skipped, c.skipped_total);
+    println!(
+        "review: wardfs staged show {id}    push: wardfs staged push {id}",
+        id = c.id
+    );
+}
+
+/// `git resolve`: marks a conflicted file as merged.
+async fn resolve(ctx: &Ctx, path: &str) -> Result<Outcome, ClientError> {
+    let path = ctx.vpath(path).await?;
+    let raw = ctx
+        .client
+        .post_raw("/v1/git/resolve", &json!({ "path": path }))
+        .await?;
+    if ctx.json {
+        print_json(&raw);
+    } else {
+        println!("{}: resolved; it can be staged now", text::name(&path));
+    }
+    Ok(Outcome::Ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn change(path: &str, state: &str) -> Change {
+        Change {
+            path: path.into(),
+            state: state.into(),
+        }
+    }
+
+    #[test]
+    fn a_change_prints_as_its_tag_and_escaped_path() {
+        for (state, line) in [
+            ("created", "  A /workspace/r/x"),
+            ("modified", "  M /workspace/r/x"),
+            ("deleted", "  D /workspace/r/x"),
+            ("conflict", "  C /workspace/r/x  (changed upstream too)"),
+        ] {
+            assert_eq!(change_line(&change("/workspace/r/x", state)), line);
+        }
+        let odd = change_line(&change("/workspace/r/e\nf", "modified"));
+        assert!(!odd.contains('\n') && odd.contains("\\n"), "{odd:?}");
     }
 }
