@@ -603,6 +603,15 @@ fn minutes(key: &str, value: Option<f64>, default: f64) -> Result<Duration, (Str
     Ok(Duration::from_millis((m * 60_000.0).round() as u64))
 }
 
+/// Refuses the first of `keys` (a field, and whether it is set) that is set, with `rule`: a key
+/// written where it does not belong.
+fn first_set(keys: &[(&'static str, bool)], rule: String) -> Result<(), (&'static str, String)> {
+    match keys.iter().find(|(_, set)| *set) {
+        Some((field, _)) => Err((*field, rule)),
+        None => Ok(()),
+    }
+}
+
 /// One sandbox, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SandboxSettings {
@@ -629,47 +638,87 @@ pub struct SandboxSettings {
 }
 
 impl SandboxSettings {
-    /// Validates one sandbox definition; `key` is how errors name it (`sandboxes.dev`).
+    /// Validates one sandbox definition; `key` is how errors name it (`sandboxes.dev`). The
+    /// keys are checked in this order, and the first rule broken is the error: the name, the
+    /// provider and the keys of the other kind of provider, the URL, the token, the root, the
+    /// idle time, a provisioned sandbox's own keys, the retries and the timeout.
     pub fn validate(
         name: &str,
         s: &SandboxSection,
         key: &str,
     ) -> Result<SandboxSettings, (String, String)> {
-        let bad = |field: &str, rule: String| Err((format!("{key}.{field}"), rule));
+        let at = |(field, rule): (&str, String)| (format!("{key}.{field}"), rule);
         if let Err(rule) = check_sandbox_name(name) {
             return Err((key.to_string(), rule));
         }
-        let provisioned = match s.provider.as_str() {
-            PROVIDER_SANDBOX_AGENT => false,
-            PROVIDER_LOCAL | PROVIDER_DAYTONA => true,
-            other => {
-                return bad(
-                    "provider",
-                    format!(
-                        "{other:?} is not a known provider (known: {PROVIDER_SANDBOX_AGENT}, {PROVIDER_LOCAL}, {PROVIDER_DAYTONA})"
-                    ),
-                )
-            }
-        };
+        let provisioned = Self::is_provisioned(&s.provider).map_err(at)?;
         let url = if provisioned {
-            for (field, present) in [
+            Self::no_agent_keys(s).map_err(at)?;
+            String::new()
+        } else {
+            Self::no_provision_keys(s).map_err(at)?;
+            Self::agent_url(s).map_err(at)?
+        };
+        Self::check_token_env(s).map_err(at)?;
+        let root = Self::root(s).map_err(at)?;
+        let mut idle_ttl = Self::idle_ttl(s).map_err(at)?;
+        let provision = if provisioned {
+            let p = Self::provision(s, key, &root)?;
+            idle_ttl = p.idle_pause;
+            Some(Box::new(p))
+        } else {
+            None
+        };
+        let (retries, retry_backoff, request_timeout) = Self::retry_limits(s).map_err(at)?;
+        Ok(SandboxSettings {
+            name: name.to_string(),
+            provider: s.provider.clone(),
+            url,
+            token_env: s.token_env.clone(),
+            root,
+            mode: s.mode,
+            idle_ttl,
+            retries,
+            retry_backoff,
+            request_timeout,
+            provision,
+        })
+    }
+
+    /// Whether `provider` makes its sandboxes itself (`local`, `daytona`) rather than reaching
+    /// one someone else started (`sandbox-agent`).
+    fn is_provisioned(provider: &str) -> Result<bool, (&'static str, String)> {
+        match provider {
+            PROVIDER_SANDBOX_AGENT => Ok(false),
+            PROVIDER_LOCAL | PROVIDER_DAYTONA => Ok(true),
+            other => Err((
+                "provider",
+                format!(
+                    "{other:?} is not a known provider (known: {PROVIDER_SANDBOX_AGENT}, {PROVIDER_LOCAL}, {PROVIDER_DAYTONA})"
+                ),
+            )),
+        }
+    }
+
+    /// Refuses the keys of a `sandbox-agent` sandbox in a provisioned one.
+    fn no_agent_keys(s: &SandboxSection) -> Result<(), (&'static str, String)> {
+        first_set(
+            &[
                 ("url", s.url.is_some()),
                 ("token_env", s.token_env.is_some()),
                 ("idle_ttl_minutes", s.idle_ttl_minutes.is_some()),
-            ] {
-                if present {
-                    return bad(
-                        field,
-                        format!(
-                            "is for provider = \"{PROVIDER_SANDBOX_AGENT}\"; a {} sandbox gets its URL and token from its provider (idle time: idle_pause_minutes)",
-                            s.provider
-                        ),
-                    );
-                }
-            }
-            String::new()
-        } else {
-            for (field, present) in [
+            ],
+            format!(
+                "is for provider = \"{PROVIDER_SANDBOX_AGENT}\"; a {} sandbox gets its URL and token from its provider (idle time: idle_pause_minutes)",
+                s.provider
+            ),
+        )
+    }
+
+    /// Refuses the keys of a provisioned sandbox in a `sandbox-agent` one.
+    fn no_provision_keys(s: &SandboxSection) -> Result<(), (&'static str, String)> {
+        first_set(
+            &[
                 ("snapshot", s.snapshot.is_some()),
                 ("snapshot_base", s.snapshot_base.is_some()),
                 ("snapshot_setup", s.snapshot_setup.is_some()),
@@ -681,45 +730,54 @@ impl SandboxSettings {
                 ("agent_bin", s.agent_bin.is_some()),
                 ("api_url", s.api_url.is_some()),
                 ("api_key_env", s.api_key_env.is_some()),
-            ] {
-                if present {
-                    return bad(
-                        field,
-                        format!(
-                            "is for a sandbox wardfs makes itself (provider = \"{PROVIDER_LOCAL}\" or \"{PROVIDER_DAYTONA}\"), not for provider = \"{PROVIDER_SANDBOX_AGENT}\""
-                        ),
-                    );
-                }
-            }
-            let Some(raw) = &s.url else {
-                return bad(
-                    "url",
-                    format!("is required with provider = \"{PROVIDER_SANDBOX_AGENT}\""),
-                );
-            };
-            let url = raw.trim_end_matches('/');
-            let host = url
-                .strip_prefix("http://")
-                .or_else(|| url.strip_prefix("https://"))
-                .unwrap_or("");
-            if host.is_empty() || host.starts_with('/') {
-                return bad(
-                    "url",
-                    format!("{raw:?} must be an http(s):// URL with a host"),
-                );
-            }
-            url.to_string()
+            ],
+            format!(
+                "is for a sandbox wardfs makes itself (provider = \"{PROVIDER_LOCAL}\" or \"{PROVIDER_DAYTONA}\"), not for provider = \"{PROVIDER_SANDBOX_AGENT}\""
+            ),
+        )
+    }
+
+    /// The `url` of a `sandbox-agent` sandbox (required): http(s) with a host, without a
+    /// trailing `/`.
+    fn agent_url(s: &SandboxSection) -> Result<String, (&'static str, String)> {
+        let Some(raw) = &s.url else {
+            return Err((
+                "url",
+                format!("is required with provider = \"{PROVIDER_SANDBOX_AGENT}\""),
+            ));
         };
+        let url = raw.trim_end_matches('/');
+        let host = url
+            .strip_prefix("http://")
+            .or_else(|| url.strip_prefix("https://"))
+            .unwrap_or("");
+        if host.is_empty() || host.starts_with('/') {
+            return Err((
+                "url",
+                format!("{raw:?} must be an http(s):// URL with a host"),
+            ));
+        }
+        Ok(url.to_string())
+    }
+
+    /// Checks that `token_env`, when set, is the name of a variable.
+    fn check_token_env(s: &SandboxSection) -> Result<(), (&'static str, String)> {
         if let Some(var) = &s.token_env {
             if !is_env_name(var) {
                 // Never echo the value: it may be a token pasted where its variable's name belongs.
-                return bad(
+                return Err((
                     "token_env",
                     "must be the NAME of an environment variable (letters, digits, _), not a token"
                         .into(),
-                );
+                ));
             }
         }
+        Ok(())
+    }
+
+    /// `root` (default [`DEFAULT_SANDBOX_ROOT`]): absolute, without `.` or `..`, without a
+    /// trailing `/`.
+    fn root(s: &SandboxSection) -> Result<String, (&'static str, String)> {
         let root = s
             .root
             .clone()
@@ -728,62 +786,57 @@ impl SandboxSettings {
             || root.contains('\0')
             || root.split('/').any(|c| c == "." || c == "..")
         {
-            return bad(
+            return Err((
                 "root",
                 format!("{root:?} must be an absolute path without `.` or `..`"),
-            );
+            ));
         }
-        let root = if root.len() > 1 {
+        Ok(if root.len() > 1 {
             root.trim_end_matches('/').to_string()
         } else {
             root
-        };
+        })
+    }
+
+    /// `idle_ttl_minutes` (default 30, at most a week; 0 never detaches).
+    fn idle_ttl(s: &SandboxSection) -> Result<Duration, (&'static str, String)> {
         let ttl = s.idle_ttl_minutes.unwrap_or(30);
         if ttl > 10_080 {
-            return bad(
+            return Err((
                 "idle_ttl_minutes",
                 format!("{ttl} must be at most 10080 (a week); 0 never detaches"),
-            );
+            ));
         }
-        let mut idle_ttl = Duration::from_secs(ttl * 60);
-        let provision = if provisioned {
-            let p = Self::provision(s, key, &root)?;
-            idle_ttl = p.idle_pause;
-            Some(Box::new(p))
-        } else {
-            None
-        };
+        Ok(Duration::from_secs(ttl * 60))
+    }
+
+    /// `retries`, `retry_backoff_ms` and `request_timeout_secs`, with their defaults.
+    fn retry_limits(
+        s: &SandboxSection,
+    ) -> Result<(u32, Duration, Duration), (&'static str, String)> {
         let retries = s.retries.unwrap_or(3);
         if retries > 20 {
-            return bad("retries", format!("{retries} must be at most 20"));
+            return Err(("retries", format!("{retries} must be at most 20")));
         }
         let backoff = s.retry_backoff_ms.unwrap_or(500);
         if backoff == 0 || backoff > 60_000 {
-            return bad(
+            return Err((
                 "retry_backoff_ms",
                 format!("{backoff} must be between 1 and 60000"),
-            );
+            ));
         }
         let timeout = s.request_timeout_secs.unwrap_or(30);
         if timeout == 0 || timeout > 3600 {
-            return bad(
+            return Err((
                 "request_timeout_secs",
                 format!("{timeout} must be between 1 and 3600"),
-            );
+            ));
         }
-        Ok(SandboxSettings {
-            name: name.to_string(),
-            provider: s.provider.clone(),
-            url,
-            token_env: s.token_env.clone(),
-            root,
-            mode: s.mode,
-            idle_ttl,
+        Ok((
             retries,
-            retry_backoff: Duration::from_millis(backoff),
-            request_timeout: Duration::from_secs(timeout),
-            provision,
-        })
+            Duration::from_millis(backoff),
+            Duration::from_secs(timeout),
+        ))
     }
 
     /// Validates the keys of a provisioned sandbox (`provider = "local"` or `"daytona"`).
@@ -1216,301 +1269,34 @@ fn connections(api: &ApiSection) -> Result<Connections, (&'static str, String)> 
     })
 }
 
+/// Turns a parsed config file into [`Settings`]. The sections are checked in this order, and
+/// the first rule broken is the error: the zones' local directories, the limits (with the API's
+/// connection bounds), the daemon's own paths, the sandboxes, the zones served from them, git
+/// and the journal.
 fn resolve(
     file: ConfigFile,
     origin: &str,
     base: &Path,
     source: Option<PathBuf>,
 ) -> Result<Settings, ConfigError> {
-    let bad = |key: &str, rule: String| ConfigError::Invalid {
-        origin: origin.to_string(),
-        key: key.to_string(),
-        rule,
-        at: None,
-    };
-    let abs = |key: &str, p: &Path| -> Result<PathBuf, ConfigError> {
-        if p.as_os_str().is_empty() {
-            return Err(bad(key, "must not be empty".into()));
-        }
-        Ok(base.join(expand_home(p)))
-    };
-
+    let r = Resolver { origin, base };
     let z = &file.zones;
-    let forbid = |key: &str, present: bool, mode: &str| -> Result<(), ConfigError> {
-        if present {
-            Err(bad(
-                key,
-                format!("is not used in {mode} mode; remove it or change zones.mode"),
-            ))
-        } else {
-            Ok(())
-        }
-    };
-    let (cache, workspace, default_mount_root) = match z.mode {
-        ZoneMode::Sandboxed => {
-            forbid("zones.dir", z.dir.is_some(), "sandboxed")?;
-            forbid("zones.cache_subdir", z.cache_subdir.is_some(), "sandboxed")?;
-            forbid("zones.cache.dir", z.cache.dir.is_some(), "sandboxed")?;
-            forbid(
-                "zones.workspace.dir",
-                z.workspace.dir.is_some(),
-                "sandboxed",
-            )?;
-            let root = abs(
-                "zones.root",
-                z.root.as_deref().unwrap_or(Path::new(".wardfs")),
-            )?;
-            (
-                Backing::Dir {
-                    path: root.join("cache"),
-                    create: true,
-                },
-                Backing::Dir {
-                    path: root.join("workspace"),
-                    create: true,
-                },
-                Some(root),
-            )
-        }
-        ZoneMode::Direct => {
-            forbid("zones.root", z.root.is_some(), "direct")?;
-            forbid("zones.dir", z.dir.is_some(), "direct")?;
-            forbid("zones.cache_subdir", z.cache_subdir.is_some(), "direct")?;
-            let dir = |key: &str, d: &Option<PathBuf>| -> Result<Backing, ConfigError> {
-                let d = d.as_deref().ok_or_else(|| {
-                    bad(
-                        key,
-                        "is required in direct mode (or name a sandbox to serve the zone from)"
-                            .into(),
-                    )
-                })?;
-                Ok(Backing::Dir {
-                    path: abs(key, d)?,
-                    create: false,
-                })
-            };
-            let remote = || Backing::Disabled("served from a sandbox".into());
-            (
-                match &z.cache.sandbox {
-                    Some(_) if z.cache.dir.is_none() => remote(),
-                    _ => dir("zones.cache.dir", &z.cache.dir)?,
-                },
-                match &z.workspace.sandbox {
-                    Some(_) if z.workspace.dir.is_none() => remote(),
-                    _ => dir("zones.workspace.dir", &z.workspace.dir)?,
-                },
-                None,
-            )
-        }
-        ZoneMode::Single => {
-            forbid("zones.root", z.root.is_some(), "single")?;
-            forbid("zones.cache.dir", z.cache.dir.is_some(), "single")?;
-            forbid("zones.workspace.dir", z.workspace.dir.is_some(), "single")?;
-            let dir = z
-                .dir
-                .as_deref()
-                .ok_or_else(|| bad("zones.dir", "is required in single mode".into()))?;
-            let dir = abs("zones.dir", dir)?;
-            let cache = match &z.cache_subdir {
-                None => Backing::Disabled(
-                    "single mode without zones.cache_subdir serves no /cache".into(),
-                ),
-                Some(sub) => {
-                    let p = Path::new(sub);
-                    let plain = !sub.is_empty()
-                        && p.components()
-                            .all(|c| matches!(c, std::path::Component::Normal(_)));
-                    if !plain {
-                        return Err(bad(
-                            "zones.cache_subdir",
-                            format!(
-                                "{sub:?} must be a relative path inside zones.dir without `..`"
-                            ),
-                        ));
-                    }
-                    Backing::Dir {
-                        path: dir.join(p),
-                        create: true,
-                    }
-                }
-            };
-            (
-                cache,
-                Backing::Dir {
-                    path: dir,
-                    create: false,
-                },
-                None,
-            )
-        }
-    };
-
+    let LocalBackings {
+        cache,
+        workspace,
+        mount_root,
+    } = r.local_backings(z)?;
     let l = file.limits;
-    if l.max_read_bytes == 0 || l.max_read_bytes > 1 << 30 {
-        return Err(bad(
-            "limits.max_read_bytes",
-            format!("{} must be between 1 and 1073741824", l.max_read_bytes),
-        ));
-    }
-    if l.max_write_bytes == 0 || l.max_write_bytes > 16 << 30 {
-        return Err(bad(
-            "limits.max_write_bytes",
-            format!("{} must be between 1 and 17179869184", l.max_write_bytes),
-        ));
-    }
-    for (key, v) in [
-        ("limits.grep_max_results", l.grep_max_results),
-        ("limits.glob_max_results", l.glob_max_results),
-        ("limits.sandbox_walk_entries", l.sandbox_walk_entries),
-    ] {
-        if v == 0 || v > 10_000_000 {
-            return Err(bad(key, format!("{v} must be between 1 and 10000000")));
-        }
-    }
-    for (key, v, min) in [
-        (
-            "limits.sandbox_answer_bytes",
-            l.sandbox_answer_bytes,
-            64 << 10,
-        ),
-        (
-            "limits.sandbox_listing_bytes",
-            l.sandbox_listing_bytes,
-            64 << 10,
-        ),
-        ("limits.sandbox_file_bytes", l.sandbox_file_bytes, 1),
-        ("limits.git_blob_bytes", l.git_blob_bytes, 1),
-    ] {
-        if v < min {
-            return Err(bad(key, format!("{v} must be at least {min}")));
-        }
-    }
-
-    if l.body_memory_bytes < 1 << 20 {
-        return Err(bad(
-            "limits.body_memory_bytes",
-            format!("{} must be at least 1048576 (1 MiB)", l.body_memory_bytes),
-        ));
-    }
-    if !(1..=3600).contains(&l.body_memory_wait_secs) {
-        return Err(bad(
-            "limits.body_memory_wait_secs",
-            format!("{} must be between 1 and 3600", l.body_memory_wait_secs),
-        ));
-    }
-    let connections = connections(&file.api).map_err(|(key, rule)| bad(key, rule))?;
-    if !(256..=1 << 24).contains(&l.open_files) {
-        return Err(bad(
-            "limits.open_files",
-            format!("{} must be between 256 and 16777216", l.open_files),
-        ));
-    }
-
-    let runtime = runtime_dir();
-    let state_dir = match &file.state_dir {
-        Some(p) => abs("state_dir", p)?,
-        None => default_state_dir(),
-    };
-    let socket = match &file.socket {
-        Some(p) => abs("socket", p)?,
-        None => runtime.join("wardfs").join("wardfs.sock"),
-    };
-    let mount = match (&file.mount, default_mount_root) {
-        (Some(p), _) => abs("mount", p)?,
-        (None, Some(root)) => root.join("mnt"),
-        (None, None) => runtime.join("wardfs").join("mnt"),
-    };
-    let mut sandboxes = Vec::with_capacity(file.sandboxes.len());
-    for (name, section) in &file.sandboxes {
-        let s = SandboxSettings::validate(name, section, &format!("sandboxes.{name}"))
-            .map_err(|(key, rule)| bad(&key, rule))?;
-        sandboxes.push(s);
-    }
-    let cache =
-        remote_backing("cache", &z.cache, cache, &sandboxes).map_err(|(k, r)| bad(&k, r))?;
-    let workspace = remote_backing("workspace", &z.workspace, workspace, &sandboxes)
-        .map_err(|(k, r)| bad(&k, r))?;
+    let connections = check_limits(&l, &file.api).map_err(|(key, rule)| r.bad(key, rule))?;
+    let (state_dir, socket, mount) = r.daemon_paths(&file, mount_root)?;
+    let sandboxes = r.sandboxes(&file.sandboxes)?;
     let zones = vec![
-        ZoneSettings {
-            id: ZoneId::Cache,
-            backing: cache,
-            read_only: z.cache.read_only,
-            allow_hardlinks: z.cache.allow_hardlinks,
-            io: z.cache.io.unwrap_or_default(),
-        },
-        ZoneSettings {
-            id: ZoneId::Workspace,
-            backing: workspace,
-            read_only: z.workspace.read_only,
-            allow_hardlinks: z.workspace.allow_hardlinks,
-            io: z.workspace.io.unwrap_or_default(),
-        },
+        r.zone(ZoneId::Cache, &z.cache, cache, &sandboxes)?,
+        r.zone(ZoneId::Workspace, &z.workspace, workspace, &sandboxes)?,
     ];
-    let mut git = file.git;
-    if let Some(name) = &git.token_env {
-        if !is_env_name(name) {
-            // Never echo the value: it may be a token pasted where its variable's name belongs.
-            return Err(bad(
-                "git.token_env",
-                "must be the NAME of an environment variable (letters, digits, _), not a token"
-                    .into(),
-            ));
-        }
-    }
-    for (key, list) in [
-        ("git.token_hosts", &git.token_hosts),
-        ("git.http_hosts", &git.http_hosts),
-        ("api.sandbox_http_hosts", &file.api.sandbox_http_hosts),
-    ] {
-        for h in list {
-            check_host_entry(h).map_err(|rule| bad(key, rule))?;
-        }
-    }
-    for name in &file.api.sandbox_token_envs {
-        if !is_env_name(name) {
-            // Never echo the value: it may be a token pasted where its variable's name belongs.
-            return Err(bad(
-                "api.sandbox_token_envs",
-                "must list NAMES of environment variables (letters, digits, _), not tokens".into(),
-            ));
-        }
-    }
-    for (key, v) in [
-        ("git.github_url", &git.github_url),
-        ("git.github_api", &git.github_api),
-    ] {
-        let Some(end) = Endpoint::parse(v).filter(|e| e.is_http_or_https()) else {
-            return Err(bad(
-                key,
-                format!("{v:?} must be an http(s):// URL with a host"),
-            ));
-        };
-        if !end.plain_http_allowed(&git.http_hosts) {
-            return Err(bad(key, end.plain_http_rule("git.http_hosts")));
-        }
-    }
-    if git.author_name.trim().is_empty() {
-        return Err(bad("git.author_name", "must not be empty".into()));
-    }
-    if !git.author_email.contains('@') {
-        return Err(bad(
-            "git.author_email",
-            format!("{:?} must be an email address", git.author_email),
-        ));
-    }
-    if git.max_diff_bytes == 0 {
-        return Err(bad("git.max_diff_bytes", "must be at least 1".into()));
-    }
-    if let Some(k) = &git.ssh_key {
-        git.ssh_key = Some(abs("git.ssh_key", k)?);
-    }
-    git.local_remotes = git
-        .local_remotes
-        .iter()
-        .map(|d| abs("git.local_remotes", d))
-        .collect::<Result<_, _>>()?;
+    let git = r.git(file.git, &file.api)?;
     if file.journal.keep_days > 36_500 {
-        return Err(bad(
+        return Err(r.bad(
             "journal.keep_days",
             format!(
                 "{} must be at most 36500 (100 years); 0 keeps rows forever",
@@ -1538,6 +1324,354 @@ fn resolve(
         forks: file.forks,
         sandboxes,
     })
+}
+
+/// What [`resolve`] turns keys into settings or errors with: where the config came from (for
+/// its errors) and the directory its relative paths resolve against.
+struct Resolver<'a> {
+    origin: &'a str,
+    base: &'a Path,
+}
+
+/// The zones' local directories as `zones.mode` lays them out (before a zone naming a sandbox
+/// is served from it).
+#[derive(Debug)]
+struct LocalBackings {
+    cache: Backing,
+    workspace: Backing,
+    /// Sandboxed mode's `zones.root`: the mount goes beneath it unless `mount` is set.
+    mount_root: Option<PathBuf>,
+}
+
+impl Resolver<'_> {
+    /// The error of `key` breaking `rule`.
+    fn bad(&self, key: &str, rule: String) -> ConfigError {
+        ConfigError::Invalid {
+            origin: self.origin.to_string(),
+            key: key.to_string(),
+            rule,
+            at: None,
+        }
+    }
+
+    /// The path `p` (the value of `key`) with `~` expanded, resolved against the config's directory.
+    fn abs(&self, key: &str, p: &Path) -> Result<PathBuf, ConfigError> {
+        if p.as_os_str().is_empty() {
+            return Err(self.bad(key, "must not be empty".into()));
+        }
+        Ok(self.base.join(expand_home(p)))
+    }
+
+    /// Refuses `key` when it is set (`present`) in a `zones.mode` (`mode`) that does not use it.
+    fn forbid(&self, key: &str, present: bool, mode: &str) -> Result<(), ConfigError> {
+        if present {
+            Err(self.bad(
+                key,
+                format!("is not used in {mode} mode; remove it or change zones.mode"),
+            ))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Lays out the zones' local directories as `zones.mode` says.
+    fn local_backings(&self, z: &ZonesSection) -> Result<LocalBackings, ConfigError> {
+        match z.mode {
+            ZoneMode::Sandboxed => self.sandboxed(z),
+            ZoneMode::Direct => self.direct(z),
+            ZoneMode::Single => self.single(z),
+        }
+    }
+
+    /// Sandboxed mode: both zones beneath `zones.root` (default `.wardfs`), made at start.
+    fn sandboxed(&self, z: &ZonesSection) -> Result<LocalBackings, ConfigError> {
+        self.forbid("zones.dir", z.dir.is_some(), "sandboxed")?;
+        self.forbid("zones.cache_subdir", z.cache_subdir.is_some(), "sandboxed")?;
+        self.forbid("zones.cache.dir", z.cache.dir.is_some(), "sandboxed")?;
+        self.forbid(
+            "zones.workspace.dir",
+            z.workspace.dir.is_some(),
+            "sandboxed",
+        )?;
+        let root = self.abs(
+            "zones.root",
+            z.root.as_deref().unwrap_or(Path::new(".wardfs")),
+        )?;
+        Ok(LocalBackings {
+            cache: Backing::Dir {
+                path: root.join("cache"),
+                create: true,
+            },
+            workspace: Backing::Dir {
+                path: root.join("workspace"),
+                create: true,
+            },
+            mount_root: Some(root),
+        })
+    }
+
+    /// Direct mode: each zone is an existing directory of its own (`zones.<zone>.dir`), unless
+    /// it is served from a sandbox.
+    fn direct(&self, z: &ZonesSection) -> Result<LocalBackings, ConfigError> {
+        self.forbid("zones.root", z.root.is_some(), "direct")?;
+        self.forbid("zones.dir", z.dir.is_some(), "direct")?;
+        self.forbid("zones.cache_subdir", z.cache_subdir.is_some(), "direct")?;
+        let dir = |key: &str, section: &ZoneSection| -> Result<Backing, ConfigError> {
+            if section.sandbox.is_some() && section.dir.is_none() {
+                return Ok(Backing::Disabled("served from a sandbox".into()));
+            }
+            let d = section.dir.as_deref().ok_or_else(|| {
+                self.bad(
+                    key,
+                    "is required in direct mode (or name a sandbox to serve the zone from)".into(),
+                )
+            })?;
+            Ok(Backing::Dir {
+                path: self.abs(key, d)?,
+                create: false,
+            })
+        };
+        Ok(LocalBackings {
+            cache: dir("zones.cache.dir", &z.cache)?,
+            workspace: dir("zones.workspace.dir", &z.workspace)?,
+            mount_root: None,
+        })
+    }
+
+    /// Single mode: the workspace is `zones.dir`; the cache is its `zones.cache_subdir`, or
+    /// there is none.
+    fn single(&self, z: &ZonesSection) -> Result<LocalBackings, ConfigError> {
+        self.forbid("zones.root", z.root.is_some(), "single")?;
+        self.forbid("zones.cache.dir", z.cache.dir.is_some(), "single")?;
+        self.forbid("zones.workspace.dir", z.workspace.dir.is_some(), "single")?;
+        let dir = z
+            .dir
+            .as_deref()
+            .ok_or_else(|| self.bad("zones.dir", "is required in single mode".into()))?;
+        let dir = self.abs("zones.dir", dir)?;
+        let cache = match &z.cache_subdir {
+            None => {
+                Backing::Disabled("single mode without zones.cache_subdir serves no /cache".into())
+            }
+            Some(sub) => {
+                let p = Path::new(sub);
+                let plain = !sub.is_empty()
+                    && p.components()
+                        .all(|c| matches!(c, std::path::Component::Normal(_)));
+                if !plain {
+                    return Err(self.bad(
+                        "zones.cache_subdir",
+                        format!("{sub:?} must be a relative path inside zones.dir without `..`"),
+                    ));
+                }
+                Backing::Dir {
+                    path: dir.join(p),
+                    create: true,
+                }
+            }
+        };
+        Ok(LocalBackings {
+            cache,
+            workspace: Backing::Dir {
+                path: dir,
+                create: false,
+            },
+            mount_root: None,
+        })
+    }
+
+    /// The daemon's `state_dir`, `socket` and `mount`, each defaulted when not set (`mount`
+    /// beneath `mount_root` when there is one).
+    fn daemon_paths(
+        &self,
+        file: &ConfigFile,
+        mount_root: Option<PathBuf>,
+    ) -> Result<(PathBuf, PathBuf, PathBuf), ConfigError> {
+        let runtime = runtime_dir();
+        let state_dir = match &file.state_dir {
+            Some(p) => self.abs("state_dir", p)?,
+            None => default_state_dir(),
+        };
+        let socket = match &file.socket {
+            Some(p) => self.abs("socket", p)?,
+            None => runtime.join("wardfs").join("wardfs.sock"),
+        };
+        let mount = match (&file.mount, mount_root) {
+            (Some(p), _) => self.abs("mount", p)?,
+            (None, Some(root)) => root.join("mnt"),
+            (None, None) => runtime.join("wardfs").join("mnt"),
+        };
+        Ok((state_dir, socket, mount))
+    }
+
+    /// Validates each `[sandboxes.<name>]`, in name order.
+    fn sandboxes(
+        &self,
+        sections: &BTreeMap<String, SandboxSection>,
+    ) -> Result<Vec<SandboxSettings>, ConfigError> {
+        let mut sandboxes = Vec::with_capacity(sections.len());
+        for (name, section) in sections {
+            let s = SandboxSettings::validate(name, section, &format!("sandboxes.{name}"))
+                .map_err(|(key, rule)| self.bad(&key, rule))?;
+            sandboxes.push(s);
+        }
+        Ok(sandboxes)
+    }
+
+    /// Zone `id` as `section` (`zones.<zone>`) sets it: served from its `local` directory, or
+    /// from the sandbox it names.
+    fn zone(
+        &self,
+        id: ZoneId,
+        section: &ZoneSection,
+        local: Backing,
+        sandboxes: &[SandboxSettings],
+    ) -> Result<ZoneSettings, ConfigError> {
+        let backing = remote_backing(id.name(), section, local, sandboxes)
+            .map_err(|(k, r)| self.bad(&k, r))?;
+        Ok(ZoneSettings {
+            id,
+            backing,
+            read_only: section.read_only,
+            allow_hardlinks: section.allow_hardlinks,
+            io: section.io.unwrap_or_default(),
+        })
+    }
+
+    /// Checks `[git]` (with the host and token lists of `[api]`) and resolves its paths.
+    fn git(&self, mut git: GitSection, api: &ApiSection) -> Result<GitSection, ConfigError> {
+        check_git(&git, api).map_err(|(key, rule)| self.bad(key, rule))?;
+        if let Some(k) = &git.ssh_key {
+            git.ssh_key = Some(self.abs("git.ssh_key", k)?);
+        }
+        git.local_remotes = git
+            .local_remotes
+            .iter()
+            .map(|d| self.abs("git.local_remotes", d))
+            .collect::<Result<_, _>>()?;
+        Ok(git)
+    }
+}
+
+/// Checks `[limits]`, and reads the connection bounds of `[api]` (checked between
+/// `limits.body_memory_wait_secs` and `limits.open_files`: the order errors are reported in).
+fn check_limits(l: &Limits, api: &ApiSection) -> Result<Connections, (&'static str, String)> {
+    if l.max_read_bytes == 0 || l.max_read_bytes > 1 << 30 {
+        return Err((
+            "limits.max_read_bytes",
+            format!("{} must be between 1 and 1073741824", l.max_read_bytes),
+        ));
+    }
+    if l.max_write_bytes == 0 || l.max_write_bytes > 16 << 30 {
+        return Err((
+            "limits.max_write_bytes",
+            format!("{} must be between 1 and 17179869184", l.max_write_bytes),
+        ));
+    }
+    for (key, v) in [
+        ("limits.grep_max_results", l.grep_max_results),
+        ("limits.glob_max_results", l.glob_max_results),
+        ("limits.sandbox_walk_entries", l.sandbox_walk_entries),
+    ] {
+        if v == 0 || v > 10_000_000 {
+            return Err((key, format!("{v} must be between 1 and 10000000")));
+        }
+    }
+    for (key, v, min) in [
+        (
+            "limits.sandbox_answer_bytes",
+            l.sandbox_answer_bytes,
+            64 << 10,
+        ),
+        (
+            "limits.sandbox_listing_bytes",
+            l.sandbox_listing_bytes,
+            64 << 10,
+        ),
+        ("limits.sandbox_file_bytes", l.sandbox_file_bytes, 1),
+        ("limits.git_blob_bytes", l.git_blob_bytes, 1),
+    ] {
+        if v < min {
+            return Err((key, format!("{v} must be at least {min}")));
+        }
+    }
+    if l.body_memory_bytes < 1 << 20 {
+        return Err((
+            "limits.body_memory_bytes",
+            format!("{} must be at least 1048576 (1 MiB)", l.body_memory_bytes),
+        ));
+    }
+    if !(1..=3600).contains(&l.body_memory_wait_secs) {
+        return Err((
+            "limits.body_memory_wait_secs",
+            format!("{} must be between 1 and 3600", l.body_memory_wait_secs),
+        ));
+    }
+    let connections = connections(api)?;
+    if !(256..=1 << 24).contains(&l.open_files) {
+        return Err((
+            "limits.open_files",
+            format!("{} must be between 256 and 16777216", l.open_files),
+        ));
+    }
+    Ok(connections)
+}
+
+/// Checks the values of `[git]` and the host and token lists of `[api]` (their paths are
+/// resolved by [`Resolver::git`]).
+fn check_git(git: &GitSection, api: &ApiSection) -> Result<(), (&'static str, String)> {
+    if let Some(name) = &git.token_env {
+        if !is_env_name(name) {
+            // Never echo the value: it may be a token pasted where its variable's name belongs.
+            return Err((
+                "git.token_env",
+                "must be the NAME of an environment variable (letters, digits, _), not a token"
+                    .into(),
+            ));
+        }
+    }
+    for (key, list) in [
+        ("git.token_hosts", &git.token_hosts),
+        ("git.http_hosts", &git.http_hosts),
+        ("api.sandbox_http_hosts", &api.sandbox_http_hosts),
+    ] {
+        for h in list {
+            check_host_entry(h).map_err(|rule| (key, rule))?;
+        }
+    }
+    for name in &api.sandbox_token_envs {
+        if !is_env_name(name) {
+            // Never echo the value: it may be a token pasted where its variable's name belongs.
+            return Err((
+                "api.sandbox_token_envs",
+                "must list NAMES of environment variables (letters, digits, _), not tokens".into(),
+            ));
+        }
+    }
+    for (key, v) in [
+        ("git.github_url", &git.github_url),
+        ("git.github_api", &git.github_api),
+    ] {
+        let Some(end) = Endpoint::parse(v).filter(|e| e.is_http_or_https()) else {
+            return Err((key, format!("{v:?} must be an http(s):// URL with a host")));
+        };
+        if !end.plain_http_allowed(&git.http_hosts) {
+            return Err((key, end.plain_http_rule("git.http_hosts")));
+        }
+    }
+    if git.author_name.trim().is_empty() {
+        return Err(("git.author_name", "must not be empty".into()));
+    }
+    if !git.author_email.contains('@') {
+        return Err((
+            "git.author_email",
+            format!("{:?} must be an email address", git.author_email),
+        ));
+    }
+    if git.max_diff_bytes == 0 {
+        return Err(("git.max_diff_bytes", "must be at least 1".into()));
+    }
+    Ok(())
 }
 
 /// Applies `zones.<zone>.sandbox`/`path`/`attr_ttl_ms`: a zone naming a sandbox is served from
@@ -2217,5 +2351,154 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("limits.grep_max_results"), "{e}");
+    }
+
+    #[test]
+    fn limits_are_checked_in_order_with_the_api_connection_bounds() {
+        let api = ApiSection::default();
+        assert_eq!(
+            check_limits(&Limits::default(), &api),
+            Ok(Connections::default())
+        );
+        let l = Limits {
+            max_write_bytes: 0,
+            open_files: 10,
+            ..Limits::default()
+        };
+        assert_eq!(
+            check_limits(&l, &api).unwrap_err().0,
+            "limits.max_write_bytes"
+        );
+        // The connection bounds come between the body budget and the open files.
+        let l = Limits {
+            open_files: 10,
+            ..Limits::default()
+        };
+        let api = ApiSection {
+            max_connections: Some(0),
+            ..ApiSection::default()
+        };
+        assert_eq!(check_limits(&l, &api).unwrap_err().0, "api.max_connections");
+        let (key, rule) = check_limits(&l, &ApiSection::default()).unwrap_err();
+        assert_eq!(key, "limits.open_files");
+        assert!(rule.contains("between 256 and 16777216"), "{rule}");
+    }
+
+    #[test]
+    fn git_values_are_checked_without_echoing_a_token() {
+        let api = ApiSection::default();
+        assert_eq!(check_git(&GitSection::default(), &api), Ok(()));
+        let git = GitSection {
+            token_env: Some("ghp_secret-1".into()),
+            ..GitSection::default()
+        };
+        let (key, rule) = check_git(&git, &api).unwrap_err();
+        assert_eq!(key, "git.token_env");
+        assert!(!rule.contains("ghp_secret"), "{rule}");
+        let git = GitSection {
+            github_api: "http://example.com".into(),
+            ..GitSection::default()
+        };
+        let (key, rule) = check_git(&git, &api).unwrap_err();
+        assert_eq!(key, "git.github_api");
+        assert!(rule.contains("git.http_hosts"), "{rule}");
+        let git = GitSection {
+            http_hosts: vec!["example.com".into()],
+            ..git
+        };
+        assert_eq!(check_git(&git, &api), Ok(()));
+        let api = ApiSection {
+            sandbox_http_hosts: vec!["http://x".into()],
+            ..ApiSection::default()
+        };
+        assert_eq!(
+            check_git(&GitSection::default(), &api).unwrap_err().0,
+            "api.sandbox_http_hosts"
+        );
+    }
+
+    #[test]
+    fn each_zone_mode_lays_out_its_local_directories() {
+        let r = Resolver {
+            origin: "test",
+            base: Path::new("/base"),
+        };
+        let dir = |path: &str, create: bool| Backing::Dir {
+            path: path.into(),
+            create,
+        };
+        let z = ZonesSection::default();
+        let l = r.local_backings(&z).unwrap();
+        assert_eq!(l.cache, dir("/base/.wardfs/cache", true));
+        assert_eq!(l.workspace, dir("/base/.wardfs/workspace", true));
+        assert_eq!(l.mount_root, Some(PathBuf::from("/base/.wardfs")));
+        let z = ZonesSection {
+            mode: ZoneMode::Single,
+            dir: Some("p".into()),
+            cache_subdir: Some("c/d".into()),
+            ..ZonesSection::default()
+        };
+        let l = r.local_backings(&z).unwrap();
+        assert_eq!(l.cache, dir("/base/p/c/d", true));
+        assert_eq!(l.workspace, dir("/base/p", false));
+        assert_eq!(l.mount_root, None);
+        // Direct: a zone served from a sandbox needs no directory of its own.
+        let mut z = ZonesSection {
+            mode: ZoneMode::Direct,
+            ..ZonesSection::default()
+        };
+        z.cache.dir = Some("/c".into());
+        z.workspace.sandbox = Some("dev".into());
+        let l = r.local_backings(&z).unwrap();
+        assert_eq!(l.cache, dir("/c", false));
+        assert!(matches!(l.workspace, Backing::Disabled(_)));
+        z.workspace.sandbox = None;
+        let e = r.local_backings(&z).unwrap_err().to_string();
+        assert!(
+            e.contains("zones.workspace.dir") && e.contains("required"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_sandboxs_own_keys_are_checked_one_phase_at_a_time() {
+        assert_eq!(SandboxSettings::is_provisioned("local"), Ok(true));
+        assert_eq!(SandboxSettings::is_provisioned("sandbox-agent"), Ok(false));
+        assert_eq!(
+            SandboxSettings::is_provisioned("e2b").unwrap_err().0,
+            "provider"
+        );
+        let s = SandboxSection {
+            url: Some("https://h:1//".into()),
+            root: Some("/srv/".into()),
+            ..SandboxSection::default()
+        };
+        assert_eq!(SandboxSettings::agent_url(&s).unwrap(), "https://h:1");
+        assert_eq!(SandboxSettings::root(&s).unwrap(), "/srv");
+        assert_eq!(SandboxSettings::no_agent_keys(&s).unwrap_err().0, "url");
+        assert_eq!(SandboxSettings::no_provision_keys(&s), Ok(()));
+        let s = SandboxSection {
+            root: Some("/".into()),
+            volume: Some("v".into()),
+            ..SandboxSection::default()
+        };
+        assert_eq!(SandboxSettings::root(&s).unwrap(), "/");
+        assert_eq!(
+            SandboxSettings::no_provision_keys(&s).unwrap_err().0,
+            "volume"
+        );
+        assert_eq!(SandboxSettings::agent_url(&s).unwrap_err().0, "url");
+        assert_eq!(
+            SandboxSettings::retry_limits(&s).unwrap(),
+            (3, Duration::from_millis(500), Duration::from_secs(30))
+        );
+        let s = SandboxSection {
+            retry_backoff_ms: Some(0),
+            ..SandboxSection::default()
+        };
+        assert_eq!(
+            SandboxSettings::retry_limits(&s).unwrap_err().0,
+            "retry_backoff_ms"
+        );
     }
 }
