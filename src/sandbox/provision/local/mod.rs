@@ -803,6 +803,23 @@ impl LocalProvisioner {
         Ok(self.handle(&id, port, token))
     }
 
+    /// Starts the sandbox of `meta` again on its volume, after clearing what is left of its
+    /// tree (`tree`) and its bridge (the caller holds its lock).
+    async fn start_again(&self, meta: &mut Meta, tree: Tree) -> ProvisionResult<Handle> {
+        let what = format!("sandbox {}", meta.id);
+        self.bridges.lock().unwrap().remove(&meta.id);
+        let freezer = self.freezer.clone();
+        let owned = meta.id.clone();
+        tokio::task::spawn_blocking(move || {
+            freezer.kill(&owned, tree.outer, tree.init)?;
+            freezer.remove(&owned)
+        })
+        .await
+        .map_err(|e| fatal(&what, e))?
+        .map_err(|e| fatal(&what, e))?;
+        self.start(meta).await
+    }
+
     /// Overwrites the token in the agent's command line (see the module docs).
     fn scrub_token(&self, init: Proc, token: &str) {
         for agent in init.children() {
@@ -1074,17 +1091,7 @@ impl Provisioner for LocalProvisioner {
             let tree = Tree::of(&meta);
             let (Some(outer), Some(init)) = (tree.outer, tree.init) else {
                 // The tree is gone (a reboot, a kill): start it again on its volume.
-                self.bridges.lock().unwrap().remove(id);
-                let freezer = self.freezer.clone();
-                let owned = id.to_string();
-                tokio::task::spawn_blocking(move || {
-                    freezer.kill(&owned, tree.outer, tree.init)?;
-                    freezer.remove(&owned)
-                })
-                .await
-                .map_err(|e| fatal(&what, e))?
-                .map_err(|e| fatal(&what, e))?;
-                return self.start(&mut meta).await;
+                return self.start_again(&mut meta, tree).await;
             };
             self.freezer
                 .thaw(id, Some(outer), Some(init))
@@ -1092,7 +1099,16 @@ impl Provisioner for LocalProvisioner {
             // A test kills the daemon here: thawed, its resume not yet recorded.
             crate::core::gate::hold_async("local-sandbox-thawed").await;
             let token = self.token(id)?;
-            let port = self.open_bridge(&mut meta, init).await?;
+            let port = match self.open_bridge(&mut meta, init).await {
+                Ok(port) => port,
+                // The tree was ending as it was looked at (its server killed, its init
+                // following): start it again, as when it was gone.
+                Err(_) if Tree::of(&meta).init.is_none() => {
+                    let tree = Tree::of(&meta);
+                    return self.start_again(&mut meta, tree).await;
+                }
+                Err(e) => return Err(e),
+            };
             let deadline = Instant::now() + self.start_timeout;
             while health(port, &token).await != Some(200) {
                 if Instant::now() > deadline {
