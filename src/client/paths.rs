@@ -7,7 +7,7 @@
 //! work tree. The translation is lexical (`.` and `..` folded, no symlink followed): the daemon
 //! still checks the result like any other path, so nothing here is a security boundary.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use crate::core::ZoneId;
 
@@ -84,7 +84,7 @@ pub fn to_virtual(input: &str, cwd: &Path, layout: &Layout) -> Result<String, St
     if is_virtual(input) {
         return Ok(input.to_string());
     }
-    let full = fold(&cwd.join(input));
+    let full = crate::core::path::fold(&cwd.join(input));
     if let Some(v) = layout.mounts.iter().find_map(|m| beneath(&full, m, "")) {
         return Ok(v);
     }
@@ -104,7 +104,7 @@ pub fn to_virtual(input: &str, cwd: &Path, layout: &Layout) -> Result<String, St
 /// Returns the virtual path of `full` when it lies beneath `dir` (the mount, `zone` empty, or a
 /// zone's directory).
 fn beneath(full: &Path, dir: &Path, zone: &str) -> Option<String> {
-    let rest = full.strip_prefix(fold(dir)).ok()?;
+    let rest = full.strip_prefix(crate::core::path::fold(dir)).ok()?;
     let rest = rest.to_str()?;
     let v = match (zone, rest) {
         ("", "") => "/".to_string(),
@@ -113,21 +113,6 @@ fn beneath(full: &Path, dir: &Path, zone: &str) -> Option<String> {
         (z, r) => format!("/{z}/{r}"),
     };
     Some(v)
-}
-
-/// Folds `.` and `..` out of an absolute path without touching the disk.
-fn fold(p: &Path) -> PathBuf {
-    let mut out = PathBuf::from("/");
-    for c in p.components() {
-        match c {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::Normal(n) => out.push(n),
-            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
-        }
-    }
-    out
 }
 
 fn outside(input: &str, full: &Path, layout: &Layout) -> String {

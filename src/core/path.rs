@@ -147,6 +147,22 @@ fn invalid(input: &str, rule: impl Into<String>) -> FsError {
     }
 }
 
+/// Folds `.` and `..` out of an absolute path without touching the disk.
+pub fn fold(p: &std::path::Path) -> std::path::PathBuf {
+    use std::path::Component;
+    let mut out = std::path::PathBuf::from("/");
+    for c in p.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(n) => out.push(n),
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    out
+}
+
 /// Parses and normalizes a virtual path.
 ///
 /// Accepts `/cache/...` and `/workspace/...` (a missing leading slash is tolerated, repeated slashes

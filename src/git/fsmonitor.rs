@@ -35,7 +35,7 @@
 //! May import `core`, `state` and `config`, like the rest of `git`.
 
 use std::collections::BTreeSet;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -597,7 +597,7 @@ pub fn checkout_at(zones: &Zones, mount: &Path, dir: &str) -> FsResult<VPath> {
     if !p.is_absolute() {
         return Err(invalid("the checkout's directory must be an absolute path"));
     }
-    let p = fold(p);
+    let p = crate::core::path::fold(p);
     if let Some(rest) = forms(mount, false)
         .iter()
         .find_map(|m| p.strip_prefix(m).ok())
@@ -661,7 +661,7 @@ fn in_mount(rest: &Path, dir: &str) -> FsResult<VPath> {
 /// `getcwd` gives) and, for a directory that is not the mount point (`whole`), with its own
 /// resolved too. The mount point itself is never looked at: the daemon would ask its own mount.
 fn forms(p: &Path, whole: bool) -> Vec<PathBuf> {
-    let mut out = vec![fold(p)];
+    let mut out = vec![crate::core::path::fold(p)];
     let mut add = |real: PathBuf| {
         if !out.contains(&real) {
             out.push(real);
@@ -675,21 +675,6 @@ fn forms(p: &Path, whole: bool) -> Vec<PathBuf> {
     if whole {
         if let Ok(real) = std::fs::canonicalize(p) {
             add(real);
-        }
-    }
-    out
-}
-
-/// Folds `.` and `..` out of an absolute path without touching the disk.
-fn fold(p: &Path) -> PathBuf {
-    let mut out = PathBuf::from("/");
-    for c in p.components() {
-        match c {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::Normal(n) => out.push(n),
-            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
         }
     }
     out
