@@ -8,82 +8,38 @@
 //! its lock while a rename through the mount waits for it), through the mount's node operations
 //! in `core::node_tests`, and through the API alone in `api::concurrency`.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::Path;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
 use crate::support::gates::Gates;
+use crate::support::mcp::McpClient;
 use crate::support::sandbox_agent::AgentServer;
 use crate::support::{Daemon as Mounted, BIN};
 
-/// `wardfs mcp` against a daemon's socket, spoken to as an MCP client does (newline-delimited
-/// JSON-RPC on stdio).
+/// `wardfs mcp` against a daemon, spoken to as an MCP client does; tool calls give the error
+/// code when they fail.
 struct Mcp {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-    next_id: u64,
+    client: McpClient,
 }
 
 impl Mcp {
-    fn start(socket: &Path) -> Mcp {
-        let mut child = Command::new(BIN)
-            .arg("--socket")
-            .arg(socket)
-            .arg("mcp")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let stdin = child.stdin.take().unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut m = Mcp {
-            child,
-            stdin,
-            stdout,
-            next_id: 1,
-        };
-        let init = m.request(
-            "initialize",
-            json!({
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "wardfs-rules-test", "version": "0"}
-            }),
+    fn start(m: &Mounted) -> Mcp {
+        let client = McpClient::start(m, &[]);
+        assert_eq!(
+            client.init["serverInfo"]["name"], "wardfs",
+            "{}",
+            client.init
         );
-        assert_eq!(init["result"]["serverInfo"]["name"], "wardfs", "{init}");
-        m.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-        m
-    }
-
-    fn send(&mut self, msg: Value) {
-        writeln!(self.stdin, "{msg}").unwrap();
-        self.stdin.flush().unwrap();
-    }
-
-    fn request(&mut self, method: &str, params: Value) -> Value {
-        let id = self.next_id;
-        self.next_id += 1;
-        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
-        loop {
-            let mut line = String::new();
-            let n = self.stdout.read_line(&mut line).unwrap();
-            assert!(n > 0, "wardfs mcp closed its output during {method}");
-            let v: Value = serde_json::from_str(&line)
-                .unwrap_or_else(|e| panic!("wardfs mcp wrote no JSON ({e}): {line}"));
-            if v["id"] == id {
-                return v;
-            }
-        }
+        Mcp { client }
     }
 
     /// Calls a tool; returns the error code when it failed (from its structured content).
     fn call(&mut self, tool: &str, args: Value) -> Result<Value, String> {
-        let r = self.request("tools/call", json!({"name": tool, "arguments": args}));
+        let r = self.client.call(tool, args);
         let result = &r["result"];
         assert!(result.is_object(), "{tool}: no result: {r}");
         if result["isError"] == true {
@@ -96,14 +52,7 @@ impl Mcp {
     }
 
     fn pid(&self) -> u32 {
-        self.child.id()
-    }
-}
-
-impl Drop for Mcp {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.client.pid()
     }
 }
 
@@ -133,7 +82,7 @@ fn errno<T: std::fmt::Debug>(r: std::io::Result<T>) -> i32 {
 fn read_only_is_refused_alike_by_the_api_mcp_and_the_mount() {
     let m = Mounted::mounted("[zones.cache]\nread_only = true\n");
     std::fs::write(m.zone_dir("cache").join("r.txt"), "data").unwrap();
-    let mut mcp = Mcp::start(&m.socket);
+    let mut mcp = Mcp::start(&m);
 
     let e = api(&m, &["write", "/cache/r.txt", "api"]).unwrap_err();
     assert!(e.contains("read-only"), "API: {e}");
@@ -197,7 +146,7 @@ fn a_file_hard_linked_from_outside_is_read_alike_and_changed_only_under_its_name
     for name in ["api.txt", "mcp.txt", "mount.txt"] {
         std::fs::hard_link(&outside, m.zone_dir("workspace").join(name)).unwrap();
     }
-    let mut mcp = Mcp::start(&m.socket);
+    let mut mcp = Mcp::start(&m);
 
     assert_eq!(api(&m, &["cat", "/workspace/api.txt"]).unwrap(), "SECRET\n");
     let r = mcp
@@ -240,7 +189,7 @@ fn a_file_hard_linked_from_outside_is_read_alike_and_changed_only_under_its_name
 #[test]
 fn every_change_is_journaled_with_who_made_it_through_the_api_mcp_and_the_mount() {
     let m = Mounted::mounted("");
-    let mut mcp = Mcp::start(&m.socket);
+    let mut mcp = Mcp::start(&m);
     api(&m, &["write", "/workspace/by-api.txt", "a"]).unwrap();
     mcp.call(
         "write",
@@ -310,7 +259,7 @@ fn edits_of_one_file_through_the_api_and_mcp_at_once_take_turns_and_lose_nothing
             scope.spawn(move || {
                 // The lock is held from the read to the replacement: an edit never finds the
                 // file changed under it (CONFLICT) and never loses another's edit.
-                let mut mcp = slot.starts_with("mcp").then(|| Mcp::start(&m.socket));
+                let mut mcp = slot.starts_with("mcp").then(|| Mcp::start(m));
                 for k in 0..ROUNDS {
                     let (old, new) = (format!("{slot}={k}\n"), format!("{slot}={}\n", k + 1));
                     let r = match mcp.as_mut() {
@@ -400,7 +349,7 @@ fn a_rename_through_the_mount_waits_for_an_api_edit_holding_the_path_lock() {
 #[test]
 fn a_checkpoint_holds_every_writers_changes_and_a_restore_puts_them_back_through_the_mount() {
     let m = Mounted::mounted("");
-    let mut mcp = Mcp::start(&m.socket);
+    let mut mcp = Mcp::start(&m);
     let ws = m.ws();
     let backing = m.zone_dir("workspace");
     api(&m, &["write", "/workspace/by-api.txt", "api 1"]).unwrap();
@@ -528,7 +477,7 @@ fn a_sandbox_file_over_the_size_limit_is_refused_alike_by_the_api_mcp_and_the_mo
         .start();
     std::fs::write(server.work().join("big.txt"), "x".repeat(8192)).unwrap();
     std::fs::write(server.work().join("small.txt"), "small").unwrap();
-    let mut mcp = Mcp::start(&m.socket);
+    let mut mcp = Mcp::start(&m);
 
     let e = api(&m, &["read", "/workspace/big.txt"]).unwrap_err();
     assert!(e.contains("limits.sandbox_file_bytes"), "API: {e}");

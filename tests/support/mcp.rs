@@ -67,6 +67,11 @@ impl McpClient {
         c
     }
 
+    /// The `wardfs mcp` process's id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Writes one JSON-RPC message.
     pub fn send(&mut self, message: &Value) {
         writeln!(self.stdin, "{message}").unwrap();
