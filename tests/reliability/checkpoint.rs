@@ -311,6 +311,8 @@ fn an_update_killed_half_way_leaves_the_fork_with_all_of_it_after_the_restart_an
     assert!(!update.join().unwrap().status.success());
 
     m.respawn();
+    // The daemon answers once it has finished the cut-short update (the socket is bound before).
+    listing(&m);
     let fork = fork_dir_of(&m, "fork-only.txt");
     let after: Vec<Option<String>> = FILES
         .iter()
