@@ -196,8 +196,9 @@ pub struct CaughtUp {
     /// directories unseen): every change to them since their newest checkpoint is in the
     /// journal, but beneath `unseen`.
     pub zones: Vec<ZoneId>,
-    /// The directories of those zones it did not look into: left out of checkpoints
-    /// (`checkpoints.exclude`, `.gitignore`, build outputs) or unreadable; `.git` ones aside.
+    /// The directories of those zones it did not look into: unreadable, or left out of
+    /// checkpoints (`checkpoints.exclude`, `.gitignore`, build outputs) and holding more than
+    /// the walk reads of such directories ([`SKIPPED_MAX`] entries); `.git` ones aside.
     pub unseen: Vec<VPath>,
 }
 
@@ -555,7 +556,8 @@ impl Checkpoints {
     /// Journals, for each local zone with a checkpoint, what changed while no daemon watched it
     /// (wardfs stopped, or killed before the mount released a file): every entry whose ctime or
     /// mtime is not older than the zone's newest checkpoint (less a margin for coarse clocks),
-    /// and, in each such directory, the names its checkpoint holds that are gone. The next
+    /// and, in each such directory, the names its checkpoint holds that are gone (in a
+    /// directory checkpoints leave out, the changed directory stands for them). The next
     /// checkpoint, built from the journal, then sees them. A walk of `lstat`s, no reading of
     /// files. Returns the paths journaled and the zones walked. Called by the daemon at start,
     /// before [`Checkpoints::recover`].
@@ -580,6 +582,7 @@ impl Checkpoints {
                 tree: &tree,
                 since_ms: last.time_ms - 2_000,
                 unseen: std::cell::RefCell::new(Some(Vec::new())),
+                skipped_left: std::cell::Cell::new(SKIPPED_MAX),
             };
             caught.paths += walk.dir("")?;
             if let Some(unseen) = walk.unseen.into_inner() {
@@ -1657,10 +1660,17 @@ struct CatchUp<'a> {
     /// The directories it did not look into (left out of checkpoints, or unreadable), but
     /// `.git` ones; `None` past [`UNSEEN_MAX`].
     unseen: std::cell::RefCell<Option<Vec<String>>>,
+    /// Entries the walks of directories checkpoints leave out may still read
+    /// ([`SKIPPED_MAX`] at first).
+    skipped_left: std::cell::Cell<usize>,
 }
 
 /// Directories a start-up catch-up names as not looked into, at most, per zone.
 const UNSEEN_MAX: usize = 1_000;
+
+/// Entries a start-up catch-up reads, at most, per zone, in the directories checkpoints leave
+/// out (build outputs, ignored directories); past them, such a directory is named unseen.
+const SKIPPED_MAX: usize = 100_000;
 
 impl CatchUp<'_> {
     fn changed(&self, md: &std::fs::Metadata) -> bool {
@@ -1692,6 +1702,49 @@ impl CatchUp<'_> {
                 list.push(rel.to_string());
             }
         }
+    }
+
+    /// Journals what changed in the directory `rel` (whose metadata is `md`) and beneath it,
+    /// a directory checkpoints leave out, so no checkpoint says what it held: each entry changed
+    /// since the checkpoint, a changed directory standing for what is gone from it (git then
+    /// looks again at all it holds). All or nothing: a directory with more entries than the
+    /// walks have left to read, or one it cannot read, is named unseen instead.
+    fn skipped(&self, rel: &str, md: &std::fs::Metadata) -> u64 {
+        let mut found = Vec::new();
+        if self.changed(md) {
+            found.push(rel.to_string());
+        }
+        let mut dirs = vec![rel.to_string()];
+        while let Some(d) = dirs.pop() {
+            let Ok(entries) = std::fs::read_dir(self.root.join(&d)) else {
+                self.unseen(rel);
+                return 0;
+            };
+            for e in entries {
+                let left = self.skipped_left.get();
+                let (Ok(e), Some(left)) = (e, left.checked_sub(1)) else {
+                    self.unseen(rel);
+                    return 0;
+                };
+                self.skipped_left.set(left);
+                let (Ok(name), Ok(md)) = (e.file_name().into_string(), e.path().symlink_metadata())
+                else {
+                    self.unseen(rel);
+                    return 0;
+                };
+                if name == ".git" {
+                    continue; // git's own
+                }
+                let child = format!("{d}/{name}");
+                if md.is_dir() {
+                    dirs.push(child.clone());
+                }
+                if self.changed(&md) {
+                    found.push(child);
+                }
+            }
+        }
+        found.iter().map(|p| self.note(p, "write")).sum()
     }
 
     /// Journals what changed in the directory `rel` and beneath it.
@@ -1727,7 +1780,7 @@ impl CatchUp<'_> {
                 // Left out of checkpoints, yet git may track it: a changed file is journaled
                 // all the same (checkpoints leave it out again), a directory named unseen.
                 if md.is_dir() {
-                    self.unseen(&child);
+                    n += self.skipped(&child, &md);
                 } else if self.changed(&md) {
                     n += self.note(&child, "write");
                 }

@@ -308,33 +308,47 @@ fn git_status_through_the_mount_lists_what_a_pull_a_restore_and_a_change_while_s
     );
     assert_ne!(s.token(), old, "the index holds the new instance's token");
 
-    // A file git tracks in a directory checkpoints leave out (ignored): the start-up does not
-    // look into it, so a change there while stopped makes the answer everything.
+    // Files git tracks in a directory checkpoints leave out (ignored): the start-up reads that
+    // directory too, and journals a file changed and, for one removed, the directory.
     std::fs::write(app.join(".gitignore"), "gen/\n").unwrap();
-    std::fs::create_dir_all(app.join("gen")).unwrap();
+    std::fs::create_dir_all(app.join("gen/deep")).unwrap();
     std::fs::write(app.join("gen/out.txt"), "generated\n").unwrap();
+    std::fs::write(app.join("gen/deep/old.txt"), "generated once\n").unwrap();
     run_git(
         &app,
-        &["add", "-f", ".gitignore", "gen/out.txt", "src/f2.txt"],
+        &[
+            "add",
+            "-f",
+            ".gitignore",
+            "gen/out.txt",
+            "gen/deep/old.txt",
+            "src/f2.txt",
+        ],
     );
     run_git(&app, &["commit", "-qm", "generated, tracked"]);
     d.cli_ok(&["checkpoint", "-m", "before the second stop"]);
     let old = status(&app).token();
     d.stop();
     std::fs::write(d.workspace().join("app/gen/out.txt"), "regenerated\n").unwrap();
+    std::fs::remove_file(d.workspace().join("app/gen/deep/old.txt")).unwrap();
     d.respawn();
     let a = hook_json(&d, &app, &old);
-    assert_eq!(a["everything"], json!(true), "{a}");
-    assert!(
-        a["reason"].as_str().unwrap().contains("did not look into"),
-        "{a}"
-    );
+    assert_eq!(a["everything"], json!(false), "{a}");
+    for want in ["gen/out.txt", "gen/deep"] {
+        assert!(
+            a["paths"].as_array().unwrap().contains(&json!(want)),
+            "{want}: {a}"
+        );
+    }
     let s = status(&app);
-    assert!(
-        s.porcelain.lines().any(|l| l == " M gen/out.txt"),
-        "a tracked file in an ignored directory, changed while stopped:\n{}",
-        s.porcelain
-    );
+    s.asked_the_hook();
+    for want in [" M gen/out.txt", " D gen/deep/old.txt"] {
+        assert!(
+            s.porcelain.lines().any(|l| l == want),
+            "{want}: tracked files in an ignored directory, changed while stopped:\n{}",
+            s.porcelain
+        );
+    }
 
     // After a crash the journal may lack what the killed daemon had not written: the next one
     // answers its tokens with everything, and git looks at every file.
