@@ -895,9 +895,7 @@ impl Zones {
             let mut st = node.stat()?;
             st.st_nlink += 1;
             if self.breaks_links(node.zone, &st) {
-                let why = "a second name made through the mount would not share its writes";
-                let vp = self.node_vpath(node);
-                self.links_refused(node.zone, &st, vp.as_ref(), "link", why);
+                link_refused(node.zone, self.node_vpath(node).as_ref());
                 return Err(Errno::PERM);
             }
         }
@@ -1306,5 +1304,30 @@ pub mod io {
     /// The attributes of an open file.
     pub fn stat(f: &File) -> NodeResult<rustix::fs::Stat> {
         rustix::fs::fstat(f)
+    }
+}
+
+/// Links refused so far by the hard-link rule, in this daemon.
+static LINKS_REFUSED: AtomicU64 = AtomicU64::new(0);
+
+/// Logs a link refused by the hard-link rule (`EPERM`, after which cargo, rustc and git copy):
+/// the first at `warn` with the rule and the config key, then one in a thousand with the count
+/// (a build refused thousands), each at `debug`.
+fn link_refused(zone: ZoneId, vp: Option<&VPath>) {
+    let n = LINKS_REFUSED.fetch_add(1, Ordering::Relaxed) + 1;
+    let path = vp.map(|v| v.to_string()).unwrap_or_default();
+    if n == 1 {
+        tracing::warn!(
+            path,
+            "refused a hard link through the mount: a second name made through the mount would not \
+             share its writes (tools such as cargo and git then copy); set \
+             zones.{}.allow_hardlinks = true to allow links; further refusals are counted here \
+             every 1000 and logged at debug",
+            zone.name()
+        );
+    } else if n % 1000 == 0 {
+        tracing::info!(refused = n, "hard links refused through the mount so far");
+    } else {
+        tracing::debug!(path, "refused a hard link through the mount");
     }
 }

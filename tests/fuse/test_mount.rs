@@ -1092,7 +1092,17 @@ fn locks_exclude_other_processes() {
         .args(["sleep", "3"])
         .spawn()
         .expect("flock (util-linux) is installed");
-    std::thread::sleep(Duration::from_millis(300));
+    // Once the kernel lists its lock (`/proc/locks`: `N: FLOCK ADVISORY WRITE pid dev:ino ...`).
+    let held = format!(":{} ", fs::metadata(&f).unwrap().ino());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !fs::read_to_string("/proc/locks")
+        .unwrap()
+        .lines()
+        .any(|l| l.contains(" FLOCK ") && l.contains(&held))
+    {
+        assert!(Instant::now() < deadline, "flock -x took no lock in 10 s");
+        std::thread::sleep(Duration::from_millis(5));
+    }
     // ...so another cannot take it, with flock(2) or with a POSIX fcntl lock (lockf).
     let st = Command::new("flock")
         .arg("-n")

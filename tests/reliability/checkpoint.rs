@@ -193,11 +193,12 @@ fn changes_made_while_the_daemon_was_stopped_are_in_the_next_checkpoint() {
         "{}",
         m.log_text()
     );
+    let head = m.journal_head();
     write_all(&m, "v2");
     std::fs::write(ws.join("src/gone.txt"), "back\n").unwrap();
     std::fs::remove_dir_all(ws.join("new")).unwrap();
     // Wait until the watcher journaled those, then restore the checkpoint made after the restart.
-    std::thread::sleep(Duration::from_millis(1500));
+    m.until_journaled(head, &["src/gone.txt", "new"]);
     m.ok("/v1/checkpoints/restore", json!({ "id": offline }));
     let mut want = version("v1");
     want[0] = Some("a.txt offline\n".into());

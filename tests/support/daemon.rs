@@ -625,6 +625,36 @@ impl Daemon {
             .unwrap_or_else(|e| panic!("{route}: {e:?}"))
     }
 
+    /// The id of the journal's newest row (0 when empty).
+    pub fn journal_head(&self) -> i64 {
+        let log = self.get("/v1/log?limit=1");
+        log["entries"][0]["id"].as_i64().unwrap_or(0)
+    }
+
+    /// Waits (up to 20 s) until the workspace's journal has a row newer than `after` (a
+    /// [`Daemon::journal_head`]) about each of `paths` (relative to /workspace), as the watcher
+    /// journals changes made beside the mount.
+    pub fn until_journaled(&self, after: i64, paths: &[&str]) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let log = self.get("/v1/log?zone=workspace&limit=1000");
+            let rows = log["entries"].as_array().cloned().unwrap_or_default();
+            let newer = |r: &&Value| r["id"].as_i64().is_some_and(|id| id > after);
+            let missing: Vec<&&str> = paths
+                .iter()
+                .filter(|p| !rows.iter().filter(newer).any(|r| r["path"] == **p))
+                .collect();
+            if missing.is_empty() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{missing:?} not journaled after row {after} within 20 s: {log}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Writes a workspace file through the API.
     pub fn write(&self, path: &str, content: &str) {
         self.ok(
