@@ -4,100 +4,14 @@
 //! `limits.max_write_bytes` plus 64 KiB is read; a longer one is answered with a JSON-RPC error
 //! naming that key, and the session goes on.
 
-use std::io::{BufRead as _, BufReader, Write as _};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
-
 use serde_json::{json, Value};
 
-use crate::support::{Daemon, BIN};
+use crate::support::mcp::McpClient;
+use crate::support::Daemon;
 
 /// `limits.max_write_bytes` of these tests (20 MiB): messages may be up to 40 MiB + 64 KiB.
 const MAX_WRITE: usize = 20 << 20;
 const MAX_MESSAGE: usize = 2 * MAX_WRITE + (64 << 10);
-
-/// One `wardfs mcp` process, past its handshake.
-struct Session {
-    child: Child,
-    stdin: ChildStdin,
-    lines: mpsc::Receiver<String>,
-}
-
-impl Session {
-    fn start(d: &Daemon) -> Session {
-        let mut child = Command::new(BIN)
-            .arg("--socket")
-            .arg(&d.socket)
-            .arg("--config")
-            .arg(&d.config)
-            .arg("mcp")
-            .env_remove("WARDFS_SOCKET")
-            .env_remove("WARDFS_CONFIG")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdin = child.stdin.take().unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in stdout.lines() {
-                let Ok(line) = line else { return };
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
-        let mut s = Session {
-            child,
-            stdin,
-            lines,
-        };
-        s.send(
-            &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "limits-test", "version": "0"}}}),
-        );
-        assert!(s.next()["result"]["serverInfo"].is_object());
-        s.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-        s
-    }
-
-    fn send(&mut self, message: &Value) {
-        self.send_raw(message.to_string().as_bytes());
-    }
-
-    fn send_raw(&mut self, line: &[u8]) {
-        self.stdin.write_all(line).unwrap();
-        self.stdin.write_all(b"\n").unwrap();
-        self.stdin.flush().unwrap();
-    }
-
-    /// The next message the server writes (within 30 s).
-    fn next(&mut self) -> Value {
-        let line = self
-            .lines
-            .recv_timeout(Duration::from_secs(30))
-            .expect("no answer within 30 s");
-        serde_json::from_str(&line).unwrap()
-    }
-
-    /// Calls `tool` with `arguments` as request `id`; returns the answer.
-    fn call(&mut self, id: u64, tool: &str, arguments: Value) -> Value {
-        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-            "params": {"name": tool, "arguments": arguments}}));
-        self.next()
-    }
-}
-
-impl Drop for Session {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// The tool result's JSON answer (its structured content).
 fn structured(answer: &Value) -> &Value {
@@ -107,16 +21,14 @@ fn structured(answer: &Value) -> &Value {
 #[test]
 fn oversized_messages_are_answered_and_the_session_goes_on() {
     let d = Daemon::start(&format!("[limits]\nmax_write_bytes = {MAX_WRITE}\n"));
-    let mut s = Session::start(&d);
+    let mut s = McpClient::start(&d, &[]);
 
     // 17 MiB: over rmcp's own cap (it was dropped without an answer), under this one.
     let content = "x".repeat(17 << 20);
     let a = s.call(
-        1,
         "write",
         json!({"path": "/workspace/big.txt", "content": content}),
     );
-    assert_eq!(a["id"], 1, "{a}");
     assert_ne!(a["result"]["isError"], true, "{a}");
     let on_disk = std::fs::metadata(d.zone_dir("workspace").join("big.txt")).unwrap();
     assert_eq!(on_disk.len(), 17 << 20);
@@ -124,11 +36,9 @@ fn oversized_messages_are_answered_and_the_session_goes_on() {
     // Over max_write_bytes but under the message bound: the daemon refuses the file, by name.
     let content = "y".repeat(MAX_WRITE + 1);
     let a = s.call(
-        2,
         "write",
         json!({"path": "/workspace/bigger.txt", "content": content}),
     );
-    assert_eq!(a["id"], 2, "{a}");
     assert_eq!(a["result"]["isError"], true, "{a}");
     assert_eq!(structured(&a)["code"], "TOO_LARGE", "{a}");
     assert!(!d.zone_dir("workspace").join("bigger.txt").exists());
@@ -136,11 +46,9 @@ fn oversized_messages_are_answered_and_the_session_goes_on() {
     // Over the message bound: a JSON-RPC error with the request's id, naming the limit and key.
     let content = "z".repeat(MAX_MESSAGE + 1);
     let a = s.call(
-        3,
         "write",
         json!({"path": "/workspace/huge.txt", "content": content}),
     );
-    assert_eq!(a["id"], 3, "{a}");
     assert_eq!(a["error"]["code"], -32600, "{a}");
     assert_eq!(a["error"]["data"]["code"], "TOO_LARGE", "{a}");
     assert_eq!(a["error"]["data"]["limit"], MAX_MESSAGE, "{a}");
@@ -154,14 +62,13 @@ fn oversized_messages_are_answered_and_the_session_goes_on() {
     // The id after the cut cannot be read: the error carries none.
     let mut line = br#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"write","arguments":{"path":"/workspace/late.txt","content":""#.to_vec();
     line.resize(line.len() + MAX_MESSAGE, b'w');
-    line.extend_from_slice(br#""}},"id":4}"#);
+    line.extend_from_slice(br#""}},"id":999}"#);
     s.send_raw(&line);
     let a = s.next();
     assert!(a.get("id").is_none_or(Value::is_null), "{a}");
     assert_eq!(a["error"]["data"]["code"], "TOO_LARGE", "{a}");
 
     // The same session still answers.
-    let a = s.call(5, "stat", json!({"path": "/workspace/big.txt"}));
-    assert_eq!(a["id"], 5, "{a}");
+    let a = s.call("stat", json!({"path": "/workspace/big.txt"}));
     assert_eq!(structured(&a)["size"], 17 << 20, "{a}");
 }

@@ -78,6 +78,22 @@ impl McpClient {
         self.stdin.flush().unwrap();
     }
 
+    /// Writes `line` as it is (no JSON check), then a newline: what a broken client sends.
+    pub fn send_raw(&mut self, line: &[u8]) {
+        self.stdin.write_all(line).unwrap();
+        self.stdin.write_all(b"\n").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// The next message the server writes, whatever it answers.
+    pub fn next(&mut self) -> Value {
+        let line = self
+            .lines
+            .recv_timeout(ANSWER_WAIT)
+            .unwrap_or_else(|_| panic!("no message from wardfs mcp in {ANSWER_WAIT:?}"));
+        serde_json::from_str(&line).unwrap()
+    }
+
     /// Sends a request; returns the whole answer with its id (other messages are skipped).
     pub fn request(&mut self, method: &str, params: Value) -> Value {
         let id = self.next_id;
