@@ -30,8 +30,8 @@
 #   git-fsm     the same `git status` with wardfs's file-system monitor on the wardfs side (-c
 #               core.fsmonitor='WARDFS --socket S git fsmonitor-hook', core.untrackedCache=true, what
 #               `wardfs git watch` sets); the other sides run the plain `git` command, the baseline.
-#               Two rows: git-fsm, whose cold run is the first after a restart of the daemon (a new
-#               instance: the monitor answers "everything" and git looks at every file), and
+#               Two rows: git-fsm, whose cold run is the first after a clean restart of the daemon (a
+#               new instance, which answers the previous one's token from the journal: docs/git.md), and
 #               git-fsm-live, whose cold run follows drop_caches with the daemon kept running (its
 #               token still good: git looks at what the journal names). WARDFS_AGENT_ONLY=git-fsm
 #               means both
