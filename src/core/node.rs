@@ -1325,7 +1325,7 @@ fn link_refused(zone: ZoneId, vp: Option<&VPath>) {
              every 1000 and logged at debug",
             zone.name()
         );
-    } else if n % 1000 == 0 {
+    } else if n.is_multiple_of(1000) {
         tracing::info!(refused = n, "hard links refused through the mount so far");
     } else {
         tracing::debug!(path, "refused a hard link through the mount");

@@ -32,8 +32,8 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
     AccessFlags, BackingId, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FopenFlags,
@@ -44,6 +44,7 @@ use fuser::{
 use rustix::fs::{FileType, OFlags, Stat};
 
 use super::echo::{Answer, Echoes};
+use super::handles::{Handle, ImplicitWriters};
 use super::inodes::{zone_ino, Inode, Inodes, FORKS_INO, ROOT_INO};
 use super::remote::{RemoteTree, REMOTE_FH_BASE};
 use crate::config::IoMode;
@@ -61,140 +62,8 @@ pub const TTL: Duration = Duration::from_secs(60);
 /// How long the kernel keeps an entry of the forks' directory (see [`WardFs::entry_ttl`]).
 const FORK_ENTRY_TTL: Duration = Duration::from_secs(1);
 
-/// An open file.
-struct Handle {
-    /// The daemon's own descriptor, for the calls the kernel does not pass through (fsync, lseek,
-    /// fallocate, …): opened with the caller's flags, at open or on first use.
-    file: OnceLock<std::fs::File>,
-    flags: OFlags,
-    inode: Arc<Inode>,
-    backing: Option<Arc<BackingId>>,
-    writable: bool,
-    /// Who opened the file: the journal entry written at release names them.
-    origin: Origin,
-    written: AtomicU64,
-    dirty: AtomicBool,
-    /// The backing file's `(st_dev, st_ino)` when open for writing (counted in [`OwnChanges`]).
-    writer_key: Option<(u64, u64)>,
-    /// An implicit writer ([`WardFs::io_handle`]): its backing `(st_dev, st_ino)`, when it last
-    /// wrote (milliseconds on [`now_ms`]'s clock), and the file's size after that write
-    /// (`u64::MAX`: not known).
-    implicit: Option<((u64, u64), AtomicU64, AtomicU64)>,
-    /// Starts the disk writeback of long sequential writes early ([`node_io::WriteBehind`]).
-    behind: node_io::WriteBehind,
-}
-
-/// Milliseconds since the first call, on a monotonic clock.
-fn now_ms() -> u64 {
-    static START: OnceLock<Instant> = OnceLock::new();
-    START.get_or_init(Instant::now).elapsed().as_millis() as u64
-}
-
-/// How long an implicit writer may go without writing before it ends (journaled).
-const IMPLICIT_IDLE_MS: u64 = 200;
-
 /// `max_write` over io_uring: every ring entry holds a payload buffer this large.
 const URING_MAX_WRITE: u32 = 1 << 20;
-
-/// Files written with file handle 0, by inode (see [`WardFs::implicit`]).
-type Implicit = Mutex<HashMap<u64, Arc<Handle>>>;
-
-/// Ends an implicit writer: journals its writes. The file as each write left it was noted then
-/// ([`Handle::wrote`]); its state now is not noted, as a change beside the mount since the last
-/// write must stay someone else's.
-fn end_implicit(zones: &Zones, h: &Handle) {
-    let Some(((dev, ino), _, size)) = &h.implicit else {
-        return;
-    };
-    if h.dirty.load(Ordering::Relaxed) {
-        let size = Some(size.load(Ordering::Relaxed)).filter(|s| *s != u64::MAX);
-        zones.node_record_write(&h.inode, size, h.origin);
-    }
-    zones.own().write_done(*dev, *ino, None);
-}
-
-/// Ends the implicit writers idle for [`IMPLICIT_IDLE_MS`], every 100 ms, until the file system
-/// is gone (then ends the rest).
-fn end_idle_writers(zones: Arc<Zones>, implicit: std::sync::Weak<Implicit>) {
-    loop {
-        std::thread::sleep(Duration::from_millis(100));
-        let Some(map) = implicit.upgrade() else {
-            return;
-        };
-        let now = now_ms();
-        let idle: Vec<Arc<Handle>> = {
-            let mut m = map.lock().expect("not poisoned");
-            let keys: Vec<u64> = m
-                .iter()
-                .filter(|(_, h)| {
-                    h.implicit.as_ref().is_some_and(|(_, t, _)| {
-                        now.saturating_sub(t.load(Ordering::Relaxed)) >= IMPLICIT_IDLE_MS
-                    })
-                })
-                .map(|(k, _)| *k)
-                .collect();
-            keys.iter().filter_map(|k| m.remove(k)).collect()
-        };
-        for h in idle {
-            end_implicit(&zones, &h);
-        }
-    }
-}
-
-impl Handle {
-    /// An open file of `inode`, read-only and unwritten until the caller says otherwise.
-    fn new(
-        inode: Arc<Inode>,
-        file: Option<std::fs::File>,
-        flags: OFlags,
-        origin: Origin,
-    ) -> Handle {
-        Handle {
-            file: file.map(OnceLock::from).unwrap_or_default(),
-            flags,
-            inode,
-            backing: None,
-            writable: false,
-            origin,
-            written: AtomicU64::new(0),
-            dirty: AtomicBool::new(false),
-            writer_key: None,
-            implicit: None,
-            behind: node_io::WriteBehind::default(),
-        }
-    }
-
-    /// For an implicit writer, marks a write as under way until the guard is dropped (after
-    /// [`Handle::wrote`] noted it): the watcher waits for it before calling the change someone
-    /// else's, which would drop the kernel's cache of the file being written.
-    fn writing<'z>(&self, zones: &'z Zones) -> Option<crate::core::own::Writing<'z>> {
-        self.implicit
-            .as_ref()
-            .map(|(key, _, _)| zones.own().writing(*key))
-    }
-
-    /// Counts a change made through the handle. An implicit writer also notes when, and the
-    /// file as it left it: the watcher then takes a change by anyone else for theirs.
-    fn wrote(&self, zones: &Zones) {
-        self.dirty.store(true, Ordering::Relaxed);
-        if let Some((_, touched, size)) = &self.implicit {
-            touched.store(now_ms(), Ordering::Relaxed);
-            if let Some(st) = self.file.get().and_then(|f| node_io::stat(f).ok()) {
-                zones.own().note(&st);
-                size.store(st.st_size as u64, Ordering::Relaxed);
-            }
-        }
-    }
-
-    /// The daemon's descriptor of the file, opened now if the handle has none yet.
-    fn file(&self, fs: &WardFs) -> Res<&std::fs::File> {
-        if let Some(f) = self.file.get() {
-            return Ok(f);
-        }
-        let f = std::fs::File::from(fs.reopen(&self.inode, self.flags)?);
-        Ok(self.file.get_or_init(|| f))
-    }
-}
 
 /// The attributes a `setattr` call changes.
 struct SetAttr {
@@ -244,7 +113,7 @@ pub struct WardFs {
     /// opened at the first write, ended (journaled) once idle for [`IMPLICIT_IDLE_MS`] by the
     /// thread [`end_idle_writers`]. `FLUSH` is answered `ENOSYS`, so the kernel sends none
     /// (another round trip per `close`), and sends no `RELEASE` either.
-    implicit: Arc<Implicit>,
+    implicit: Arc<ImplicitWriters>,
     next_fh: AtomicU64,
     passthrough: AtomicBool,
     want_passthrough: bool,
@@ -339,12 +208,9 @@ impl WardFs {
             && ZoneId::ALL
                 .iter()
                 .all(|id| zones.node_writable(*id).is_ok());
-        let implicit: Arc<Implicit> = Arc::default();
+        let implicit: Arc<ImplicitWriters> = Arc::default();
         if no_open {
-            let (z, weak) = (zones.clone(), Arc::downgrade(&implicit));
-            std::thread::Builder::new()
-                .name("wardfs-writers".into())
-                .spawn(move || end_idle_writers(z, weak))?;
+            ImplicitWriters::spawn_ender(&implicit, zones.clone())?;
         }
         for id in ZoneId::ALL {
             if let Some(root) = zones.node_zone_root(id) {
@@ -619,10 +485,7 @@ impl WardFs {
         // Its implicit writer ends first: journaled under the name it is leaving, and its
         // descriptor no longer keeps a removed file's space allocated.
         if let Some(n) = self.inodes.known_number(dir.zone, dev, backing) {
-            let h = self.implicit.lock().expect("not poisoned").remove(&n);
-            if let Some(h) = h {
-                end_implicit(&self.zones, &h);
-            }
+            self.implicit.end(&self.zones, n);
         }
         if let Some(i) = self
             .inodes
@@ -632,6 +495,11 @@ impl WardFs {
         {
             let _ = i.node.pin();
         }
+    }
+
+    /// The daemon's descriptor of the open file `h`, opened now if it has none yet.
+    fn file_of<'h>(&self, h: &'h Handle) -> Res<&'h std::fs::File> {
+        h.file(|i, flags| self.reopen(i, flags))
     }
 
     fn reopen(&self, inode: &Inode, flags: OFlags) -> Res<OwnedFd> {
@@ -725,7 +593,7 @@ impl WardFs {
             .and_then(|fh| self.handle(fh).ok())
             .filter(|h| h.writable);
         let file = match &open {
-            Some(h) if change.size.is_some() => Some(h.file(self)?),
+            Some(h) if change.size.is_some() => Some(self.file_of(h)?),
             _ => None,
         };
         let st = self
@@ -1599,7 +1467,7 @@ impl fuser::Filesystem for WardFs {
                 }
             }
             let mut buf = vec![0u8; size as usize];
-            let n = node_io::read_at(h.file(self)?, &mut buf, offset).map_err(errno)?;
+            let n = node_io::read_at(self.file_of(&h)?, &mut buf, offset).map_err(errno)?;
             buf.truncate(n);
             Ok(buf)
         });
@@ -1642,7 +1510,7 @@ impl fuser::Filesystem for WardFs {
             })
         } else {
             self.io_handle(_req, ino, fh, true).and_then(|h| {
-                let f = h.file(self)?;
+                let f = self.file_of(&h)?;
                 let _writing = h.writing(&self.zones);
                 if kill {
                     node_io::kill_suidgid(f).map_err(errno)?;
@@ -1710,7 +1578,7 @@ impl fuser::Filesystem for WardFs {
         }
         let res = self
             .io_handle(_req, ino, fh, false)
-            .and_then(|h| node_io::sync(h.file(self)?, datasync).map_err(errno));
+            .and_then(|h| node_io::sync(self.file_of(&h)?, datasync).map_err(errno));
         reply!(reply, res, |()| reply.ok())
     }
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -2161,7 +2029,7 @@ impl fuser::Filesystem for WardFs {
             return reply.error(Errno::ENOTSUP);
         }
         let res = self.io_handle(req, ino, fh, true).and_then(|h| {
-            node_io::allocate(h.file(self)?, mode, offset, length).map_err(errno)?;
+            node_io::allocate(self.file_of(&h)?, mode, offset, length).map_err(errno)?;
             h.wrote(&self.zones);
             Ok(())
         });
@@ -2182,7 +2050,7 @@ impl fuser::Filesystem for WardFs {
         }
         let res = self
             .io_handle(req, ino, fh, false)
-            .and_then(|h| node_io::seek(h.file(self)?, offset, whence).map_err(errno));
+            .and_then(|h| node_io::seek(self.file_of(&h)?, offset, whence).map_err(errno));
         reply!(reply, res, |p| reply.offset(p as i64))
     }
 
@@ -2204,8 +2072,14 @@ impl fuser::Filesystem for WardFs {
         }
         let res = self.io_handle(req, ino_in, fh_in, false).and_then(|i| {
             let o = self.io_handle(req, ino_out, fh_out, true)?;
-            let n = node_io::copy_range(i.file(self)?, offset_in, o.file(self)?, offset_out, len)
-                .map_err(errno)?;
+            let n = node_io::copy_range(
+                self.file_of(&i)?,
+                offset_in,
+                self.file_of(&o)?,
+                offset_out,
+                len,
+            )
+            .map_err(errno)?;
             o.wrote(&self.zones);
             Ok(n as u32)
         });
@@ -2216,16 +2090,7 @@ impl fuser::Filesystem for WardFs {
 impl Drop for WardFs {
     /// Journals what the implicit writers wrote (the kernel sends no `RELEASE` for them).
     fn drop(&mut self) {
-        let rest: Vec<Arc<Handle>> = self
-            .implicit
-            .lock()
-            .expect("not poisoned")
-            .drain()
-            .map(|(_, h)| h)
-            .collect();
-        for h in rest {
-            end_implicit(&self.zones, &h);
-        }
+        self.implicit.end_all(&self.zones);
     }
 }
 
@@ -2270,8 +2135,8 @@ impl WardFs {
             }
         }
         if write {
-            if let Some(h) = self.implicit.lock().expect("not poisoned").get(&ino.0) {
-                return Ok(h.clone());
+            if let Some(h) = self.implicit.get(ino.0) {
+                return Ok(h);
             }
         }
         let i = self.inode(ino)?;
@@ -2312,22 +2177,13 @@ impl WardFs {
         flags: OFlags,
         st: &Stat,
     ) -> Arc<Handle> {
-        let mut implicit = self.implicit.lock().expect("not poisoned");
-        if let Some(h) = implicit.get(&inode.ino) {
-            return h.clone();
-        }
         let key = (st.st_dev, st.st_ino);
-        self.zones
-            .own()
-            .write_pending(key.0, key.1, self.zones.node_vpath(&inode));
-        let ino = inode.ino;
-        let h = Arc::new(Handle {
-            writable: true,
-            implicit: Some((key, AtomicU64::new(now_ms()), AtomicU64::new(u64::MAX))),
-            ..Handle::new(inode, Some(file), flags, WardFs::origin(req))
-        });
-        implicit.insert(ino, h.clone());
-        h
+        self.implicit.get_or_add(inode.ino, || {
+            self.zones
+                .own()
+                .write_pending(key.0, key.1, self.zones.node_vpath(&inode));
+            Handle::implicit(inode.clone(), file, flags, WardFs::origin(req), key)
+        })
     }
 
     /// Returns the inode's passthrough backing file, registering `open` as it when it has none.

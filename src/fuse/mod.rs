@@ -18,6 +18,7 @@ pub mod binds;
 mod echo;
 mod echo_helper;
 mod fs;
+mod handles;
 mod inodes;
 mod invalidate;
 mod remote;
