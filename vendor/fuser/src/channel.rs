@@ -103,6 +103,7 @@ impl ChannelSender {
     }
 
     pub(crate) unsafe fn wrap_backing(&self, id: u32) -> BackingId {
+        // SAFETY: the caller passes an open backing ID of this session, as `wrap_raw` requires.
         unsafe { BackingId::wrap_raw(&self.0, id) }
     }
 }

@@ -82,6 +82,7 @@ pub use crate::session::SessionUnmounter;
 
 mod access_flags;
 mod bsd_file_flags;
+#[warn(clippy::undocumented_unsafe_blocks)] // changed here: vendor/README.md
 mod channel;
 mod dev_fuse;
 /// Experimental APIs
@@ -89,6 +90,7 @@ mod dev_fuse;
 pub mod experimental;
 mod forget_one;
 #[allow(dead_code)] // the full ABI, not every struct used
+#[warn(clippy::undocumented_unsafe_blocks)] // changed here: vendor/README.md
 mod ll;
 mod mnt;
 mod notify;
@@ -97,12 +99,16 @@ mod passthrough;
 mod poll_events;
 mod read_buf;
 mod rename_flags;
+#[warn(clippy::undocumented_unsafe_blocks)] // changed here: vendor/README.md
 mod reply;
+#[warn(clippy::undocumented_unsafe_blocks)] // changed here: vendor/README.md
 mod request;
 mod request_param;
+#[warn(clippy::undocumented_unsafe_blocks)] // changed here: vendor/README.md
 mod session;
 mod time;
 #[cfg(target_os = "linux")]
+#[warn(clippy::undocumented_unsafe_blocks)]
 mod uring;
 
 /// We generally support async reads

@@ -91,8 +91,10 @@ impl ReplySender {
     /// Wraps a raw backing file ID
     pub(crate) unsafe fn wrap_backing(&self, id: u32) -> BackingId {
         match self {
+            // SAFETY: the caller upholds `wrap_backing`'s contract (an open ID of this session).
             ReplySender::Channel(sender) => unsafe { sender.wrap_backing(id) },
             #[cfg(target_os = "linux")]
+            // SAFETY: as above; a ring's channel is the session's `/dev/fuse`.
             ReplySender::Ring(reply) => unsafe { reply.channel().wrap_backing(id) },
             #[cfg(test)]
             ReplySender::Assert(_) => unreachable!(),
@@ -406,6 +408,7 @@ impl ReplyOpen {
     /// returned `BackingId` instance is still live.
     pub unsafe fn wrap_backing(&self, id: u32) -> BackingId {
         // TODO: assert passthrough capability is enabled.
+        // SAFETY: the caller upholds this function's `# Safety` contract, which is the sender's.
         unsafe { self.reply.sender.as_ref().unwrap().wrap_backing(id) }
     }
 
@@ -564,6 +567,7 @@ impl ReplyCreate {
     /// returned `BackingId` instance is still live.
     pub unsafe fn wrap_backing(&self, id: u32) -> BackingId {
         // TODO: assert passthrough capability is enabled.
+        // SAFETY: the caller upholds this function's `# Safety` contract, which is the sender's.
         unsafe { self.reply.sender.as_ref().unwrap().wrap_backing(id) }
     }
 

@@ -517,7 +517,7 @@ impl<FS: Filesystem> Session<FS> {
             if agreed.contains(InitFlags::FUSE_OVER_IO_URING) {
                 // The kernel sizes every ring entry's payload buffer to at least this.
                 let pages = config.max_pages() as usize * page_size::get();
-                let payload = (abi::consts::FUSE_MIN_READ_BUFFER as usize)
+                let payload = abi::consts::FUSE_MIN_READ_BUFFER
                     .max(config.max_write as usize)
                     .max(pages);
                 self.uring_payload = Some(payload);
@@ -583,7 +583,10 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
             // Read the next request from the given channel to kernel driver
             // The kernel driver makes sure that we get exactly one request per read
             match self.ch.receive_retrying(buf) {
-                Ok(size) => match RequestWithSender::new(ReplySender::Channel(self.ch.sender()), &buf[..size]) {
+                Ok(size) => match RequestWithSender::new(
+                    ReplySender::Channel(self.ch.sender()),
+                    &buf[..size],
+                ) {
                     // Dispatch request
                     Some(req) => {
                         if let Ok(Operation::Destroy(_)) = req.request.operation() {

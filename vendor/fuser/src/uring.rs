@@ -23,6 +23,14 @@
 //! the two headers, which are copied there, so the data (up to `max_write`) is read where the
 //! kernel put it. Its reply waits until the filesystem has returned from the request, since it
 //! is written into the same buffer.
+//!
+//! Every `unsafe` here carries a `// SAFETY:` comment (`clippy::undocumented_unsafe_blocks`,
+//! turned on for this module in lib.rs). The buffers
+//! a ring entry names are shared with the kernel: it writes a request into them between the
+//! submission of the entry's command and its completion, and reads the reply between the
+//! COMMIT_AND_FETCH submission and the next completion. The rule every `unsafe` leans on is that
+//! the daemon touches an entry's buffers only while the kernel does not own them, and that they
+//! outlive the io_uring (which is closed, cancelling its commands, before they are freed).
 
 use std::cell::UnsafeCell;
 use std::io;
@@ -66,6 +74,12 @@ const MAX_QUEUES: usize = 64;
 const HEADROOM: usize = 256;
 /// `FUSE_WRITE`: the request read in place.
 const OP_WRITE: u32 = 16;
+/// Size of `fuse_in_header`, the first header of every request.
+const IN_HEADER: usize = size_of::<abi::fuse_in_header>();
+/// Size of `fuse_out_header`, the first header of every reply.
+const OUT_HEADER: usize = size_of::<abi::fuse_out_header>();
+/// The kernel's list of the CPUs it may route requests from.
+const POSSIBLE_CPUS: &str = "/sys/devices/system/cpu/possible";
 
 /// `struct fuse_uring_ent_in_out`.
 #[repr(C)]
@@ -147,10 +161,14 @@ pub(crate) struct Ring {
     wake: OwnedFd,
 }
 
-// SAFETY: a slot is touched by the ring thread only between the completion that hands it a
-// request and the reply's commit, and by the one reply of that request; the kernel owns it in
-// between. Submissions are serialised by `submit`.
+// SAFETY: the `UnsafeCell` slots are what keeps `Ring` from being `Sync`. A slot is touched by
+// the ring thread only between the completion that hands it a request and the reply's commit,
+// and by the one reply of that request (from whichever thread answers); the kernel owns it in
+// between, and `lend` orders a reply against a request still read in place. Submissions are
+// serialised by `submit`; the completion queue is read by the ring thread alone.
 unsafe impl Sync for Ring {}
+// SAFETY: everything in a `Ring` is owned (boxes, descriptors) or `Send`; the raw pointers in
+// the slots' iovecs point into the slots' own boxes, which move with it.
 unsafe impl Send for Ring {}
 
 /// Where the reply to a request that came in over a ring goes.
@@ -178,6 +196,7 @@ impl RingReply {
     }
 }
 
+/// The 80-byte command area of a ring entry's SQE: `struct fuse_uring_cmd_req`.
 fn cmd_area(qid: u16, commit_id: u64) -> [u8; 80] {
     // struct fuse_uring_cmd_req { u64 flags; u64 commit_id; u16 qid; u8 padding[6]; }
     let mut cmd = [0u8; 80];
@@ -191,12 +210,12 @@ impl Ring {
         let ring = IoUring::<squeue::Entry128>::builder()
             .setup_cqsize(2 * (depth as u32 + 1))
             .build(depth as u32 + 1)?;
-        // SAFETY: eventfd(2) returns a new descriptor or -1.
+        // SAFETY: eventfd(2) takes no pointers; it returns a new descriptor or -1.
         let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
-        // SAFETY: `fd` was just created and is owned by nobody else.
+        // SAFETY: `fd` was just created (not -1, checked above) and is owned by nobody else.
         let wake = unsafe { OwnedFd::from_raw_fd(fd) };
         let slots = (0..depth)
             .map(|_| {
@@ -218,7 +237,8 @@ impl Ring {
                         iov_len: size_of::<Header>(),
                     },
                     libc::iovec {
-                        // SAFETY: HEADROOM is within the allocation.
+                        // SAFETY: the allocation is `HEADROOM + payload` bytes long (rounded up
+                        // to words), so `HEADROOM` is within it.
                         iov_base: unsafe { words.as_mut_ptr().cast::<u8>().add(HEADROOM) }.cast(),
                         iov_len: payload,
                     },
@@ -244,7 +264,9 @@ impl Ring {
     }
 
     fn entry(&self, slot: usize, cmd: u32) -> squeue::Entry128 {
-        // SAFETY: see `unsafe impl Sync for Ring`; only the slot's iovec address is read.
+        // SAFETY: only the slot's iovec address and its commit id are read, and only by the
+        // thread that holds the slot (see `unsafe impl Sync for Ring`): the kernel wrote the
+        // commit id before completing the command this entry answers.
         let s = unsafe { &*self.slots[slot].get() };
         let commit_id = if cmd == CMD_COMMIT_AND_FETCH {
             s.header.ent.commit_id
@@ -258,8 +280,10 @@ impl Ring {
             .user_data(slot as u64);
         if cmd == CMD_REGISTER {
             // The kernel wants `sqe->len` = 2 (header and payload iovecs), which the builder
-            // does not set. SAFETY: `Entry128` is `repr(C)` and starts with the kernel's
-            // `io_uring_sqe`, whose `len` is the u32 at byte 24.
+            // does not set.
+            // SAFETY: `Entry128` is `repr(C)` and starts with the kernel's `io_uring_sqe`,
+            // whose `len` is the u32 at byte 24 (`include/uapi/linux/io_uring.h`); the write is
+            // within the 128-byte entry, which `e` owns.
             unsafe {
                 let p = (&mut e as *mut squeue::Entry128).cast::<u8>();
                 p.add(24).cast::<u32>().write_unaligned(2);
@@ -270,8 +294,9 @@ impl Ring {
 
     fn push(&self, entries: &[squeue::Entry128]) -> io::Result<()> {
         let _guard = self.submit.lock();
-        // SAFETY: every push happens under `submit`; the entries point at buffers that live as
-        // long as the ring.
+        // SAFETY: `submission_shared` needs no other submission queue access at once: every
+        // push happens under `submit`, held here. The entries point at iovecs and buffers that
+        // live as long as the ring.
         unsafe {
             let mut sq = self.ring.submission_shared();
             for e in entries {
@@ -281,15 +306,16 @@ impl Ring {
         }
         // On the ring's own thread the loop's next `submit_and_wait` submits the entries and
         // waits for the next request in one system call; any other thread submits now.
-        if !SERVING.with(|s| s.get() == self as *const Ring) {
+        if !SERVING.with(|s| std::ptr::eq(s.get(), self)) {
             self.ring.submit()?;
         }
         Ok(())
     }
 
     fn register(&self) -> io::Result<()> {
-        let mut entries: Vec<squeue::Entry128> =
-            (0..self.slots.len()).map(|i| self.entry(i, CMD_REGISTER)).collect();
+        let mut entries: Vec<squeue::Entry128> = (0..self.slots.len())
+            .map(|i| self.entry(i, CMD_REGISTER))
+            .collect();
         entries.push(
             opcode::PollAdd::new(types::Fd(self.wake.as_raw_fd()), libc::POLLIN as u32)
                 .build()
@@ -310,36 +336,13 @@ impl Ring {
             }
         }
         {
-            // SAFETY: the slot belongs to this reply until it is committed below.
+            // SAFETY: the slot belongs to this reply until it is committed below: the kernel
+            // completed its command (it holds a request), the request is no longer read (not
+            // lent, checked above), and a request gets one reply.
             let s = unsafe { &mut *self.slots[slot].get() };
-            let room = s.payload_len;
-            let payload = s.payload();
-            let out = size_of::<abi::fuse_out_header>();
-            let mut header = [0u8; 16];
-            let mut filled = 0usize;
-            let mut written = 0usize;
-            let mut overflow = false;
-            for part in data {
-                let mut rest: &[u8] = part;
-                if filled < out {
-                    let n = (out - filled).min(rest.len());
-                    header[filled..filled + n].copy_from_slice(&rest[..n]);
-                    filled += n;
-                    rest = &rest[n..];
-                }
-                if written + rest.len() > room {
-                    overflow = true;
-                    break;
-                }
-                payload[written..written + rest.len()].copy_from_slice(rest);
-                written += rest.len();
-            }
-            if overflow {
-                // A reply larger than the entry cannot be delivered; say EIO instead.
-                header[4..8].copy_from_slice(&(-libc::EIO).to_ne_bytes());
-                written = 0;
-            }
-            s.header.in_out[..out].copy_from_slice(&header);
+            let mut header = [0u8; OUT_HEADER];
+            let written = fill_reply(data, &mut header, s.payload());
+            s.header.in_out[..OUT_HEADER].copy_from_slice(&header);
             s.header.ent.payload_sz = written as u32;
             s.last = CMD_COMMIT_AND_FETCH;
         }
@@ -357,21 +360,12 @@ impl Ring {
     unsafe fn request<'b>(&self, slot: usize, buf: &'b mut [u8]) -> io::Result<(&'b [u8], bool)> {
         // SAFETY: the kernel completed this slot's command; it is ours until the reply.
         let s = unsafe { &mut *self.slots[slot].get() };
-        let hdr = size_of::<abi::fuse_in_header>();
+        let hdr = IN_HEADER;
         let len = u32::from_ne_bytes(s.header.in_out[..4].try_into().unwrap()) as usize;
         let opcode = u32::from_ne_bytes(s.header.in_out[4..8].try_into().unwrap());
         let payload = s.header.ent.payload_sz as usize;
-        let op = len
-            .checked_sub(hdr + payload)
-            .filter(|&op| op <= HEADER_AREA && payload <= s.payload_len && len <= buf.len())
-            .ok_or_else(|| {
-                io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("ring entry holds a request of {len} bytes with {payload} of payload"),
-                )
-            })?;
-        let start = HEADROOM - hdr - op;
-        if opcode == OP_WRITE && start % 8 == 0 {
+        let op = op_header_len(len, payload, s.payload_len, buf.len())?;
+        if let Some(start) = in_place_start(opcode, op) {
             *self.lend[slot].lock() = Lend::Lent;
             let (in_out, op_in) = (s.header.in_out, s.header.op_in);
             let bytes = s.bytes();
@@ -399,6 +393,96 @@ impl Ring {
     }
 }
 
+/// Copies a reply (`fuse_out_header`, then its payload, split across `data` in any way) into an
+/// entry: the header into `header`, the rest into `payload`. Returns the payload's length. A
+/// reply larger than `payload` cannot be delivered: it becomes EIO, with no payload.
+fn fill_reply(data: &[IoSlice<'_>], header: &mut [u8; OUT_HEADER], payload: &mut [u8]) -> usize {
+    let mut filled = 0usize;
+    let mut written = 0usize;
+    for part in data {
+        let mut rest: &[u8] = part;
+        if filled < OUT_HEADER {
+            let n = (OUT_HEADER - filled).min(rest.len());
+            header[filled..filled + n].copy_from_slice(&rest[..n]);
+            filled += n;
+            rest = &rest[n..];
+        }
+        if written + rest.len() > payload.len() {
+            header[4..8].copy_from_slice(&(-libc::EIO).to_ne_bytes());
+            return 0;
+        }
+        payload[written..written + rest.len()].copy_from_slice(rest);
+        written += rest.len();
+    }
+    written
+}
+
+/// The reply EIO to the request `unique` (a `fuse_out_header` alone).
+fn eio_reply(unique: [u8; 8]) -> [u8; OUT_HEADER] {
+    let mut out = [0u8; OUT_HEADER];
+    out[..4].copy_from_slice(&(OUT_HEADER as u32).to_ne_bytes());
+    out[4..8].copy_from_slice(&(-libc::EIO).to_ne_bytes());
+    out[8..16].copy_from_slice(&unique);
+    out
+}
+
+/// The length of the op header of a request the kernel put in an entry, from the request's
+/// length (`fuse_in_header.len`) and its payload's (`payload_sz`): what is neither the in header
+/// nor payload. Refused when that does not fit the entry's op header area, the payload is larger
+/// than the entry's (`room`), or the whole request than the buffer it is copied into.
+fn op_header_len(len: usize, payload: usize, room: usize, buf_len: usize) -> io::Result<usize> {
+    len.checked_sub(IN_HEADER + payload)
+        .filter(|&op| op <= HEADER_AREA && payload <= room && len <= buf_len)
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "ring entry holds a request of {len} bytes with {payload} of payload; an \
+                     entry holds {IN_HEADER} + at most {HEADER_AREA} bytes of headers, {room} of \
+                     payload, {buf_len} in all"
+                ),
+            )
+        })
+}
+
+/// Where in an entry's words a request with opcode `opcode` and an op header of `op` bytes
+/// starts when it is read in place (its headers copied in front of its payload): for a WRITE
+/// whose `fuse_in_header` then lands 8-byte aligned. `None`: the request is copied out.
+fn in_place_start(opcode: u32, op: usize) -> Option<usize> {
+    let start = HEADROOM - IN_HEADER - op;
+    (opcode == OP_WRITE && start % 8 == 0).then_some(start)
+}
+
+/// The number of CPUs in a kernel CPU list such as `0-3,8-11\n`: one past the highest.
+fn cpu_count(list: &str) -> io::Result<usize> {
+    let mut n = 0usize;
+    for part in list.trim().split(',') {
+        let last = part.rsplit('-').next().unwrap_or(part);
+        let last: usize = last.parse().map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{POSSIBLE_CPUS}: {list:?} is not a CPU list like 0-3,8"),
+            )
+        })?;
+        n = n.max(last + 1);
+    }
+    Ok(n)
+}
+
+/// How many rings to start per queue, for `queues` queues (one per possible CPU) and
+/// `per_queue` asked for: as asked (at least one) up to four CPUs, one past that (one thread
+/// per queue is plenty there, and bounds the buffers' memory). Refused for no queue or more
+/// than `MAX_QUEUES`.
+fn rings_per_queue(queues: usize, per_queue: usize) -> io::Result<usize> {
+    if queues == 0 || queues > MAX_QUEUES {
+        return Err(io::Error::other(format!(
+            "{queues} possible CPUs: FUSE over io_uring needs one queue per CPU, from 1 to \
+             {MAX_QUEUES}"
+        )));
+    }
+    Ok(if queues > 4 { 1 } else { per_queue.max(1) })
+}
+
 /// The ring threads of a session.
 pub(crate) struct Rings {
     rings: Vec<Arc<Ring>>,
@@ -407,16 +491,7 @@ pub(crate) struct Rings {
 
 /// The CPUs the kernel may route requests from (`/sys/devices/system/cpu/possible`).
 fn possible_cpus() -> io::Result<usize> {
-    let text = std::fs::read_to_string("/sys/devices/system/cpu/possible")?;
-    let mut n = 0usize;
-    for part in text.trim().split(',') {
-        let last = part.rsplit('-').next().unwrap_or(part);
-        let last: usize = last
-            .parse()
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, format!("cpu list {text:?}")))?;
-        n = n.max(last + 1);
-    }
-    Ok(n)
+    cpu_count(&std::fs::read_to_string(POSSIBLE_CPUS)?)
 }
 
 impl Rings {
@@ -431,17 +506,16 @@ impl Rings {
         payload: usize,
     ) -> io::Result<Rings> {
         let queues = possible_cpus()?;
-        if queues == 0 || queues > MAX_QUEUES {
-            return Err(io::Error::other(format!(
-                "{queues} possible CPUs: one queue each is more than {MAX_QUEUES}"
-            )));
-        }
-        // Past a few CPUs one thread per queue is plenty (and bounds the buffers' memory).
-        let per_queue = if queues > 4 { 1 } else { per_queue };
+        let per_queue = rings_per_queue(queues, per_queue)?;
         let mut rings = Vec::new();
         for qid in 0..queues {
-            for _ in 0..per_queue.max(1) {
-                rings.push(Arc::new(Ring::new(dev.clone(), qid as u16, depth.max(1), payload)?));
+            for _ in 0..per_queue {
+                rings.push(Arc::new(Ring::new(
+                    dev.clone(),
+                    qid as u16,
+                    depth.max(1),
+                    payload,
+                )?));
             }
         }
         // Register only once every ring exists: the kernel starts routing requests to the
@@ -465,7 +539,8 @@ impl Rings {
                     started.threads.push(t);
                 }
                 Err(e) => {
-                    let served = (0..queues).all(|q| started.rings.iter().any(|r| r.qid as usize == q));
+                    let served =
+                        (0..queues).all(|q| started.rings.iter().any(|r| r.qid as usize == q));
                     if served {
                         // The kernel already routes requests to the rings: keep those running.
                         warn!("a FUSE ring failed to start ({e}); the others serve its queue");
@@ -479,7 +554,10 @@ impl Rings {
             }
         }
         let rings = started;
-        debug!("FUSE over io_uring: {queues} queues, {} rings", rings.rings.len());
+        debug!(
+            "FUSE over io_uring: {queues} queues, {} rings",
+            rings.rings.len()
+        );
         Ok(rings)
     }
 
@@ -487,7 +565,8 @@ impl Rings {
     pub(crate) fn stop(self) -> io::Result<()> {
         for ring in &self.rings {
             let one = 1u64.to_ne_bytes();
-            // SAFETY: writing 8 bytes to an eventfd we own.
+            // SAFETY: `one` is 8 readable bytes, and the descriptor is the ring's own eventfd,
+            // open as long as `ring` is.
             unsafe { libc::write(ring.wake.as_raw_fd(), one.as_ptr().cast(), one.len()) };
         }
         let mut result = Ok(());
@@ -503,7 +582,8 @@ impl Rings {
 }
 
 fn pin_to(cpu: usize) {
-    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET and sched_setaffinity take valid pointers.
+    // SAFETY: an all-zero `cpu_set_t` is a valid, empty set; `CPU_SET` ignores a CPU past its
+    // end, and `sched_setaffinity` gets a pointer to the set and its size.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_SET(cpu, &mut set);
@@ -529,7 +609,8 @@ fn ring_loop<FS: Filesystem>(
             Err(e) => return Err(e),
         }
         done.clear();
-        // SAFETY: only this thread reads the completion queue.
+        // SAFETY: `completion_shared` needs no other completion queue access at once: only this
+        // thread reads the completion queue.
         unsafe {
             done.extend(
                 ring.ring
@@ -543,7 +624,8 @@ fn ring_loop<FS: Filesystem>(
             }
             let slot = slot as usize;
             if res == -libc::EINTR || res == -libc::EAGAIN {
-                // SAFETY: the slot's command ended without a request; nobody else holds it.
+                // SAFETY: the slot's command ended without a request, so there is no reply that
+                // could write it; this thread alone reads it.
                 let last = unsafe { (*ring.slots[slot].get()).last };
                 ring.push(&[ring.entry(slot, last)])?;
                 continue;
@@ -560,20 +642,19 @@ fn ring_loop<FS: Filesystem>(
                 };
             }
             let buf = word_bytes(&mut words);
-            // SAFETY: the kernel completed the slot's command; the request is used only until
-            // `unlend` below.
+            // SAFETY: the kernel completed the slot's command (`res` >= 0), and the request is
+            // used only until `unlend` below, before anything writes the slot again.
             let (request, lent) = match unsafe { ring.request(slot, buf) } {
                 Ok(request) => request,
                 Err(e) => {
                     // Answer the request so the caller is not left waiting, then go on.
                     warn!("{e}");
-                    // SAFETY: the slot holds the kernel's request header.
-                    let unique = unsafe { &*ring.slots[slot].get() }.header.in_out[8..16].to_vec();
-                    let mut out = [0u8; 16];
-                    out[..4].copy_from_slice(&16u32.to_ne_bytes());
-                    out[4..8].copy_from_slice(&(-libc::EIO).to_ne_bytes());
-                    out[8..16].copy_from_slice(&unique);
-                    ring.commit(slot, &[IoSlice::new(&out)])?;
+                    // SAFETY: the kernel completed the slot's command, so it holds the request
+                    // header, and no reply has been written yet.
+                    let unique = unsafe { &*ring.slots[slot].get() }.header.in_out[8..16]
+                        .try_into()
+                        .unwrap();
+                    ring.commit(slot, &[IoSlice::new(&eio_reply(unique))])?;
                     continue;
                 }
             };
@@ -609,6 +690,159 @@ fn ring_loop<FS: Filesystem>(
                     ));
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::IoSlice;
+    use std::mem::offset_of;
+
+    use super::*;
+
+    #[test]
+    fn the_entry_header_has_the_kernels_layout() {
+        // struct fuse_uring_req_header { in_out[128]; op_in[128]; fuse_uring_ent_in_out }
+        assert_eq!(offset_of!(Header, in_out), 0);
+        assert_eq!(offset_of!(Header, op_in), 128);
+        assert_eq!(offset_of!(Header, ent), 256);
+        // struct fuse_uring_ent_in_out { u64 flags; u64 commit_id; u32 payload_sz; u32; u64 }
+        assert_eq!(size_of::<EntInOut>(), 32);
+        assert_eq!(offset_of!(EntInOut, commit_id), 8);
+        assert_eq!(offset_of!(EntInOut, payload_sz), 16);
+        assert_eq!(size_of::<Header>(), 4096, "one page, page-aligned");
+        const { assert!(IN_HEADER + HEADER_AREA <= HEADROOM) };
+    }
+
+    #[test]
+    fn the_command_area_carries_the_commit_id_and_the_queue() {
+        let cmd = cmd_area(7, 0x0102_0304_0506_0708);
+        assert_eq!(cmd[..8], [0; 8], "flags");
+        assert_eq!(cmd[8..16], 0x0102_0304_0506_0708u64.to_ne_bytes());
+        assert_eq!(cmd[16..18], 7u16.to_ne_bytes());
+        assert!(cmd[18..].iter().all(|&b| b == 0));
+    }
+
+    /// A `fuse_out_header` of `len` bytes in all with `error`, for the request `unique`.
+    fn out_header(len: u32, error: i32, unique: u64) -> Vec<u8> {
+        [
+            &len.to_ne_bytes()[..],
+            &error.to_ne_bytes(),
+            &unique.to_ne_bytes(),
+        ]
+        .concat()
+    }
+
+    #[test]
+    fn a_reply_is_split_into_header_and_payload_however_its_parts_fall() {
+        let header = out_header(16 + 10, 0, 42);
+        let body = b"0123456789";
+        let whole = [header.clone(), body.to_vec()].concat();
+        // One part; the header split across parts; the header and the body in one part.
+        let splits: [Vec<&[u8]>; 3] = [
+            vec![&whole],
+            vec![&whole[..5], &whole[5..20], &whole[20..]],
+            vec![&header, &body[..3], &body[3..]],
+        ];
+        for parts in splits {
+            let slices: Vec<IoSlice<'_>> = parts.iter().map(|p| IoSlice::new(p)).collect();
+            let mut h = [0u8; OUT_HEADER];
+            let mut payload = [0u8; 32];
+            let written = fill_reply(&slices, &mut h, &mut payload);
+            assert_eq!(written, 10, "{parts:?}");
+            assert_eq!(h[..], header[..]);
+            assert_eq!(&payload[..10], body);
+        }
+    }
+
+    #[test]
+    fn a_reply_larger_than_the_entry_becomes_eio_without_payload() {
+        let reply = [out_header(16 + 9, 0, 5), vec![7u8; 9]].concat();
+        let mut h = [0u8; OUT_HEADER];
+        let mut payload = [0u8; 8];
+        let written = fill_reply(&[IoSlice::new(&reply)], &mut h, &mut payload);
+        assert_eq!(written, 0);
+        assert_eq!(i32::from_ne_bytes(h[4..8].try_into().unwrap()), -libc::EIO);
+        assert_eq!(
+            u64::from_ne_bytes(h[8..16].try_into().unwrap()),
+            5,
+            "unique kept"
+        );
+        // Exactly the entry's size still fits.
+        let reply = [out_header(16 + 8, 0, 5), vec![7u8; 8]].concat();
+        assert_eq!(fill_reply(&[IoSlice::new(&reply)], &mut h, &mut payload), 8);
+    }
+
+    #[test]
+    fn the_eio_reply_names_its_request() {
+        assert_eq!(
+            eio_reply(9u64.to_ne_bytes())[..],
+            out_header(16, -libc::EIO, 9)[..]
+        );
+    }
+
+    #[test]
+    fn the_op_header_is_what_is_neither_in_header_nor_payload() {
+        let write_in = size_of::<abi::fuse_write_in>();
+        assert_eq!(
+            op_header_len(IN_HEADER + write_in + 4096, 4096, 1 << 20, 2 << 20).unwrap(),
+            write_in
+        );
+        assert_eq!(op_header_len(IN_HEADER, 0, 0, IN_HEADER).unwrap(), 0);
+        // Shorter than its in header and payload; an op header past its area; a payload past
+        // the entry's; a request past the buffer.
+        for (len, payload, room, buf) in [
+            (IN_HEADER - 1, 0, 64, 4096),
+            (IN_HEADER + 10, 20, 64, 4096),
+            (IN_HEADER + HEADER_AREA + 1, 0, 64, 4096),
+            (IN_HEADER + 8 + 65, 65, 64, 4096),
+            (IN_HEADER + 8 + 64, 64, 64, 100),
+        ] {
+            let e = op_header_len(len, payload, room, buf).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+            assert!(e.to_string().contains(&format!("{len} bytes")), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_write_is_read_in_place_with_its_in_header_aligned() {
+        let start = in_place_start(OP_WRITE, size_of::<abi::fuse_write_in>())
+            .expect("a WRITE is read in place");
+        assert_eq!(start % 8, 0);
+        assert_eq!(
+            start + IN_HEADER + size_of::<abi::fuse_write_in>(),
+            HEADROOM
+        );
+        assert_eq!(in_place_start(OP_WRITE, 41), None, "unaligned: copied");
+        assert_eq!(in_place_start(15, 16), None, "a READ is copied");
+    }
+
+    #[test]
+    fn a_cpu_list_counts_up_to_its_highest_cpu() {
+        assert_eq!(cpu_count("0\n").unwrap(), 1);
+        assert_eq!(cpu_count("0-3\n").unwrap(), 4);
+        assert_eq!(cpu_count("0-3,8-11").unwrap(), 12);
+        assert_eq!(cpu_count("0,2,5").unwrap(), 6);
+        for bad in ["", "a-b", "0-3,", "0-x"] {
+            let e = cpu_count(bad).unwrap_err();
+            assert!(e.to_string().contains(POSSIBLE_CPUS), "{e}");
+        }
+    }
+
+    #[test]
+    fn small_machines_get_the_rings_asked_for_larger_ones_one_per_queue() {
+        assert_eq!(rings_per_queue(1, 3).unwrap(), 3);
+        assert_eq!(rings_per_queue(4, 2).unwrap(), 2);
+        assert_eq!(rings_per_queue(2, 0).unwrap(), 1, "at least one");
+        assert_eq!(rings_per_queue(5, 3).unwrap(), 1);
+        assert_eq!(rings_per_queue(MAX_QUEUES, 3).unwrap(), 1);
+        for queues in [0, MAX_QUEUES + 1] {
+            let e = rings_per_queue(queues, 1).unwrap_err();
+            assert!(
+                e.to_string().contains(&format!("{queues} possible CPUs")),
+                "{e}"
+            );
         }
     }
 }
