@@ -4,7 +4,7 @@ CARGO ?= cargo
 # Where cargo builds (honours $CARGO_TARGET_DIR like cargo does).
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: run test lint build bench bench-api bench-fuse bench-agent bench-rtt bench-git bench-sandbox bench-memory bench-checkpoint bench-provision bench-untar-cpu bench-forks
+.PHONY: run test lint build bench bench-api bench-fuse bench-agent bench-rtt bench-git bench-sandbox bench-memory bench-checkpoint bench-provision bench-untar-cpu bench-forks bench-run
 
 ## make run: install what is missing, build, and start the daemon on the embedded default
 run:
@@ -18,10 +18,10 @@ run:
 test:
 	.ci/install-deps test
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	bash fuzz/run.sh
 	rm -f $(TARGET_DIR)/tmp/pjdfstest-summary*.txt
-	$(CARGO) test --all-targets --no-run
+	$(CARGO) test --workspace --all-targets --no-run
 	CARGO="$(CARGO)" .ci/netns .ci/test-areas; status=$$?; \
 	  cat $(TARGET_DIR)/tmp/pjdfstest-summary-*.txt 2>/dev/null || echo "pjdfstest: no summary (the FUSE tests did not reach it)"; \
 	  exit $$status
@@ -84,6 +84,11 @@ bench-forks:
 ## make bench-sandbox: mirror pushes into the real sandbox-agent against hand-made tar/curl uploads (root)
 bench-sandbox:
 	bash benches/sandbox.sh
+
+## make bench-run: commands run in a local sandbox with the workspace in step: run -- true, an edit
+## then run -- cat, a command writing 1,000 files (root)
+bench-run:
+	bash benches/sandbox_run.sh
 
 ## make bench-memory: the daemon's peak RSS while grepping 1 GiB, mirroring 2 GiB, reading a 1 GiB
 ## remote file through the mount and answering an endless sandbox body; target < 100 MB (root)

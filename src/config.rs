@@ -252,6 +252,12 @@ pub struct Limits {
     pub body_memory_bytes: u64,
     /// How long a request waits for room in `body_memory_bytes` before it gets BUSY.
     pub body_memory_wait_secs: u64,
+    /// How long a command run in a sandbox (`wardfs run --sandbox`, `POST /v1/run`) may take
+    /// when the run names no timeout; the remote process is killed at its deadline.
+    pub run_timeout_secs: u64,
+    /// Output of a run kept in memory for its result, per stream (the last bytes; the rest is
+    /// counted, not kept). What streams to the client is not kept.
+    pub run_output_bytes: u64,
 }
 
 impl Default for Limits {
@@ -269,6 +275,8 @@ impl Default for Limits {
             open_files: 262_144,
             body_memory_bytes: 192 << 20,
             body_memory_wait_secs: 30,
+            run_timeout_secs: 600,
+            run_output_bytes: 1 << 20,
         }
     }
 }
@@ -418,6 +426,9 @@ pub struct McpSection {
     /// Offer the `sandbox_create`, `sandbox_list` and `sandbox_destroy` tools. Making and
     /// destroying sandboxes is a person's decision too: off by default.
     pub allow_sandboxes: bool,
+    /// Offer the `run` tool (a command run in a sandbox, its changes pulled back): off by
+    /// default, like the sandbox tools.
+    pub allow_run: bool,
 }
 
 /// `[forks]`: forks of zones (`wardfs fork`).
@@ -482,6 +493,9 @@ pub struct SandboxSection {
     pub retries: Option<u32>,
     pub retry_backoff_ms: Option<u64>,
     pub request_timeout_secs: Option<u64>,
+    /// The daemon's environment variables a run may pass into this sandbox (`--env VAR`).
+    #[serde(default)]
+    pub run_env: Vec<String>,
     /// Provisioned (`local`, `daytona`): a snapshot id to start from.
     #[serde(default)]
     pub snapshot: Option<String>,
@@ -635,6 +649,9 @@ pub struct SandboxSettings {
     /// `Some` for a sandbox wardfs makes itself (`local`, `daytona`); its `url` is empty (the
     /// provider hands one out) and `idle_ttl` is its `idle_pause_minutes`.
     pub provision: Option<Box<ProvisionSettings>>,
+    /// The NAMES of the daemon's environment variables a run may pass into the sandbox
+    /// (`run_env`; `wardfs run --sandbox NAME --env VAR`).
+    pub run_env: Vec<String>,
 }
 
 impl SandboxSettings {
@@ -660,6 +677,7 @@ impl SandboxSettings {
             Self::agent_url(s).map_err(at)?
         };
         Self::check_token_env(s).map_err(at)?;
+        Self::check_run_env(s).map_err(at)?;
         let root = Self::root(s).map_err(at)?;
         let mut idle_ttl = Self::idle_ttl(s).map_err(at)?;
         let provision = if provisioned {
@@ -682,6 +700,7 @@ impl SandboxSettings {
             retry_backoff,
             request_timeout,
             provision,
+            run_env: s.run_env.clone(),
         })
     }
 
@@ -773,6 +792,18 @@ impl SandboxSettings {
             }
         }
         Ok(())
+    }
+
+    /// Checks that every entry of `run_env` is the name of a variable.
+    fn check_run_env(s: &SandboxSection) -> Result<(), (&'static str, String)> {
+        if s.run_env.iter().all(|v| is_env_name(v)) {
+            return Ok(());
+        }
+        // Never echo the entry: it may be a secret pasted where its variable's name belongs.
+        Err((
+            "run_env",
+            "must list NAMES of environment variables (letters, digits, _), not values".into(),
+        ))
     }
 
     /// `root` (default [`DEFAULT_SANDBOX_ROOT`]): absolute, without `.` or `..`, without a
@@ -1138,6 +1169,9 @@ pub fn check_host_entry(entry: &str) -> Result<(), String> {
 }
 
 /// Where a zone's files are.
+// Two of these exist (one per zone), built once when the config loads: the size of the remote
+// variant costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Backing {
     /// A local directory (created at start when `create` is set).
@@ -1605,6 +1639,18 @@ fn check_limits(l: &Limits, api: &ApiSection) -> Result<Connections, (&'static s
         return Err((
             "limits.body_memory_wait_secs",
             format!("{} must be between 1 and 3600", l.body_memory_wait_secs),
+        ));
+    }
+    if !(1..=86_400).contains(&l.run_timeout_secs) {
+        return Err((
+            "limits.run_timeout_secs",
+            format!("{} must be between 1 and 86400", l.run_timeout_secs),
+        ));
+    }
+    if !(1024..=1 << 30).contains(&l.run_output_bytes) {
+        return Err((
+            "limits.run_output_bytes",
+            format!("{} must be between 1024 and 1073741824", l.run_output_bytes),
         ));
     }
     let connections = connections(api)?;

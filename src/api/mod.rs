@@ -23,6 +23,7 @@ mod metrics;
 mod openapi;
 mod peer;
 mod progress;
+mod run;
 mod sandbox;
 
 use std::sync::{Arc, OnceLock};
@@ -187,6 +188,7 @@ fn routes() -> Vec<Route> {
     routes.extend(git::routes());
     routes.extend(gc::routes());
     routes.extend(sandbox::routes());
+    routes.extend(run::routes());
     routes.extend(checkpoint::routes());
     routes.extend(forks::routes());
     routes

@@ -94,6 +94,7 @@ pub enum Command {
     Merge(cmd::fork::MergeArgs),
     Update(cmd::fork::UpdateArgs),
     Run(cmd::run::Args),
+    Runs(cmd::run::RunsArgs),
     Sandbox(cmd::sandbox::Args),
     Mirror(cmd::mirror::Args),
     Completions(cmd::completions::Args),
@@ -109,6 +110,8 @@ pub enum Outcome {
     /// Ran and printed its answer, which is a refusal of this class (a merge that conflicts):
     /// exits with the code's exit code, printing nothing more.
     Refused(ErrorCode),
+    /// Ran a command elsewhere (`wardfs run --sandbox`): exits with its exit code.
+    Exit(u8),
 }
 
 /// Everything a client subcommand needs.
@@ -274,6 +277,7 @@ pub fn main() -> ExitCode {
             Merge(a) => cmd::fork::merge(&ctx, a).await,
             Update(a) => cmd::fork::update(&ctx, a).await,
             Run(a) => cmd::run::run(&ctx, a).await,
+            Runs(a) => cmd::run::runs(&ctx, a).await,
             Sandbox(a) => cmd::sandbox::run(&ctx, a).await,
             Mirror(a) => cmd::mirror::run(&ctx, a).await,
         }
@@ -282,6 +286,7 @@ pub fn main() -> ExitCode {
         Ok(Outcome::Ok) => ExitCode::SUCCESS,
         Ok(Outcome::NothingFound) => ExitCode::from(1),
         Ok(Outcome::Refused(code)) => ExitCode::from(exit_of(code)),
+        Ok(Outcome::Exit(code)) => ExitCode::from(code),
         Err(e) => {
             let path = match &e {
                 ClientError::Api { path, .. } => path.as_deref(),

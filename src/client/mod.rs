@@ -248,6 +248,27 @@ impl Client {
         Client::each_line(resp.into_body(), on_line).await
     }
 
+    /// POSTs a JSON body to a route that answers NDJSON (`/v1/run`) and calls `on_line` with
+    /// each line (without its newline) as it arrives, until the daemon ends the answer or
+    /// `on_line` breaks. A refusal before the answer starts is the usual error.
+    pub async fn post_lines<T: Serialize>(
+        &self,
+        route: &str,
+        body: &T,
+        on_line: impl FnMut(&[u8]) -> ControlFlow<()>,
+    ) -> Result<(), ClientError> {
+        let json = serde_json::to_vec(body).map_err(|e| ClientError::Local(e.to_string()))?;
+        let req = Client::request(Method::POST, route)
+            .header(hyper::header::CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(json)))
+            .map_err(|e| ClientError::Local(e.to_string()))?;
+        let resp = self.send(req).await?;
+        if !resp.status().is_success() {
+            return Client::finish(resp).await.map(|_| ());
+        }
+        Client::each_line(resp.into_body(), on_line).await
+    }
+
     /// Reads an NDJSON body, calling `on_line` with each line that is not blank, until the body
     /// ends or `on_line` breaks.
     async fn each_line(

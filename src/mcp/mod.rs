@@ -52,7 +52,7 @@ pub use scope::Fork;
 /// Every tool a server can offer, sorted by name: those of its router
 /// (`every_tool_is_in_the_list` checks). `wardfs mcp --help` lists these rather than building
 /// the router, whose schemas would cost every `wardfs` command more than the rest of its start.
-pub const TOOLS: [&str; 29] = [
+pub const TOOLS: [&str; 30] = [
     "changes",
     "checkpoint",
     "checkpoint_diff",
@@ -74,6 +74,7 @@ pub const TOOLS: [&str; 29] = [
     "read",
     "restore",
     "rm",
+    "run",
     "sandbox_create",
     "sandbox_destroy",
     "sandbox_list",
@@ -89,6 +90,20 @@ pub const PUSH_TOOL: &str = "git_push";
 
 /// The tools offered only with `[mcp] allow_sandboxes = true`.
 pub const SANDBOX_TOOLS: [&str; 3] = ["sandbox_create", "sandbox_destroy", "sandbox_list"];
+
+/// The tool offered only with `[mcp] allow_run = true`.
+pub const RUN_TOOL: &str = "run";
+
+/// The config switches that offer tools (`[mcp]`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Switches {
+    /// `allow_push`: the `git_push` tool.
+    pub allow_push: bool,
+    /// `allow_sandboxes`: the sandbox lifecycle tools.
+    pub allow_sandboxes: bool,
+    /// `allow_run`: the `run` tool.
+    pub allow_run: bool,
+}
 
 /// Why the MCP server stopped serving.
 #[derive(Debug, thiserror::Error)]
@@ -177,6 +192,68 @@ fn schema<T: schemars::JsonSchema + 'static>() -> Arc<JsonObject> {
     rmcp::handler::server::tool::schema_for_output::<T>()
 }
 
+/// Returns the last `kib` KiB of `s` (whole characters).
+fn tail_of(s: &str, kib: u64) -> String {
+    let keep = (kib.clamp(1, 1024) * 1024) as usize;
+    let mut start = s.len().saturating_sub(keep);
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    s[start..].to_string()
+}
+
+/// Runs the `run` tool: `POST /v1/run`, its streamed output skipped (the `exited` line keeps
+/// the tails), answered once the run ended.
+async fn run_tool(client: &Client, p: RunParams) -> CallToolResult {
+    let kib = p.tail_kib.unwrap_or(16);
+    let mut last: Option<Value> = None;
+    let read = client
+        .post_lines("/v1/run", &p, |line| {
+            if let Ok(v) = serde_json::from_slice::<Value>(line) {
+                if matches!(v["event"].as_str(), Some("exited") | Some("error")) {
+                    last = Some(v);
+                }
+            }
+            ControlFlow::Continue(())
+        })
+        .await;
+    if let Err(e) = read {
+        return failure(e);
+    }
+    let Some(v) = last else {
+        return failure(ClientError::Transport(
+            "the daemon ended the run without its end".into(),
+        ));
+    };
+    if v["event"] == "error" {
+        let e = &v["error"];
+        let code =
+            serde_json::from_value(e["code"].clone()).unwrap_or(crate::core::ErrorCode::Internal);
+        return failure(ClientError::Api {
+            code,
+            message: e["message"].as_str().unwrap_or_default().to_string(),
+            path: e["path"].as_str().map(str::to_string),
+        });
+    }
+    let r: crate::sandbox::run::RunResult = match serde_json::from_value(v) {
+        Ok(r) => r,
+        Err(e) => return failure(ClientError::Transport(format!("bad answer: {e}"))),
+    };
+    let reply = RunReply {
+        run_id: r.run_id,
+        exit_code: r.exit_code,
+        timed_out: r.timed_out,
+        duration_ms: r.duration_ms,
+        stdout: tail_of(&r.stdout_tail, kib),
+        stderr: tail_of(&r.stderr_tail, kib),
+        stdout_bytes: r.stdout_bytes,
+        stderr_bytes: r.stderr_bytes,
+        changed: r.changed,
+        conflicts: r.conflicts,
+    };
+    CallToolResult::structured(serde_json::to_value(reply).unwrap_or_default())
+}
+
 /// Returns a `read` answer with the file's text as the content a model reads.
 fn read_answer(bytes: &[u8]) -> CallToolResult {
     let Ok(v) = serde_json::from_slice::<Value>(bytes) else {
@@ -210,14 +287,29 @@ impl Server {
     /// Returns the server for the daemon behind `client`; `allow_push` adds the `git_push`
     /// tool, `allow_sandboxes` the sandbox lifecycle tools.
     pub fn with_switches(client: Client, allow_push: bool, allow_sandboxes: bool) -> Server {
+        Server::with(
+            client,
+            Switches {
+                allow_push,
+                allow_sandboxes,
+                allow_run: false,
+            },
+        )
+    }
+
+    /// Returns the server for the daemon behind `client` with the tools `switches` offer.
+    pub fn with(client: Client, switches: Switches) -> Server {
         let mut tool_router = Server::tool_router();
-        if !allow_push {
+        if !switches.allow_push {
             tool_router.remove_route(PUSH_TOOL);
         }
-        if !allow_sandboxes {
+        if !switches.allow_sandboxes {
             for tool in SANDBOX_TOOLS {
                 tool_router.remove_route(tool);
             }
+        }
+        if !switches.allow_run {
+            tool_router.remove_route(RUN_TOOL);
         }
         Server {
             client,
@@ -295,8 +387,9 @@ impl Server {
 /// switch that offers it, each group's names on indented lines.
 pub fn tools_help() -> String {
     let (push, rest): (Vec<&str>, Vec<&str>) = TOOLS.into_iter().partition(|n| *n == PUSH_TOOL);
-    let (sandboxes, always): (Vec<&str>, Vec<&str>) =
+    let (sandboxes, rest): (Vec<&str>, Vec<&str>) =
         rest.into_iter().partition(|n| SANDBOX_TOOLS.contains(n));
+    let (run, always): (Vec<&str>, Vec<&str>) = rest.into_iter().partition(|n| *n == RUN_TOOL);
     [
         (
             "Tools (each calls the running daemon, `wardfs serve`, through its socket):",
@@ -307,6 +400,7 @@ pub fn tools_help() -> String {
             "Only with `[mcp] allow_sandboxes = true` in the config:",
             sandboxes,
         ),
+        ("Only with `[mcp] allow_run = true` in the config:", run),
     ]
     .iter()
     .map(|(title, names)| format!("{title}\n{}", indented_list(names)))
@@ -853,6 +947,26 @@ impl Server {
     async fn sandbox_destroy(&self, Parameters(p): Parameters<SandboxDestroyParams>) -> ToolResult {
         Ok(self.post("/v1/sandboxes/destroy", &p).await)
     }
+
+    /// Run a command in a sandbox with the workspace in step: use it to run tests, builds or
+    /// scripts on the files you edited (through the mount, write or edit), in the sandbox
+    /// rather than on this machine. What changed in /workspace is pushed first; the command
+    /// (no shell: ["sh", "-c", "..."] for one) runs in the sandbox's mirrored directory (or cwd
+    /// beneath it); what it changed is pulled back into /workspace (a path changed on both
+    /// sides keeps both: conflicts). env names variables the daemon passes in (only those the
+    /// sandbox's run_env lists). Offered only because the daemon's config sets [mcp] allow_run
+    /// = true. Returns {exit_code (null when killed), timed_out, duration_ms, stdout, stderr
+    /// (the last tail_kib KiB of each, default 16), stdout_bytes, stderr_bytes, changed (paths
+    /// of /workspace), conflicts}. Errors: INVALID_ARGUMENT (empty command, cwd climbing out,
+    /// an env variable not listed), CONFLICT (another run holds the sandbox), NOT_FOUND,
+    /// SANDBOX_UNAVAILABLE, AUTH_FAILED.
+    #[tool(
+        output_schema = schema::<RunReply>(),
+        annotations(destructive_hint = true, open_world_hint = true)
+    )]
+    async fn run(&self, Parameters(p): Parameters<RunParams>) -> ToolResult {
+        Ok(run_tool(&self.client, p).await)
+    }
 }
 
 #[tool_handler(router = self.tool_router)]
@@ -916,7 +1030,7 @@ mod tests {
     fn always() -> Vec<&'static str> {
         TOOLS
             .into_iter()
-            .filter(|t| *t != PUSH_TOOL && !SANDBOX_TOOLS.contains(t))
+            .filter(|t| *t != PUSH_TOOL && *t != RUN_TOOL && !SANDBOX_TOOLS.contains(t))
             .collect()
     }
 
@@ -972,6 +1086,20 @@ mod tests {
             Server::with_switches(Client::new("/nonexistent.sock"), false, true).tool_names();
         all.sort();
         let mut want: Vec<&str> = always().into_iter().chain(SANDBOX_TOOLS).collect();
+        want.sort();
+        assert_eq!(all, want);
+    }
+
+    #[test]
+    fn run_is_offered_only_when_allowed() {
+        let switches = Switches {
+            allow_run: true,
+            ..Switches::default()
+        };
+        let mut all: Vec<String> =
+            Server::with(Client::new("/nonexistent.sock"), switches).tool_names();
+        all.sort();
+        let mut want: Vec<&str> = always().into_iter().chain([RUN_TOOL]).collect();
         want.sort();
         assert_eq!(all, want);
     }

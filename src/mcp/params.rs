@@ -467,3 +467,25 @@ pub struct UpdateParams {
     /// The fork's name (see forks)
     pub name: String,
 }
+
+/// `run` (offered only with `[mcp] allow_run = true`).
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunParams {
+    /// The sandbox's name, as configured in the daemon
+    pub sandbox: String,
+    /// The program and its arguments, not through a shell: ["npm", "test"], or ["sh", "-c", "make && ./check"]
+    pub command: Vec<String>,
+    /// Where it runs, relative to the mirrored directory (the workspace's root there)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// Names of the daemon's environment variables to pass in (only those the sandbox's run_env lists)
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<String>,
+    /// Seconds it may run before it is killed (default: the daemon's limits.run_timeout_secs)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_secs: Option<u64>,
+    /// KiB of the end of each stream to return (default 16, at most 1024)
+    #[serde(default, skip_serializing)]
+    pub tail_kib: Option<u64>,
+}

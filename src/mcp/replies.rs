@@ -173,3 +173,28 @@ pub struct ForksReply {
     /// Oldest first
     pub forks: Vec<ForkInfo>,
 }
+
+/// `run`: how the command ended (from the `exited` line of `POST /v1/run`), its output cut to
+/// the last `tail_kib` KiB of each stream.
+#[derive(Debug, Default, Serialize, Deserialize, JsonSchema)]
+pub struct RunReply {
+    /// The run's id (in the journal's `sandbox-run` row)
+    pub run_id: String,
+    /// The command's exit code; null when it was killed (timed_out) or ended by a signal
+    pub exit_code: Option<i32>,
+    /// Killed at its deadline
+    pub timed_out: bool,
+    /// How long the command ran, in milliseconds
+    pub duration_ms: u64,
+    /// The end of its standard output
+    pub stdout: String,
+    /// The end of its standard error
+    pub stderr: String,
+    /// Bytes it wrote to stdout and stderr in all
+    pub stdout_bytes: u64,
+    pub stderr_bytes: u64,
+    /// Paths of /workspace it changed (pulled back), relative to the zone
+    pub changed: Vec<String>,
+    /// Paths changed on both sides, left as they are (the sandbox's copy saved beside)
+    pub conflicts: Vec<crate::sandbox::mirror::Conflict>,
+}

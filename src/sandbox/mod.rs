@@ -6,7 +6,8 @@
 //! `sandbox-agent` server (with `--token` and `--no-telemetry`). [`mirror`] keeps a zone and a sandbox directory in step;
 //! [`registry`] names the sandboxes, keeps their sessions (in the state database) and
 //! serialises the runs against each; for the sandboxes wardfs makes itself ([`provision`]) it
-//! also drives their lifecycle (create, pause, resume, destroy; `lifecycle`).
+//! also drives their lifecycle (create, pause, resume, destroy; `lifecycle`). [`run`] runs a
+//! command in a sandbox with the workspace pushed before and pulled back after.
 //!
 //! May import `core`, `state` and `config`; never an adapter or `git` (`tests/rules` checks the
 //! imports).
@@ -17,6 +18,7 @@ pub mod mirror;
 pub mod provision;
 mod provisioned_zone;
 pub mod registry;
+pub mod run;
 
 pub use crate::core::provider::{
     BatchItem, BatchReport, BoxFuture, Caps, ExecOutput, ExecRequest, HashAlgo, MetaUpdate,

@@ -311,6 +311,8 @@ pub struct Registry {
     policy: AddPolicy,
     /// What makes the provisioned sandboxes (see `lifecycle`).
     pub(super) provisioned: super::lifecycle::Provisioned,
+    /// The commands running in sandboxes (see `run`).
+    pub(super) runs: super::run::Runs,
 }
 
 fn info(r: SandboxRow, attached: Option<String>) -> SandboxInfo {
@@ -378,6 +380,7 @@ impl Registry {
             sessions: Mutex::new(HashMap::new()),
             policy: AddPolicy::default(),
             provisioned: Default::default(),
+            runs: Default::default(),
         }
     }
 
@@ -407,6 +410,7 @@ impl Registry {
             db.put_sandbox(&row_of(s, ORIGIN_CONFIG, now))?;
         }
         self.provisioned.set_settings(sandboxes);
+        self.runs.set_env(sandboxes);
         let names: Vec<&str> = sandboxes.iter().map(|s| s.name.as_str()).collect();
         for gone in db.drop_config_sandboxes_except(&names)? {
             tracing::info!(sandbox = %gone, "sandbox no longer in the config file: forgotten");

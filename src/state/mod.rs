@@ -19,6 +19,7 @@ mod git;
 mod journal;
 mod lock;
 mod mirror;
+mod run;
 mod sandbox;
 
 use std::path::Path;
@@ -36,6 +37,7 @@ pub use journal::{
 };
 pub use lock::DirLock;
 pub use mirror::MirrorEntryRow;
+pub use run::RunRow;
 pub use sandbox::SandboxRow;
 
 /// A state database that could not be opened or used.
@@ -102,6 +104,8 @@ const MIGRATIONS: &[&str] = &[
     git::MIGRATION_PROVENANCE,
     // 12: the moves of forks' fork points, so a restore puts back the one it was taken with.
     fork::MIGRATION_MOVES,
+    // 13: runs of commands in sandboxes.
+    run::MIGRATION,
 ];
 
 /// The state database.

@@ -209,6 +209,13 @@ async def sandbox_flow(session):
     check(r.structured_content["files_sent"] == 1, "mirror_push sends the file", r.structured_content)
     r = await call(session, "mirror_pull", {"sandbox": "dev"})
     check(r.structured_content["conflicts"] == [], "mirror_pull meets no conflict", r.structured_content)
+    await call(session, "write", {"path": "/workspace/m/a.txt", "content": "edited\n"})
+    r = await call(session, "run", {"sandbox": "dev", "command": ["sh", "-c", "cat m/a.txt; echo made > m/b.txt; exit 4"]})
+    check(r.structured_content["exit_code"] == 4 and r.structured_content["stdout"] == "edited\n"
+          and r.structured_content["changed"] == ["m/b.txt"],
+          "run sees the edit, passes the exit code and brings the change back", r.structured_content)
+    r = await call(session, "read", {"path": "/workspace/m/b.txt"})
+    check(r.structured_content["content"] == "made\n", "the run's file is in the workspace", r.structured_content)
     r = await call(session, "sandbox_destroy", {"name": "dev"})
     check(r.structured_content["status"] == "destroyed", "sandbox_destroy destroys it", r.structured_content)
     r = await call(session, "events", {"since": start, "zone": "sandboxes"})

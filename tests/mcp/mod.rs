@@ -339,7 +339,7 @@ fn git_push_is_offered_only_when_the_config_allows_it_and_pushes() {
 #[test]
 fn sandbox_tools_make_mirror_and_destroy_a_sandbox() {
     let d = Daemon::start(&format!(
-        "[mcp]\nallow_sandboxes = true\n\
+        "[mcp]\nallow_sandboxes = true\nallow_run = true\n\
          [sandboxes.dev]\nprovider = \"local\"\nagent_bin = \"{}\"\n",
         agent_binary().display()
     ));
@@ -347,6 +347,8 @@ fn sandbox_tools_make_mirror_and_destroy_a_sandbox() {
     for line in [
         "ok sandbox_create makes it active",
         "ok mirror_push sends the file",
+        "ok run sees the edit, passes the exit code and brings the change back",
+        "ok the run's file is in the workspace",
         "ok sandbox_destroy destroys it",
         "ok a sandbox's events keep its name as their path",
     ] {
@@ -361,6 +363,8 @@ fn sandbox_tools_make_mirror_and_destroy_a_sandbox() {
             "events",
             "mirror_pull",
             "mirror_push",
+            "read",
+            "run",
             "sandbox_create",
             "sandbox_destroy",
             "sandbox_list",
@@ -396,7 +400,7 @@ fn tools_in_help(help: &str) -> Vec<String> {
 fn the_help_names_exactly_the_tools_the_server_lists() {
     // Every switch on: tools/list then offers every tool there is.
     let d = Daemon::options()
-        .extra("[mcp]\nallow_push = true\nallow_sandboxes = true\n")
+        .extra("[mcp]\nallow_push = true\nallow_sandboxes = true\nallow_run = true\n")
         .prepare();
     let help = Command::new(BIN).args(["mcp", "--help"]).output().unwrap();
     assert!(help.status.success(), "{help:?}");
@@ -409,13 +413,19 @@ fn the_help_names_exactly_the_tools_the_server_lists() {
         .split(' ')
         .map(str::to_string)
         .collect();
-    assert_eq!(listed.len(), 29, "{stdout}");
+    assert_eq!(listed.len(), 30, "{stdout}");
     assert_eq!(tools_in_help(&help), listed, "{help}");
     // Each tool behind a switch is listed under its switch.
     let push = help.find("allow_push = true").unwrap();
     let sandboxes = help.find("allow_sandboxes = true").unwrap();
     assert!(push < help.find("git_push").unwrap(), "{help}");
     assert!(sandboxes < help.find("sandbox_create").unwrap(), "{help}");
+    let run = help.find("allow_run = true").unwrap();
+    assert_eq!(
+        help[run..].lines().nth(1).map(str::trim),
+        Some("run"),
+        "{help}"
+    );
 }
 
 #[test]

@@ -9,6 +9,7 @@ mod hostile;
 mod local;
 mod mirror;
 mod provisioned;
+mod run;
 mod zone;
 
 use std::os::unix::ffi::OsStrExt as _;

@@ -1,7 +1,7 @@
 //! `wardfs mcp`: the MCP server on stdin/stdout, for agents that cannot use the mount.
 //!
 //! The subcommand only wires the config to [`crate::mcp`]: the socket (from `--socket`, else the
-//! config), `[mcp] allow_push`, `[mcp] allow_sandboxes` and `limits.max_write_bytes` (which
+//! config), `[mcp] allow_push`, `[mcp] allow_sandboxes`, `[mcp] allow_run` and `limits.max_write_bytes` (which
 //! bounds one message), or with `--fork NAME` a server confined to that fork; its help lists the tools
 //! ([`crate::mcp::tools_help`]). stdout belongs to the protocol, so every message of this
 //! command goes to stderr.
@@ -70,10 +70,13 @@ pub fn run(config: Option<&Path>, socket: Option<PathBuf>, args: &Args) -> ExitC
                 return ExitCode::from(crate::cli::EXIT_USAGE);
             }
         },
-        None => Server::with_switches(
+        None => Server::with(
             client,
-            settings.mcp.allow_push,
-            settings.mcp.allow_sandboxes,
+            crate::mcp::Switches {
+                allow_push: settings.mcp.allow_push,
+                allow_sandboxes: settings.mcp.allow_sandboxes,
+                allow_run: settings.mcp.allow_run,
+            },
         ),
     };
     let max_write_bytes = settings.limits.max_write_bytes;

@@ -1,4 +1,7 @@
-//! `wardfs run --fork NAME [--network] -- COMMAND [ARGS]`: a command confined to a fork.
+//! `wardfs run --fork NAME [--network] -- COMMAND [ARGS]`: a command confined to a fork; and
+//! `wardfs run --sandbox NAME [--cwd P] [--env VAR…] [--timeout S] [--no-sync] [--raw] --
+//! COMMAND [ARGS]`: a command run in a sandbox with the workspace in step (`POST /v1/run`,
+//! [`sandbox`]).
 //!
 //! The command runs in the local provider's jail ([`crate::sandbox::provision::local::jail`],
 //! bwrap) with the host's root read-only ([`Root::Host`]): its working directory is the fork's
@@ -21,13 +24,25 @@ use crate::core::text;
 use crate::core::ErrorCode;
 use crate::sandbox::provision::local::jail::{self, Jail, Root};
 
+mod sandbox;
+
+pub use sandbox::{runs, RunsArgs};
+
 /// Where the command's scratch space and home are, inside.
 const SCRATCH: &str = "/tmp";
 const HOME: &str = "/tmp/home";
 
-/// Run a command whose only writable files are a fork's
+/// Run a command confined to a fork, or in a sandbox with the workspace in step
 ///
-/// The command starts in the fork's directory of the daemon's mount (MOUNT/forks/NAME) and can
+/// With --sandbox NAME: makes or resumes the sandbox, pushes what changed in the workspace since
+/// the last push, runs the command (no shell) in the mirrored directory (or --cwd beneath it),
+/// prints its stdout and stderr as it prints them (polled by the daemon: within about 50 ms),
+/// pulls back what it changed (journaled; a conflict keeps both sides) and exits with its exit
+/// code (124 when killed at its --timeout, 137 when killed otherwise). On a terminal its
+/// control characters are escaped unless --raw. --env VAR passes the daemon's variable VAR,
+/// only when the sandbox's `run_env` lists it. Ctrl-C stops the remote process.
+///
+/// With --fork NAME: the command starts in the fork's directory of the daemon's mount (MOUNT/forks/NAME) and can
 /// change nothing else that outlives it: the rest of the host is read-only, /tmp is private
 /// and thrown away (HOME is /tmp/home), and the daemon's mount, socket, state and zone
 /// directories are hidden. No network but its own loopback unless --network; the environment
@@ -39,14 +54,35 @@ Examples:
   wardfs fork try-a
   wardfs run --fork try-a -- make test      # builds and tests in the fork only
   wardfs run --fork try-a --network -- npm install
-  wardfs changes try-a                      # what it changed; `wardfs merge try-a` keeps it")]
+  wardfs changes try-a                      # what it changed; `wardfs merge try-a` keeps it
+  wardfs run --sandbox dev -- make test     # in sandbox dev, the workspace pushed and pulled back
+  wardfs run --sandbox dev --cwd app --env LINEAR_API_KEY --timeout 60 -- npm test")]
+#[command(group(clap::ArgGroup::new("target").required(true).args(["fork", "sandbox"])))]
 pub struct Args {
     /// The fork to confine the command to (see `wardfs forks`)
     #[arg(long, value_name = "NAME")]
-    pub fork: String,
-    /// Share the host's network (default: a network of its own with only loopback)
-    #[arg(long)]
+    pub fork: Option<String>,
+    /// The sandbox to run the command in (see `wardfs sandbox list`)
+    #[arg(long, value_name = "NAME")]
+    pub sandbox: Option<String>,
+    /// Share the host's network (default: a network of its own with only loopback; --fork only)
+    #[arg(long, requires = "fork")]
     pub network: bool,
+    /// Where the command runs, relative to the mirrored directory (--sandbox only)
+    #[arg(long, value_name = "PATH", requires = "sandbox")]
+    pub cwd: Option<String>,
+    /// Pass the daemon's environment variable VAR (listed in the sandbox's run_env; repeatable)
+    #[arg(long = "env", value_name = "VAR", requires = "sandbox")]
+    pub env: Vec<String>,
+    /// Seconds the command may run before it is killed (default: limits.run_timeout_secs)
+    #[arg(long, value_name = "S", requires = "sandbox")]
+    pub timeout: Option<u64>,
+    /// Neither push before nor pull after (--sandbox only)
+    #[arg(long, requires = "sandbox")]
+    pub no_sync: bool,
+    /// Print the command's output as it is, control characters and all (--sandbox only)
+    #[arg(long, requires = "sandbox")]
+    pub raw: bool,
     /// The command and its arguments (after `--`)
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     pub command: Vec<String>,
@@ -187,11 +223,19 @@ fn jail(
 }
 
 pub async fn run(ctx: &Ctx, a: &Args) -> Result<Outcome, ClientError> {
-    check_fork(ctx, &a.fork).await?;
+    match (&a.fork, &a.sandbox) {
+        (Some(fork), _) => run_in_fork(ctx, fork, a).await,
+        (None, Some(sandbox)) => sandbox::run(ctx, sandbox, a).await,
+        (None, None) => unreachable!("clap requires --fork or --sandbox"),
+    }
+}
+
+async fn run_in_fork(ctx: &Ctx, fork: &str, a: &Args) -> Result<Outcome, ClientError> {
+    check_fork(ctx, fork).await?;
     let layout = layout(ctx).await?;
     let cwd = crate::fuse::binds::resolved(&layout.mount)
         .join(crate::config::FORKS_DIR)
-        .join(&a.fork);
+        .join(fork);
     if !cwd.is_dir() {
         return Err(refused(
             ErrorCode::ZoneUnavailable,

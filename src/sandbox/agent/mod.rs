@@ -6,7 +6,9 @@
 //! `PUT /v1/fs/file?path=` (raw bytes; creates parents), `POST /v1/fs/mkdir?path=` (like
 //! `mkdir -p`), `DELETE /v1/fs/entry?path=[&recursive=true]`, `POST /v1/fs/move`
 //! `{from, to, overwrite}`, `POST /v1/fs/upload-batch?path=` (a plain tar,
-//! `Content-Type: application/x-tar`) and `POST /v1/processes/run`. The agent and ACP routes
+//! `Content-Type: application/x-tar`) and `POST /v1/processes/run`; for long-running commands
+//! ([`process`]) `POST /v1/processes`, `GET /v1/processes/{id}[/logs]`, `POST
+//! /v1/processes/{id}/kill` and `DELETE /v1/processes/{id}`. The agent and ACP routes
 //! are never called (they download coding agents).
 //!
 //! What the server really does, and how this provider copes:
@@ -28,6 +30,7 @@
 
 mod batch;
 pub(crate) mod http;
+pub mod process;
 mod walk;
 mod wire;
 

@@ -246,7 +246,7 @@ impl MirrorOptions {
 }
 
 /// A path changed on both sides, left as it is on both.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[schemars(rename = "MirrorConflict")]
 pub struct Conflict {
     /// The path, relative to the zone and the remote directory.
@@ -254,7 +254,7 @@ pub struct Conflict {
     /// What happened on each side.
     pub reason: String,
     /// Where the remote copy was saved locally (pull only).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remote_copy: Option<String>,
 }
 

@@ -1,0 +1,265 @@
+//! `wardfs run --sandbox NAME … -- COMMAND`: the client of `POST /v1/run`; `wardfs runs
+//! [NAME]`: the client of `GET /v1/runs`.
+//!
+//! Prints the command's stdout and stderr to ours as the daemon streams them: on a terminal
+//! with control characters escaped ([`text::line`], line by line) unless `--raw`, else as they
+//! are. Then a summary on stderr (what came back, conflicts) when stderr is a terminal or the
+//! sync changed something, and exits with the command's exit code. With `--json` every line
+//! of the stream is printed as the daemon sent it.
+
+use std::io::{IsTerminal as _, Write as _};
+use std::ops::ControlFlow;
+
+use serde::Deserialize;
+
+use super::Args;
+use crate::cli::{ClientError, Ctx, Outcome};
+use crate::core::{text, ErrorCode};
+use crate::sandbox::run::RunResult;
+
+/// The exit code of a command killed at its deadline (as `timeout(1)` says it).
+const EXIT_TIMED_OUT: u8 = 124;
+/// The exit code of a command killed otherwise (128 + SIGKILL).
+const EXIT_KILLED: u8 = 137;
+
+#[derive(Deserialize)]
+struct Line {
+    event: String,
+    #[serde(default)]
+    data: String,
+    #[serde(default)]
+    error: Option<WireError>,
+}
+
+#[derive(Deserialize)]
+struct WireError {
+    code: ErrorCode,
+    message: String,
+    #[serde(default)]
+    path: Option<String>,
+}
+
+/// Where the command's output goes, and how.
+struct Sink {
+    escape_out: bool,
+    escape_err: bool,
+}
+
+impl Sink {
+    fn new(raw: bool) -> Sink {
+        Sink {
+            escape_out: !raw && std::io::stdout().is_terminal(),
+            escape_err: !raw && std::io::stderr().is_terminal(),
+        }
+    }
+
+    fn write(&self, stdout: bool, data: &str) {
+        let escape = if stdout {
+            self.escape_out
+        } else {
+            self.escape_err
+        };
+        let shown = if escape {
+            escaped(data)
+        } else {
+            data.to_string()
+        };
+        // A closed pipe (`| head`) is not the run's failure: the command runs on.
+        let _ = if stdout {
+            let mut o = std::io::stdout().lock();
+            o.write_all(shown.as_bytes()).and_then(|_| o.flush())
+        } else {
+            let mut e = std::io::stderr().lock();
+            e.write_all(shown.as_bytes()).and_then(|_| e.flush())
+        };
+    }
+}
+
+/// Returns output as it may reach a terminal: line breaks kept, every other control character
+/// escaped.
+fn escaped(data: &str) -> String {
+    data.split('\n')
+        .map(|l| text::line(l).into_owned())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn decode(raw: &[u8]) -> Result<serde_json::Value, ClientError> {
+    serde_json::from_slice(raw).map_err(|e| ClientError::Transport(format!("bad answer: {e}")))
+}
+
+pub async fn run(ctx: &Ctx, sandbox: &str, a: &Args) -> Result<Outcome, ClientError> {
+    let body = serde_json::json!({
+        "sandbox": sandbox,
+        "command": a.command,
+        "cwd": a.cwd,
+        "env": a.env,
+        "timeout_secs": a.timeout,
+        "no_sync": a.no_sync,
+    });
+    let sink = Sink::new(a.raw);
+    let mut ended: Option<Result<RunResult, ClientError>> = None;
+    ctx.client
+        .post_lines("/v1/run", &body, |raw| {
+            if ctx.json {
+                println!("{}", String::from_utf8_lossy(raw));
+            }
+            match take(raw, &sink, ctx.json) {
+                Ok(None) => ControlFlow::Continue(()),
+                Ok(Some(r)) => {
+                    ended = Some(Ok(r));
+                    ControlFlow::Break(())
+                }
+                Err(e) => {
+                    ended = Some(Err(e));
+                    ControlFlow::Break(())
+                }
+            }
+        })
+        .await?;
+    let result = ended.unwrap_or_else(|| {
+        Err(ClientError::Transport(
+            "the daemon ended the run's answer without its end".into(),
+        ))
+    })?;
+    if !ctx.json {
+        summary(sandbox, &result);
+    }
+    Ok(Outcome::Exit(exit_code(&result)))
+}
+
+/// Handles one line: prints output, returns the result on `exited`, the error on `error`.
+fn take(raw: &[u8], sink: &Sink, json: bool) -> Result<Option<RunResult>, ClientError> {
+    let line: Line = serde_json::from_slice(raw)
+        .map_err(|e| ClientError::Transport(format!("bad answer: {e}")))?;
+    match line.event.as_str() {
+        "stdout" | "stderr" if !json => sink.write(line.event == "stdout", &line.data),
+        "exited" => {
+            let r: RunResult = serde_json::from_value(decode(raw)?)
+                .map_err(|e| ClientError::Transport(format!("bad answer: {e}")))?;
+            return Ok(Some(r));
+        }
+        "error" => {
+            let e = line
+                .error
+                .ok_or_else(|| ClientError::Transport("an error line without its error".into()))?;
+            return Err(ClientError::Api {
+                code: e.code,
+                message: e.message,
+                path: e.path,
+            });
+        }
+        _ => {}
+    }
+    Ok(None)
+}
+
+/// Says on stderr what came back, when there is something to say.
+fn summary(sandbox: &str, r: &RunResult) {
+    let mut e = std::io::stderr().lock();
+    if r.timed_out {
+        let _ = writeln!(e, "wardfs: the command was killed at its deadline");
+    }
+    if !r.changed.is_empty() {
+        let _ = writeln!(
+            e,
+            "wardfs: {} back from sandbox {}",
+            text::count(r.changed.len() as u64, "change"),
+            text::name(sandbox)
+        );
+    }
+    for c in &r.conflicts {
+        let copy = c
+            .remote_copy
+            .as_deref()
+            .map(|p| format!(" (the sandbox's copy: {})", text::name(p)))
+            .unwrap_or_default();
+        let _ = writeln!(
+            e,
+            "wardfs: conflict: {}: {}{copy}",
+            text::name(&c.path),
+            text::line(&c.reason)
+        );
+    }
+}
+
+/// List recent runs in sandboxes
+///
+/// The newest runs (of sandbox NAME when given), newest first: when each started, the sandbox,
+/// how it ended (exit code, `timeout`, `killed`), how long it ran, how many workspace files it
+/// changed, its directory and its command. `--json` adds the changed paths.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  wardfs runs                 # every sandbox's
+  wardfs runs dev -n 5        # the last five in sandbox dev")]
+pub struct RunsArgs {
+    /// Only this sandbox's runs
+    pub sandbox: Option<String>,
+    /// Most runs to list
+    #[arg(short = 'n', long, default_value_t = 20)]
+    pub limit: usize,
+}
+
+pub async fn runs(ctx: &Ctx, a: &RunsArgs) -> Result<Outcome, ClientError> {
+    let mut route = format!("/v1/runs?limit={}", a.limit);
+    if let Some(s) = &a.sandbox {
+        route.push_str(&format!("&sandbox={}", crate::client::encode(s)));
+    }
+    let body: serde_json::Value = ctx.client.get(&route).await?;
+    if ctx.json {
+        println!("{body}");
+        return Ok(Outcome::Ok);
+    }
+    let rows: Vec<crate::state::RunRow> = serde_json::from_value(body["runs"].clone())
+        .map_err(|e| ClientError::Transport(format!("bad answer: {e}")))?;
+    if rows.is_empty() {
+        println!("no runs");
+    }
+    for r in rows {
+        let ended = match (r.exit_code, r.timed_out) {
+            (_, true) => "timeout".to_string(),
+            (Some(c), _) => format!("exit {c}"),
+            (None, _) => "killed".to_string(),
+        };
+        let command: Vec<String> = r
+            .command
+            .iter()
+            .map(|c| text::name(c).into_owned())
+            .collect();
+        let cwd = if r.cwd.is_empty() {
+            String::new()
+        } else {
+            format!(" (in {})", text::name(&r.cwd))
+        };
+        println!(
+            "{}  {:<12} {:<8} {:>7} ms  {:<12} {}{cwd}",
+            crate::cli::output::time(r.started_at),
+            text::name(&r.sandbox),
+            ended,
+            r.duration_ms,
+            text::count(r.changed_total, "change"),
+            command.join(" ")
+        );
+    }
+    Ok(Outcome::Ok)
+}
+
+fn exit_code(r: &RunResult) -> u8 {
+    match (r.exit_code, r.timed_out) {
+        (_, true) => EXIT_TIMED_OUT,
+        (Some(c), _) => u8::try_from(c).unwrap_or(1),
+        (None, _) => EXIT_KILLED,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::escaped;
+
+    #[test]
+    fn output_keeps_its_lines_and_loses_its_escapes() {
+        assert_eq!(escaped("a\nb\n"), "a\nb\n");
+        assert_eq!(escaped("x\x1b]0;t\x07y\r\n"), "x\\033]0;t\\ay\\r\n");
+    }
+}

@@ -1,0 +1,348 @@
+//! `wardfs run --sandbox` and `POST /v1/run` end to end: a real daemon (`--no-mount`) and a
+//! real sandbox-agent (`AgentServer`: --token, --no-telemetry, 127.0.0.1), checked with
+//! `std::fs` on both sides, the journal, the state database and the daemon's log.
+
+use std::ops::ControlFlow;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use wardfs::core::ErrorCode;
+
+use crate::support::sandbox_agent::AgentServer;
+use crate::support::Daemon;
+
+const TOKEN: &str = "WARDFS_TEST_RUN_TOKEN";
+/// Listed in the sandbox's `run_env`.
+const SECRET: &str = "WARDFS_TEST_RUN_SECRET";
+/// In the daemon's environment, not listed.
+const UNLISTED: &str = "WARDFS_TEST_RUN_UNLISTED";
+
+/// A daemon with sandbox `dev` on `server`; `extra` is appended to its config.
+fn daemon(server: &AgentServer, secret: &str, unlisted: &str, extra: &str) -> Daemon {
+    Daemon::options()
+        .prefix("wardfs-run")
+        .config(&format!(
+            "[zones]\nroot = \"root\"\n{extra}\n[sandboxes.dev]\nprovider = \"sandbox-agent\"\nurl = \"{}\"\n\
+             token_env = \"{TOKEN}\"\nroot = \"{}\"\nretries = 1\nretry_backoff_ms = 100\n\
+             request_timeout_secs = 5\nrun_env = [\"{SECRET}\"]\n",
+            server.url(),
+            server.root()
+        ))
+        .hermetic()
+        .envs(&[
+            (TOKEN, server.token()),
+            (SECRET, secret),
+            (UNLISTED, unlisted),
+        ])
+        .append_log()
+        .start()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Runs `wardfs run --sandbox dev ARGS…`; returns (exit code, stdout, stderr).
+fn run(d: &Daemon, args: &[&str]) -> (i32, String, String) {
+    let mut all = vec!["run", "--sandbox", "dev"];
+    all.extend_from_slice(args);
+    let out = d.cli(&all);
+    (
+        out.status.code().unwrap_or(-1),
+        text(&out.stdout),
+        text(&out.stderr),
+    )
+}
+
+/// The journal's newest rows as JSON.
+fn journal(d: &Daemon) -> Vec<Value> {
+    let log: Value = serde_json::from_str(&d.cli_ok(&["--json", "log", "--limit", "200"])).unwrap();
+    log["entries"].as_array().unwrap().clone()
+}
+
+/// Every byte of the files under `dir` (the state database, its WAL).
+fn bytes_under(dir: &std::path::Path) -> Vec<u8> {
+    let mut all = Vec::new();
+    for e in walkdir(dir) {
+        all.extend(std::fs::read(e).unwrap_or_default());
+    }
+    all
+}
+
+fn walkdir(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walkdir(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+fn contains(hay: &[u8], needle: &str) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
+
+#[test]
+fn runs_pass_exit_codes_see_pushed_files_and_bring_changes_back() {
+    let server = AgentServer::start();
+    let secret = format!("s3cret-{}", std::process::id());
+    let unlisted = format!("unlisted-{}", std::process::id());
+    let d = daemon(&server, &secret, &unlisted, "");
+    d.write("/workspace/in.txt", "hello from the api\n");
+    d.write("/workspace/gone.txt", "to delete\n");
+
+    // The file written through the API is pushed and seen; the exit code passes through;
+    // stdout and stderr go to ours.
+    let (code, out, err) = run(&d, &["--", "sh", "-c", "cat in.txt; echo oops >&2; exit 3"]);
+    assert_eq!(code, 3, "{err}");
+    assert_eq!(out, "hello from the api\n");
+    assert!(err.contains("oops"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(server.work().join("in.txt")).unwrap(),
+        "hello from the api\n"
+    );
+
+    // What the command writes and deletes comes back, journaled with the run.
+    let (code, _, err) = run(
+        &d,
+        &[
+            "--",
+            "sh",
+            "-c",
+            "echo made > out.txt && mkdir -p d && echo deep > d/y.txt && rm gone.txt",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        std::fs::read_to_string(d.workspace().join("out.txt")).unwrap(),
+        "made\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.workspace().join("d/y.txt")).unwrap(),
+        "deep\n"
+    );
+    assert!(!d.workspace().join("gone.txt").exists());
+    assert!(err.contains("3 changes back from sandbox dev"), "{err}");
+    let rows = journal(&d);
+    let has = |op: &str, path: &str| {
+        rows.iter()
+            .any(|r| r["op"] == op && r["path"] == path && r["via"] == "mirror")
+    };
+    assert!(
+        has("write", "out.txt") && has("write", "d/y.txt") && has("delete", "gone.txt"),
+        "{rows:?}"
+    );
+    let runs: Vec<&Value> = rows.iter().filter(|r| r["op"] == "sandbox-run").collect();
+    assert_eq!(runs.len(), 2, "{rows:?}");
+    let detail = runs[0]["detail"].as_str().unwrap();
+    assert!(
+        detail.starts_with("sandbox dev run ")
+            && detail.contains("exit 0")
+            && detail.contains("3 files changed")
+            && detail.contains("rm gone.txt"),
+        "{detail}"
+    );
+    assert!(runs[1]["detail"].as_str().unwrap().contains("exit 3"));
+
+    // --cwd runs beneath the mirrored directory and cannot climb out of it.
+    let (code, out, err) = run(&d, &["--cwd", "d", "--", "cat", "y.txt"]);
+    assert_eq!((code, out.as_str()), (0, "deep\n"), "{err}");
+    let (code, _, err) = run(&d, &["--cwd", "d/../..", "--", "true"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("cwd") && err.contains("climbs out"), "{err}");
+
+    // A listed secret reaches the command and appears nowhere else.
+    let (code, out, err) = run(
+        &d,
+        &[
+            "--env",
+            SECRET,
+            "--",
+            "sh",
+            "-c",
+            &format!(
+                "printf '%s' \"${SECRET}\" | cut -c1-7; printf 'len=%s\\n' \"${{#{SECRET}}}\""
+            ),
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, format!("s3cret-\nlen={}\n", secret.len()));
+    // An unlisted one is refused, named, its value never shown.
+    let (code, _, err) = run(&d, &["--env", UNLISTED, "--", "true"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains(UNLISTED) && err.contains("run_env"), "{err}");
+    assert!(!err.contains(&unlisted), "{err}");
+    // The runs are listed, newest first, with what they changed.
+    let runs: Value = serde_json::from_str(&d.cli_ok(&["--json", "runs", "dev"])).unwrap();
+    let runs = runs["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 4, "{runs:?}");
+    assert_eq!(runs[0]["command"][0], "sh");
+    assert_eq!(runs[3]["exit_code"], 3);
+    assert_eq!(runs[2]["changed_total"], 3, "{runs:?}");
+    let mut changed: Vec<&str> = runs[2]["changed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .collect();
+    changed.sort();
+    assert_eq!(changed, ["d/y.txt", "gone.txt", "out.txt"]);
+    assert_eq!(runs[1]["cwd"], "d");
+    let listed = d.cli_ok(&["runs"]);
+    assert_eq!(listed.lines().count(), 4, "{listed}");
+    assert!(
+        listed.lines().nth(3).unwrap().contains("exit 3"),
+        "{listed}"
+    );
+    let journal_text = d.cli_ok(&["--json", "log", "--limit", "1000"]);
+    assert!(
+        !journal_text.contains(&secret),
+        "the journal holds the secret"
+    );
+    assert!(
+        !d.log_text().contains(&secret),
+        "the daemon's log holds the secret"
+    );
+    let state = bytes_under(&d.dir.path().join("state"));
+    assert!(!state.is_empty());
+    assert!(
+        !contains(&state, &secret),
+        "the state database holds the secret"
+    );
+}
+
+#[test]
+fn deadlines_kill_the_command_one_run_at_a_time_and_output_is_capped() {
+    let server = AgentServer::start();
+    let d = daemon(&server, "x", "y", "[limits]\nrun_output_bytes = 65536\n");
+    d.write("/workspace/keep.txt", "k\n");
+
+    // A second run while one holds the sandbox is CONFLICT.
+    let first = d.cli_in_thread(&[
+        "run",
+        "--sandbox",
+        "dev",
+        "--no-sync",
+        "--",
+        "sh",
+        "-c",
+        "touch started; sleep 1.5",
+    ]);
+    let until = Instant::now() + Duration::from_secs(5);
+    while !server.work().join("started").exists() {
+        assert!(Instant::now() < until, "the first run did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (code, _, err) = run(&d, &["--no-sync", "--", "true"]);
+    let first = first.join().unwrap();
+    assert_eq!(code, 5, "{err} / first: {first:?}");
+    assert!(err.contains("one run per sandbox"), "{err}");
+    assert!(first.status.success());
+
+    // The deadline kills the remote process: it never gets to write.
+    let t = Instant::now();
+    let (code, _, err) = run(
+        &d,
+        &[
+            "--timeout",
+            "1",
+            "--",
+            "sh",
+            "-c",
+            "sleep 2; echo late > late.txt",
+        ],
+    );
+    assert_eq!(code, 124, "{err}");
+    assert!(err.contains("killed at its deadline"), "{err}");
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(!server.work().join("late.txt").exists());
+
+    // A client that goes away (Ctrl-C) stops the remote process: it never gets to write.
+    let mut cli = std::process::Command::new(crate::support::BIN)
+        .arg("--socket")
+        .arg(&d.socket)
+        .args([
+            "run",
+            "--sandbox",
+            "dev",
+            "--no-sync",
+            "--",
+            "sh",
+            "-c",
+            "touch begun; sleep 2; echo late > late2.txt",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(5);
+    while !server.work().join("begun").exists() {
+        assert!(Instant::now() < until, "the run did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    cli.kill().unwrap();
+    cli.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(
+        !server.work().join("late2.txt").exists(),
+        "the command ran on after its client went away"
+    );
+
+    // An endless output: streamed on, counted, only its tail kept; the daemon stays small.
+    let before = rss_kib(d.pid(), "VmRSS:");
+    let client = d.client();
+    let mut streamed = 0usize;
+    let mut exited = Value::Null;
+    d.rt()
+        .block_on(client.post_lines(
+            "/v1/run",
+            &json!({"sandbox": "dev", "command": ["yes", "0123456789abcdef"], "timeout_secs": 3, "no_sync": true}),
+            |line| {
+                let v: Value = serde_json::from_slice(line).unwrap();
+                match v["event"].as_str() {
+                    Some("stdout") => streamed += v["data"].as_str().unwrap().len(),
+                    Some("exited") | Some("error") => exited = v,
+                    _ => {}
+                }
+                ControlFlow::Continue(())
+            },
+        ))
+        .unwrap();
+    assert_eq!(exited["event"], "exited", "{exited}");
+    assert_eq!(exited["timed_out"], true);
+    let total = exited["stdout_bytes"].as_u64().unwrap();
+    let tail = exited["stdout_tail"].as_str().unwrap();
+    assert!(total > 4 * 65536, "{total}");
+    assert!(tail.len() <= 65536, "{}", tail.len());
+    assert!(
+        tail.ends_with("0123456789abcdef\n") || tail.len() > 65000,
+        "{}",
+        tail.len()
+    );
+    assert!(
+        streamed as u64 <= total && streamed > 65536,
+        "{streamed} of {total}"
+    );
+    let peak = rss_kib(d.pid(), "VmHWM:");
+    eprintln!("endless output: {total} bytes, {streamed} streamed; daemon RSS {before} KiB before, peak {peak} KiB");
+    assert!(
+        peak < before + 96 * 1024,
+        "the daemon grew from {before} KiB to a peak of {peak} KiB"
+    );
+    let (code, msg) = d.err("/v1/run", json!({"sandbox": "dev", "command": []}));
+    assert_eq!(code, ErrorCode::InvalidArgument, "{msg}");
+}
+
+/// A line of /proc/PID/status in KiB.
+fn rss_kib(pid: u32, key: &str) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
