@@ -1177,14 +1177,14 @@ pub enum Backing {
     /// A local directory (created at start when `create` is set).
     Dir { path: PathBuf, create: bool },
     /// A directory inside a remote sandbox, reached through its provider.
-    Remote(RemoteBacking),
+    Sandbox(SandboxBacking),
     /// The zone is switched off; the string says why.
     Disabled(String),
 }
 
 /// Where a remote-backed zone lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RemoteBacking {
+pub struct SandboxBacking {
     /// The sandbox, as defined in `[sandboxes.<name>]`.
     pub sandbox: SandboxSettings,
     /// The absolute directory inside the sandbox.
@@ -1798,7 +1798,7 @@ fn remote_backing(
             format!("{ttl_ms} must be at most 3600000 (an hour)"),
         ));
     }
-    Ok(Backing::Remote(RemoteBacking {
+    Ok(Backing::Sandbox(SandboxBacking {
         sandbox,
         path,
         attr_ttl: Duration::from_millis(ttl_ms),
@@ -2289,7 +2289,7 @@ mod tests {
         ))
         .unwrap();
         match &s.zones[1].backing {
-            Backing::Remote(r) => {
+            Backing::Sandbox(r) => {
                 assert_eq!(r.sandbox.name, "dev");
                 assert_eq!(r.path, "/home/u/p");
                 assert_eq!(r.attr_ttl, Duration::from_millis(50));
@@ -2301,14 +2301,14 @@ mod tests {
             "[zones]\nmode = \"direct\"\n[zones.cache]\ndir = \"/c\"\n[zones.workspace]\nsandbox = \"dev\"\n{dev}"
         ))
         .unwrap();
-        assert!(matches!(&s.zones[1].backing, Backing::Remote(r) if r.path == "/srv"));
+        assert!(matches!(&s.zones[1].backing, Backing::Sandbox(r) if r.path == "/srv"));
         // A sandbox wardfs makes itself serves a zone too (made on the zone's first use).
         let s =
             load("[zones.workspace]\nsandbox = \"box\"\n[sandboxes.box]\nprovider = \"local\"\n")
                 .unwrap();
         assert!(matches!(
             &s.zones[1].backing,
-            Backing::Remote(r) if r.sandbox.provision.is_some() && r.path == DEFAULT_SANDBOX_ROOT
+            Backing::Sandbox(r) if r.sandbox.provision.is_some() && r.path == DEFAULT_SANDBOX_ROOT
         ));
         for (text, key, says) in [
             (

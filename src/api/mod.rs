@@ -387,7 +387,7 @@ pub struct Status {
     /// `fsync` and `close` of a writable descriptor of the file fail with EIO. Empty when
     /// nothing is queued.
     #[serde(default)]
-    pub pending_write_backs: Vec<crate::core::remote_zone::PendingWriteBack>,
+    pub pending_write_backs: Vec<crate::core::sandbox_zone::PendingWriteBack>,
 }
 
 /// One sandbox in `/v1/status`.
@@ -429,7 +429,7 @@ async fn status(State(app): State<Arc<AppState>>) -> Result<Json<Status>, ApiErr
     let pending_write_backs = crate::core::ZoneId::ALL
         .iter()
         .flat_map(|id| match app.zones.zone(*id) {
-            Zone::Remote(r) => r.pending_write_backs(),
+            Zone::Sandbox(r) => r.pending_write_backs(),
             Zone::Local(_) | Zone::Disabled(_) => Vec::new(),
         })
         .collect();
@@ -440,15 +440,15 @@ async fn status(State(app): State<Arc<AppState>>) -> Result<Json<Status>, ApiErr
             let zone = app.zones.zone(zs.id);
             ZoneStatus {
                 name: zs.id.name().into(),
-                available: matches!(zone, Zone::Local(_) | Zone::Remote(_)),
+                available: matches!(zone, Zone::Local(_) | Zone::Sandbox(_)),
                 root: match zone {
                     Zone::Local(z) => Some(z.root().display().to_string()),
-                    Zone::Remote(r) => Some(format!("{}:{}", r.sandbox(), r.root())),
+                    Zone::Sandbox(r) => Some(format!("{}:{}", r.sandbox(), r.root())),
                     Zone::Disabled(_) => None,
                 },
                 reason: match &zs.backing {
                     Backing::Disabled(r) => Some(r.clone()),
-                    Backing::Dir { .. } | Backing::Remote(_) => None,
+                    Backing::Dir { .. } | Backing::Sandbox(_) => None,
                 },
                 read_only: zs.read_only,
             }
@@ -483,7 +483,7 @@ fn editor_dir(app: &AppState) -> Option<EditorDir> {
     let (dir, every_change) = match (app.zones.zone(ws), app.mounted) {
         (Zone::Local(_), true) => (mounted, true),
         (Zone::Local(z), false) => (z.root().to_path_buf(), true),
-        (Zone::Remote(_), true) => (mounted, false),
+        (Zone::Sandbox(_), true) => (mounted, false),
         _ => return None,
     };
     Some(EditorDir {

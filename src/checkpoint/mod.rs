@@ -829,7 +829,7 @@ impl Checkpoints {
     fn snapshot(&self, repo: &Repository, zone: ZoneId) -> FsResult<Snapshot> {
         let root = match self.zones.zone(zone) {
             Zone::Local(z) => z.root().to_path_buf(),
-            Zone::Remote(_) => {
+            Zone::Sandbox(_) => {
                 return Err(FsError::invalid(
                     "zone",
                     format!(

@@ -3,9 +3,9 @@
 //! [`Zones`] is the one value the FUSE adapter, the socket API and tests call into. It knows no
 //! socket, no mount, no git and no sandbox; it reads paths through [`path`], reaches files through
 //! [`zone`], records every mutation in the state journal, and reports failures as [`FsError`].
-//! [`provider`] defines what a directory inside a sandbox must offer ([`provider::RemoteFs`]);
+//! [`provider`] defines what a directory inside a sandbox must offer ([`provider::SandboxFs`]);
 //! the providers that offer it live in `crate::sandbox`. A zone may be served from a directory
-//! inside a sandbox through one ([`remote_zone`]); the operations then go to the sandbox.
+//! inside a sandbox through one ([`sandbox_zone`]); the operations then go to the sandbox.
 //!
 //! Owns the filesystem: paths and their jail, local zones by descriptor ([`node`]) and sandbox
 //! zones by path ([`sandbox_node`]), the API's operations, and each rule in one function
@@ -27,9 +27,9 @@ pub mod own;
 pub mod path;
 pub mod prefetch;
 pub mod provider;
-pub mod remote_zone;
 pub mod retention;
 pub mod sandbox_node;
+pub mod sandbox_zone;
 mod search;
 pub mod store;
 pub mod text;
@@ -56,7 +56,7 @@ pub use store::{Identity, Seen};
 use crate::config::{Backing, Limits, Settings};
 use crate::state::{Db, JournalEntry, Origin, OwnedEntry, Via};
 use locks::PathLocks;
-use remote_zone::{Connector, RemoteZone};
+use sandbox_zone::{Connector, SandboxZone};
 use zone::LocalZone;
 
 /// The kind of a filesystem entry (symlinks are reported as `symlink`, not followed). `other`
@@ -107,7 +107,7 @@ impl Limit {
 pub enum Zone {
     Local(LocalZone),
     /// A directory inside a remote sandbox.
-    Remote(Box<RemoteZone>),
+    Sandbox(Box<SandboxZone>),
     /// Switched off by configuration; the string says why.
     Disabled(String),
 }
@@ -206,7 +206,7 @@ impl Zones {
         for z in &settings.zones {
             zones.push(match &z.backing {
                 Backing::Disabled(reason) => Zone::Disabled(reason.clone()),
-                Backing::Remote(r) => {
+                Backing::Sandbox(r) => {
                     let shown = format!("{}:{}", r.sandbox.name, r.path);
                     let fs = connect(r).map_err(|e| ZoneOpenError {
                         zone: z.id,
@@ -214,8 +214,8 @@ impl Zones {
                         source: std::io::Error::other(e),
                     })?;
                     let spool = settings.state_dir.join("remote-spool").join(z.id.name());
-                    Zone::Remote(Box::new(
-                        RemoteZone::open(
+                    Zone::Sandbox(Box::new(
+                        SandboxZone::open(
                             z.id,
                             &r.sandbox.name,
                             &r.path,
@@ -327,7 +327,7 @@ impl Zones {
     pub fn check_writable(&self, vp: &VPath) -> FsResult<()> {
         match self.zone(vp.zone()) {
             Zone::Local(z) => z.check_writable(vp),
-            Zone::Remote(r) => r.check_writable(vp),
+            Zone::Sandbox(r) => r.check_writable(vp),
             Zone::Disabled(_) => Ok(()),
         }
     }
@@ -375,7 +375,7 @@ impl Zones {
     pub fn local(&self, vp: &VPath) -> FsResult<&LocalZone> {
         match self.zone(vp.zone()) {
             Zone::Local(z) => Ok(z),
-            Zone::Remote(r) => Err(FsError::ZoneUnavailable {
+            Zone::Sandbox(r) => Err(FsError::ZoneUnavailable {
                 path: vp.to_string(),
                 zone: vp.zone().name().into(),
                 reason: format!(
@@ -396,7 +396,7 @@ impl Zones {
     pub fn store(&self, vp: &VPath) -> FsResult<&dyn store::Store> {
         match self.zone(vp.zone()) {
             Zone::Local(z) => Ok(z),
-            Zone::Remote(r) => Ok(&**r),
+            Zone::Sandbox(r) => Ok(&**r),
             Zone::Disabled(reason) => Err(FsError::ZoneUnavailable {
                 path: vp.to_string(),
                 zone: vp.zone().name().into(),
@@ -406,9 +406,9 @@ impl Zones {
     }
 
     /// Returns the remote zone holding `vp`, when its zone is served from a sandbox.
-    pub fn remote(&self, vp: &VPath) -> Option<&RemoteZone> {
+    pub fn remote(&self, vp: &VPath) -> Option<&SandboxZone> {
         match self.zone(vp.zone()) {
-            Zone::Remote(r) => Some(r),
+            Zone::Sandbox(r) => Some(r),
             _ => None,
         }
     }
@@ -459,7 +459,7 @@ impl Zones {
         let backing = |v: &VPath| match self.zone(v.zone()) {
             Zone::Local(z) if v.is_root() => Some(z.root().to_path_buf()),
             Zone::Local(z) => Some(z.root().join(v.rel())),
-            Zone::Remote(_) | Zone::Disabled(_) => None,
+            Zone::Sandbox(_) | Zone::Disabled(_) => None,
         };
         let paths: Vec<PathBuf> = std::iter::once(vp).chain(to).filter_map(backing).collect();
         let told: Vec<Arc<dyn ChangeListener>> = listeners.iter().map(|(_, l)| l.clone()).collect();

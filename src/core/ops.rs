@@ -800,7 +800,7 @@ impl Zones {
                                 mtime_ms: mtime_ms(&st),
                             })
                         }
-                        Zone::Remote(_) => Some(Entry {
+                        Zone::Sandbox(_) => Some(Entry {
                             name: id.name().into(),
                             kind: EntryKind::Dir,
                             size: 0,

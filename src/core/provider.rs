@@ -1,17 +1,17 @@
 //! The remote filesystem contract: what a directory inside a remote sandbox must offer.
 //!
-//! [`RemoteFs`] is implemented by the providers in `crate::sandbox` (the `sandbox-agent` HTTP
+//! [`SandboxFs`] is implemented by the providers in `crate::sandbox` (the `sandbox-agent` HTTP
 //! server first) and consumed by the mirror and by remote-backed zones, so it lives here, in the
 //! core, which imports no provider. Paths are absolute paths *inside the sandbox* (`/home/user/x`),
 //! UTF-8, never virtual paths; a relative path or a NUL byte is refused before any request.
 //!
 //! Seven operations are required (`stat, list, read, write, mkdir_p, remove, rename`); the rest
-//! have default implementations built on those (or on [`RemoteFs::exec`]), so a minimal provider
-//! works everywhere and a capable one overrides what it does better. [`RemoteFs::caps`] says
-//! which of the overrides a provider really has, [`RemoteFs::limits`] what it accepts. The
-//! trait is object-safe (`Arc<dyn RemoteFs>`): the daemon picks providers from its config.
+//! have default implementations built on those (or on [`SandboxFs::exec`]), so a minimal provider
+//! works everywhere and a capable one overrides what it does better. [`SandboxFs::caps`] says
+//! which of the overrides a provider really has, [`SandboxFs::limits`] what it accepts. The
+//! trait is object-safe (`Arc<dyn SandboxFs>`): the daemon picks providers from its config.
 //!
-//! Every failure is a [`RemoteError`], whose [`ErrorCode`] is chosen in [`RemoteError::code`] and
+//! Every failure is a [`SandboxFsError`], whose [`ErrorCode`] is chosen in [`SandboxFsError::code`] and
 //! nowhere else. An unreachable or hung sandbox is `SANDBOX_UNAVAILABLE` after the provider's
 //! timeout, never a hang; a refused credential is `AUTH_FAILED`.
 
@@ -24,18 +24,18 @@ use tokio::sync::mpsc;
 
 use crate::core::{EntryKind, ErrorCode};
 
-/// A boxed, sendable future: what the methods of [`RemoteFs`] return, so the trait stays
+/// A boxed, sendable future: what the methods of [`SandboxFs`] return, so the trait stays
 /// object-safe.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// The result of a remote operation.
-pub type RemoteResult<T> = Result<T, RemoteError>;
+pub type SandboxFsResult<T> = Result<T, SandboxFsError>;
 
 /// What the remote side reports about one file, directory or link.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RemoteMeta {
     pub kind: EntryKind,
-    /// Bytes (of the link itself for a symlink seen by [`RemoteFs::walk`]).
+    /// Bytes (of the link itself for a symlink seen by [`SandboxFs::walk`]).
     pub size: u64,
     /// Modification time in nanoseconds since the epoch, as the remote clock saw it. Only ever
     /// compared with earlier remote readings (a fingerprint), never with local times.
@@ -54,7 +54,7 @@ pub struct RemoteEntry {
     pub meta: RemoteMeta,
 }
 
-/// One entry found by [`RemoteFs::walk`].
+/// One entry found by [`SandboxFs::walk`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WalkEntry {
     /// The path relative to the walked root, `/`-separated (`src/lib.rs`).
@@ -62,7 +62,7 @@ pub struct WalkEntry {
     pub meta: RemoteMeta,
 }
 
-/// One item of a [`RemoteFs::put_batch`], at a path relative to the batch's root.
+/// One item of a [`SandboxFs::put_batch`], at a path relative to the batch's root.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BatchItem {
     /// A regular file with its content. `mtime` is in seconds since the epoch (`None`: now).
@@ -89,7 +89,7 @@ impl BatchItem {
     }
 }
 
-/// What a [`RemoteFs::put_batch`] did.
+/// What a [`SandboxFs::put_batch`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BatchReport {
     /// Items written (files, directories and links).
@@ -100,7 +100,7 @@ pub struct BatchReport {
     pub requests: usize,
 }
 
-/// Metadata to set with [`RemoteFs::set_meta`]; `None` leaves a field as it is.
+/// Metadata to set with [`SandboxFs::set_meta`]; `None` leaves a field as it is.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MetaUpdate {
     /// Permission bits (`0o644`).
@@ -109,7 +109,7 @@ pub struct MetaUpdate {
     pub mtime: Option<u64>,
 }
 
-/// A content hash algorithm [`RemoteFs::hash`] can compute.
+/// A content hash algorithm [`SandboxFs::hash`] can compute.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum HashAlgo {
     /// BLAKE3, what the mirror's manifest records.
@@ -160,7 +160,7 @@ impl ExecRequest {
     }
 }
 
-/// How a command run with [`RemoteFs::exec`] ended.
+/// How a command run with [`SandboxFs::exec`] ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecOutput {
     /// The exit code; `None` when it was killed (by a signal or the timeout).
@@ -182,7 +182,7 @@ impl ExecOutput {
     }
 }
 
-/// A change the remote side reported through [`RemoteFs::watch`].
+/// A change the remote side reported through [`SandboxFs::watch`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RemoteChange {
     /// The absolute remote path that changed.
@@ -192,17 +192,17 @@ pub struct RemoteChange {
 /// Which optional operations a provider implements natively (not through the fallbacks).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caps {
-    /// [`RemoteFs::exec`] runs commands.
+    /// [`SandboxFs::exec`] runs commands.
     pub exec: bool,
-    /// [`RemoteFs::put_batch`] sends many items per request.
+    /// [`SandboxFs::put_batch`] sends many items per request.
     pub batch: bool,
-    /// [`RemoteFs::walk`] reports symlinks as symlinks, with targets and modes.
+    /// [`SandboxFs::walk`] reports symlinks as symlinks, with targets and modes.
     pub walk_sees_links: bool,
-    /// [`RemoteFs::list`] and [`RemoteFs::stat`] tell symlinks apart (rather than following them).
+    /// [`SandboxFs::list`] and [`SandboxFs::stat`] tell symlinks apart (rather than following them).
     pub stat_sees_links: bool,
-    /// [`RemoteFs::watch`] delivers change events.
+    /// [`SandboxFs::watch`] delivers change events.
     pub watch: bool,
-    /// Algorithms [`RemoteFs::hash`] computes inside the sandbox, without downloading.
+    /// Algorithms [`SandboxFs::hash`] computes inside the sandbox, without downloading.
     pub remote_hashes: Vec<HashAlgo>,
 }
 
@@ -211,17 +211,17 @@ pub struct Caps {
 pub struct ProviderLimits {
     /// Largest request body; larger files are sent in chunks.
     pub max_request_bytes: u64,
-    /// Largest standard output [`RemoteFs::exec`] returns before truncating.
+    /// Largest standard output [`SandboxFs::exec`] returns before truncating.
     pub max_exec_output_bytes: u64,
     /// Longest time one request may take before it fails as unavailable.
     pub request_timeout: Duration,
-    /// Default time limit of a command run with [`RemoteFs::exec`].
+    /// Default time limit of a command run with [`SandboxFs::exec`].
     pub exec_timeout: Duration,
 }
 
 /// A failed remote operation.
 #[derive(Debug, thiserror::Error)]
-pub enum RemoteError {
+pub enum SandboxFsError {
     #[error("{path}: no such file or directory in the sandbox")]
     NotFound { path: String },
     #[error("{path}: already exists in the sandbox")]
@@ -301,55 +301,55 @@ pub enum RemoteError {
     },
 }
 
-impl RemoteError {
+impl SandboxFsError {
     /// Returns the stable code of this error.
     pub fn code(&self) -> ErrorCode {
         match self {
-            RemoteError::NotFound { .. } => ErrorCode::NotFound,
-            RemoteError::Exists { .. } => ErrorCode::Exists,
-            RemoteError::IsDir { .. } => ErrorCode::IsDir,
-            RemoteError::NotDir { .. } => ErrorCode::NotDir,
-            RemoteError::NotEmpty { .. } => ErrorCode::NotEmpty,
-            RemoteError::PermissionDenied { .. } => ErrorCode::PermissionDenied,
-            RemoteError::NoSpace { .. } => ErrorCode::NoSpace,
-            RemoteError::InvalidPath { .. } => ErrorCode::InvalidPath,
-            RemoteError::TooLarge { .. } | RemoteError::TooManyEntries { .. } => {
+            SandboxFsError::NotFound { .. } => ErrorCode::NotFound,
+            SandboxFsError::Exists { .. } => ErrorCode::Exists,
+            SandboxFsError::IsDir { .. } => ErrorCode::IsDir,
+            SandboxFsError::NotDir { .. } => ErrorCode::NotDir,
+            SandboxFsError::NotEmpty { .. } => ErrorCode::NotEmpty,
+            SandboxFsError::PermissionDenied { .. } => ErrorCode::PermissionDenied,
+            SandboxFsError::NoSpace { .. } => ErrorCode::NoSpace,
+            SandboxFsError::InvalidPath { .. } => ErrorCode::InvalidPath,
+            SandboxFsError::TooLarge { .. } | SandboxFsError::TooManyEntries { .. } => {
                 ErrorCode::TooLarge
             }
-            RemoteError::Unavailable { .. } | RemoteError::TimedOut { .. } => {
+            SandboxFsError::Unavailable { .. } | SandboxFsError::TimedOut { .. } => {
                 ErrorCode::SandboxUnavailable
             }
-            RemoteError::AuthFailed { .. } | RemoteError::TokenMissing { .. } => {
+            SandboxFsError::AuthFailed { .. } | SandboxFsError::TokenMissing { .. } => {
                 ErrorCode::AuthFailed
             }
-            RemoteError::InvalidConfig { .. } => ErrorCode::InvalidArgument,
-            RemoteError::Remote { .. }
-            | RemoteError::CommandFailed { .. }
-            | RemoteError::Unsupported { .. }
-            | RemoteError::Protocol { .. } => ErrorCode::Internal,
-            RemoteError::Spool { source, .. } if source.raw_os_error() == Some(libc::ENOSPC) => {
+            SandboxFsError::InvalidConfig { .. } => ErrorCode::InvalidArgument,
+            SandboxFsError::Remote { .. }
+            | SandboxFsError::CommandFailed { .. }
+            | SandboxFsError::Unsupported { .. }
+            | SandboxFsError::Protocol { .. } => ErrorCode::Internal,
+            SandboxFsError::Spool { source, .. } if source.raw_os_error() == Some(libc::ENOSPC) => {
                 ErrorCode::NoSpace
             }
-            RemoteError::Spool { .. } => ErrorCode::Internal,
+            SandboxFsError::Spool { .. } => ErrorCode::Internal,
         }
     }
 
     /// Returns the remote path the error is about, when it is about one.
     pub fn path(&self) -> Option<&str> {
         match self {
-            RemoteError::NotFound { path }
-            | RemoteError::Exists { path }
-            | RemoteError::IsDir { path }
-            | RemoteError::NotDir { path }
-            | RemoteError::NotEmpty { path }
-            | RemoteError::PermissionDenied { path }
-            | RemoteError::NoSpace { path }
-            | RemoteError::InvalidPath { path, .. }
-            | RemoteError::TooLarge { path, .. }
-            | RemoteError::TooManyEntries { path, .. }
-            | RemoteError::Remote { path, .. }
-            | RemoteError::CommandFailed { path, .. }
-            | RemoteError::Spool { path, .. } => Some(path),
+            SandboxFsError::NotFound { path }
+            | SandboxFsError::Exists { path }
+            | SandboxFsError::IsDir { path }
+            | SandboxFsError::NotDir { path }
+            | SandboxFsError::NotEmpty { path }
+            | SandboxFsError::PermissionDenied { path }
+            | SandboxFsError::NoSpace { path }
+            | SandboxFsError::InvalidPath { path, .. }
+            | SandboxFsError::TooLarge { path, .. }
+            | SandboxFsError::TooManyEntries { path, .. }
+            | SandboxFsError::Remote { path, .. }
+            | SandboxFsError::CommandFailed { path, .. }
+            | SandboxFsError::Spool { path, .. } => Some(path),
             _ => None,
         }
     }
@@ -362,7 +362,7 @@ impl RemoteError {
 }
 
 /// Returns `path` when it is a usable remote path: absolute, no NUL, no `.`/`..` component.
-pub fn check_remote_path(path: &str) -> RemoteResult<&str> {
+pub fn check_remote_path(path: &str) -> SandboxFsResult<&str> {
     let rule = if !path.starts_with('/') {
         Some("it must be absolute (start with `/`)")
     } else if path.contains('\0') {
@@ -373,7 +373,7 @@ pub fn check_remote_path(path: &str) -> RemoteResult<&str> {
         None
     };
     match rule {
-        Some(rule) => Err(RemoteError::InvalidPath {
+        Some(rule) => Err(SandboxFsError::InvalidPath {
             path: path.to_string(),
             rule: rule.to_string(),
         }),
@@ -383,7 +383,7 @@ pub fn check_remote_path(path: &str) -> RemoteResult<&str> {
 
 /// Returns `rel` when it is a usable path relative to a batch or walk root: not empty, not
 /// absolute, no NUL, no `.`/`..` or empty component.
-pub fn check_relative_path(rel: &str) -> RemoteResult<&str> {
+pub fn check_relative_path(rel: &str) -> SandboxFsResult<&str> {
     let rule = if rel.is_empty() {
         Some("it is empty")
     } else if rel.starts_with('/') {
@@ -399,7 +399,7 @@ pub fn check_relative_path(rel: &str) -> RemoteResult<&str> {
         None
     };
     match rule {
-        Some(rule) => Err(RemoteError::InvalidPath {
+        Some(rule) => Err(SandboxFsError::InvalidPath {
             path: rel.to_string(),
             rule: rule.to_string(),
         }),
@@ -420,11 +420,11 @@ pub fn join_remote(dir: &str, rel: &str) -> String {
 
 /// A directory inside a remote sandbox, reached through a provider.
 ///
-/// Required: [`stat`](RemoteFs::stat), [`list`](RemoteFs::list), [`read`](RemoteFs::read),
-/// [`write`](RemoteFs::write), [`mkdir_p`](RemoteFs::mkdir_p), [`remove`](RemoteFs::remove),
-/// [`rename`](RemoteFs::rename). Everything else falls back to those, or to
-/// [`exec`](RemoteFs::exec) where only a command can do it (modes, links, remote hashes).
-pub trait RemoteFs: Send + Sync {
+/// Required: [`stat`](SandboxFs::stat), [`list`](SandboxFs::list), [`read`](SandboxFs::read),
+/// [`write`](SandboxFs::write), [`mkdir_p`](SandboxFs::mkdir_p), [`remove`](SandboxFs::remove),
+/// [`rename`](SandboxFs::rename). Everything else falls back to those, or to
+/// [`exec`](SandboxFs::exec) where only a command can do it (modes, links, remote hashes).
+pub trait SandboxFs: Send + Sync {
     /// Returns the provider's name (`sandbox-agent`), for messages.
     fn provider(&self) -> &'static str;
 
@@ -436,18 +436,18 @@ pub trait RemoteFs: Send + Sync {
 
     /// Returns the metadata of `path`. Providers whose [`Caps::stat_sees_links`] is false follow
     /// symlinks (a dangling one is `NotFound`).
-    fn stat<'a>(&'a self, path: &'a str) -> BoxFuture<'a, RemoteResult<RemoteMeta>>;
+    fn stat<'a>(&'a self, path: &'a str) -> BoxFuture<'a, SandboxFsResult<RemoteMeta>>;
 
     /// Returns the entries of the directory `path`, sorted by name.
-    fn list<'a>(&'a self, path: &'a str) -> BoxFuture<'a, RemoteResult<Vec<RemoteEntry>>>;
+    fn list<'a>(&'a self, path: &'a str) -> BoxFuture<'a, SandboxFsResult<Vec<RemoteEntry>>>;
 
     /// Returns the whole content of the file `path`.
-    fn read<'a>(&'a self, path: &'a str) -> BoxFuture<'a, RemoteResult<Bytes>>;
+    fn read<'a>(&'a self, path: &'a str) -> BoxFuture<'a, SandboxFsResult<Bytes>>;
 
     /// Replaces the content of the file `path` with `data`, creating it and its missing parent
     /// directories. Files over [`ProviderLimits::max_request_bytes`] are sent in chunks and joined in the
     /// sandbox, so they appear whole or not at all.
-    fn write<'a>(&'a self, path: &'a str, data: Bytes) -> BoxFuture<'a, RemoteResult<()>>;
+    fn write<'a>(&'a self, path: &'a str, data: Bytes) -> BoxFuture<'a, SandboxFsResult<()>>;
 
     /// Streams the content of the file `path` into `sink`, at most `limit` bytes (`TooLarge`
     /// beyond), and returns its length. Providers that can stream override it so a download
@@ -457,31 +457,36 @@ pub trait RemoteFs: Send + Sync {
         path: &'a str,
         limit: u64,
         sink: &'a mut (dyn std::io::Write + Send),
-    ) -> BoxFuture<'a, RemoteResult<u64>> {
+    ) -> BoxFuture<'a, SandboxFsResult<u64>> {
         Box::pin(async move {
             let data = self.read(path).await?;
             if data.len() as u64 > limit {
-                return Err(RemoteError::TooLarge {
+                return Err(SandboxFsError::TooLarge {
                     path: path.to_string(),
                     what: "file",
                     size: data.len() as u64,
                     limit,
                 });
             }
-            sink.write_all(&data).map_err(|source| RemoteError::Spool {
-                path: path.to_string(),
-                source,
-            })?;
+            sink.write_all(&data)
+                .map_err(|source| SandboxFsError::Spool {
+                    path: path.to_string(),
+                    source,
+                })?;
             Ok(data.len() as u64)
         })
     }
 
     /// Replaces the content of the file `path` with the content of the local file `src`, like
-    /// [`write`](RemoteFs::write). Providers that send large files in pieces override this to
+    /// [`write`](SandboxFs::write). Providers that send large files in pieces override this to
     /// read one piece at a time; the fallback reads `src` whole.
-    fn upload<'a>(&'a self, path: &'a str, src: std::fs::File) -> BoxFuture<'a, RemoteResult<()>> {
+    fn upload<'a>(
+        &'a self,
+        path: &'a str,
+        src: std::fs::File,
+    ) -> BoxFuture<'a, SandboxFsResult<()>> {
         Box::pin(async move {
-            let spool = |source| RemoteError::Spool {
+            let spool = |source| SandboxFsError::Spool {
                 path: path.to_string(),
                 source,
             };
@@ -493,18 +498,18 @@ pub trait RemoteFs: Send + Sync {
     }
 
     /// Creates the directory `path` and its missing parents; an existing directory is fine.
-    fn mkdir_p<'a>(&'a self, path: &'a str) -> BoxFuture<'a, RemoteResult<()>>;
+    fn mkdir_p<'a>(&'a self, path: &'a str) -> BoxFuture<'a, SandboxFsResult<()>>;
 
     /// Removes `path`: a file, a symlink (never what it points to), or a directory — with its
     /// contents when `recursive`, otherwise only when empty.
-    fn remove<'a>(&'a self, path: &'a str, recursive: bool) -> BoxFuture<'a, RemoteResult<()>>;
+    fn remove<'a>(&'a self, path: &'a str, recursive: bool) -> BoxFuture<'a, SandboxFsResult<()>>;
 
     /// Renames `from` to `to` like rename(2): an existing file at `to` is replaced, an existing
     /// directory at `to` is never replaced (`Exists`), missing parents of `to` are created.
-    fn rename<'a>(&'a self, from: &'a str, to: &'a str) -> BoxFuture<'a, RemoteResult<()>>;
+    fn rename<'a>(&'a self, from: &'a str, to: &'a str) -> BoxFuture<'a, SandboxFsResult<()>>;
 
     /// Checks that the sandbox answers and accepts the credentials.
-    fn check(&self) -> BoxFuture<'_, RemoteResult<()>> {
+    fn check(&self) -> BoxFuture<'_, SandboxFsResult<()>> {
         Box::pin(async move { self.stat("/").await.map(|_| ()) })
     }
 
@@ -514,7 +519,7 @@ pub trait RemoteFs: Send + Sync {
         &'a self,
         root: &'a str,
         items: Vec<BatchItem>,
-    ) -> BoxFuture<'a, RemoteResult<BatchReport>> {
+    ) -> BoxFuture<'a, SandboxFsResult<BatchReport>> {
         Box::pin(async move {
             check_remote_path(root)?;
             let mut report = BatchReport::default();
@@ -560,14 +565,18 @@ pub trait RemoteFs: Send + Sync {
     }
 
     /// Returns every entry below `root` (not `root` itself), in no particular order. The
-    /// fallback lists directories recursively, so it sees what [`RemoteFs::list`] sees.
-    fn walk<'a>(&'a self, root: &'a str) -> BoxFuture<'a, RemoteResult<Vec<WalkEntry>>> {
+    /// fallback lists directories recursively, so it sees what [`SandboxFs::list`] sees.
+    fn walk<'a>(&'a self, root: &'a str) -> BoxFuture<'a, SandboxFsResult<Vec<WalkEntry>>> {
         Box::pin(walk_by_listing(self, root, WalkCap::NONE))
     }
 
     /// Sets the mode and/or modification time of `path` (not following a symlink for the time).
-    /// The fallback runs `chmod`/`touch` through [`RemoteFs::exec`].
-    fn set_meta<'a>(&'a self, path: &'a str, meta: MetaUpdate) -> BoxFuture<'a, RemoteResult<()>> {
+    /// The fallback runs `chmod`/`touch` through [`SandboxFs::exec`].
+    fn set_meta<'a>(
+        &'a self,
+        path: &'a str,
+        meta: MetaUpdate,
+    ) -> BoxFuture<'a, SandboxFsResult<()>> {
         Box::pin(async move {
             check_remote_path(path)?;
             if meta.mode.is_none() && meta.mtime.is_none() {
@@ -591,8 +600,8 @@ pub trait RemoteFs: Send + Sync {
     }
 
     /// Creates (or replaces) the symlink `path` pointing at `target`. The fallback runs `ln`
-    /// through [`RemoteFs::exec`]; an existing directory at `path` is never replaced.
-    fn symlink<'a>(&'a self, target: &'a str, path: &'a str) -> BoxFuture<'a, RemoteResult<()>> {
+    /// through [`SandboxFs::exec`]; an existing directory at `path` is never replaced.
+    fn symlink<'a>(&'a self, target: &'a str, path: &'a str) -> BoxFuture<'a, SandboxFsResult<()>> {
         Box::pin(async move {
             check_remote_path(path)?;
             let script = "if [ -d \"$2\" ] && [ ! -L \"$2\" ]; then echo \"$2: is a directory\" >&2; exit 21; fi\n\
@@ -601,7 +610,7 @@ pub trait RemoteFs: Send + Sync {
                 .exec(ExecRequest::new("sh", ["-c", script, "sh", target, path]))
                 .await?;
             if out.exit_code == Some(21) {
-                return Err(RemoteError::Exists {
+                return Err(SandboxFsError::Exists {
                     path: path.to_string(),
                 });
             }
@@ -611,7 +620,7 @@ pub trait RemoteFs: Send + Sync {
 
     /// Returns the lowercase hex digest of the file `path`. The fallback downloads the file and
     /// hashes it here; see [`Caps::remote_hashes`] for what a provider hashes in place.
-    fn hash<'a>(&'a self, path: &'a str, algo: HashAlgo) -> BoxFuture<'a, RemoteResult<String>> {
+    fn hash<'a>(&'a self, path: &'a str, algo: HashAlgo) -> BoxFuture<'a, SandboxFsResult<String>> {
         Box::pin(async move {
             let data = self.read(path).await?;
             Ok(algo.digest(&data))
@@ -619,11 +628,11 @@ pub trait RemoteFs: Send + Sync {
     }
 
     /// Runs a command inside the sandbox and waits for it. No fallback.
-    fn exec(&self, req: ExecRequest) -> BoxFuture<'_, RemoteResult<ExecOutput>> {
+    fn exec(&self, req: ExecRequest) -> BoxFuture<'_, SandboxFsResult<ExecOutput>> {
         let _ = req;
         let provider = self.provider();
         Box::pin(async move {
-            Err(RemoteError::Unsupported {
+            Err(SandboxFsError::Unsupported {
                 op: "exec",
                 provider,
             })
@@ -631,15 +640,15 @@ pub trait RemoteFs: Send + Sync {
     }
 
     /// Streams changes below `root` until the receiver is dropped. No fallback: callers that get
-    /// `Unsupported` poll with [`RemoteFs::walk`].
+    /// `Unsupported` poll with [`SandboxFs::walk`].
     fn watch<'a>(
         &'a self,
         root: &'a str,
-    ) -> BoxFuture<'a, RemoteResult<mpsc::Receiver<RemoteChange>>> {
+    ) -> BoxFuture<'a, SandboxFsResult<mpsc::Receiver<RemoteChange>>> {
         let _ = root;
         let provider = self.provider();
         Box::pin(async move {
-            Err(RemoteError::Unsupported {
+            Err(SandboxFsError::Unsupported {
                 op: "watch",
                 provider,
             })
@@ -663,15 +672,15 @@ impl WalkCap {
 }
 
 /// Returns every entry below `root` by listing directories recursively: the fallback of
-/// [`RemoteFs::walk`], for providers whose own walk cannot run. Past `cap` it stops, with
-/// [`RemoteError::TooManyEntries`] or [`RemoteError::TooLarge`] (the bytes of the paths), so a
+/// [`SandboxFs::walk`], for providers whose own walk cannot run. Past `cap` it stops, with
+/// [`SandboxFsError::TooManyEntries`] or [`SandboxFsError::TooLarge`] (the bytes of the paths), so a
 /// tree a sandbox makes up — millions of entries, or directories nested ever deeper — cannot
 /// grow the answer without bound.
-pub async fn walk_by_listing<F: RemoteFs + ?Sized>(
+pub async fn walk_by_listing<F: SandboxFs + ?Sized>(
     fs: &F,
     root: &str,
     cap: WalkCap,
-) -> RemoteResult<Vec<WalkEntry>> {
+) -> SandboxFsResult<Vec<WalkEntry>> {
     check_remote_path(root)?;
     let mut out = Vec::new();
     let mut bytes = 0u64;
@@ -679,7 +688,7 @@ pub async fn walk_by_listing<F: RemoteFs + ?Sized>(
     while let Some(rel) = pending.pop() {
         let listed = fs.list(&join_remote(root, &rel)).await?;
         if out.len() + listed.len() > cap.entries {
-            return Err(RemoteError::TooManyEntries {
+            return Err(SandboxFsError::TooManyEntries {
                 path: root.to_string(),
                 limit: cap.entries,
             });
@@ -692,7 +701,7 @@ pub async fn walk_by_listing<F: RemoteFs + ?Sized>(
             };
             bytes += path.len() as u64;
             if bytes > cap.bytes {
-                return Err(RemoteError::TooLarge {
+                return Err(SandboxFsError::TooLarge {
                     path: root.to_string(),
                     what: "walk listing (limits.sandbox_listing_bytes)",
                     size: bytes,
@@ -711,13 +720,13 @@ pub async fn walk_by_listing<F: RemoteFs + ?Sized>(
     Ok(out)
 }
 
-/// Turns the output of a helper command into `Ok` or a [`RemoteError::CommandFailed`].
+/// Turns the output of a helper command into `Ok` or a [`SandboxFsError::CommandFailed`].
 pub fn command_result(
     op: &'static str,
     path: &str,
     command: &str,
     out: &ExecOutput,
-) -> RemoteResult<()> {
+) -> SandboxFsResult<()> {
     if out.success() {
         return Ok(());
     }
@@ -729,7 +738,7 @@ pub fn command_result(
             None => "killed".to_string(),
         }
     };
-    Err(RemoteError::CommandFailed {
+    Err(SandboxFsError::CommandFailed {
         op,
         path: path.to_string(),
         command: command.to_string(),
@@ -757,26 +766,26 @@ mod tests {
 
     #[test]
     fn codes_are_chosen_by_variant() {
-        let unavailable = RemoteError::Unavailable {
+        let unavailable = SandboxFsError::Unavailable {
             url: "http://127.0.0.1:1".into(),
             reason: "connection refused".into(),
         };
         assert_eq!(unavailable.code(), ErrorCode::SandboxUnavailable);
         assert!(unavailable.is_unavailable());
-        let timed_out = RemoteError::TimedOut {
+        let timed_out = SandboxFsError::TimedOut {
             url: "u".into(),
             op: "stat".into(),
             after: Duration::from_secs(1),
         };
         assert_eq!(timed_out.code(), ErrorCode::SandboxUnavailable);
-        let auth = RemoteError::AuthFailed {
+        let auth = SandboxFsError::AuthFailed {
             url: "u".into(),
             status: 401,
             reason: "token invalid".into(),
         };
         assert_eq!(auth.code(), ErrorCode::AuthFailed);
         assert!(!auth.is_unavailable());
-        let missing = RemoteError::TokenMissing {
+        let missing = SandboxFsError::TokenMissing {
             url: "u".into(),
             var: "SANDBOX_TOKEN".into(),
         };

@@ -16,7 +16,7 @@
 //! An open file's content is a [`SandboxFile`]: an unnamed file in the zone's spool directory,
 //! streamed from the sandbox at open (never whole in memory), written back (streamed) by
 //! [`Zones::sandbox_write_back`] when it changed. A write-back the sandbox does not take is
-//! queued durably ([`RemoteZone::queue_write_back`]) and reported as `EIO`.
+//! queued durably ([`SandboxZone::queue_write_back`]) and reported as `EIO`.
 //!
 //! Owns the semantics of create, truncate, chmod/utimes and open/write/write-back on a sandbox
 //! zone. May not import `fuser` or any adapter.
@@ -27,7 +27,7 @@ use std::sync::Arc;
 use super::error::{FsError, FsResult};
 use super::path::VPath;
 use super::provider::{MetaUpdate, RemoteEntry, RemoteMeta};
-use super::remote_zone::RemoteZone;
+use super::sandbox_zone::SandboxZone;
 use super::{EntryKind, Limit, Zones};
 use crate::state::Origin;
 
@@ -78,7 +78,7 @@ fn eio(vp: &VPath, op: &'static str) -> FsError {
 
 impl Zones {
     /// The sandbox zone `vp` is in.
-    fn sandbox(&self, vp: &VPath) -> FsResult<&RemoteZone> {
+    fn sandbox(&self, vp: &VPath) -> FsResult<&SandboxZone> {
         self.remote(vp).ok_or_else(|| {
             FsError::invalid(
                 "path",

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use super::error::{FsError, FsResult};
 use super::path;
-use super::remote_zone::RemoteZone;
+use super::sandbox_zone::SandboxZone;
 use super::zone::{openat2_beneath, LocalZone};
 use super::{EntryKind, Zones};
 
@@ -324,7 +324,7 @@ impl Zones {
                 })
                 .map(|(rel, meta)| GlobMatch {
                     path: format!("{}/{rel}", vp.to_string().trim_end_matches('/')),
-                    mtime_ms: super::remote_zone::mtime_ms(&meta),
+                    mtime_ms: super::sandbox_zone::mtime_ms(&meta),
                 })
                 .collect()
         } else {
@@ -473,7 +473,7 @@ impl Zones {
     /// skipped and named.
     fn remote_grep(
         &self,
-        r: &RemoteZone,
+        r: &SandboxZone,
         vp: &super::VPath,
         opts: &GrepOptions,
         matcher: &grep_regex::RegexMatcher,
@@ -624,7 +624,7 @@ fn file_filter(root: &Path, opts: &GrepOptions) -> FsResult<FileFilter> {
 /// (a component starting with `.`) are left out unless asked for. `.gitignore` files are not read
 /// in a remote zone.
 fn remote_entries(
-    r: &RemoteZone,
+    r: &SandboxZone,
     vp: &super::VPath,
     hidden: bool,
 ) -> FsResult<Vec<(String, super::provider::RemoteMeta)>> {

@@ -74,7 +74,7 @@ pub fn run(settings: Settings, no_mount: bool) -> anyhow::Result<()> {
                 read_only = z.read_only(),
                 "zone ready"
             ),
-            Zone::Remote(r) => tracing::info!(
+            Zone::Sandbox(r) => tracing::info!(
                 zone = id.name(),
                 sandbox = r.sandbox(),
                 root = r.root(),
@@ -87,7 +87,7 @@ pub fn run(settings: Settings, no_mount: bool) -> anyhow::Result<()> {
         }
     }
     // Write-backs queued by the mount (this run's or a previous one's) go out in the background.
-    crate::core::remote_zone::spawn_write_back_retries(&zones)?;
+    crate::core::sandbox_zone::spawn_write_back_retries(&zones)?;
     set_fd_limit(settings.limits.open_files);
     // Changes made beside wardfs are journaled (and reach the mount) as long as this lives.
     let watching = if settings.journal.watch {

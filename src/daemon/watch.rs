@@ -87,7 +87,7 @@ impl Watcher {
             .iter()
             .filter_map(|id| match zones.zone(*id) {
                 Zone::Local(z) => Some((*id, z.root().to_path_buf())),
-                Zone::Remote(_) | Zone::Disabled(_) => None,
+                Zone::Sandbox(_) | Zone::Disabled(_) => None,
             })
             .collect();
         if roots.is_empty() {

@@ -481,7 +481,7 @@ impl Forks {
     fn local(&self, id: ZoneId) -> FsResult<&LocalZone> {
         match self.zones.zone(id) {
             Zone::Local(z) => Ok(z),
-            Zone::Remote(_) => Err(FsError::ZoneUnavailable {
+            Zone::Sandbox(_) => Err(FsError::ZoneUnavailable {
                 path: format!("/{}", id.name()),
                 zone: id.name().into(),
                 reason: "it is served from a sandbox; forks are made of local zones".into(),

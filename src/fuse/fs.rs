@@ -6,7 +6,7 @@
 //! the inodes' `O_PATH` descriptors under the zone's rules (read-only, hard links, path locks) and
 //! record each change in the journal with the calling pid and uid; reads and writes go to the open
 //! file (`core::node::io`), and a file's data writes are journaled once, when it is released. A
-//! zone served from a sandbox is answered by its [`RemoteTree`]. What stays here is the kernel's
+//! zone served from a sandbox is answered by its [`SandboxTree`]. What stays here is the kernel's
 //! business: file and directory handles, attributes and their TTLs, directory listings,
 //! passthrough backing files, metadata prefetch, and the errno of each answer.
 //!
@@ -46,7 +46,7 @@ use rustix::fs::{FileType, OFlags, Stat};
 use super::echo::{Answer, Echoes};
 use super::handles::{Handle, ImplicitWriters};
 use super::inodes::{zone_ino, Inode, Inodes, FORKS_INO, ROOT_INO};
-use super::remote::{RemoteTree, REMOTE_FH_BASE};
+use super::sandbox_tree::{SandboxTree, REMOTE_FH_BASE};
 use crate::config::IoMode;
 use crate::config::Transport;
 use crate::config::FORKS_DIR;
@@ -123,7 +123,7 @@ pub struct WardFs {
     /// Metadata read-ahead of walks (`[fuse] prefetch`).
     prefetch: Option<Prefetch>,
     /// The zones served from a sandbox, by zone index.
-    remote: [Option<Arc<RemoteTree>>; 2],
+    remote: [Option<Arc<SandboxTree>>; 2],
     /// The forks the mount last saw, and since when (see [`WardFs::forks_seen`]).
     forks: Mutex<(Vec<ZoneId>, SystemTime)>,
     /// The echo of changes made outside the mount, whose requests are answered apart
@@ -239,7 +239,7 @@ impl WardFs {
                 None
             },
             remote: ZoneId::ALL
-                .map(|id| RemoteTree::new(zones_for_remote.clone(), id).map(Arc::new)),
+                .map(|id| SandboxTree::new(zones_for_remote.clone(), id).map(Arc::new)),
             forks: Mutex::new((Vec::new(), SystemTime::now())),
             echo,
         })
@@ -251,7 +251,7 @@ impl WardFs {
     }
 
     /// The remote tree serving `ino`, when its zone is served from a sandbox.
-    fn tree(&self, ino: u64) -> Option<&RemoteTree> {
+    fn tree(&self, ino: u64) -> Option<&SandboxTree> {
         self.remote
             .iter()
             .flatten()
@@ -260,7 +260,7 @@ impl WardFs {
     }
 
     /// The remote tree whose zone root is `name` in the top-level directory `parent`.
-    fn remote_root(&self, parent: u64, name: &OsStr) -> Option<&RemoteTree> {
+    fn remote_root(&self, parent: u64, name: &OsStr) -> Option<&SandboxTree> {
         if parent != ROOT_INO {
             return None;
         }
@@ -269,7 +269,7 @@ impl WardFs {
     }
 
     /// The remote tree holding the open file `fh`.
-    fn tree_fh(&self, fh: u64) -> Option<&RemoteTree> {
+    fn tree_fh(&self, fh: u64) -> Option<&SandboxTree> {
         if fh < REMOTE_FH_BASE {
             return None;
         }

@@ -21,7 +21,7 @@ mod fs;
 mod handles;
 mod inodes;
 mod invalidate;
-mod remote;
+mod sandbox_tree;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -183,7 +183,7 @@ impl Monitor {
         let fresh = format!("{PREFIX}:{}:{tag}:{head}", self.instance);
         let found = match zones.zone(zone) {
             Zone::Local(_) => self.find(zones, checkout, &tag, head, token),
-            Zone::Remote(_) => Ok(Found::everything(
+            Zone::Sandbox(_) => Ok(Found::everything(
                 "the zone is served from a sandbox, whose changes the journal does not hold",
             )),
             Zone::Disabled(_) => Ok(Found::everything("the zone is unavailable")),

@@ -43,7 +43,7 @@ use crate::config::{
     check_plain_name, ProvisionKind, ProvisionSettings, SandboxSettings, PROVIDER_LOCAL,
     PROVIDER_SANDBOX_AGENT,
 };
-use crate::core::provider::RemoteFs;
+use crate::core::provider::SandboxFs;
 use crate::state::{JournalEntry, Origin, SandboxRow, SANDBOX_ZONE};
 
 /// What makes the provisioned sandboxes: their settings (from the config file) and their

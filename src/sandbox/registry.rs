@@ -6,7 +6,7 @@
 //! mutex) that serialises attaching and mirror runs, and the attached provider while it is in
 //! use.
 //!
-//! Every use starts with a health check ([`RemoteFs::check`]). Recovery depends on the failure:
+//! Every use starts with a health check ([`SandboxFs::check`]). Recovery depends on the failure:
 //! * unreachable or timed out: retried `retries` times with a doubling backoff, then the status
 //!   is `error` with the reason and the call fails with `SANDBOX_UNAVAILABLE`;
 //! * token rejected (or its variable unset): status `error`, `AUTH_FAILED`, never retried;
@@ -29,7 +29,7 @@ use super::mirror::{
     PushSummary,
 };
 use crate::config::{SandboxSection, SandboxSettings, PROVIDER_SANDBOX_AGENT};
-use crate::core::provider::{check_remote_path, RemoteError, RemoteFs};
+use crate::core::provider::{check_remote_path, SandboxFs, SandboxFsError};
 use crate::core::{ErrorCode, Zone, ZoneId, Zones};
 use crate::state::{SandboxRow, StateError};
 
@@ -58,7 +58,7 @@ pub enum SandboxError {
     #[error("sandbox {name:?}: {source}")]
     Remote {
         name: String,
-        source: Box<RemoteError>,
+        source: Box<SandboxFsError>,
     },
     #[error("sandbox {name:?} is unavailable after {attempts} attempts: {reason}")]
     Unavailable {
@@ -645,7 +645,7 @@ impl Registry {
                     }
                     return Ok((remote, def));
                 }
-                Err(RemoteError::Remote { status, detail, .. })
+                Err(SandboxFsError::Remote { status, detail, .. })
                     if status == 404 || status == 410 =>
                 {
                     *attached = None;
@@ -714,7 +714,7 @@ impl Registry {
                 zone: name.to_string(),
             }),
             Zone::Local(z) => Ok((id, z.root().to_path_buf())),
-            Zone::Remote(r) => Err(SandboxError::Zone {
+            Zone::Sandbox(r) => Err(SandboxError::Zone {
                 zone: name.to_string(),
                 reason: format!(
                     "it is served from sandbox `{}` itself; mirror a local zone",
@@ -823,7 +823,7 @@ impl Registry {
         (progress.0)(&MirrorProgress::phase("scan"));
         let r = mirror::push(
             &local_root,
-            remote.as_ref() as &dyn RemoteFs,
+            remote.as_ref() as &dyn SandboxFs,
             &to,
             &mut manifest,
             &opts,
@@ -874,7 +874,7 @@ impl Registry {
         (progress.0)(&MirrorProgress::phase("scan"));
         let r = mirror::pull(
             &local_root,
-            remote.as_ref() as &dyn RemoteFs,
+            remote.as_ref() as &dyn SandboxFs,
             &from,
             &mut manifest,
             &opts,

@@ -440,7 +440,7 @@ impl Registry {
     }
 
     /// The error of a sandbox that failed while a command ran in it.
-    fn lost(&self, name: &str, e: crate::core::provider::RemoteError) -> SandboxError {
+    fn lost(&self, name: &str, e: crate::core::provider::SandboxFsError) -> SandboxError {
         SandboxError::Remote {
             name: name.to_string(),
             source: Box::new(e),

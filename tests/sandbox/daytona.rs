@@ -22,7 +22,7 @@ use wardfs::sandbox::provision::daytona::{Daytona, DaytonaConfig, PREVIEW_TOKEN_
 use wardfs::sandbox::provision::{
     ProviderState, ProvisionError, Provisioner, SandboxSpec, SnapshotSpec, VolumeMount,
 };
-use wardfs::sandbox::{RemoteFs, SandboxAgent};
+use wardfs::sandbox::{SandboxAgent, SandboxFs};
 
 static VARS: AtomicU32 = AtomicU32::new(0);
 

@@ -16,7 +16,7 @@ use wardfs::sandbox::provision::local::{
 use wardfs::sandbox::provision::{
     Handle, ProviderState, ProvisionError, Provisioner, SandboxSpec, SnapshotSpec, VolumeMount,
 };
-use wardfs::sandbox::{ExecRequest, RemoteFs, SandboxAgent, SandboxAgentConfig};
+use wardfs::sandbox::{ExecRequest, SandboxAgent, SandboxAgentConfig, SandboxFs};
 
 use crate::support::sandbox_agent::require_loopback_only;
 

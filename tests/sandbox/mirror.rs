@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use wardfs::sandbox::mirror::{self, Manifest, MirrorOptions};
-use wardfs::sandbox::{ExecRequest, RemoteFs};
+use wardfs::sandbox::{ExecRequest, SandboxFs};
 use wardfs::state::Db;
 
 use crate::support::rng::noise;
@@ -46,7 +46,7 @@ fn sample_tree(dir: &Path) {
     std::os::unix::fs::symlink("src/lib.rs", dir.join("link")).unwrap();
 }
 
-async fn sh(fs: &dyn RemoteFs, script: &str) {
+async fn sh(fs: &dyn SandboxFs, script: &str) {
     let out = fs
         .exec(ExecRequest::new("sh", ["-c", script]))
         .await

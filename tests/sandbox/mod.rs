@@ -21,11 +21,11 @@ use crate::support::sandbox_agent::{self, AgentServer};
 use bytes::Bytes;
 use wardfs::core::{EntryKind, ErrorCode};
 use wardfs::sandbox::{
-    BatchItem, ExecRequest, HashAlgo, MetaUpdate, RemoteError, RemoteFs, SandboxAgent, Token,
+    BatchItem, ExecRequest, HashAlgo, MetaUpdate, SandboxAgent, SandboxFs, SandboxFsError, Token,
 };
 
 /// Returns the code of an expected error, with the value in the message when it was not one.
-fn code<T: std::fmt::Debug>(result: Result<T, RemoteError>) -> ErrorCode {
+fn code<T: std::fmt::Debug>(result: Result<T, SandboxFsError>) -> ErrorCode {
     match result {
         Ok(v) => panic!("expected an error, got {v:?}"),
         Err(e) => e.code(),
@@ -567,7 +567,7 @@ async fn a_wrong_token_is_auth_failed_and_never_printed() {
     let err = wrong.stat(&server.root()).await.unwrap_err();
     assert_eq!(err.code(), ErrorCode::AuthFailed, "{err}");
     assert!(
-        matches!(err, RemoteError::AuthFailed { status: 401, .. }),
+        matches!(err, SandboxFsError::AuthFailed { status: 401, .. }),
         "{err:?}"
     );
     assert_eq!(code(wrong.check().await), ErrorCode::AuthFailed);
@@ -628,7 +628,7 @@ async fn a_hung_server_times_out_and_recovers() {
     let err = fs.stat(&root).await.unwrap_err();
     let waited = started.elapsed();
     server.resume();
-    assert!(matches!(err, RemoteError::TimedOut { .. }), "{err:?}");
+    assert!(matches!(err, SandboxFsError::TimedOut { .. }), "{err:?}");
     assert_eq!(err.code(), ErrorCode::SandboxUnavailable);
     assert!(
         waited >= Duration::from_millis(900) && waited < Duration::from_secs(3),

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use wardfs::core::ErrorCode;
 use wardfs::sandbox::provision::local::{LocalConfig, LocalProvisioner};
 use wardfs::sandbox::provision::{ProviderState, Provisioner, SandboxSpec};
-use wardfs::sandbox::{RemoteFs, SandboxAgent};
+use wardfs::sandbox::{SandboxAgent, SandboxFs};
 
 use wardfs::sandbox::provision::local::Proc;
 

@@ -468,7 +468,7 @@ fn zone(name: &'static str, backing: &Backing) -> Check {
     };
     match backing {
         Backing::Disabled(why) => ok(check, format!("disabled: {why}")),
-        Backing::Remote(r) => ok(
+        Backing::Sandbox(r) => ok(
             check,
             format!(
                 "served from sandbox `{}` at {} (`wardfs sandbox check {}` tests the connection)",

@@ -1,6 +1,6 @@
 //! A zone's storage behind one trait: [`Store`], implemented by a local directory
 //! ([`local`], beneath the zone's directory fd) and by a directory inside a sandbox ([`sandbox`],
-//! through its [`super::provider::RemoteFs`]).
+//! through its [`super::provider::SandboxFs`]).
 //!
 //! A store does storage and nothing else: it resolves a path beneath its zone, reads, replaces,
 //! removes, renames and describes entries, and compares an entry with what a caller saw before

@@ -1,5 +1,5 @@
 //! The sandbox store: a zone's directory inside a sandbox, reached through its
-//! [`RemoteZone`] (the provider's calls, attribute and listing caches, the spool). Files are
+//! [`SandboxZone`] (the provider's calls, attribute and listing caches, the spool). Files are
 //! streamed through the spool both ways, never whole in memory. The sandbox offers no
 //! compare-and-swap of its own: a replacement or removal compares the entry's kind, size and
 //! mtime as the sandbox reports them right before the call, under the caller's path lock, so a
@@ -16,7 +16,7 @@ use crate::core::error::{FsError, FsResult};
 use crate::core::ops::{Entry, ResolveResult};
 use crate::core::path::VPath;
 use crate::core::provider::{MetaUpdate, RemoteMeta};
-use crate::core::remote_zone::{mtime_ms, RemoteZone};
+use crate::core::sandbox_zone::{mtime_ms, SandboxZone};
 use crate::core::{EntryKind, Limit, Zones};
 
 /// The identity of a sandbox entry as the sandbox describes it.
@@ -29,7 +29,7 @@ fn identity(meta: &RemoteMeta) -> Seen {
 }
 
 /// What is at `vp` now (`None`: nothing), checked against `expect`.
-fn check_seen(r: &RemoteZone, vp: &VPath, expect: Option<Seen>) -> FsResult<Option<RemoteMeta>> {
+fn check_seen(r: &SandboxZone, vp: &VPath, expect: Option<Seen>) -> FsResult<Option<RemoteMeta>> {
     let now = match r.stat_fresh(vp) {
         Ok(m) => Some(m),
         Err(FsError::NotFound { .. }) => None,
@@ -50,16 +50,16 @@ fn is_dir(vp: &VPath) -> FsError {
     }
 }
 
-impl Store for RemoteZone {
+impl Store for SandboxZone {
     fn read_only(&self) -> bool {
-        RemoteZone::read_only(self)
+        SandboxZone::read_only(self)
     }
 
     fn stat(&self, vp: &VPath, _target: bool, fresh: bool) -> FsResult<Meta> {
         let meta = if fresh {
             self.stat_fresh(vp)?
         } else {
-            RemoteZone::stat(self, vp)?
+            SandboxZone::stat(self, vp)?
         };
         Ok(Meta {
             kind: meta.kind,
@@ -95,13 +95,13 @@ impl Store for RemoteZone {
     }
 
     fn list(&self, vp: &VPath) -> FsResult<Listing> {
-        if RemoteZone::stat(self, vp)?.kind != EntryKind::Dir {
+        if SandboxZone::stat(self, vp)?.kind != EntryKind::Dir {
             return Err(FsError::NotDir {
                 path: vp.to_string(),
             });
         }
         // The provider already left out (and logged) a name a path cannot hold.
-        let entries = RemoteZone::list(self, vp)?
+        let entries = SandboxZone::list(self, vp)?
             .iter()
             .map(|e| Entry {
                 name: e.name.clone(),
@@ -205,7 +205,7 @@ impl Store for RemoteZone {
             }
             _ => {}
         }
-        RemoteZone::symlink(self, vp, target)?;
+        SandboxZone::symlink(self, vp, target)?;
         Ok(now.is_none())
     }
 
@@ -263,12 +263,12 @@ impl Store for RemoteZone {
             Removal::Any { recursive } => recursive,
             _ => false,
         };
-        if dir && !recursive && !RemoteZone::list(self, vp)?.is_empty() {
+        if dir && !recursive && !SandboxZone::list(self, vp)?.is_empty() {
             return Err(FsError::NotEmpty {
                 path: vp.to_string(),
             });
         }
-        RemoteZone::remove(self, vp, recursive)?;
+        SandboxZone::remove(self, vp, recursive)?;
         Ok(true)
     }
 
@@ -300,22 +300,22 @@ impl Store for RemoteZone {
                 })
             }
             Ok(dst) if dst.kind == EntryKind::Dir => {
-                if !RemoteZone::list(self, to)?.is_empty() {
+                if !SandboxZone::list(self, to)?.is_empty() {
                     return Err(FsError::NotEmpty {
                         path: to.to_string(),
                     });
                 }
-                RemoteZone::remove(self, to, false)?;
+                SandboxZone::remove(self, to, false)?;
             }
             Ok(_) | Err(FsError::NotFound { .. }) => {}
             Err(e) => return Err(e),
         }
-        RemoteZone::rename(self, from, to)?;
+        SandboxZone::rename(self, from, to)?;
         Ok(Moved::Done)
     }
 
     fn resolve(&self, vp: &VPath) -> FsResult<ResolveResult> {
-        let exists = match RemoteZone::stat(self, vp) {
+        let exists = match SandboxZone::stat(self, vp) {
             Ok(_) => true,
             Err(FsError::NotFound { .. }) => false,
             Err(e) => return Err(e),

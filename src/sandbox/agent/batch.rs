@@ -10,7 +10,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::core::provider::{BatchItem, RemoteError, RemoteResult};
+use crate::core::provider::{BatchItem, SandboxFsError, SandboxFsResult};
 
 /// The size of a tar block.
 const BLOCK: u64 = 512;
@@ -87,10 +87,10 @@ fn now_secs() -> u64 {
 }
 
 /// Builds one archive of `items` (paths already checked to be plain relative paths).
-pub(super) fn archive(items: &[BatchItem]) -> RemoteResult<Vec<u8>> {
+pub(super) fn archive(items: &[BatchItem]) -> SandboxFsResult<Vec<u8>> {
     let now = now_secs();
     let mut builder = tar::Builder::new(Vec::new());
-    let fail = |path: &str, e: std::io::Error| RemoteError::InvalidPath {
+    let fail = |path: &str, e: std::io::Error| SandboxFsError::InvalidPath {
         path: path.to_string(),
         rule: format!("it cannot go into a tar archive: {e}"),
     };

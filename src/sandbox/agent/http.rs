@@ -1,5 +1,5 @@
 //! The HTTP transport to one `sandbox-agent` server (started with --token and --no-telemetry),
-//! and the one place its answers become [`RemoteError`]s.
+//! and the one place its answers become [`SandboxFsError`]s.
 //!
 //! Every request carries the bearer token (a header marked sensitive, so it never appears in
 //! debug output) and runs under one [`Deadline`] for the whole exchange — connecting, sending,
@@ -33,7 +33,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde::Deserialize;
 
-use crate::core::provider::{RemoteError, RemoteResult};
+use crate::core::provider::{SandboxFsError, SandboxFsResult};
 
 /// Characters of a query value sent as they are (the rest is percent-encoded).
 const QUERY_VALUE: &AsciiSet = &NON_ALPHANUMERIC
@@ -95,7 +95,7 @@ pub(super) enum Payload {
     File,
 }
 
-/// How a file over `limits.sandbox_file_bytes` is named in [`RemoteError::TooLarge`], read whole
+/// How a file over `limits.sandbox_file_bytes` is named in [`SandboxFsError::TooLarge`], read whole
 /// or streamed.
 pub(super) const FILE_LIMIT: &str = "file (limits.sandbox_file_bytes)";
 
@@ -167,8 +167,8 @@ impl Transport {
         extra: Option<&super::ExtraHeader>,
         timeout: Duration,
         connect_timeout: Duration,
-    ) -> RemoteResult<Transport> {
-        let invalid = |rule: &str| RemoteError::InvalidConfig {
+    ) -> SandboxFsResult<Transport> {
+        let invalid = |rule: &str| SandboxFsError::InvalidConfig {
             name: format!("sandbox url {url:?}"),
             rule: rule.to_string(),
         };
@@ -200,7 +200,7 @@ impl Transport {
         let connector = if scheme == "https" {
             builder
                 .with_native_roots()
-                .map_err(|e| RemoteError::Unavailable {
+                .map_err(|e| SandboxFsError::Unavailable {
                     url: base.clone(),
                     reason: format!("no root certificates for https: {e}"),
                 })?
@@ -225,7 +225,7 @@ impl Transport {
             Some(token) => {
                 let mut value =
                     HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
-                        RemoteError::InvalidConfig {
+                        SandboxFsError::InvalidConfig {
                             name: "sandbox token".into(),
                             rule: "it must be printable ASCII".into(),
                         }
@@ -237,7 +237,7 @@ impl Transport {
         };
         let extra = match extra {
             Some(header) => {
-                let invalid = |rule: &str| RemoteError::InvalidConfig {
+                let invalid = |rule: &str| SandboxFsError::InvalidConfig {
                     name: format!("sandbox extra header {:?}", header.name),
                     rule: rule.to_string(),
                 };
@@ -279,7 +279,7 @@ impl Transport {
         path_and_query: &str,
         body: Option<Body>,
         bounds: Bounds,
-    ) -> RemoteResult<Reply> {
+    ) -> SandboxFsResult<Reply> {
         let deadline = Deadline::start(bounds.timeout);
         let (req, sent) = self.request(op, method, path_and_query, body)?;
         let resp = self.answer(op, req, deadline).await?;
@@ -321,7 +321,7 @@ impl Transport {
         path_and_query: &str,
         cap: (u64, &'static str),
         sink: &mut (dyn std::io::Write + Send),
-    ) -> RemoteResult<u64> {
+    ) -> SandboxFsResult<u64> {
         let (limit, what) = cap;
         let deadline = Deadline::start(self.timeout);
         let (req, _) = self.request(op, Method::GET, path_and_query, None)?;
@@ -338,18 +338,19 @@ impl Transport {
         while let Some(chunk) = self.next_data(op, &mut body, deadline, written).await? {
             written += chunk.len() as u64;
             if written > limit {
-                return Err(RemoteError::TooLarge {
+                return Err(SandboxFsError::TooLarge {
                     path: path.to_string(),
                     what,
                     size: written,
                     limit,
                 });
             }
-            sink.write_all(&chunk).map_err(|e| RemoteError::Protocol {
-                url: self.base.clone(),
-                op,
-                reason: format!("cannot store the download of {path} locally: {e}"),
-            })?;
+            sink.write_all(&chunk)
+                .map_err(|e| SandboxFsError::Protocol {
+                    url: self.base.clone(),
+                    op,
+                    reason: format!("cannot store the download of {path} locally: {e}"),
+                })?;
         }
         Ok(written)
     }
@@ -361,7 +362,7 @@ impl Transport {
         method: Method,
         path_and_query: &str,
         body: Option<Body>,
-    ) -> RemoteResult<(Request<Full<Bytes>>, u64)> {
+    ) -> SandboxFsResult<(Request<Full<Bytes>>, u64)> {
         let uri = format!("{}{}", self.base, path_and_query);
         let mut req = Request::builder().method(method).uri(&uri);
         if let Some(auth) = &self.auth {
@@ -380,7 +381,7 @@ impl Transport {
         let sent = data.len() as u64;
         let req = req
             .body(Full::new(data))
-            .map_err(|e| RemoteError::Protocol {
+            .map_err(|e| SandboxFsError::Protocol {
                 url: self.base.clone(),
                 op,
                 reason: format!("cannot build the request: {e}"),
@@ -397,10 +398,10 @@ impl Transport {
         op: &'static str,
         req: Request<Full<Bytes>>,
         deadline: Deadline,
-    ) -> RemoteResult<hyper::Response<Incoming>> {
+    ) -> SandboxFsResult<hyper::Response<Incoming>> {
         match tokio::time::timeout_at(deadline.at(0), self.client.request(req)).await {
             Err(_) => Err(self.timed_out(op, deadline)),
-            Ok(Err(e)) => Err(RemoteError::Unavailable {
+            Ok(Err(e)) => Err(SandboxFsError::Unavailable {
                 url: self.base.clone(),
                 reason: chain(&e),
             }),
@@ -416,7 +417,7 @@ impl Transport {
         mut body: Incoming,
         limit: u64,
         deadline: Deadline,
-    ) -> RemoteResult<Result<Bytes, u64>> {
+    ) -> SandboxFsResult<Result<Bytes, u64>> {
         let mut data = Vec::new();
         while let Some(chunk) = self
             .next_data(op, &mut body, deadline, data.len() as u64)
@@ -439,13 +440,13 @@ impl Transport {
         body: &mut Incoming,
         deadline: Deadline,
         received: u64,
-    ) -> RemoteResult<Option<Bytes>> {
+    ) -> SandboxFsResult<Option<Bytes>> {
         loop {
             let frame = match tokio::time::timeout_at(deadline.at(received), body.frame()).await {
                 Err(_) => return Err(self.timed_out(op, deadline)),
                 Ok(None) => return Ok(None),
                 Ok(Some(Err(e))) => {
-                    return Err(RemoteError::Unavailable {
+                    return Err(SandboxFsError::Unavailable {
                         url: self.base.clone(),
                         reason: chain(&e),
                     })
@@ -459,8 +460,8 @@ impl Transport {
         }
     }
 
-    fn timed_out(&self, op: &'static str, deadline: Deadline) -> RemoteError {
-        RemoteError::TimedOut {
+    fn timed_out(&self, op: &'static str, deadline: Deadline) -> SandboxFsError {
+        SandboxFsError::TimedOut {
             url: self.base.clone(),
             op: op.to_string(),
             after: deadline.elapsed(),
@@ -477,15 +478,15 @@ impl Transport {
         path: &str,
         (limit, what): (u64, Payload),
         seen: u64,
-    ) -> RemoteError {
+    ) -> SandboxFsError {
         match what {
-            Payload::File => RemoteError::TooLarge {
+            Payload::File => SandboxFsError::TooLarge {
                 path: path.to_string(),
                 what: FILE_LIMIT,
                 size: seen,
                 limit,
             },
-            Payload::Answer => RemoteError::Protocol {
+            Payload::Answer => SandboxFsError::Protocol {
                 url: self.base.clone(),
                 op,
                 reason: format!(
@@ -504,19 +505,19 @@ impl Transport {
         status: StatusCode,
         body: &[u8],
         sent: u64,
-    ) -> RemoteError {
+    ) -> SandboxFsError {
         let detail = problem_detail(body);
         let path_or = |named: &str| {
             let named = named.trim();
             if named.is_empty() { path } else { named }.to_string()
         };
         match status.as_u16() {
-            401 | 403 => RemoteError::AuthFailed {
+            401 | 403 => SandboxFsError::AuthFailed {
                 url: self.base.clone(),
                 status: status.as_u16(),
                 reason: detail,
             },
-            413 => RemoteError::TooLarge {
+            413 => SandboxFsError::TooLarge {
                 path: path.to_string(),
                 what: "request body",
                 size: sent,
@@ -525,23 +526,23 @@ impl Transport {
             400 => {
                 let text = detail.strip_prefix("invalid request: ").unwrap_or(&detail);
                 if let Some(named) = text.strip_prefix("path not found:") {
-                    RemoteError::NotFound {
+                    SandboxFsError::NotFound {
                         path: path_or(named),
                     }
                 } else if let Some(named) = text.strip_prefix("path is not a file:") {
-                    RemoteError::IsDir {
+                    SandboxFsError::IsDir {
                         path: path_or(named),
                     }
                 } else if let Some(named) = text.strip_prefix("path is not a directory:") {
-                    RemoteError::NotDir {
+                    SandboxFsError::NotDir {
                         path: path_or(named),
                     }
                 } else if let Some(named) = text.strip_prefix("destination already exists:") {
-                    RemoteError::Exists {
+                    SandboxFsError::Exists {
                         path: path_or(named),
                     }
                 } else if let Some(named) = text.strip_prefix("invalid relative path:") {
-                    RemoteError::InvalidPath {
+                    SandboxFsError::InvalidPath {
                         path: path_or(named),
                         rule: "the sandbox refused it as a relative path".into(),
                     }
@@ -550,7 +551,7 @@ impl Transport {
                 }
             }
             502 => match os_errno(&detail) {
-                Some(errno) => from_errno(errno, path).unwrap_or_else(|| RemoteError::Remote {
+                Some(errno) => from_errno(errno, path).unwrap_or_else(|| SandboxFsError::Remote {
                     op,
                     path: path.to_string(),
                     status: status.as_u16(),
@@ -568,8 +569,8 @@ impl Transport {
         path: &str,
         status: StatusCode,
         detail: String,
-    ) -> RemoteError {
-        RemoteError::Remote {
+    ) -> SandboxFsError {
+        SandboxFsError::Remote {
             op,
             path: path.to_string(),
             status: status.as_u16(),
@@ -619,16 +620,16 @@ fn os_errno(text: &str) -> Option<i32> {
 }
 
 /// Returns the error an errno means for `path`, when it has a code of its own.
-pub(super) fn from_errno(errno: i32, path: &str) -> Option<RemoteError> {
+pub(super) fn from_errno(errno: i32, path: &str) -> Option<SandboxFsError> {
     let path = path.to_string();
     Some(match errno {
-        libc::ENOENT => RemoteError::NotFound { path },
-        libc::EEXIST => RemoteError::Exists { path },
-        libc::EISDIR => RemoteError::IsDir { path },
-        libc::ENOTDIR => RemoteError::NotDir { path },
-        libc::ENOTEMPTY => RemoteError::NotEmpty { path },
-        libc::EACCES | libc::EPERM | libc::EROFS => RemoteError::PermissionDenied { path },
-        libc::ENOSPC | libc::EDQUOT => RemoteError::NoSpace { path },
+        libc::ENOENT => SandboxFsError::NotFound { path },
+        libc::EEXIST => SandboxFsError::Exists { path },
+        libc::EISDIR => SandboxFsError::IsDir { path },
+        libc::ENOTDIR => SandboxFsError::NotDir { path },
+        libc::ENOTEMPTY => SandboxFsError::NotEmpty { path },
+        libc::EACCES | libc::EPERM | libc::EROFS => SandboxFsError::PermissionDenied { path },
+        libc::ENOSPC | libc::EDQUOT => SandboxFsError::NoSpace { path },
         _ => return None,
     })
 }
@@ -669,7 +670,7 @@ mod tests {
         assert_eq!(os_errno("stream error: failed to unpack `x`"), None);
         assert!(matches!(
             from_errno(libc::ENOTEMPTY, "/a"),
-            Some(RemoteError::NotEmpty { .. })
+            Some(SandboxFsError::NotEmpty { .. })
         ));
         assert!(from_errno(libc::EIO, "/a").is_none());
     }

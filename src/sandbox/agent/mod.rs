@@ -17,8 +17,8 @@
 //!   destination), so the file appears whole or not at all; many small items travel as tar
 //!   batches of at most 2 MiB.
 //! * A missing path is HTTP 400 `path not found:` (never 404); other failed system calls are
-//!   502 with the errno in the text. Both become the matching [`RemoteError`].
-//! * `stat` and listings follow symlinks and carry no modes, so [`RemoteFs::walk`] runs
+//!   502 with the errno in the text. Both become the matching [`SandboxFsError`].
+//! * `stat` and listings follow symlinks and carry no modes, so [`SandboxFs::walk`] runs
 //!   `find -printf` through exec; a dangling symlink is "not found" to the fs routes, so removing
 //!   or renaming one falls back to `rm`/`mv` through exec.
 //! * `move` with `overwrite: true` deletes a directory in the way, contents and all: it is sent
@@ -93,7 +93,7 @@ use crate::core::foreign::{self, GitDir};
 use crate::core::provider::{
     check_relative_path, check_remote_path, command_result, join_remote, walk_by_listing,
     BatchItem, BatchReport, BoxFuture, Caps, ExecOutput, ExecRequest, HashAlgo, MetaUpdate,
-    ProviderLimits, RemoteEntry, RemoteError, RemoteFs, RemoteMeta, RemoteResult, WalkCap,
+    ProviderLimits, RemoteEntry, RemoteMeta, SandboxFs, SandboxFsError, SandboxFsResult, WalkCap,
     WalkEntry,
 };
 use crate::core::EntryKind;
@@ -210,7 +210,7 @@ impl std::fmt::Debug for Token {
     }
 }
 
-/// A connection to one sandbox-agent, implementing [`RemoteFs`].
+/// A connection to one sandbox-agent, implementing [`SandboxFs`].
 pub struct SandboxAgent {
     http: Transport,
     exec_timeout: Duration,
@@ -234,14 +234,14 @@ impl std::fmt::Debug for SandboxAgent {
 
 impl SandboxAgent {
     /// Builds the provider for `config`, reading the token from the environment variable it
-    /// names. Nothing is sent until the first operation ([`RemoteFs::check`] to test the
+    /// names. Nothing is sent until the first operation ([`SandboxFs::check`] to test the
     /// connection).
-    pub fn connect(config: &SandboxAgentConfig) -> RemoteResult<SandboxAgent> {
+    pub fn connect(config: &SandboxAgentConfig) -> SandboxFsResult<SandboxAgent> {
         let token = match &config.token_env {
             Some(var) => match std::env::var(var) {
                 Ok(token) if !token.is_empty() => Some(Token(token)),
                 _ => {
-                    return Err(RemoteError::TokenMissing {
+                    return Err(SandboxFsError::TokenMissing {
                         url: config.url.clone(),
                         var: var.clone(),
                     })
@@ -256,7 +256,7 @@ impl SandboxAgent {
     pub fn with_token(
         config: &SandboxAgentConfig,
         token: Option<Token>,
-    ) -> RemoteResult<SandboxAgent> {
+    ) -> SandboxFsResult<SandboxAgent> {
         let http = Transport::new(
             &config.url,
             token.as_ref().map(|t| t.0.as_str()),
@@ -302,7 +302,7 @@ impl SandboxAgent {
         method: Method,
         route: &str,
         body: Option<Body>,
-    ) -> RemoteResult<Bytes> {
+    ) -> SandboxFsResult<Bytes> {
         let cap = (self.max_answer, Payload::Answer);
         self.send_limited(op, path, method, route, body, cap).await
     }
@@ -317,7 +317,7 @@ impl SandboxAgent {
         route: &str,
         body: Option<Body>,
         (limit, what): (u64, Payload),
-    ) -> RemoteResult<Bytes> {
+    ) -> SandboxFsResult<Bytes> {
         let reply = self
             .http
             .send(
@@ -341,18 +341,18 @@ impl SandboxAgent {
         op: &'static str,
         path: &str,
         route: &str,
-    ) -> RemoteResult<T> {
+    ) -> SandboxFsResult<T> {
         let body = self.send(op, path, Method::GET, route, None).await?;
         self.decode(op, &body)
     }
 
-    fn decode<T: DeserializeOwned>(&self, op: &'static str, body: &[u8]) -> RemoteResult<T> {
+    fn decode<T: DeserializeOwned>(&self, op: &'static str, body: &[u8]) -> SandboxFsResult<T> {
         serde_json::from_slice(body).map_err(|e| self.unexpected(op, &e))
     }
 
     /// Returns the error of an answer that is not the JSON `op` expects.
-    fn unexpected(&self, op: &'static str, e: &serde_json::Error) -> RemoteError {
-        RemoteError::Protocol {
+    fn unexpected(&self, op: &'static str, e: &serde_json::Error) -> SandboxFsError {
+        SandboxFsError::Protocol {
             url: self.url().to_string(),
             op,
             reason: format!("unexpected JSON ({e})"),
@@ -366,7 +366,7 @@ impl SandboxAgent {
         path: &str,
         script: &str,
         args: &[&str],
-    ) -> RemoteResult<ExecOutput> {
+    ) -> SandboxFsResult<ExecOutput> {
         let mut all = vec!["-c", script, "sh"];
         all.extend_from_slice(args);
         self.run(op, path, ExecRequest::new("sh", all)).await
@@ -378,7 +378,7 @@ impl SandboxAgent {
         op: &'static str,
         path: &str,
         req: ExecRequest,
-    ) -> RemoteResult<ExecOutput> {
+    ) -> SandboxFsResult<ExecOutput> {
         let limit = req
             .timeout
             .unwrap_or(self.exec_timeout)
@@ -416,7 +416,7 @@ impl SandboxAgent {
     }
 
     /// Removes `path` when it is a symlink, through exec; returns whether it was one.
-    async fn remove_link(&self, path: &str) -> RemoteResult<bool> {
+    async fn remove_link(&self, path: &str) -> SandboxFsResult<bool> {
         let out = self
             .sh(
                 "remove",
@@ -433,7 +433,7 @@ impl SandboxAgent {
 
     /// Returns the BLAKE3 of a remote file hashed here, the download streamed through the
     /// hasher (never whole in memory): for sandboxes without `b3sum`.
-    async fn blake3_here(&self, path: &str) -> RemoteResult<String> {
+    async fn blake3_here(&self, path: &str) -> SandboxFsResult<String> {
         struct Sink(blake3::Hasher);
         impl std::io::Write for Sink {
             fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -461,7 +461,7 @@ impl SandboxAgent {
 
     /// Writes a file over the body limit: parts beside it, joined and moved into place by one
     /// command, so the destination changes only once, completely.
-    async fn write_chunked(&self, path: &str, data: Bytes) -> RemoteResult<()> {
+    async fn write_chunked(&self, path: &str, data: Bytes) -> SandboxFsResult<()> {
         let len = data.len() as u64;
         self.write_pieces(path, len, |at, n| {
             Ok(data.slice(at as usize..at as usize + n))
@@ -471,11 +471,16 @@ impl SandboxAgent {
 
     /// [`write_chunked`](Self::write_chunked) with the pieces read from a local file one at a
     /// time, so an upload holds one piece in memory, never the file.
-    async fn upload_chunked(&self, path: &str, src: &std::fs::File, len: u64) -> RemoteResult<()> {
+    async fn upload_chunked(
+        &self,
+        path: &str,
+        src: &std::fs::File,
+        len: u64,
+    ) -> SandboxFsResult<()> {
         self.write_pieces(path, len, |at, n| {
             let mut buf = vec![0u8; n];
             std::os::unix::fs::FileExt::read_exact_at(src, &mut buf, at).map_err(|source| {
-                RemoteError::Spool {
+                SandboxFsError::Spool {
                     path: path.to_string(),
                     source,
                 }
@@ -491,8 +496,8 @@ impl SandboxAgent {
         &self,
         path: &str,
         len: u64,
-        piece: impl Fn(u64, usize) -> RemoteResult<Bytes>,
-    ) -> RemoteResult<()> {
+        piece: impl Fn(u64, usize) -> SandboxFsResult<Bytes>,
+    ) -> SandboxFsResult<()> {
         let (parent, name) = split_parent(path);
         let stem = format!(
             "{}/.{name}.wardfs-{}",
@@ -547,7 +552,7 @@ mv -f "$tmp" "$dest""#;
             }
         };
         if out.exit_code == Some(EXIT_IS_DIR) {
-            return Err(RemoteError::IsDir {
+            return Err(SandboxFsError::IsDir {
                 path: path.to_string(),
             });
         }
@@ -570,7 +575,7 @@ mv -f "$tmp" "$dest""#;
     }
 
     /// Sends one tar archive to `upload-batch` below `root`.
-    async fn upload_archive(&self, root: &str, items: &[BatchItem]) -> RemoteResult<()> {
+    async fn upload_archive(&self, root: &str, items: &[BatchItem]) -> SandboxFsResult<()> {
         let archive = batch::archive(items)?;
         self.send(
             "put_batch",
@@ -586,7 +591,7 @@ mv -f "$tmp" "$dest""#;
     /// Walks with `find` writing to a temp file in the sandbox, then streams that file through
     /// the record parser: for listings larger than the exec output or holding bytes that are
     /// not UTF-8. Neither the listing nor more than `max_entries` entries is ever held.
-    async fn walk_via_file(&self, root: &str) -> RemoteResult<Vec<WalkEntry>> {
+    async fn walk_via_file(&self, root: &str) -> SandboxFsResult<Vec<WalkEntry>> {
         let out = self
             .sh("walk", root, walk::WALK_SCRIPT, &[root, "file"])
             .await?;
@@ -616,12 +621,12 @@ mv -f "$tmp" "$dest""#;
         records.finish().map_err(|stop| self.walk_stop(root, stop))
     }
 
-    fn walk_status(&self, root: &str, out: &ExecOutput) -> RemoteResult<()> {
+    fn walk_status(&self, root: &str, out: &ExecOutput) -> SandboxFsResult<()> {
         match out.exit_code {
-            Some(walk::EXIT_NOT_FOUND) => Err(RemoteError::NotFound {
+            Some(walk::EXIT_NOT_FOUND) => Err(SandboxFsError::NotFound {
                 path: root.to_string(),
             }),
-            Some(walk::EXIT_NOT_DIR) => Err(RemoteError::NotDir {
+            Some(walk::EXIT_NOT_DIR) => Err(SandboxFsError::NotDir {
                 path: root.to_string(),
             }),
             _ => command_result("walk", root, "find", out),
@@ -629,14 +634,14 @@ mv -f "$tmp" "$dest""#;
     }
 
     /// Returns the error a walk listing that could not be read means.
-    fn walk_stop(&self, root: &str, stop: walk::Stop) -> RemoteError {
+    fn walk_stop(&self, root: &str, stop: walk::Stop) -> SandboxFsError {
         match stop {
-            walk::Stop::Malformed(reason) => RemoteError::Protocol {
+            walk::Stop::Malformed(reason) => SandboxFsError::Protocol {
                 url: self.url().to_string(),
                 op: "walk",
                 reason,
             },
-            walk::Stop::TooMany { limit } => RemoteError::TooManyEntries {
+            walk::Stop::TooMany { limit } => SandboxFsError::TooManyEntries {
                 path: root.to_string(),
                 limit,
             },
@@ -675,7 +680,7 @@ fn split_parent(path: &str) -> (&str, &str) {
 
 impl SandboxAgent {
     /// Returns what every connection to a sandbox-agent server implements natively (what
-    /// [`RemoteFs::caps`] answers), before one is made.
+    /// [`SandboxFs::caps`] answers), before one is made.
     pub fn caps_of() -> Caps {
         Caps {
             exec: true,
@@ -687,7 +692,7 @@ impl SandboxAgent {
         }
     }
 
-    /// Returns what a connection with these timeouts accepts (what [`RemoteFs::limits`]
+    /// Returns what a connection with these timeouts accepts (what [`SandboxFs::limits`]
     /// answers), before one is made.
     pub fn limits_of(request_timeout: Duration, exec_timeout: Duration) -> ProviderLimits {
         ProviderLimits {
@@ -699,7 +704,7 @@ impl SandboxAgent {
     }
 }
 
-impl RemoteFs for SandboxAgent {
+impl SandboxFs for SandboxAgent {
     fn provider(&self) -> &'static str {
         PROVIDER
     }
@@ -712,7 +717,7 @@ impl RemoteFs for SandboxAgent {
         SandboxAgent::limits_of(self.http.timeout, self.exec_timeout)
     }
 
-    fn check(&self) -> BoxFuture<'_, RemoteResult<()>> {
+    fn check(&self) -> BoxFuture<'_, SandboxFsResult<()>> {
         Box::pin(async move {
             self.send("check", "/", Method::GET, "/v1/health", None)
                 .await
@@ -720,7 +725,7 @@ impl RemoteFs for SandboxAgent {
         })
     }
 
-    fn stat<'a>(&'a self, path: &'a str) -> BoxFuture<'a, RemoteResult<RemoteMeta>> {
+    fn stat<'a>(&'a self, path: &'a str) -> BoxFuture<'a, SandboxFsResult<RemoteMeta>> {
         Box::pin(async move {
             check_remote_path(path)?;
             let entry: wire::FsEntry = self
@@ -730,7 +735,7 @@ impl RemoteFs for SandboxAgent {
         })
     }
 
-    fn list<'a>(&'a self, path: &'a str) -> BoxFuture<'a, RemoteResult<Vec<RemoteEntry>>> {
+    fn list<'a>(&'a self, path: &'a str) -> BoxFuture<'a, SandboxFsResult<Vec<RemoteEntry>>> {
         Box::pin(async move {
             check_remote_path(path)?;
             let route = Self::fs_route("entries", path);
@@ -739,7 +744,7 @@ impl RemoteFs for SandboxAgent {
             let mut entries =
                 wire::parse_listing(&body, self.max_entries, &admit).map_err(|e| match e {
                     wire::ListingError::Json(e) => self.unexpected("list", &e),
-                    wire::ListingError::TooMany => RemoteError::TooManyEntries {
+                    wire::ListingError::TooMany => SandboxFsError::TooManyEntries {
                         path: path.to_string(),
                         limit: self.max_entries,
                     },
@@ -749,7 +754,7 @@ impl RemoteFs for SandboxAgent {
         })
     }
 
-    fn read<'a>(&'a self, path: &'a str) -> BoxFuture<'a, RemoteResult<Bytes>> {
+    fn read<'a>(&'a self, path: &'a str) -> BoxFuture<'a, SandboxFsResult<Bytes>> {
         Box::pin(async move {
             check_remote_path(path)?;
             self.send_limited(
@@ -769,7 +774,7 @@ impl RemoteFs for SandboxAgent {
         path: &'a str,
         limit: u64,
         sink: &'a mut (dyn std::io::Write + Send),
-    ) -> BoxFuture<'a, RemoteResult<u64>> {
+    ) -> BoxFuture<'a, SandboxFsResult<u64>> {
         Box::pin(async move {
             check_remote_path(path)?;
             self.http
@@ -784,7 +789,7 @@ impl RemoteFs for SandboxAgent {
         })
     }
 
-    fn write<'a>(&'a self, path: &'a str, data: Bytes) -> BoxFuture<'a, RemoteResult<()>> {
+    fn write<'a>(&'a self, path: &'a str, data: Bytes) -> BoxFuture<'a, SandboxFsResult<()>> {
         Box::pin(async move {
             check_remote_path(path)?;
             if data.len() as u64 > MAX_BODY_BYTES {
@@ -802,12 +807,16 @@ impl RemoteFs for SandboxAgent {
         })
     }
 
-    fn upload<'a>(&'a self, path: &'a str, src: std::fs::File) -> BoxFuture<'a, RemoteResult<()>> {
+    fn upload<'a>(
+        &'a self,
+        path: &'a str,
+        src: std::fs::File,
+    ) -> BoxFuture<'a, SandboxFsResult<()>> {
         Box::pin(async move {
             check_remote_path(path)?;
             let len = src
                 .metadata()
-                .map_err(|source| RemoteError::Spool {
+                .map_err(|source| SandboxFsError::Spool {
                     path: path.to_string(),
                     source,
                 })?
@@ -817,7 +826,7 @@ impl RemoteFs for SandboxAgent {
             }
             let mut data = vec![0u8; len as usize];
             std::os::unix::fs::FileExt::read_exact_at(&src, &mut data, 0).map_err(|source| {
-                RemoteError::Spool {
+                SandboxFsError::Spool {
                     path: path.to_string(),
                     source,
                 }
@@ -826,7 +835,7 @@ impl RemoteFs for SandboxAgent {
         })
     }
 
-    fn mkdir_p<'a>(&'a self, path: &'a str) -> BoxFuture<'a, RemoteResult<()>> {
+    fn mkdir_p<'a>(&'a self, path: &'a str) -> BoxFuture<'a, SandboxFsResult<()>> {
         Box::pin(async move {
             check_remote_path(path)?;
             self.send(
@@ -841,11 +850,11 @@ impl RemoteFs for SandboxAgent {
         })
     }
 
-    fn remove<'a>(&'a self, path: &'a str, recursive: bool) -> BoxFuture<'a, RemoteResult<()>> {
+    fn remove<'a>(&'a self, path: &'a str, recursive: bool) -> BoxFuture<'a, SandboxFsResult<()>> {
         Box::pin(async move {
             check_remote_path(path)?;
             if path == "/" {
-                return Err(RemoteError::InvalidPath {
+                return Err(SandboxFsError::InvalidPath {
                     path: path.into(),
                     rule: "wardfs never removes the sandbox's root".into(),
                 });
@@ -861,7 +870,7 @@ impl RemoteFs for SandboxAgent {
                 Ok(_) => Ok(()),
                 // A dangling symlink is "not found" to the server, and a symlink to a directory
                 // "not a directory" without `recursive`: both are removed as links.
-                Err(e @ (RemoteError::NotFound { .. } | RemoteError::NotDir { .. })) => {
+                Err(e @ (SandboxFsError::NotFound { .. } | SandboxFsError::NotDir { .. })) => {
                     if self.remove_link(path).await? {
                         Ok(())
                     } else {
@@ -873,7 +882,7 @@ impl RemoteFs for SandboxAgent {
         })
     }
 
-    fn rename<'a>(&'a self, from: &'a str, to: &'a str) -> BoxFuture<'a, RemoteResult<()>> {
+    fn rename<'a>(&'a self, from: &'a str, to: &'a str) -> BoxFuture<'a, SandboxFsResult<()>> {
         Box::pin(async move {
             check_remote_path(from)?;
             check_remote_path(to)?;
@@ -889,18 +898,18 @@ impl RemoteFs for SandboxAgent {
             };
             match mv(false).await {
                 Ok(_) => Ok(()),
-                Err(RemoteError::Exists { .. }) => {
+                Err(SandboxFsError::Exists { .. }) => {
                     // `overwrite` deletes a directory in the way with all it holds: only a
                     // non-directory may be replaced.
                     match self.stat(to).await {
-                        Ok(meta) if meta.kind == EntryKind::Dir => Err(RemoteError::Exists {
+                        Ok(meta) if meta.kind == EntryKind::Dir => Err(SandboxFsError::Exists {
                             path: to.to_string(),
                         }),
-                        Ok(_) | Err(RemoteError::NotFound { .. }) => mv(true).await.map(|_| ()),
+                        Ok(_) | Err(SandboxFsError::NotFound { .. }) => mv(true).await.map(|_| ()),
                         Err(e) => Err(e),
                     }
                 }
-                Err(e @ RemoteError::NotFound { .. }) => {
+                Err(e @ SandboxFsError::NotFound { .. }) => {
                     // Maybe a dangling symlink, which only `mv` can see.
                     const MV_LINK: &str = r#"[ -L "$1" ] || exit 66
 if [ -d "$2" ] && [ ! -L "$2" ]; then exit 21; fi
@@ -909,7 +918,7 @@ mv -fT "$1" "$2""#;
                     let out = self.sh("rename", from, MV_LINK, &[from, to]).await?;
                     match out.exit_code {
                         Some(EXIT_MISSING) => Err(e),
-                        Some(EXIT_IS_DIR) => Err(RemoteError::Exists {
+                        Some(EXIT_IS_DIR) => Err(SandboxFsError::Exists {
                             path: to.to_string(),
                         }),
                         _ => command_result("rename", from, "mv", &out),
@@ -924,7 +933,7 @@ mv -fT "$1" "$2""#;
         &'a self,
         root: &'a str,
         items: Vec<BatchItem>,
-    ) -> BoxFuture<'a, RemoteResult<BatchReport>> {
+    ) -> BoxFuture<'a, SandboxFsResult<BatchReport>> {
         Box::pin(async move {
             check_remote_path(root)?;
             for item in &items {
@@ -979,12 +988,12 @@ mv -fT "$1" "$2""#;
         })
     }
 
-    fn walk<'a>(&'a self, root: &'a str) -> BoxFuture<'a, RemoteResult<Vec<WalkEntry>>> {
+    fn walk<'a>(&'a self, root: &'a str) -> BoxFuture<'a, SandboxFsResult<Vec<WalkEntry>>> {
         Box::pin(async move {
             check_remote_path(root)?;
             let out = self.sh("walk", root, walk::WALK_SCRIPT, &[root]).await?;
             if let Err(e) = self.walk_status(root, &out) {
-                if matches!(e, RemoteError::CommandFailed { .. })
+                if matches!(e, SandboxFsError::CommandFailed { .. })
                     && (out.exit_code == Some(127) || out.stderr.contains("printf"))
                 {
                     tracing::warn!(
@@ -1008,7 +1017,7 @@ mv -fT "$1" "$2""#;
         })
     }
 
-    fn symlink<'a>(&'a self, target: &'a str, path: &'a str) -> BoxFuture<'a, RemoteResult<()>> {
+    fn symlink<'a>(&'a self, target: &'a str, path: &'a str) -> BoxFuture<'a, SandboxFsResult<()>> {
         Box::pin(async move {
             check_remote_path(path)?;
             let (parent, name) = split_parent(path);
@@ -1024,7 +1033,7 @@ mv -fT "$1" "$2""#;
                 Err(e) if e.is_unavailable() => Err(e),
                 Err(e) => match self.stat(path).await {
                     // The server cannot put a link where a directory is.
-                    Ok(meta) if meta.kind == EntryKind::Dir => Err(RemoteError::Exists {
+                    Ok(meta) if meta.kind == EntryKind::Dir => Err(SandboxFsError::Exists {
                         path: path.to_string(),
                     }),
                     _ => Err(e),
@@ -1033,7 +1042,7 @@ mv -fT "$1" "$2""#;
         })
     }
 
-    fn hash<'a>(&'a self, path: &'a str, algo: HashAlgo) -> BoxFuture<'a, RemoteResult<String>> {
+    fn hash<'a>(&'a self, path: &'a str, algo: HashAlgo) -> BoxFuture<'a, SandboxFsResult<String>> {
         Box::pin(async move {
             check_remote_path(path)?;
             let tool = match algo {
@@ -1046,10 +1055,10 @@ command -v "$1" >/dev/null 2>&1 || exit 127
 "$1" "$2""#;
             let out = self.sh("hash", path, HASH, &[tool, path]).await?;
             match out.exit_code {
-                Some(EXIT_MISSING) => Err(RemoteError::NotFound {
+                Some(EXIT_MISSING) => Err(SandboxFsError::NotFound {
                     path: path.to_string(),
                 }),
-                Some(EXIT_IS_DIR) => Err(RemoteError::IsDir {
+                Some(EXIT_IS_DIR) => Err(SandboxFsError::IsDir {
                     path: path.to_string(),
                 }),
                 Some(127) if algo == HashAlgo::Blake3 => {
@@ -1060,7 +1069,7 @@ command -v "$1" >/dev/null 2>&1 || exit 127
                     command_result("hash", path, tool, &out)?;
                     let hex = out.stdout.split_whitespace().next().unwrap_or("");
                     if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-                        return Err(RemoteError::Protocol {
+                        return Err(SandboxFsError::Protocol {
                             url: self.url().to_string(),
                             op: "hash",
                             reason: format!("`{tool}` printed {:?}", out.stdout.trim()),
@@ -1072,7 +1081,7 @@ command -v "$1" >/dev/null 2>&1 || exit 127
         })
     }
 
-    fn exec(&self, req: ExecRequest) -> BoxFuture<'_, RemoteResult<ExecOutput>> {
+    fn exec(&self, req: ExecRequest) -> BoxFuture<'_, SandboxFsResult<ExecOutput>> {
         Box::pin(async move {
             let command = req.command.clone();
             self.run("exec", &command, req).await
@@ -1105,7 +1114,7 @@ mod tests {
         ] {
             let err = SandboxAgent::with_token(&SandboxAgentConfig::new(bad), None).unwrap_err();
             assert!(
-                matches!(err, RemoteError::InvalidConfig { .. }),
+                matches!(err, SandboxFsError::InvalidConfig { .. }),
                 "{bad}: {err}"
             );
         }

@@ -16,7 +16,7 @@ use serde_json::json;
 
 use super::http::{Body, Bounds, Payload};
 use super::SandboxAgent;
-use crate::core::provider::{ExecRequest, RemoteError, RemoteResult};
+use crate::core::provider::{ExecRequest, SandboxFsError, SandboxFsResult};
 
 /// Which stream a chunk of output came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,7 +76,7 @@ impl SandboxAgent {
         method: Method,
         route: &str,
         body: Option<Body>,
-    ) -> RemoteResult<bytes::Bytes> {
+    ) -> SandboxFsResult<bytes::Bytes> {
         let reply = self
             .http
             .send(
@@ -97,7 +97,7 @@ impl SandboxAgent {
 
     /// Starts `req` (its `timeout` is not sent: the caller stops it with [`Self::kill`]) and
     /// returns the process's id.
-    pub async fn spawn(&self, req: &ExecRequest) -> RemoteResult<String> {
+    pub async fn spawn(&self, req: &ExecRequest) -> SandboxFsResult<String> {
         let mut body = json!({ "command": req.command, "args": req.args });
         if let Some(cwd) = &req.cwd {
             body["cwd"] = json!(cwd);
@@ -120,7 +120,7 @@ impl SandboxAgent {
     }
 
     /// Returns whether the process `id` still runs, and how it ended.
-    pub async fn process_state(&self, id: &str) -> RemoteResult<ProcessState> {
+    pub async fn process_state(&self, id: &str) -> SandboxFsResult<ProcessState> {
         let route = Self::process_route(id, "");
         let reply = self
             .process_call("process", Method::GET, &route, None)
@@ -133,20 +133,20 @@ impl SandboxAgent {
     }
 
     /// Returns what the process `id` printed after sequence number `since`.
-    pub async fn process_output(&self, id: &str, since: u64) -> RemoteResult<Vec<Chunk>> {
+    pub async fn process_output(&self, id: &str, since: u64) -> SandboxFsResult<Vec<Chunk>> {
         let route = Self::process_route(id, &format!("/logs?since={since}"));
         let reply = self.process_call("logs", Method::GET, &route, None).await?;
         let logs: Logs = self.decode("logs", &reply)?;
         logs.entries.into_iter().map(|e| self.chunk(e)).collect()
     }
 
-    fn chunk(&self, e: LogEntry) -> RemoteResult<Chunk> {
+    fn chunk(&self, e: LogEntry) -> SandboxFsResult<Chunk> {
         let stream = match e.stream.as_str() {
             "stderr" => Stream::Stderr,
             _ => Stream::Stdout,
         };
         let data = match e.encoding.as_deref() {
-            Some("base64") => decode_base64(&e.data).ok_or_else(|| RemoteError::Protocol {
+            Some("base64") => decode_base64(&e.data).ok_or_else(|| SandboxFsError::Protocol {
                 url: self.url().to_string(),
                 op: "logs",
                 reason: format!("output chunk {} is not base64", e.sequence),
@@ -161,7 +161,7 @@ impl SandboxAgent {
     }
 
     /// Kills the process `id` (SIGKILL); one that already ended is left as it is.
-    pub async fn kill(&self, id: &str) -> RemoteResult<()> {
+    pub async fn kill(&self, id: &str) -> SandboxFsResult<()> {
         let route = Self::process_route(id, "/kill");
         self.process_call("kill", Method::POST, &route, None)
             .await
@@ -169,7 +169,7 @@ impl SandboxAgent {
     }
 
     /// Forgets the ended process `id` and the output the server kept of it.
-    pub async fn forget(&self, id: &str) -> RemoteResult<()> {
+    pub async fn forget(&self, id: &str) -> SandboxFsResult<()> {
         let route = Self::process_route(id, "");
         self.process_call("forget", Method::DELETE, &route, None)
             .await

@@ -6,7 +6,7 @@
 //! remote fingerprint (size, remote mtime) right after the transfer. Local and remote mtimes are
 //! never compared with each other: each side is only compared with its own earlier reading.
 //!
-//! [`push`] sends only what changed locally (in tar batches through [`RemoteFs::put_batch`]),
+//! [`push`] sends only what changed locally (in tar batches through [`SandboxFs::put_batch`]),
 //! sends renames as renames (same hash, old path gone), deletes explicitly, and writes the
 //! manifest after each batch the remote accepted: the manifest is never ahead of the remote, so a
 //! push cut short by a dead sandbox is simply completed by the next one. (Files of a batch are
@@ -29,7 +29,7 @@ use serde::Serialize;
 
 use crate::core::foreign::{self, GitDir, LinkResolver};
 use crate::core::provider::{
-    join_remote, BatchItem, HashAlgo, MetaUpdate, RemoteError, RemoteFs, RemoteMeta, WalkEntry,
+    join_remote, BatchItem, HashAlgo, MetaUpdate, RemoteMeta, SandboxFs, SandboxFsError, WalkEntry,
 };
 use crate::core::{EntryKind, FsError, Replacement, Seen, VPath, ZoneId, Zones};
 use crate::state::{Db, MirrorEntryRow, StateError};
@@ -45,7 +45,7 @@ const KIND_LINK: &str = "symlink";
 #[derive(Debug, thiserror::Error)]
 pub enum MirrorError {
     #[error(transparent)]
-    Remote(#[from] RemoteError),
+    Remote(#[from] SandboxFsError),
     #[error("{path}: {op} in the zone directory failed: {source}")]
     Local {
         path: String,
@@ -354,7 +354,7 @@ fn fingerprint_same(m: &MirrorEntryRow, r: &RemoteMeta) -> bool {
 
 /// Returns the BLAKE3 of a remote file, hashed in the sandbox when it can, else streamed
 /// through the hasher (never whole in memory).
-async fn remote_blake3(remote: &dyn RemoteFs, path: &str) -> Result<String, RemoteError> {
+async fn remote_blake3(remote: &dyn SandboxFs, path: &str) -> Result<String, SandboxFsError> {
     if remote.caps().remote_hashes.contains(&HashAlgo::Blake3) {
         return remote.hash(path, HashAlgo::Blake3).await;
     }
@@ -376,7 +376,7 @@ async fn remote_blake3(remote: &dyn RemoteFs, path: &str) -> Result<String, Remo
 /// Classifies the remote side of a manifest entry; `refresh` gets entries whose fingerprint
 /// moved while the content stayed (a touch in the sandbox).
 async fn remote_side(
-    remote: &dyn RemoteFs,
+    remote: &dyn SandboxFs,
     remote_root: &str,
     m: &MirrorEntryRow,
     r: Option<&RemoteMeta>,
@@ -493,10 +493,13 @@ fn other_row(path: &str, item: &LocalItem) -> MirrorEntryRow {
 }
 
 /// Walks the remote root; a missing root is an empty tree.
-async fn remote_tree(remote: &dyn RemoteFs, remote_root: &str) -> Result<RemoteTree, MirrorError> {
+async fn remote_tree(
+    remote: &dyn SandboxFs,
+    remote_root: &str,
+) -> Result<SandboxTree, MirrorError> {
     match remote.walk(remote_root).await {
-        Ok(entries) => Ok(RemoteTree::new(entries)),
-        Err(RemoteError::NotFound { .. }) => Ok(RemoteTree::new(Vec::new())),
+        Ok(entries) => Ok(SandboxTree::new(entries)),
+        Err(SandboxFsError::NotFound { .. }) => Ok(SandboxTree::new(Vec::new())),
         Err(e) => Err(e.into()),
     }
 }
@@ -504,14 +507,14 @@ async fn remote_tree(remote: &dyn RemoteFs, remote_root: &str) -> Result<RemoteT
 /// A remote walk's entries sorted by path, without the provider's own temporary files, found
 /// by binary search. It is the walk's own vector, sorted in place: a map built beside it cost
 /// two to three times the walk again (a million entries took a push to 428 MB).
-struct RemoteTree(Vec<WalkEntry>);
+struct SandboxTree(Vec<WalkEntry>);
 
-impl RemoteTree {
-    fn new(mut entries: Vec<WalkEntry>) -> RemoteTree {
+impl SandboxTree {
+    fn new(mut entries: Vec<WalkEntry>) -> SandboxTree {
         entries.retain(|e| !is_provider_temp(&e.path));
         entries.sort_unstable_by(|a, b| a.path.cmp(&b.path));
         entries.dedup_by(|a, b| a.path == b.path);
-        RemoteTree(entries)
+        SandboxTree(entries)
     }
 
     fn get(&self, path: &str) -> Option<&RemoteMeta> {
@@ -527,7 +530,7 @@ impl RemoteTree {
     }
 }
 
-impl<'a> IntoIterator for &'a RemoteTree {
+impl<'a> IntoIterator for &'a SandboxTree {
     type Item = (&'a String, &'a RemoteMeta);
     type IntoIter =
         std::iter::Map<std::slice::Iter<'a, WalkEntry>, fn(&'a WalkEntry) -> Self::Item>;
@@ -548,13 +551,13 @@ struct Pending {
 /// What every phase of one push shares: both trees as the push found them.
 struct PushCtx<'a> {
     tree: &'a LocalTree,
-    remote: &'a dyn RemoteFs,
+    remote: &'a dyn SandboxFs,
     remote_root: &'a str,
     opts: &'a MirrorOptions,
     /// The local walk, by path.
     local: BTreeMap<String, LocalItem>,
     /// The remote walk.
-    remote_map: RemoteTree,
+    remote_map: SandboxTree,
 }
 
 /// Pushes what changed in the zone directory `local_root` to `remote_root` in the sandbox.
@@ -565,7 +568,7 @@ struct PushCtx<'a> {
 /// on both sides is reported in [`PushSummary::conflicts`] and left alone.
 pub async fn push(
     local_root: &Path,
-    remote: &dyn RemoteFs,
+    remote: &dyn SandboxFs,
     remote_root: &str,
     manifest: &mut Manifest,
     opts: &MirrorOptions,
@@ -760,8 +763,8 @@ impl PushCtx<'_> {
             if *rside == Side::Same {
                 let full = join_remote(self.remote_root, &m.path);
                 match self.remote.remove(&full, false).await {
-                    Ok(()) | Err(RemoteError::NotFound { .. }) => {}
-                    Err(RemoteError::NotEmpty { .. }) => {
+                    Ok(()) | Err(SandboxFsError::NotFound { .. }) => {}
+                    Err(SandboxFsError::NotEmpty { .. }) => {
                         summary.conflicts.push(Conflict {
                             path: m.path.clone(),
                             reason: "deleted locally; the sandbox added files to the directory"
@@ -882,7 +885,7 @@ fn deletion_order(m: &MirrorEntryRow) -> (bool, std::cmp::Reverse<usize>) {
 /// index of its new path in `to_send`.
 fn plan_renames(
     local: &BTreeMap<String, LocalItem>,
-    remote_map: &RemoteTree,
+    remote_map: &SandboxTree,
     manifest: &Manifest,
     to_send: &[ToSend],
     gone_locally: &mut Vec<(MirrorEntryRow, Side)>,
@@ -992,10 +995,10 @@ fn in_flight(r: &MirrorEntryRow) -> MirrorEntryRow {
 }
 
 /// Sends one file too large for a tar batch: uploaded from the local file one part at a time
-/// ([`RemoteFs::upload`]), then its mode and mtime set.
+/// ([`SandboxFs::upload`]), then its mode and mtime set.
 async fn send_large(
     tree: &LocalTree,
-    remote: &dyn RemoteFs,
+    remote: &dyn SandboxFs,
     remote_root: &str,
     manifest: &mut Manifest,
     p: Pending,
@@ -1040,7 +1043,7 @@ async fn send_large(
 /// Sends one batch and records its rows once the remote accepted it.
 async fn send_batch(
     tree: &LocalTree,
-    remote: &dyn RemoteFs,
+    remote: &dyn SandboxFs,
     remote_root: &str,
     manifest: &mut Manifest,
     batch: Vec<Pending>,
@@ -1109,7 +1112,7 @@ async fn send_batch(
 /// error (never "everything was deleted").
 pub async fn pull(
     local_root: &Path,
-    remote: &dyn RemoteFs,
+    remote: &dyn SandboxFs,
     remote_root: &str,
     manifest: &mut Manifest,
     opts: &MirrorOptions,
@@ -1119,7 +1122,7 @@ pub async fn pull(
     let root_shown = local_root.display().to_string();
     let tree = LocalTree::open(local_root).map_err(local_err(&root_shown, "open"))?;
     // Unlike a push, a missing remote root is an error here (never "everything was deleted").
-    let remote_map = RemoteTree::new(remote.walk(remote_root).await?);
+    let remote_map = SandboxTree::new(remote.walk(remote_root).await?);
     // Links are judged by where they resolve through all the links of the remote tree.
     let mut links = LinkResolver::new();
     for (path, r) in &remote_map {
@@ -1240,7 +1243,7 @@ pub async fn pull(
 /// What every entry of one pull shares.
 struct PullCtx<'a> {
     tree: &'a LocalTree,
-    remote: &'a dyn RemoteFs,
+    remote: &'a dyn SandboxFs,
     remote_root: &'a str,
     opts: &'a MirrorOptions,
     links: LinkResolver,
@@ -1520,7 +1523,7 @@ impl EntryPull<'_, '_> {
             .await
         {
             Ok(_) => Ok(Some(spool)),
-            Err(e @ RemoteError::TooLarge { .. }) => {
+            Err(e @ SandboxFsError::TooLarge { .. }) => {
                 summary.skip(path, e.to_string());
                 Ok(None)
             }
@@ -1743,7 +1746,7 @@ mod tests {
             ("kept".to_string(), file(3, 0o644, 0)),
         ]
         .into();
-        let remote_map = RemoteTree::new(vec![WalkEntry {
+        let remote_map = SandboxTree::new(vec![WalkEntry {
             path: "remote-has".into(),
             meta: RemoteMeta {
                 kind: EntryKind::File,

@@ -51,7 +51,7 @@ use super::{
     Handle, Listed, ProviderState, ProvisionError, ProvisionResult, Provisioner, SandboxSpec,
     SnapshotSpec,
 };
-use crate::core::provider::{BoxFuture, RemoteError, RemoteFs as _};
+use crate::core::provider::{BoxFuture, SandboxFs as _, SandboxFsError};
 use crate::sandbox::agent::http::chain;
 use crate::sandbox::agent::{ExtraHeader, SandboxAgent, Token};
 
@@ -312,7 +312,7 @@ impl Daytona {
                     handle.url, self.config.start_timeout
                 );
                 return Err(match err {
-                    RemoteError::AuthFailed { .. } => ProvisionError::Auth { what, detail },
+                    SandboxFsError::AuthFailed { .. } => ProvisionError::Auth { what, detail },
                     _ => ProvisionError::Down { what, detail },
                 });
             }

@@ -19,9 +19,9 @@
 //! `mmap` is refused by the kernel for such files; private mappings work).
 //!
 //! A sandbox that is down or hung fails each call with `EIO` after the zone's deadline (see
-//! [`RemoteZone::deadline`]), with a log line naming the sandbox: the mount never hangs on it.
+//! [`SandboxZone::deadline`]), with a log line naming the sandbox: the mount never hangs on it.
 //!
-//! May not import `api`, `git` or `sandbox`; calls nothing of [`RemoteZone`] but its settings.
+//! May not import `api`, `git` or `sandbox`; calls nothing of [`SandboxZone`] but its settings.
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
@@ -35,8 +35,8 @@ use rustix::fs::FileType;
 
 use super::inodes::{zone_ino, ROOT_INO};
 use crate::core::provider::RemoteMeta;
-use crate::core::remote_zone::RemoteZone;
 use crate::core::sandbox_node::{Removal, Replace, SandboxFile};
+use crate::core::sandbox_zone::SandboxZone;
 use crate::core::store::Way;
 use crate::core::{EntryKind, FsError, VPath, Zone, ZoneId, Zones};
 use crate::state::Origin;
@@ -58,7 +58,7 @@ fn base_of(zone: ZoneId) -> u64 {
     match zone {
         ZoneId::Cache => REMOTE_INO_BASE,
         ZoneId::Workspace => REMOTE_INO_BASE << 1,
-        // Never asked: a fork is a local zone ([`RemoteTree::new`] makes no tree for it).
+        // Never asked: a fork is a local zone ([`SandboxTree::new`] makes no tree for it).
         ZoneId::Fork(_) => REMOTE_INO_BASE,
     }
 }
@@ -104,7 +104,7 @@ struct Handle {
 }
 
 /// The mount's side of one remote zone.
-pub struct RemoteTree {
+pub struct SandboxTree {
     zones: Arc<Zones>,
     zone: ZoneId,
     table: Mutex<Table>,
@@ -147,13 +147,13 @@ fn name_str(name: &OsStr) -> Res<&str> {
     name.to_str().ok_or(Errno::EINVAL)
 }
 
-impl RemoteTree {
+impl SandboxTree {
     /// Returns the tree of `zone` when it is served from a sandbox.
-    pub fn new(zones: Arc<Zones>, zone: ZoneId) -> Option<RemoteTree> {
-        if !matches!(zones.zone(zone), Zone::Remote(_)) {
+    pub fn new(zones: Arc<Zones>, zone: ZoneId) -> Option<SandboxTree> {
+        if !matches!(zones.zone(zone), Zone::Sandbox(_)) {
             return None;
         }
-        Some(RemoteTree {
+        Some(SandboxTree {
             zones,
             zone,
             table: Mutex::new(Table::default()),
@@ -166,9 +166,9 @@ impl RemoteTree {
         })
     }
 
-    fn remote(&self) -> &RemoteZone {
+    fn remote(&self) -> &SandboxZone {
         match self.zones.zone(self.zone) {
-            Zone::Remote(r) => r,
+            Zone::Sandbox(r) => r,
             _ => unreachable!("a remote tree serves a remote zone"),
         }
     }
@@ -561,7 +561,7 @@ impl RemoteTree {
         self.open_as(ino, write, truncate, false, origin)
     }
 
-    /// [`RemoteTree::open`]; `created` says the sandbox's file was just created empty, so there
+    /// [`SandboxTree::open`]; `created` says the sandbox's file was just created empty, so there
     /// is nothing to download and nothing to send back unless something is written.
     fn open_as(
         &self,

@@ -3,7 +3,7 @@
 //!
 //! Such a sandbox has no URL or token until its provider hands them out, and a new pair after
 //! each pause, resume or re-create, so the zone cannot hold one connection made at start.
-//! [`ProvisionedZone`] implements the core's [`RemoteFs`] by asking the [`Registry`] for the
+//! [`ProvisionedSandboxFs`] implements the core's [`SandboxFs`] by asking the [`Registry`] for the
 //! sandbox's connection: the first call attaches it under the sandbox's lock exactly as a
 //! mirror run does (creating the sandbox lazily, or resuming it when paused), and later calls
 //! reuse that connection for as long as the registry holds it. The zone keeps only a weak
@@ -13,7 +13,7 @@
 //! Every call records the sandbox as used (at most once a second), so the idle-pause loop
 //! (`Registry::tend_provisioned`) leaves a sandbox the zone keeps using alone and pauses it once
 //! the zone has been idle for `idle_pause_minutes`. A failure to provision comes back as a
-//! [`RemoteError`] of the matching class (`SANDBOX_UNAVAILABLE`, `AUTH_FAILED`,
+//! [`SandboxFsError`] of the matching class (`SANDBOX_UNAVAILABLE`, `AUTH_FAILED`,
 //! `INVALID_ARGUMENT`), which the core turns into the API's code and the mount's errno; the
 //! core's own deadline bounds a slow create, so a caller never hangs.
 //!
@@ -33,15 +33,15 @@ use super::provision::ProvisionError;
 use super::registry::{Registry, SandboxError};
 use crate::core::provider::{
     BatchItem, BatchReport, BoxFuture, Caps, ExecOutput, ExecRequest, HashAlgo, MetaUpdate,
-    ProviderLimits, RemoteChange, RemoteEntry, RemoteError, RemoteFs, RemoteMeta, RemoteResult,
-    WalkEntry,
+    ProviderLimits, RemoteChange, RemoteEntry, RemoteMeta, SandboxFs, SandboxFsError,
+    SandboxFsResult, WalkEntry,
 };
 use crate::core::ErrorCode;
 
 /// The shortest time between two records of a zone's use in the state database.
 const MARK_EVERY_MS: i64 = 1000;
 
-/// Where a [`ProvisionedZone`] finds the registry, filled by the daemon once it exists.
+/// Where a [`ProvisionedSandboxFs`] finds the registry, filled by the daemon once it exists.
 #[derive(Default)]
 pub struct RegistrySlot {
     filled: OnceLock<(Weak<Registry>, tokio::runtime::Handle)>,
@@ -62,7 +62,7 @@ impl RegistrySlot {
 
 /// The provider of a zone served from a provisioned sandbox: the registry's connection to it,
 /// attached on first use.
-pub struct ProvisionedZone {
+pub struct ProvisionedSandboxFs {
     /// The sandbox's name in `[sandboxes]`.
     name: String,
     /// The zone's directory inside the sandbox, made after each attach.
@@ -75,17 +75,17 @@ pub struct ProvisionedZone {
     marked_ms: AtomicI64,
 }
 
-impl ProvisionedZone {
+impl ProvisionedSandboxFs {
     /// Serves `root` inside the provisioned sandbox `sandbox`, through the registry `slot` will
     /// hold; nothing is made or contacted until the first call.
     pub fn new(
         sandbox: &crate::config::SandboxSettings,
         root: &str,
         slot: Arc<RegistrySlot>,
-    ) -> ProvisionedZone {
+    ) -> ProvisionedSandboxFs {
         let request_timeout = sandbox.request_timeout.max(Duration::from_secs(1));
         let exec_timeout = SandboxAgentConfig::new("").exec_timeout;
-        ProvisionedZone {
+        ProvisionedSandboxFs {
             name: sandbox.name.clone(),
             root: root.to_string(),
             slot,
@@ -95,8 +95,8 @@ impl ProvisionedZone {
         }
     }
 
-    fn unavailable(&self, reason: String) -> RemoteError {
-        RemoteError::Unavailable {
+    fn unavailable(&self, reason: String) -> SandboxFsError {
+        SandboxFsError::Unavailable {
             url: format!("sandboxes.{}", self.name),
             reason,
         }
@@ -104,7 +104,7 @@ impl ProvisionedZone {
 
     /// Returns the sandbox's connection: the one the registry holds, or a new one attached
     /// under the sandbox's lock (creating or resuming the sandbox).
-    async fn agent(&self) -> RemoteResult<Arc<SandboxAgent>> {
+    async fn agent(&self) -> SandboxFsResult<Arc<SandboxAgent>> {
         let held = self
             .current
             .lock()
@@ -168,7 +168,7 @@ impl ProvisionedZone {
 
     /// Forgets the connection after a failure that says the sandbox is down or refuses it, so
     /// the next call asks the registry (which health-checks, resumes or re-creates).
-    fn after<T>(&self, r: RemoteResult<T>) -> RemoteResult<T> {
+    fn after<T>(&self, r: SandboxFsResult<T>) -> SandboxFsResult<T> {
         if let Err(e) = &r {
             if matches!(
                 e.code(),
@@ -180,16 +180,18 @@ impl ProvisionedZone {
         r
     }
 
-    /// Maps a failed attach to the [`RemoteError`] class the core turns into a code and errno.
-    fn remote_error(&self, e: SandboxError) -> RemoteError {
+    /// Maps a failed attach to the [`SandboxFsError`] class the core turns into a code and errno.
+    fn remote_error(&self, e: SandboxError) -> SandboxFsError {
         match e {
             SandboxError::Remote { source, .. } => *source,
-            SandboxError::Invalid { key, rule } => RemoteError::InvalidConfig { name: key, rule },
+            SandboxError::Invalid { key, rule } => {
+                SandboxFsError::InvalidConfig { name: key, rule }
+            }
             SandboxError::Provision { source, .. } => match *source {
                 ProvisionError::Invalid { key, rule } => {
-                    RemoteError::InvalidConfig { name: key, rule }
+                    SandboxFsError::InvalidConfig { name: key, rule }
                 }
-                e @ ProvisionError::Auth { .. } => RemoteError::AuthFailed {
+                e @ ProvisionError::Auth { .. } => SandboxFsError::AuthFailed {
                     url: format!("sandboxes.{}", self.name),
                     status: 401,
                     reason: e.to_string(),
@@ -212,7 +214,7 @@ macro_rules! through {
     };
 }
 
-impl RemoteFs for ProvisionedZone {
+impl SandboxFs for ProvisionedSandboxFs {
     fn provider(&self) -> &'static str {
         "sandbox-agent"
     }
@@ -225,19 +227,19 @@ impl RemoteFs for ProvisionedZone {
         self.limits.clone()
     }
 
-    fn stat<'a>(&'a self, path: &'a str) -> BoxFuture<'a, RemoteResult<RemoteMeta>> {
+    fn stat<'a>(&'a self, path: &'a str) -> BoxFuture<'a, SandboxFsResult<RemoteMeta>> {
         through!(self, |a| a.stat(path))
     }
 
-    fn list<'a>(&'a self, path: &'a str) -> BoxFuture<'a, RemoteResult<Vec<RemoteEntry>>> {
+    fn list<'a>(&'a self, path: &'a str) -> BoxFuture<'a, SandboxFsResult<Vec<RemoteEntry>>> {
         through!(self, |a| a.list(path))
     }
 
-    fn read<'a>(&'a self, path: &'a str) -> BoxFuture<'a, RemoteResult<Bytes>> {
+    fn read<'a>(&'a self, path: &'a str) -> BoxFuture<'a, SandboxFsResult<Bytes>> {
         through!(self, |a| a.read(path))
     }
 
-    fn write<'a>(&'a self, path: &'a str, data: Bytes) -> BoxFuture<'a, RemoteResult<()>> {
+    fn write<'a>(&'a self, path: &'a str, data: Bytes) -> BoxFuture<'a, SandboxFsResult<()>> {
         through!(self, |a| a.write(path, data))
     }
 
@@ -246,27 +248,31 @@ impl RemoteFs for ProvisionedZone {
         path: &'a str,
         limit: u64,
         sink: &'a mut (dyn std::io::Write + Send),
-    ) -> BoxFuture<'a, RemoteResult<u64>> {
+    ) -> BoxFuture<'a, SandboxFsResult<u64>> {
         through!(self, |a| a.read_into(path, limit, sink))
     }
 
-    fn upload<'a>(&'a self, path: &'a str, src: std::fs::File) -> BoxFuture<'a, RemoteResult<()>> {
+    fn upload<'a>(
+        &'a self,
+        path: &'a str,
+        src: std::fs::File,
+    ) -> BoxFuture<'a, SandboxFsResult<()>> {
         through!(self, |a| a.upload(path, src))
     }
 
-    fn mkdir_p<'a>(&'a self, path: &'a str) -> BoxFuture<'a, RemoteResult<()>> {
+    fn mkdir_p<'a>(&'a self, path: &'a str) -> BoxFuture<'a, SandboxFsResult<()>> {
         through!(self, |a| a.mkdir_p(path))
     }
 
-    fn remove<'a>(&'a self, path: &'a str, recursive: bool) -> BoxFuture<'a, RemoteResult<()>> {
+    fn remove<'a>(&'a self, path: &'a str, recursive: bool) -> BoxFuture<'a, SandboxFsResult<()>> {
         through!(self, |a| a.remove(path, recursive))
     }
 
-    fn rename<'a>(&'a self, from: &'a str, to: &'a str) -> BoxFuture<'a, RemoteResult<()>> {
+    fn rename<'a>(&'a self, from: &'a str, to: &'a str) -> BoxFuture<'a, SandboxFsResult<()>> {
         through!(self, |a| a.rename(from, to))
     }
 
-    fn check(&self) -> BoxFuture<'_, RemoteResult<()>> {
+    fn check(&self) -> BoxFuture<'_, SandboxFsResult<()>> {
         through!(self, |a| a.check())
     }
 
@@ -274,34 +280,38 @@ impl RemoteFs for ProvisionedZone {
         &'a self,
         root: &'a str,
         items: Vec<BatchItem>,
-    ) -> BoxFuture<'a, RemoteResult<BatchReport>> {
+    ) -> BoxFuture<'a, SandboxFsResult<BatchReport>> {
         through!(self, |a| a.put_batch(root, items))
     }
 
-    fn walk<'a>(&'a self, root: &'a str) -> BoxFuture<'a, RemoteResult<Vec<WalkEntry>>> {
+    fn walk<'a>(&'a self, root: &'a str) -> BoxFuture<'a, SandboxFsResult<Vec<WalkEntry>>> {
         through!(self, |a| a.walk(root))
     }
 
-    fn set_meta<'a>(&'a self, path: &'a str, meta: MetaUpdate) -> BoxFuture<'a, RemoteResult<()>> {
+    fn set_meta<'a>(
+        &'a self,
+        path: &'a str,
+        meta: MetaUpdate,
+    ) -> BoxFuture<'a, SandboxFsResult<()>> {
         through!(self, |a| a.set_meta(path, meta))
     }
 
-    fn symlink<'a>(&'a self, target: &'a str, path: &'a str) -> BoxFuture<'a, RemoteResult<()>> {
+    fn symlink<'a>(&'a self, target: &'a str, path: &'a str) -> BoxFuture<'a, SandboxFsResult<()>> {
         through!(self, |a| a.symlink(target, path))
     }
 
-    fn hash<'a>(&'a self, path: &'a str, algo: HashAlgo) -> BoxFuture<'a, RemoteResult<String>> {
+    fn hash<'a>(&'a self, path: &'a str, algo: HashAlgo) -> BoxFuture<'a, SandboxFsResult<String>> {
         through!(self, |a| a.hash(path, algo))
     }
 
-    fn exec(&self, req: ExecRequest) -> BoxFuture<'_, RemoteResult<ExecOutput>> {
+    fn exec(&self, req: ExecRequest) -> BoxFuture<'_, SandboxFsResult<ExecOutput>> {
         through!(self, |a| a.exec(req))
     }
 
     fn watch<'a>(
         &'a self,
         root: &'a str,
-    ) -> BoxFuture<'a, RemoteResult<tokio::sync::mpsc::Receiver<RemoteChange>>> {
+    ) -> BoxFuture<'a, SandboxFsResult<tokio::sync::mpsc::Receiver<RemoteChange>>> {
         through!(self, |a| a.watch(root))
     }
 }

@@ -1,6 +1,6 @@
 //! A zone served from a directory inside a remote sandbox (`[zones.workspace] sandbox = "dev"`).
 //!
-//! [`RemoteZone`] reaches the directory through a [`RemoteFs`] provider. The core is synchronous
+//! [`SandboxZone`] reaches the directory through a [`SandboxFs`] provider. The core is synchronous
 //! (the mount's request threads and the API's blocking tasks call it), the providers are async: each
 //! call runs on the zone's own small tokio runtime and the caller waits for it with a hard deadline
 //! (the provider's request timeout plus a margin, more for large transfers), so a sandbox that is
@@ -18,7 +18,7 @@
 //! after a daemon restart (the queue is read back at open). A later change of the same path
 //! through wardfs supersedes the queued content. `wardfs status` lists what is queued.
 //!
-//! Remote paths are built only by [`RemoteZone::remote_path`] from a parsed [`VPath`] (no `..`,
+//! Remote paths are built only by [`SandboxZone::remote_path`] from a parsed [`VPath`] (no `..`,
 //! no absolute part), so no request names anything outside the zone's directory; the provider
 //! refuses relative paths and NUL bytes once more before each request.
 
@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 use super::error::{ErrorCode, FsError, FsResult};
 use super::path::{VPath, ZoneId};
 use super::provider::{
-    join_remote, MetaUpdate, RemoteEntry, RemoteError, RemoteFs, RemoteMeta, RemoteResult,
+    join_remote, MetaUpdate, RemoteEntry, RemoteMeta, SandboxFs, SandboxFsError, SandboxFsResult,
 };
 
 /// Entries kept in each cache before it is emptied (bounds memory on huge trees).
@@ -45,14 +45,14 @@ const DEADLINE_MARGIN: Duration = Duration::from_secs(2);
 /// Builds a provider for a sandbox named in the config (the daemon passes one in; the core knows
 /// no provider).
 pub type Connector<'a> =
-    &'a dyn Fn(&crate::config::RemoteBacking) -> Result<Arc<dyn RemoteFs>, String>;
+    &'a dyn Fn(&crate::config::SandboxBacking) -> Result<Arc<dyn SandboxFs>, String>;
 
 /// A zone backed by a directory inside a sandbox.
-pub struct RemoteZone {
+pub struct SandboxZone {
     id: ZoneId,
     sandbox: String,
     root: String,
-    fs: Arc<dyn RemoteFs>,
+    fs: Arc<dyn SandboxFs>,
     rt: Option<tokio::runtime::Runtime>,
     request_timeout: Duration,
     attr_ttl: Duration,
@@ -130,9 +130,9 @@ fn backoff(attempts: u32) -> Duration {
 /// A listing and when it was taken.
 type CachedList = (Instant, Arc<Vec<RemoteEntry>>);
 
-impl std::fmt::Debug for RemoteZone {
+impl std::fmt::Debug for SandboxZone {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RemoteZone")
+        f.debug_struct("SandboxZone")
             .field("id", &self.id)
             .field("sandbox", &self.sandbox)
             .field("root", &self.root)
@@ -140,7 +140,7 @@ impl std::fmt::Debug for RemoteZone {
     }
 }
 
-impl Drop for RemoteZone {
+impl Drop for SandboxZone {
     fn drop(&mut self) {
         // The zones may be dropped inside the daemon's runtime, where a blocking shutdown panics.
         if let Some(rt) = self.rt.take() {
@@ -149,7 +149,7 @@ impl Drop for RemoteZone {
     }
 }
 
-impl RemoteZone {
+impl SandboxZone {
     /// Serves `root` inside the sandbox `sandbox` through `fs`; `spool` is a local directory for
     /// file contents in transit (created, and emptied of what a previous run left).
     #[allow(clippy::too_many_arguments)]
@@ -157,11 +157,11 @@ impl RemoteZone {
         id: ZoneId,
         sandbox: &str,
         root: &str,
-        fs: Arc<dyn RemoteFs>,
+        fs: Arc<dyn SandboxFs>,
         attr_ttl: Duration,
         read_only: bool,
         spool: &Path,
-    ) -> std::io::Result<RemoteZone> {
+    ) -> std::io::Result<SandboxZone> {
         std::fs::create_dir_all(spool)?;
         for e in std::fs::read_dir(spool)?.flatten() {
             let _ = std::fs::remove_file(e.path());
@@ -181,7 +181,7 @@ impl RemoteZone {
                 "write-backs queued by a previous run will be sent to the sandbox"
             );
         }
-        Ok(RemoteZone {
+        Ok(SandboxZone {
             id,
             sandbox: sandbox.to_string(),
             root: root.to_string(),
@@ -267,7 +267,7 @@ impl RemoteZone {
     fn run<T, F>(&self, vp: &VPath, op: &str, deadline: Duration, call: F) -> FsResult<T>
     where
         T: Send + 'static,
-        F: FnOnce(Arc<dyn RemoteFs>) -> super::provider::BoxFuture<'static, RemoteResult<T>>,
+        F: FnOnce(Arc<dyn SandboxFs>) -> super::provider::BoxFuture<'static, SandboxFsResult<T>>,
     {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let fut = call(self.fs.clone());
@@ -300,7 +300,7 @@ impl RemoteZone {
     /// (whether or not the call succeeded: a timed-out change may still have happened).
     fn change<F>(&self, vp: &VPath, op: &str, deadline: Duration, call: F) -> FsResult<()>
     where
-        F: FnOnce(Arc<dyn RemoteFs>) -> super::provider::BoxFuture<'static, RemoteResult<()>>,
+        F: FnOnce(Arc<dyn SandboxFs>) -> super::provider::BoxFuture<'static, SandboxFsResult<()>>,
     {
         let supersedes = matches!(op, "write" | "remove" | "symlink");
         let _resend =
@@ -315,16 +315,16 @@ impl RemoteZone {
     }
 
     /// Maps a provider error to the core's error, naming the virtual path.
-    pub fn error(&self, vp: &VPath, e: RemoteError) -> FsError {
+    pub fn error(&self, vp: &VPath, e: SandboxFsError) -> FsError {
         let path = vp.to_string();
         match e {
-            RemoteError::NotFound { .. } => FsError::NotFound { path },
-            RemoteError::Exists { .. } => FsError::Exists { path },
-            RemoteError::IsDir { .. } => FsError::IsDir { path },
-            RemoteError::NotDir { .. } => FsError::NotDir { path },
-            RemoteError::NotEmpty { .. } => FsError::NotEmpty { path },
-            RemoteError::PermissionDenied { .. } => FsError::PermissionDenied { path },
-            RemoteError::NoSpace { .. } => FsError::NoSpace { path },
+            SandboxFsError::NotFound { .. } => FsError::NotFound { path },
+            SandboxFsError::Exists { .. } => FsError::Exists { path },
+            SandboxFsError::IsDir { .. } => FsError::IsDir { path },
+            SandboxFsError::NotDir { .. } => FsError::NotDir { path },
+            SandboxFsError::NotEmpty { .. } => FsError::NotEmpty { path },
+            SandboxFsError::PermissionDenied { .. } => FsError::PermissionDenied { path },
+            SandboxFsError::NoSpace { .. } => FsError::NoSpace { path },
             e => {
                 if e.is_unavailable() {
                     tracing::warn!(sandbox = %self.sandbox, path = %vp, error = %e, "sandbox unavailable");
@@ -426,7 +426,7 @@ impl RemoteZone {
     /// Streams a whole file into `out` (an empty local file, usually a [`spool_file`]) and
     /// returns its length: the content never sits in memory whole (when the provider streams).
     ///
-    /// [`spool_file`]: RemoteZone::spool_file
+    /// [`spool_file`]: SandboxZone::spool_file
     pub fn download(&self, vp: &VPath, out: &std::fs::File, size_hint: u64) -> FsResult<u64> {
         let path = self.remote_path(vp);
         let spool = |e| FsError::from_io(&vp.to_string(), "spool", e);
@@ -436,7 +436,7 @@ impl RemoteZone {
                 // Written from its start: the spool file is new and empty.
                 let mut out = std::io::BufWriter::new(file);
                 let n = fs.read_into(&path, u64::MAX, &mut out).await?;
-                std::io::Write::flush(&mut out).map_err(|source| RemoteError::Spool {
+                std::io::Write::flush(&mut out).map_err(|source| SandboxFsError::Spool {
                     path: path.clone(),
                     source,
                 })?;
@@ -860,7 +860,7 @@ fn load_pending(dir: &Path, id: ZoneId) -> std::io::Result<HashMap<String, Pendi
 pub fn spawn_write_back_retries(zones: &Arc<super::Zones>) -> std::io::Result<()> {
     if !ZoneId::ALL
         .iter()
-        .any(|id| matches!(zones.zone(*id), super::Zone::Remote(_)))
+        .any(|id| matches!(zones.zone(*id), super::Zone::Sandbox(_)))
     {
         return Ok(());
     }
@@ -873,7 +873,7 @@ pub fn spawn_write_back_retries(zones: &Arc<super::Zones>) -> std::io::Result<()
                 return;
             };
             for id in [ZoneId::Cache, ZoneId::Workspace] {
-                if let super::Zone::Remote(r) = zones.zone(id) {
+                if let super::Zone::Sandbox(r) = zones.zone(id) {
                     for w in r.retry_write_backs(false) {
                         zones.record_change(&w.path, "write", Some(w.bytes), None, w.origin);
                     }
