@@ -155,6 +155,15 @@ impl Client {
             .map_err(|e| ClientError::Transport(format!("bad answer: {e}")))
     }
 
+    /// A `POST` of `body` as JSON to `route`.
+    fn json_post<T: Serialize>(route: &str, body: &T) -> Result<Request<Full<Bytes>>, ClientError> {
+        let json = serde_json::to_vec(body).map_err(|e| ClientError::Local(e.to_string()))?;
+        Client::request(Method::POST, route)
+            .header(hyper::header::CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(json)))
+            .map_err(|e| ClientError::Local(e.to_string()))
+    }
+
     /// POSTs a JSON body asking for progress (`"progress": true`) and reads the answer as NDJSON:
     /// `{"progress": …}` lines go to `on_progress`, then `{"result": …}` or `{"error": …}`.
     pub async fn post_progress<T: Serialize, R: DeserializeOwned>(
@@ -163,12 +172,7 @@ impl Client {
         body: &T,
         mut on_progress: impl FnMut(&serde_json::Value),
     ) -> Result<R, ClientError> {
-        let json = serde_json::to_vec(body).map_err(|e| ClientError::Local(e.to_string()))?;
-        let req = Client::request(Method::POST, route)
-            .header(hyper::header::CONTENT_TYPE, "application/json")
-            .body(Full::new(Bytes::from(json)))
-            .map_err(|e| ClientError::Local(e.to_string()))?;
-        let resp = self.send(req).await?;
+        let resp = self.send(Client::json_post(route, body)?).await?;
         if !resp.status().is_success() {
             return Client::finish(resp).await.and_then(|b| {
                 serde_json::from_slice(&b)
@@ -257,12 +261,7 @@ impl Client {
         body: &T,
         on_line: impl FnMut(&[u8]) -> ControlFlow<()>,
     ) -> Result<(), ClientError> {
-        let json = serde_json::to_vec(body).map_err(|e| ClientError::Local(e.to_string()))?;
-        let req = Client::request(Method::POST, route)
-            .header(hyper::header::CONTENT_TYPE, "application/json")
-            .body(Full::new(Bytes::from(json)))
-            .map_err(|e| ClientError::Local(e.to_string()))?;
-        let resp = self.send(req).await?;
+        let resp = self.send(Client::json_post(route, body)?).await?;
         if !resp.status().is_success() {
             return Client::finish(resp).await.map(|_| ());
         }

@@ -383,19 +383,8 @@ impl SandboxAgent {
             .timeout
             .unwrap_or(self.exec_timeout)
             .min(MAX_EXEC_TIMEOUT);
-        let mut body = json!({
-            "command": req.command,
-            "args": req.args,
-            "timeoutMs": limit.as_millis() as u64,
-        });
-        if let Some(cwd) = &req.cwd {
-            body["cwd"] = json!(cwd);
-        }
-        if !req.env.is_empty() {
-            let env: serde_json::Map<String, serde_json::Value> =
-                req.env.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
-            body["env"] = serde_json::Value::Object(env);
-        }
+        let mut body = process::process_body(&req);
+        body["timeoutMs"] = json!(limit.as_millis() as u64);
         let reply = self
             .http
             .send(

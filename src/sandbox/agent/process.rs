@@ -98,15 +98,7 @@ impl SandboxAgent {
     /// Starts `req` (its `timeout` is not sent: the caller stops it with [`Self::kill`]) and
     /// returns the process's id.
     pub async fn spawn(&self, req: &ExecRequest) -> SandboxFsResult<String> {
-        let mut body = json!({ "command": req.command, "args": req.args });
-        if let Some(cwd) = &req.cwd {
-            body["cwd"] = json!(cwd);
-        }
-        if !req.env.is_empty() {
-            let env: serde_json::Map<String, serde_json::Value> =
-                req.env.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
-            body["env"] = serde_json::Value::Object(env);
-        }
+        let body = process_body(req);
         let reply = self
             .process_call(
                 "spawn",
@@ -175,6 +167,21 @@ impl SandboxAgent {
             .await
             .map(|_| ())
     }
+}
+
+/// The JSON of a process to start, as `POST /v1/processes` and `/v1/processes/run` take it:
+/// `command`, `args`, and `cwd` and `env` when `req` has them.
+pub(super) fn process_body(req: &ExecRequest) -> serde_json::Value {
+    let mut body = json!({ "command": req.command, "args": req.args });
+    if let Some(cwd) = &req.cwd {
+        body["cwd"] = json!(cwd);
+    }
+    if !req.env.is_empty() {
+        let env: serde_json::Map<String, serde_json::Value> =
+            req.env.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
+        body["env"] = serde_json::Value::Object(env);
+    }
+    body
 }
 
 /// Decodes standard base64 (with or without padding); `None` for anything else.
