@@ -5,7 +5,9 @@
 //! mirror pulls) records the changed backing inode's ctime right after it ([`OwnChanges::note`],
 //! `Zones::record` for every entry point but the mount, whose operations note with the
 //! descriptors they hold); a change whose inode still has that ctime, or that is open for
-//! writing through the mount, is wardfs's own ([`OwnChanges::is_own_change`]). Recording the
+//! writing through the mount, is wardfs's own ([`OwnChanges::is_own_change`]). The watcher
+//! first lets writes and changes of names through the mount that are under way be noted
+//! ([`OwnChanges::when_not_writing`], [`OwnChanges::when_not_naming`]). Recording the
 //! ctime means querying it, so with multigrain timestamps the next change by anyone else gets a
 //! different one. The daemon's watcher (`crate::daemon::watch`) journals the others as
 //! `watcher` changes and passes them to the mount to invalidate.
@@ -55,6 +57,25 @@ pub struct OwnChanges {
     writing: Mutex<HashMap<(u64, u64), u32>>,
     /// Told when a write in [`OwnChanges::writing`] ends.
     written: Condvar,
+    /// Changes of names through the mount (a create, `mkdir`, rename, removal, …) begun and
+    /// ended: between the system call and its note the entry is not as wardfs last noted it, yet
+    /// the change is its own.
+    naming: Mutex<(u64, u64)>,
+    /// Told when a change in [`OwnChanges::naming`] ends.
+    named: Condvar,
+}
+
+/// A change of a name through the mount under way ([`OwnChanges::naming`]); ends when dropped,
+/// after the change was noted.
+pub struct Naming<'a> {
+    own: &'a OwnChanges,
+}
+
+impl Drop for Naming<'_> {
+    fn drop(&mut self) {
+        self.own.naming.lock().expect("not poisoned").1 += 1;
+        self.own.named.notify_all();
+    }
 }
 
 /// A write through the mount under way ([`OwnChanges::writing`]); ends when dropped, after the
@@ -158,6 +179,33 @@ impl OwnChanges {
             }
             w = self.written.wait_timeout(w, left).expect("not poisoned").0;
         }
+        f()
+    }
+
+    /// Counts a change of a name through the mount as under way until the returned guard is
+    /// dropped (which the mount does after noting the entry as it left it).
+    pub fn naming(&self) -> Naming<'_> {
+        self.naming.lock().expect("not poisoned").0 += 1;
+        Naming { own: self }
+    }
+
+    /// Runs `f` (an `lstat` of the entry) once as many changes of names through the mount have
+    /// ended as had begun when called, waiting at most [`WRITE_NOTE_WAIT`] (never for one begun
+    /// later, so a mount busy making files never holds it up): an entry the mount just made or
+    /// removed is then noted. The watcher calls it before it takes a change to an entry for
+    /// someone else's.
+    pub fn when_not_naming<T>(&self, f: impl FnOnce() -> T) -> T {
+        let deadline = Instant::now() + WRITE_NOTE_WAIT;
+        let mut n = self.naming.lock().expect("not poisoned");
+        let begun = n.0;
+        while n.1 < begun {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            n = self.named.wait_timeout(n, left).expect("not poisoned").0;
+        }
+        drop(n);
         f()
     }
 
@@ -288,5 +336,50 @@ impl OwnChanges {
             at = p.parent();
         }
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn the_watcher_waits_for_a_name_change_under_way_and_never_for_one_begun_after_it_looked() {
+        let own = Arc::new(OwnChanges::default());
+        let guard = own.naming();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = {
+            let own = own.clone();
+            std::thread::spawn(move || own.when_not_naming(|| tx.send(Instant::now()).unwrap()))
+        };
+        std::thread::sleep(Duration::from_millis(10));
+        let ended = Instant::now();
+        drop(guard);
+        waiter.join().unwrap();
+        assert!(
+            rx.recv().unwrap() >= ended,
+            "looked before the change ended"
+        );
+
+        // One begun after the watcher looked is not waited for; one begun before is, up to the
+        // bound, and then it looks anyway.
+        let first = own.naming();
+        let waiter = {
+            let own = own.clone();
+            std::thread::spawn(move || {
+                let t = Instant::now();
+                own.when_not_naming(|| ());
+                t.elapsed()
+            })
+        };
+        std::thread::sleep(Duration::from_millis(10));
+        let _second = own.naming();
+        drop(first);
+        let waited = waiter.join().unwrap();
+        assert!(waited < WRITE_NOTE_WAIT, "{waited:?}");
+        let t = Instant::now();
+        own.when_not_naming(|| ());
+        assert!(t.elapsed() >= WRITE_NOTE_WAIT, "{:?}", t.elapsed());
     }
 }

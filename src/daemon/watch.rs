@@ -464,6 +464,10 @@ impl Beside {
             // Perhaps a write through the mount not noted yet: look once none is under way.
             st = own.when_not_writing((s.st_dev, s.st_ino), || rustix::fs::lstat(&path).ok());
         }
+        if !own.is_own_change_at(&path, st.as_ref()) {
+            // Perhaps a name the mount made or removed, not noted yet: the same.
+            st = own.when_not_naming(|| rustix::fs::lstat(&path).ok());
+        }
         let is_dir = st
             .as_ref()
             .is_some_and(|st| FileType::from_raw_mode(st.st_mode).is_dir());

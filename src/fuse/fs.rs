@@ -582,6 +582,9 @@ impl WardFs {
         if inode.ino == ROOT_INO {
             return Err(Errno::EPERM);
         }
+        if change.size.is_some() {
+            inode.changing_through_mount();
+        }
         let when = |t: Option<TimeOrNow>| {
             t.map(|t| match t {
                 TimeOrNow::Now => SetTime::Now,
@@ -784,7 +787,9 @@ impl WardFs {
         }
         match answer {
             Answer::Absent => reply.error(Errno::ENOENT),
-            Answer::Held(ino, kind) if self.inodes.looked_up_again(ino) => {
+            Answer::Held(ino, kind)
+                if !self.a_file_has(ino) && self.inodes.looked_up_again(ino) =>
+            {
                 reply.entry(&Duration::ZERO, &gone(ino, kind), Generation(0))
             }
             Answer::Held(_, kind) | Answer::Ghost(kind) => reply.entry(
@@ -808,20 +813,45 @@ impl WardFs {
         }
     }
 
+    /// True when the live inode `ino` stands for a file that is there: moved meanwhile, still
+    /// named by another link, or its number given to a new file (the backing filesystem reuses a
+    /// removed file's inode number). The echo's removal of a name the kernel knew it by then
+    /// gets a ghost: the attributes of a gone file (size 0) would overwrite what the kernel holds
+    /// of that file, and a reader of it would find it empty.
+    fn a_file_has(&self, ino: u64) -> bool {
+        self.inodes
+            .get(ino)
+            .and_then(|i| i.stat().ok())
+            .is_some_and(|st| st.st_nlink > 0)
+    }
+
     /// The echo's `mkdir`, `symlink` or `mknod` of `name` in `parent`: the entry that is there.
     fn echo_entry(&self, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         reply!(reply, self.do_lookup(parent, name), |(_, attr)| reply
             .entry(&TTL, &attr, Generation(0)))
     }
 
+    /// How the echo's opens are answered: no `FLUSH` at its close, and the kernel keeps the
+    /// file's cached pages (it drops them at an open without `FOPEN_KEEP_CACHE`; the echo changes
+    /// nothing, and the change it repeats invalidated what it made stale before it was queued).
+    const ECHO_OPEN: FopenFlags = FopenFlags::FOPEN_NOFLUSH.union(FopenFlags::FOPEN_KEEP_CACHE);
+
     /// The echo's create of the file `name` in `parent`: the entry that is there, opened as
     /// [`WardFs::echo_open`] opens it.
+    ///
+    /// Refused (`EBUSY`, the kernel's view unchanged) for a file the mount is changing: the
+    /// kernel applies a create's attributes whatever happened meanwhile, so a size read here
+    /// between the mount's truncation and its write would be applied after the write, and the
+    /// file read as empty. Its watchers hear the mount's own events for it.
     fn echo_created(&self, parent: INodeNo, name: &OsStr, reply: ReplyCreate) {
         let (inode, attr) = match self.do_lookup(parent, name) {
             Ok(found) => found,
             Err(e) => return reply.error(e),
         };
-        let flags = FopenFlags::FOPEN_NOFLUSH;
+        if inode.changed_through_mount() {
+            return reply.error(Errno::EBUSY);
+        }
+        let flags = WardFs::ECHO_OPEN;
         match WardFs::echo_backing(&inode) {
             Some(b) => {
                 reply.created_passthrough(&TTL, &attr, Generation(0), FileHandle(0), flags, &b)
@@ -842,7 +872,7 @@ impl WardFs {
     /// refuses any other open of such an inode), else direct I/O (which enters no mode, so it
     /// never makes a passthrough open of the file fail meanwhile).
     fn echo_open(&self, ino: INodeNo, reply: ReplyOpen) {
-        let flags = FopenFlags::FOPEN_NOFLUSH;
+        let flags = WardFs::ECHO_OPEN;
         match self.inode(ino).ok().and_then(|i| WardFs::echo_backing(&i)) {
             Some(b) => reply.opened_passthrough(FileHandle(0), flags, &b),
             None => reply.opened(FileHandle(0), flags | FopenFlags::FOPEN_DIRECT_IO),
@@ -1137,6 +1167,8 @@ impl fuser::Filesystem for WardFs {
             return reply.error(Errno::EPERM);
         }
         let res = (|| {
+            // Noted as the mount's own before the watcher of the zones' directories looks.
+            let _naming = self.zones.own().naming();
             let p = self.dir_for_change(parent, "mknod")?;
             let name = plain_name(name)?;
             let mode = (mode & !0o7777) | (mode & !umask & 0o7777);
@@ -1175,6 +1207,8 @@ impl fuser::Filesystem for WardFs {
             ));
         }
         let res = (|| {
+            // Noted as the mount's own before the watcher of the zones' directories looks.
+            let _naming = self.zones.own().naming();
             let p = self.dir_for_change(parent, "mkdir")?;
             let name = plain_name(name)?;
             self.zones
@@ -1200,6 +1234,8 @@ impl fuser::Filesystem for WardFs {
             return reply!(reply, res, |()| reply.ok());
         }
         let res = (|| {
+            // Noted as the mount's own before the watcher of the zones' directories looks.
+            let _naming = self.zones.own().naming();
             let p = self.dir_for_change(parent, "unlink")?;
             let name = plain_name(name)?;
             self.pin_victim(&p, name);
@@ -1227,6 +1263,8 @@ impl fuser::Filesystem for WardFs {
             return reply!(reply, res, |()| reply.ok());
         }
         let res = (|| {
+            // Noted as the mount's own before the watcher of the zones' directories looks.
+            let _naming = self.zones.own().naming();
             let p = self.dir_for_change(parent, "rmdir")?;
             let name = plain_name(name)?;
             self.zones
@@ -1264,6 +1302,8 @@ impl fuser::Filesystem for WardFs {
             ));
         }
         let res = (|| {
+            // Noted as the mount's own before the watcher of the zones' directories looks.
+            let _naming = self.zones.own().naming();
             let p = self.dir_for_change(parent, "symlink")?;
             let name = plain_name(link_name)?;
             self.zones
@@ -1314,6 +1354,8 @@ impl fuser::Filesystem for WardFs {
             _ => return reply.error(Errno::EXDEV),
         }
         let res = (|| {
+            // Noted as the mount's own before the watcher of the zones' directories looks.
+            let _naming = self.zones.own().naming();
             let p = self.dir_for_change(parent, "rename")?;
             let np = self.dir_for_change(newparent, "rename")?;
             let (name, newname) = (plain_name(name)?, plain_name(newname)?);
@@ -1366,6 +1408,8 @@ impl fuser::Filesystem for WardFs {
         }
         let res = (|| {
             let i = self.inode(ino)?;
+            // Noted as the mount's own before the watcher of the zones' directories looks.
+            let _naming = self.zones.own().naming();
             let np = self.dir_for_change(newparent, "link")?;
             let name = plain_name(newname)?;
             self.zones
@@ -1936,6 +1980,8 @@ impl fuser::Filesystem for WardFs {
             ));
         }
         let res = (|| {
+            // Noted as the mount's own before the watcher of the zones' directories looks.
+            let _naming = self.zones.own().naming();
             let p = self.dir_for_change(parent, "create")?;
             let name = plain_name(name)?;
             let fd = self
@@ -2119,6 +2165,21 @@ impl WardFs {
     /// once cost no descriptor afterwards. Either way the zone's rules are checked here, where
     /// `open` would have checked them.
     fn io_handle(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        write: bool,
+    ) -> Res<Arc<Handle>> {
+        let h = self.find_io_handle(req, ino, fh, write)?;
+        if write {
+            h.inode.changing_through_mount();
+        }
+        Ok(h)
+    }
+
+    /// The handle [`WardFs::io_handle`] serves a read or write with.
+    fn find_io_handle(
         &self,
         req: &Request,
         ino: INodeNo,

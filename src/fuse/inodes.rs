@@ -230,6 +230,29 @@ pub struct Inode {
     born: u64,
     /// Counted in [`Inodes::pinned`] (it came in holding a descriptor).
     counted: bool,
+    /// When the mount last began to change the file's size or contents (milliseconds on
+    /// `super::handles::now_ms`'s clock; 0: never). See [`Inode::changed_through_mount`].
+    mount_changed_ms: AtomicU64,
+}
+
+impl Inode {
+    /// How long after a change through the mount the echo leaves the file alone.
+    pub const MOUNT_CHANGE_QUIET_MS: u64 = 1000;
+
+    /// Notes that the mount begins a change of the file's size or contents (a write, a
+    /// truncation).
+    pub fn changing_through_mount(&self) {
+        self.mount_changed_ms
+            .store(super::handles::now_ms().max(1), Ordering::Relaxed);
+    }
+
+    /// True when the mount changed the file within [`Inode::MOUNT_CHANGE_QUIET_MS`]: the kernel
+    /// tracks its size as the mount's writes go, and attributes the daemon answers meanwhile
+    /// may be applied after a later write (see `WardFs::echo_created`).
+    pub fn changed_through_mount(&self) -> bool {
+        let at = self.mount_changed_ms.load(Ordering::Relaxed);
+        at != 0 && super::handles::now_ms().saturating_sub(at) < Inode::MOUNT_CHANGE_QUIET_MS
+    }
 }
 
 impl std::ops::Deref for Inode {
@@ -421,6 +444,7 @@ impl Inodes {
                 seen_as: Mutex::new((ROOT_INO, OsString::from(zone.name()))),
                 born: 0,
                 counted: false,
+                mount_changed_ms: AtomicU64::new(0),
             }),
         );
     }
@@ -535,6 +559,7 @@ impl Inodes {
             seen_as: Mutex::new((FORKS_INO, name.to_owned())),
             born: self.clock.fetch_add(1, Ordering::Relaxed),
             counted: true,
+            mount_changed_ms: AtomicU64::new(0),
         });
         live.insert(ino, inode.clone());
         self.pinned.fetch_add(1, Ordering::Relaxed);
@@ -605,6 +630,7 @@ impl Inodes {
             seen_as: Mutex::new((parent, name.to_owned())),
             born: now,
             counted,
+            mount_changed_ms: AtomicU64::new(0),
         });
         live.insert(ino, inode.clone());
         self.names

@@ -855,34 +855,6 @@ fn a_change_beside_right_after_a_cached_write_stays_someone_elses() {
     );
 }
 
-/// Pages of `f` in the page cache, and pages in all (`mincore(2)` over a shared mapping).
-fn resident_pages(f: &fs::File) -> (usize, usize) {
-    use std::os::fd::AsRawFd;
-    let len = f.metadata().unwrap().len() as usize;
-    // SAFETY: sysconf takes no pointer.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
-    let pages = len.div_ceil(page);
-    let mut vec = vec![0u8; pages];
-    // SAFETY: a read-only shared mapping of an open file, unmapped below; mincore writes one
-    // byte per page into `vec`, which has that many.
-    unsafe {
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        );
-        assert_ne!(p, libc::MAP_FAILED, "{}", std::io::Error::last_os_error());
-        let r = libc::mincore(p, len, vec.as_mut_ptr());
-        let err = std::io::Error::last_os_error();
-        libc::munmap(p, len);
-        assert_eq!(r, 0, "mincore: {err}");
-    }
-    (vec.iter().filter(|b| **b & 1 != 0).count(), pages)
-}
-
 /// A file written through a cached mount stays in the kernel's page cache: the watcher, which
 /// sees each write's backing change before the mount has noted it as its own, waits for the
 /// note instead of calling the change someone else's and invalidating the file (which dropped
@@ -899,13 +871,14 @@ fn a_file_written_through_a_cached_mount_stays_in_the_page_cache() {
     drop(f);
     // Past the watcher's settle time, so any invalidation it would send has been sent.
     std::thread::sleep(Duration::from_millis(600));
-    let (resident, pages) = resident_pages(&fs::File::open(&path).unwrap());
+    let (resident, pages) = crate::support::files::resident_pages(&fs::File::open(&path).unwrap());
     // The watcher's invalidations dropped nearly every page (0 of 65,536 after a 256 MiB
     // write). Without any, a few pages (under 1 %) were still seen gone in about one run in
     // seven, with no change beside the mount logged: the kernel's, cause not found.
     assert!(
         resident * 10 >= pages * 9,
-        "{resident} of {pages} pages of a file just written through the mount are cached"
+        "{resident} of {pages} pages of a file just written through the mount are cached\n{}",
+        m.log_text()
     );
     let rows = m.journal(200);
     assert!(

@@ -10,7 +10,7 @@
 //! killed.
 
 use std::fs;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -668,6 +668,61 @@ fn a_daemon_stops_at_once_with_echoes_queued_and_after_its_mount_was_detached() 
     let t = Instant::now();
     d.stop();
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+}
+
+/// The backing filesystem gives a removed file's inode number to the next file made, and the
+/// mount's number for a file is its backing number. The echo of a removal that arrives after the
+/// new file was looked up through the mount under that number must leave the new file alone:
+/// answered with a gone file's attributes (size 0), the kernel truncated the new file's cache,
+/// and a read within the same tick found it empty (the model test's failure in CI). Its pages
+/// dropped are what a test sees every time; the echo's own create of the new name, whose open
+/// the mount answers keeping the cache, leaves them.
+#[test]
+fn the_echo_of_a_removal_leaves_alone_a_new_file_that_took_the_removed_ones_number() {
+    let d = Daemon::mounted("");
+    let ws = d.ws();
+    fs::create_dir(ws.join("d")).unwrap();
+    let ino = |rel: &str| {
+        use std::os::unix::fs::MetadataExt;
+        fs::symlink_metadata(d.workspace().join(rel)).unwrap().ino()
+    };
+    let mut reused = 0;
+    for i in 0..20 {
+        d.ok(
+            "/v1/fs/write",
+            json!({ "path": "/workspace/b", "content": "" }),
+        );
+        // The kernel knows `b`: its removal is echoed as the removal of that inode.
+        assert_eq!(fs::read_to_string(ws.join("b")).unwrap(), "");
+        std::thread::sleep(Duration::from_millis(30));
+        let old = ino("b");
+        d.ok("/v1/fs/delete", json!({ "path": "/workspace/b" }));
+        let content = format!("new {i}\n");
+        d.ok(
+            "/v1/fs/write",
+            json!({ "path": "/workspace/d/b", "content": content }),
+        );
+        reused += usize::from(ino("d/b") == old);
+        // Read at once: most often before the removal's echo, which gathers changes first.
+        let mut f = fs::File::open(ws.join("d/b")).unwrap();
+        let mut got = String::new();
+        f.read_to_string(&mut got).unwrap();
+        assert_eq!(got, content, "round {i}");
+        std::thread::sleep(Duration::from_millis(60));
+        let (resident, pages) = crate::support::files::resident_pages(&f);
+        assert_eq!(
+            (resident, pages),
+            (1, 1),
+            "round {i}: the echo of b's removal dropped d/b's cached page\n{}",
+            d.log_text()
+        );
+        assert_eq!(fs::read_to_string(ws.join("d/b")).unwrap(), content);
+        d.ok("/v1/fs/delete", json!({ "path": "/workspace/d/b" }));
+    }
+    assert!(
+        reused > 0,
+        "the backing filesystem never reused an inode number: nothing was tried"
+    );
 }
 
 #[test]
