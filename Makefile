@@ -12,19 +12,11 @@ run:
 	$(CARGO) build --release
 	$(TARGET_DIR)/release/wardfs serve
 
-## make test: install the test dependencies and run every test (what CI runs). The tests run
-## offline in a loopback-only network namespace (.ci/netns, as root): the sandbox tests start the
-## real sandbox-agent, which must reach nothing but this machine.
+## make test: install the test dependencies and run every test (what CI runs; .ci/test). The tests
+## run offline in a loopback-only network namespace (.ci/netns, as root): the sandbox tests start
+## the real sandbox-agent, which must reach nothing but this machine.
 test:
-	.ci/install-deps test
-	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --workspace --all-targets -- -D warnings
-	bash fuzz/run.sh
-	rm -f $(TARGET_DIR)/tmp/pjdfstest-summary*.txt
-	$(CARGO) test --workspace --all-targets --no-run
-	CARGO="$(CARGO)" .ci/netns .ci/test-areas; status=$$?; \
-	  cat $(TARGET_DIR)/tmp/pjdfstest-summary-*.txt 2>/dev/null || echo "pjdfstest: no summary (the FUSE tests did not reach it)"; \
-	  exit $$status
+	CARGO="$(CARGO)" TARGET_DIR="$(TARGET_DIR)" .ci/test
 
 build:
 	$(CARGO) build --release

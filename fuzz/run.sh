@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every cargo-fuzz target for a bounded time (FUZZ_SECONDS each, default 20), starting from
+# Runs every cargo-fuzz target for a bounded time (FUZZ_SECONDS each, default 10), starting from
 # the seeds in fuzz/corpus/<target>/. cargo-fuzz needs a nightly compiler for its instrumentation
 # flags; `-s none` (no sanitizer) keeps the runtime plain libFuzzer; `--dev` builds without
 # optimisation (wardfs's crate took 8 of CI's minutes at opt-level 3 with the coverage
@@ -8,7 +8,7 @@
 set -euo pipefail
 
 cd "$(dirname "$0")"
-seconds="${FUZZ_SECONDS:-20}"
+seconds="${FUZZ_SECONDS:-10}"
 targets=(path glob_grep config walk listing batch foreign names)
 
 # cargo-fuzz's flags need a nightly compiler: the installed nightly when there is one, else the

@@ -126,16 +126,15 @@ fn cursor(v: &Value) -> String {
         .to_string()
 }
 
-/// What `since=<from>&follow=false` gives, up to and including the event `last`, as a set:
-/// nothing twice, and ended by a heartbeat.
+/// What `since=<from>&follow=false` gives, up to and including the event `last`, as a set
+/// (nothing after it): nothing twice, and ended by a heartbeat.
 fn resumed(d: &Daemon, from: &str, last: &(String, i64)) -> BTreeSet<(String, i64)> {
     let lines = Stream::open(d, &format!("?since={from}&follow=false")).to_end();
     assert_eq!(lines.last().unwrap()["kind"], "heartbeat", "{lines:?}");
     let all = ids(&lines);
-    let upto = all
-        .iter()
-        .position(|e| e == last)
-        .map_or(all.len(), |i| i + 1);
+    // Resumed from `last` itself, everything listed came after it (a change journaled later:
+    // the mount's write of a file, journaled once its writer is idle).
+    let upto = all.iter().position(|e| e == last).map_or(0, |i| i + 1);
     let set: BTreeSet<_> = all[..upto].iter().cloned().collect();
     assert_eq!(set.len(), upto, "an event came twice: {lines:?}");
     set
