@@ -93,6 +93,7 @@ pub fn run(config: Option<&Path>, socket: Option<PathBuf>, json: bool, _: &Args)
     };
     checks.push(dev_fuse());
     checks.push(fusermount());
+    checks.push(fuse_control(FUSE_CONTROL, "/proc/self/mountinfo"));
     checks.push(passthrough());
     if let Some(s) = &settings {
         checks.push(io_uring(s.mount_transport));
@@ -270,6 +271,34 @@ fn passthrough() -> Check {
             "run the daemon as root, or grant it: setcap cap_sys_admin+ep $(command -v wardfs)",
         ),
     }
+}
+
+/// Where the FUSE control filesystem (fusectl) is mounted: a mount's connection is aborted there.
+const FUSE_CONTROL: &str = "/sys/fs/fuse/connections";
+
+/// Whether fusectl is mounted at `dir` (as `mountinfo` lists the mounts). Without it, a killed
+/// daemon's mount is unmounted by the echo's watchdog rather than aborted in place.
+fn fuse_control(dir: &str, mountinfo: &str) -> Check {
+    const C: &str = "fuse control";
+    let mounted = std::fs::read_to_string(mountinfo).is_ok_and(|info| {
+        info.lines().any(|l| {
+            let mut fields = l.split(' ');
+            let at = fields.nth(4);
+            let kind = l.split(" - ").nth(1).and_then(|t| t.split(' ').next());
+            at == Some(dir) && kind == Some("fusectl")
+        })
+    });
+    if mounted {
+        return ok(C, format!("fusectl is mounted on {dir}"));
+    }
+    warn(
+        C,
+        format!(
+            "fusectl is not mounted on {dir}: when the daemon is killed, its mount is unmounted \
+             instead of aborted and left in place for the next start to clear"
+        ),
+        format!("sudo mount -t fusectl fusectl {dir} (systemd mounts it at boot)"),
+    )
 }
 
 /// The `fuse` module's switch for FUSE over io_uring.
@@ -541,7 +570,27 @@ fn daemon(socket: &Path, running: Option<&serde_json::Value>) -> Check {
 
 #[cfg(test)]
 mod tests {
-    use super::kernel_version;
+    use super::{fuse_control, kernel_version, Level, FUSE_CONTROL};
+
+    #[test]
+    fn fuse_control_is_found_in_mountinfo_by_its_place_and_type() {
+        let dir = tempfile::tempdir().unwrap();
+        let info = dir.path().join("mountinfo");
+        let line = |at: &str, kind: &str| {
+            format!("36 25 0:31 / {at} rw,relatime shared:14 - {kind} {kind} rw\n")
+        };
+        let path = info.to_str().unwrap();
+        std::fs::write(&info, line(FUSE_CONTROL, "fusectl")).unwrap();
+        assert_eq!(fuse_control(FUSE_CONTROL, path).level, Level::Ok);
+        std::fs::write(
+            &info,
+            line(FUSE_CONTROL, "sysfs") + &line("/mnt", "fusectl"),
+        )
+        .unwrap();
+        let c = fuse_control(FUSE_CONTROL, path);
+        assert_eq!(c.level, Level::Warn);
+        assert!(c.fix.unwrap().contains("mount -t fusectl"));
+    }
 
     #[test]
     fn kernel_versions_parse() {
