@@ -40,10 +40,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use rustix::fs::{FileType, Mode, OFlags};
+use rustix::fs::{FileType, Mode, OFlags, Stat};
 
 use notify::{EventKind, RecursiveMode, Watcher as _};
 
+use crate::core::own::OwnChanges;
 use crate::core::{VPath, Zone, ZoneId, Zones};
 use crate::git::fsmonitor::{Beside as BesideSeen, BesideWatch};
 
@@ -458,20 +459,11 @@ impl Beside {
         if is_temp(&path) {
             return;
         }
-        let own = self.zones.own();
-        let mut st = rustix::fs::lstat(&path).ok();
-        if let Some(s) = st.as_ref().filter(|s| !own.is_own(s)) {
-            // Perhaps a write through the mount not noted yet: look once none is under way.
-            st = own.when_not_writing((s.st_dev, s.st_ino), || rustix::fs::lstat(&path).ok());
-        }
-        if !own.is_own_change_at(&path, st.as_ref()) {
-            // Perhaps a name the mount made or removed, not noted yet: the same.
-            st = own.when_not_naming(|| rustix::fs::lstat(&path).ok());
-        }
+        let (st, mine) = settled(self.zones.own(), &path);
         let is_dir = st
             .as_ref()
             .is_some_and(|st| FileType::from_raw_mode(st.st_mode).is_dir());
-        if own.is_own_change_at(&path, st.as_ref()) {
+        if mine {
             if is_dir {
                 // Made or moved in through wardfs: watched, not journaled again.
                 self.adopt(&path, false);
@@ -650,6 +642,24 @@ impl Beside {
 /// The names and kinds in the directory `dir` (`None` when it cannot be read), read without
 /// changing its atime (`O_NOATIME`, which needs the owner's uid or `CAP_FOWNER`; without either
 /// the directory is read as any reader would).
+/// The entry at `path` (`lstat`), and whether its change was wardfs's own. A write or a change
+/// of a name through the mount under way is let be noted first, and the entry looked at again.
+fn settled(own: &OwnChanges, path: &Path) -> (Option<Stat>, bool) {
+    let look = || rustix::fs::lstat(path).ok();
+    let mut st = look();
+    if let Some(s) = st.as_ref().filter(|s| !own.is_own(s)) {
+        // Perhaps a write through the mount not noted yet: look once none is under way.
+        st = own.when_not_writing((s.st_dev, s.st_ino), look);
+    }
+    if own.is_own_change_at(path, st.as_ref()) {
+        return (st, true);
+    }
+    // Perhaps a name the mount made or removed, not noted yet: the same.
+    let st = own.when_not_naming(look);
+    let mine = own.is_own_change_at(path, st.as_ref());
+    (st, mine)
+}
+
 fn read_dir_noatime(dir: &Path) -> Option<Vec<(Vec<u8>, FileType)>> {
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let fd = match rustix::fs::open(dir, flags | OFlags::NOATIME, Mode::empty()) {

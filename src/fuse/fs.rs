@@ -467,6 +467,13 @@ impl WardFs {
         Ok((inode.clone(), attr_of(inode.ino, &st)))
     }
 
+    /// Counts a change of a name through the mount (create, `mkdir`, rename, removal, …) as under
+    /// way until the guard is dropped, after [`WardFs::mark`]: the watcher of the zones'
+    /// directories waits for it before it calls the change someone else's.
+    fn naming(&self) -> crate::core::own::Naming<'_> {
+        self.zones.own().naming()
+    }
+
     /// Notes a change the mount made to `name` in `dir` (and to `dir`), so the watcher leaves
     /// the kernel's view of them alone.
     fn mark(&self, dir: &Inode, name: Option<&OsStr>) {
@@ -1167,8 +1174,7 @@ impl fuser::Filesystem for WardFs {
             return reply.error(Errno::EPERM);
         }
         let res = (|| {
-            // Noted as the mount's own before the watcher of the zones' directories looks.
-            let _naming = self.zones.own().naming();
+            let _naming = self.naming();
             let p = self.dir_for_change(parent, "mknod")?;
             let name = plain_name(name)?;
             let mode = (mode & !0o7777) | (mode & !umask & 0o7777);
@@ -1207,8 +1213,7 @@ impl fuser::Filesystem for WardFs {
             ));
         }
         let res = (|| {
-            // Noted as the mount's own before the watcher of the zones' directories looks.
-            let _naming = self.zones.own().naming();
+            let _naming = self.naming();
             let p = self.dir_for_change(parent, "mkdir")?;
             let name = plain_name(name)?;
             self.zones
@@ -1234,8 +1239,7 @@ impl fuser::Filesystem for WardFs {
             return reply!(reply, res, |()| reply.ok());
         }
         let res = (|| {
-            // Noted as the mount's own before the watcher of the zones' directories looks.
-            let _naming = self.zones.own().naming();
+            let _naming = self.naming();
             let p = self.dir_for_change(parent, "unlink")?;
             let name = plain_name(name)?;
             self.pin_victim(&p, name);
@@ -1263,8 +1267,7 @@ impl fuser::Filesystem for WardFs {
             return reply!(reply, res, |()| reply.ok());
         }
         let res = (|| {
-            // Noted as the mount's own before the watcher of the zones' directories looks.
-            let _naming = self.zones.own().naming();
+            let _naming = self.naming();
             let p = self.dir_for_change(parent, "rmdir")?;
             let name = plain_name(name)?;
             self.zones
@@ -1302,8 +1305,7 @@ impl fuser::Filesystem for WardFs {
             ));
         }
         let res = (|| {
-            // Noted as the mount's own before the watcher of the zones' directories looks.
-            let _naming = self.zones.own().naming();
+            let _naming = self.naming();
             let p = self.dir_for_change(parent, "symlink")?;
             let name = plain_name(link_name)?;
             self.zones
@@ -1354,8 +1356,7 @@ impl fuser::Filesystem for WardFs {
             _ => return reply.error(Errno::EXDEV),
         }
         let res = (|| {
-            // Noted as the mount's own before the watcher of the zones' directories looks.
-            let _naming = self.zones.own().naming();
+            let _naming = self.naming();
             let p = self.dir_for_change(parent, "rename")?;
             let np = self.dir_for_change(newparent, "rename")?;
             let (name, newname) = (plain_name(name)?, plain_name(newname)?);
@@ -1408,8 +1409,7 @@ impl fuser::Filesystem for WardFs {
         }
         let res = (|| {
             let i = self.inode(ino)?;
-            // Noted as the mount's own before the watcher of the zones' directories looks.
-            let _naming = self.zones.own().naming();
+            let _naming = self.naming();
             let np = self.dir_for_change(newparent, "link")?;
             let name = plain_name(newname)?;
             self.zones
@@ -1980,8 +1980,7 @@ impl fuser::Filesystem for WardFs {
             ));
         }
         let res = (|| {
-            // Noted as the mount's own before the watcher of the zones' directories looks.
-            let _naming = self.zones.own().naming();
+            let _naming = self.naming();
             let p = self.dir_for_change(parent, "create")?;
             let name = plain_name(name)?;
             let fd = self
