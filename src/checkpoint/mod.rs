@@ -67,6 +67,9 @@ const READ_WHOLE_BYTES: u64 = 1 << 20;
 const PARALLEL_FROM: usize = 64;
 /// At most this many threads (each with its own handle on the store).
 const MAX_THREADS: usize = 4;
+/// Times a restore looks again at a file whose version changed but whose content did not
+/// ([`Checkpoints::while_unchanged`]).
+const RECHECKS: usize = 3;
 
 /// Threads for `n` independent per-file steps: one below [`PARALLEL_FROM`], else one per core
 /// (at most [`MAX_THREADS`]).
@@ -718,13 +721,11 @@ impl Checkpoints {
             _ if w.removed_here => Seen::Absent,
             Ok(e) if e.kind() != Some(ObjectType::Tree) => {
                 let (blob, mode) = (e.id(), file_mode(e.filemode()));
+                recheck = Some((blob, mode));
                 match hashed.get(&path) {
                     // Read by the pre-restore checkpoint just now: the version it read is the
                     // expectation, compared under the path lock as the file is replaced.
-                    Some((read, seen)) if *read == blob && *seen != Seen::Unknown => {
-                        recheck = Some((blob, mode));
-                        *seen
-                    }
+                    Some((read, seen)) if *read == blob && *seen != Seen::Unknown => *seen,
                     _ => match self.unchanged(repo, hashed, vp, blob, mode)? {
                         Some(seen) => seen,
                         None => return Ok(Done::Conflict),
@@ -770,14 +771,11 @@ impl Checkpoints {
                 )
             }
         };
-        let mut written = put(expect);
-        // Another version than the one read: the same content still (written again, or
-        // touched)? Then it is replaced all the same.
-        if let (Err(FsError::Conflict { .. }), Some((blob, mode))) = (&written, recheck) {
-            if let Some(seen) = self.unchanged(repo, &Hashed::new(), vp, blob, mode)? {
-                written = put(seen);
-            }
-        }
+        gate::hold("restore-expected");
+        let written = match recheck {
+            Some((blob, mode)) => self.while_unchanged(repo, vp, (blob, mode), expect, put)?,
+            None => put(expect),
+        };
         match written {
             Ok(_) => Ok(Done::Restored),
             Err(FsError::Conflict { .. })
@@ -785,6 +783,32 @@ impl Checkpoints {
             | Err(FsError::NotDir { .. }) => Ok(Done::Conflict),
             Err(e) => Err(e),
         }
+    }
+
+    /// Runs `change` (a compare-and-swap of the entry at `vp`) expecting the version `expect`,
+    /// which held `blob` (with `mode`). Another version there that holds the same content still
+    /// is changed all the same, looked at again up to [`RECHECKS`] times: a link made to the
+    /// file and removed (a spare fork's fill links every file of the zone), the same bytes
+    /// written again, a `touch`. Anything else is the change's `CONFLICT`.
+    pub(super) fn while_unchanged<T>(
+        &self,
+        repo: &Repository,
+        vp: &VPath,
+        (blob, mode): (Oid, FileMode),
+        expect: Seen,
+        change: impl Fn(Seen) -> FsResult<T>,
+    ) -> FsResult<FsResult<T>> {
+        let mut done = change(expect);
+        for _ in 0..RECHECKS {
+            if !matches!(done, Err(FsError::Conflict { .. })) {
+                break;
+            }
+            match self.unchanged(repo, &Hashed::new(), vp, blob, mode)? {
+                Some(seen) => done = change(seen),
+                None => break,
+            }
+        }
+        Ok(done)
     }
 
     /// What is at `vp` if it still holds what `blob` (with `mode`) records: its identity for

@@ -211,10 +211,12 @@ impl PutBack<'_> {
             self.res.conflicts.push(vp.to_string());
             return Ok(false);
         };
+        gate::hold("restore-expected");
+        let zones = &self.cps.zones;
+        let remove = |seen| zones.remove_entry(&vp.to_string(), seen, self.origin);
         match self
             .cps
-            .zones
-            .remove_entry(&vp.to_string(), seen, self.origin)
+            .while_unchanged(self.repo, vp, (blob, mode), seen, remove)?
         {
             Ok(()) => {
                 self.res.removed.push(vp.to_string());

@@ -156,10 +156,14 @@ fn a_merge_brings_the_forks_changes_and_keeps_the_parents_own() {
         .unwrap();
     z.write("/workspace/mine.txt", "parent's\n", API).unwrap();
     let m = s.forks.merge(&name, &[], API).unwrap();
-    assert!(m.applied && m.conflicts.is_empty(), "{m:?}");
+    assert!(
+        m.applied && m.conflicts.is_empty() && m.left_alone.is_empty(),
+        "{m:?}"
+    );
     assert_eq!(
         read(z, "/workspace/a.txt"),
-        "ONE\n2\n3\n4\n5\n6\n7\nEIGHT\n"
+        "ONE\n2\n3\n4\n5\n6\n7\nEIGHT\n",
+        "{m:?}"
     );
     assert_eq!(read(z, "/workspace/new.txt"), "new\n");
     assert_eq!(read(z, "/workspace/gone.txt"), "<NOT_FOUND>");

@@ -2,7 +2,8 @@
 //! `support::gates`): after the restart a zone is fully at the restore's target, with the cut
 //! short restore reported, never a silent mix; the checkpoint taken before the restore exists and
 //! undoes it; a checkpoint killed between its objects and its row leaves no row, and the next
-//! checkpoint and restore work.
+//! checkpoint and restore work. A file linked and unlinked beside wardfs while a restore is about
+//! to change it (what a spare fork's fill does to every file) is changed all the same.
 
 use std::time::Duration;
 
@@ -343,5 +344,48 @@ fn an_update_killed_half_way_leaves_the_fork_with_all_of_it_after_the_restart_an
     assert_eq!(
         std::fs::read_to_string(m.workspace().join("fork-only.txt")).unwrap(),
         "the fork's own\n"
+    );
+}
+
+/// Restores `target` with the daemon held at gate `restore-expected` (a restore about to change
+/// its first file, expecting the version it looked at), while `file` of the workspace gets a
+/// link made and removed beside wardfs, as a spare fork's fill links every file of the zone:
+/// the file's ctime changes, its content does not.
+fn restore_while_linked(m: &Daemon, gates: &Gates, target: i64, file: &str) -> Value {
+    gates.arm("restore-expected");
+    let restore = m.cli_in_thread(&["--json", "restore", &target.to_string()]);
+    gates.wait_held("restore-expected", Duration::from_secs(30));
+    let link = m.dir.path().join("a-spares-link");
+    std::fs::hard_link(m.workspace().join(file), &link).unwrap();
+    std::fs::remove_file(&link).unwrap();
+    gates.release("restore-expected");
+    let out = restore.join().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn a_file_linked_and_unlinked_while_a_restore_changes_it_is_still_restored() {
+    let gates = Gates::new();
+    let m = start(&gates);
+    let ws = m.workspace();
+    m.write("/workspace/a.txt", "v1\n");
+    let target = checkpoint(&m, "v1");
+    // Each restore's pre-restore checkpoint is the latest one (nothing changed since), so the
+    // restore looks at each file's version itself, right before it changes it.
+    m.write("/workspace/new.txt", "made after v1\n");
+    checkpoint(&m, "with new.txt");
+    let res = restore_while_linked(&m, &gates, target, "new.txt");
+    assert_eq!(res["conflicts"], json!([]), "{res}");
+    assert!(!ws.join("new.txt").exists(), "the removal was done: {res}");
+
+    m.write("/workspace/a.txt", "v2\n");
+    checkpoint(&m, "v2");
+    let res = restore_while_linked(&m, &gates, target, "a.txt");
+    assert_eq!(res["conflicts"], json!([]), "{res}");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("a.txt")).unwrap(),
+        "v1\n",
+        "the write was done: {res}"
     );
 }
