@@ -21,6 +21,7 @@ use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use fuser::{INodeNo, Notifier};
 
@@ -77,19 +78,76 @@ impl ChangeListener for Direct {
 }
 
 /// A change may have created the directories above `path` (`mkdir -p`): the kernel may hold
-/// negative entries for them. Walks up to the first directory the kernel holds and drops its
-/// entry for the new one below it.
+/// negative entries for them, and their parents' listings without them. Walks up to the first
+/// directory the kernel held before the change ([`held_before`]) and drops its entry for the new
+/// one below it.
 fn invalidate_new_ancestors(inodes: &Inodes, notifier: &Notifier, path: &Path) {
     let mut cur = path.parent();
     while let Some(dir) = cur {
         if let Some((dev, ino)) = key(dir) {
-            if inodes.is_live(dev, ino) {
+            if held_before(inodes, (dev, ino), dir) {
                 break;
             }
             invalidate(inodes, notifier, dir);
         }
         cur = dir.parent();
     }
+}
+
+/// How long after its birth a directory may be one a change being invalidated made.
+const NEW_FOR: Duration = Duration::from_secs(2);
+
+/// True when the kernel held the directory `dir` (backing key `key`) before the change: a
+/// zone's root, or a directory older than [`NEW_FOR`] that the kernel knows by that name in its
+/// parent as a live inode of that number. Neither a live number nor a known name is enough for
+/// a directory the change made: the backing filesystem gives a removed directory's inode number
+/// to the next one made (and the kernel may not have forgotten the removed one yet), and the
+/// echo may look the new one up meanwhile, which leaves its parent's cached listing without it.
+fn held_before(inodes: &Inodes, key: (u64, u64), dir: &Path) -> bool {
+    if !inodes.is_live(key.0, key.1) {
+        return false;
+    }
+    let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else {
+        return true;
+    };
+    let parents = self::key(parent).map_or_else(Vec::new, |(d, i)| inodes.known_numbers(d, i));
+    if parents.is_empty() {
+        return true;
+    }
+    if born_within(dir, NEW_FOR).unwrap_or(false) {
+        return false;
+    }
+    let numbers = inodes.known_numbers(key.0, key.1);
+    parents.iter().any(|p| {
+        inodes
+            .named(*p, name)
+            .is_some_and(|(n, _)| numbers.contains(&n))
+    })
+}
+
+/// Whether `dir` was made within `age`, by its birth time; `None` when its filesystem keeps none.
+fn born_within(dir: &Path, age: Duration) -> Option<bool> {
+    use rustix::fs::{AtFlags, StatxFlags};
+    let st = rustix::fs::statx(
+        rustix::fs::CWD,
+        dir,
+        AtFlags::SYMLINK_NOFOLLOW,
+        StatxFlags::BTIME,
+    )
+    .ok()?;
+    if st.stx_mask & StatxFlags::BTIME.bits() == 0 {
+        return None;
+    }
+    let born = std::time::UNIX_EPOCH
+        + Duration::new(
+            u64::try_from(st.stx_btime.tv_sec).ok()?,
+            st.stx_btime.tv_nsec,
+        );
+    Some(
+        std::time::SystemTime::now()
+            .duration_since(born)
+            .map_or(true, |a| a < age),
+    )
 }
 
 /// The thread that evicts entries when the inode table is over its fd budget; it ends with the

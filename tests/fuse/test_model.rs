@@ -439,56 +439,97 @@ fn mount_and_api_agree_with_the_model_after_every_step() {
         ..Config::default()
     });
     let steps = std::cell::Cell::new(0usize);
+    // The first failure, and what a case left behind for the next one before it: shrinking
+    // reports a later, smaller case, which runs on whatever the failing one left.
+    let first = std::cell::RefCell::new(None::<String>);
+    let cases = std::cell::Cell::new(0usize);
     let result = runner.run(&prop::collection::vec(op(), 1..40), |ops| {
         // A fresh tree for each case, cleared through the mount.
+        let case = cases.get();
+        cases.set(case + 1);
+        let _ = fs::metadata(ws.join(format!(".clearing-{case}")));
         crate::support::files::empty_dir(&ws);
-        let mut model = Model::default();
-        for (n, (via, op)) in ops.iter().enumerate() {
-            let before = Model {
-                tree: model.tree.clone(),
-            };
-            let expected = model.apply(*via, op);
-            if expected == Ok(Seen::Skipped) {
-                continue;
-            }
-            let got = match via {
-                Via::Mount => through_mount(&ws, &before, op),
-                Via::Api => rt.block_on(through_api(&client, op)),
-            };
-            steps.set(steps.get() + 1);
-            prop_assert_eq!(
-                &got,
-                &expected,
-                "step {} {:?} {:?} on {:?}",
-                n,
-                via,
-                op,
-                before.tree
-            );
-            let seen_mount = mount_tree(&ws);
-            prop_assert_eq!(
-                &seen_mount,
-                &model.tree,
-                "the mount's view after step {} {:?} {:?}",
-                n,
-                via,
-                op
-            );
-            let seen_api = rt.block_on(api_tree(&client));
-            prop_assert_eq!(
-                &seen_api,
-                &model.tree,
-                "the API's view after step {} {:?} {:?}",
-                n,
-                via,
-                op
-            );
+        let _ = fs::metadata(ws.join(format!(".cleared-{case}")));
+        let left = mount_tree(&m.workspace());
+        if !left.is_empty() && first.borrow().is_none() {
+            *first.borrow_mut() = Some(format!(
+                "case {case}: cleared through the mount, the zone's directory still held {left:?}, the mount showing {:?}",
+                mount_tree(&ws),
+            ));
         }
-        Ok::<(), TestCaseError>(())
+        let run = || run_case(&ws, &client, &rt, &ops, &steps);
+        let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run));
+        if first.borrow().is_none() {
+            let failed = match &res {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => Some(e.to_string()),
+                Err(p) => Some(format!("{:?}", p.downcast_ref::<String>())),
+            };
+            *first.borrow_mut() = failed.map(|e| format!("case {case} {ops:?}: {e}"));
+        }
+        res.unwrap_or_else(|p| std::panic::resume_unwind(p))
     });
     if let Err(e) = result {
-        panic!("{e}\ndaemon log:\n{}", m.log_text());
+        let first = first.borrow();
+        panic!(
+            "{e}\nthe first failure: {}\ndaemon log:\n{}",
+            first.as_deref().unwrap_or("none"),
+            m.log_text()
+        );
     }
     eprintln!("{} steps through the mount and the API", steps.get());
     assert!(steps.get() > 500, "too few steps ran: {}", steps.get());
+}
+
+/// Runs the steps `ops` of one case, each checked against the model and both views after it.
+fn run_case(
+    ws: &Path,
+    client: &Client,
+    rt: &tokio::runtime::Runtime,
+    ops: &[(Via, Op)],
+    steps: &std::cell::Cell<usize>,
+) -> Result<(), TestCaseError> {
+    let mut model = Model::default();
+    for (n, (via, op)) in ops.iter().enumerate() {
+        let before = Model {
+            tree: model.tree.clone(),
+        };
+        let expected = model.apply(*via, op);
+        if expected == Ok(Seen::Skipped) {
+            continue;
+        }
+        let got = match via {
+            Via::Mount => through_mount(ws, &before, op),
+            Via::Api => rt.block_on(through_api(client, op)),
+        };
+        steps.set(steps.get() + 1);
+        prop_assert_eq!(
+            &got,
+            &expected,
+            "step {} {:?} {:?} on {:?}",
+            n,
+            via,
+            op,
+            before.tree
+        );
+        let seen_mount = mount_tree(ws);
+        prop_assert_eq!(
+            &seen_mount,
+            &model.tree,
+            "the mount's view after step {} {:?} {:?}",
+            n,
+            via,
+            op
+        );
+        let seen_api = rt.block_on(api_tree(client));
+        prop_assert_eq!(
+            &seen_api,
+            &model.tree,
+            "the API's view after step {} {:?} {:?}",
+            n,
+            via,
+            op
+        );
+    }
+    Ok(())
 }
