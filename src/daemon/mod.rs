@@ -8,6 +8,7 @@
 //! shutdown, which stops the API and then unmounts. `wardfs serve` (`crate::cli`) only parses
 //! its arguments and calls [`run`]. The one place that knows every room; no room imports it.
 
+mod dir_watch;
 pub mod watch;
 
 use std::sync::Arc;

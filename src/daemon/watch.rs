@@ -2,8 +2,8 @@
 //! the backing directory, another program) are journaled as `watcher` changes and reach the
 //! mount's caches, with or without a mount.
 //!
-//! A `notify` watcher (inotify) reports changed paths of every local zone; one thread looks at
-//! each. A change wardfs made itself (any entry point: [`crate::core::own`]) is skipped. Any
+//! An inotify watch ([`super::dir_watch`]) reports changed paths of every local zone; one thread
+//! looks at each. A change wardfs made itself (any entry point: [`crate::core::own`]) is skipped. Any
 //! other goes at once to the core's listeners (the mount's invalidation: `Zones::changed_beside`)
 //! and, once it has been quiet for `SETTLE` and still is not wardfs's own (an API write is
 //! noted as its own right after its rename, which inotify may report first), into the journal:
@@ -13,7 +13,7 @@
 //! Each directory is watched on its own (inotify is not recursive): the watches are added by
 //! this module's own walk, at start and for every directory that appears, reading directories
 //! with `O_NOATIME` so that watching never changes a timestamp (a walk that did would race with a
-//! program setting a new directory's atime, as `notify`'s recursive mode does). A directory that
+//! program setting a new directory's atime, as the `notify` crate's recursive mode does). A directory that
 //! appears beside wardfs is read through at once (inotify watches a new directory only after it
 //! exists, so what a build put in it first would be missed). Opening,
 //! reading and closing change nothing and are not watched. A path changed many times in
@@ -42,8 +42,7 @@ use std::time::{Duration, Instant};
 
 use rustix::fs::{FileType, Mode, OFlags, Stat};
 
-use notify::{EventKind, RecursiveMode, Watcher as _};
-
+use super::dir_watch::{Batch, DirWatch};
 use crate::core::own::OwnChanges;
 use crate::core::{VPath, Zone, ZoneId, Zones};
 use crate::git::fsmonitor::{Beside as BesideSeen, BesideWatch};
@@ -69,7 +68,7 @@ const UNWATCHED_KEPT: usize = 1_000;
 pub struct Watcher {
     /// Dropping it drops the event handler's [`Closer`], which ends the thread (which holds
     /// the watch weakly).
-    _watcher: Arc<Mutex<notify::RecommendedWatcher>>,
+    _watcher: Arc<DirWatch>,
     _thread: std::thread::JoinHandle<()>,
     barriers: Arc<Barriers>,
 }
@@ -83,7 +82,7 @@ impl Watcher {
     /// Watches the local zones of `zones`; `None` when there is none. `barrier_dir` is a
     /// directory of the daemon's own (made, and emptied of markers a killed daemon left) where
     /// [`Watcher::beside`] makes its markers.
-    pub fn start(zones: Arc<Zones>, barrier_dir: &Path) -> notify::Result<Option<Watcher>> {
+    pub fn start(zones: Arc<Zones>, barrier_dir: &Path) -> std::io::Result<Option<Watcher>> {
         let roots: Vec<(ZoneId, PathBuf)> = ZoneId::ALL
             .iter()
             .filter_map(|id| match zones.zone(*id) {
@@ -95,33 +94,17 @@ impl Watcher {
             return Ok(None);
         }
         let queue = Arc::new(Queue::default());
-        let barriers = Arc::new(Barriers::new(barrier_dir).map_err(notify::Error::io)?);
+        let barriers = Arc::new(Barriers::new(barrier_dir)?);
         let closer = Closer(queue.clone(), barriers.clone());
-        // Only changes: no IN_OPEN / IN_CLOSE_NOWRITE, which the daemon's own opens of backing
-        // files would queue by the thousand (each one a wake-up of the watcher thread).
-        let config = notify::Config::default().with_event_kinds(notify::EventKindMask::CORE);
-        let watcher = notify::RecommendedWatcher::new(
-            move |res: notify::Result<notify::Event>| {
-                let Ok(ev) = res else { return };
-                if ev.need_rescan() {
-                    // The kernel's queue overflowed: events were lost.
-                    closer.0.overflowed();
-                    return;
-                }
-                if matches!(ev.kind, EventKind::Access(_)) {
-                    return;
-                }
-                // A barrier's marker is looked at without letting a burst gather first.
-                let urgent = ev.paths.iter().all(|p| closer.1.marker(p).is_some());
-                closer.0.push(ev.paths, urgent);
-            },
-            config,
-        )?;
-        let watcher = Arc::new(Mutex::new(watcher));
-        watcher
-            .lock()
-            .expect("not poisoned")
-            .watch(&barriers.dir, RecursiveMode::NonRecursive)?;
+        let watcher = Arc::new(DirWatch::start("wardfs-inotify", move |b: Batch| {
+            if b.overflowed {
+                closer.0.overflowed();
+            }
+            // A barrier's marker is looked at without letting a burst gather first.
+            let urgent = b.paths.iter().any(|p| closer.1.marker(p).is_some());
+            closer.0.push(b.paths, urgent);
+        })?);
+        watcher.add(&barriers.dir)?;
         let mut beside = Beside::new(
             zones,
             roots.clone(),
@@ -129,18 +112,14 @@ impl Watcher {
             barriers.clone(),
         );
         for (_, r) in &roots {
-            watcher
-                .lock()
-                .expect("not poisoned")
-                .watch(r, RecursiveMode::NonRecursive)?;
+            watcher.add(r)?;
             beside.adopt(r, false);
         }
         // The walk at start is over: what it could not watch is summed up now.
         beside.unwatched.sum_up(Instant::now(), true);
         let thread = std::thread::Builder::new()
             .name("wardfs-watch".into())
-            .spawn(move || beside.run(&queue))
-            .map_err(notify::Error::io)?;
+            .spawn(move || beside.run(&queue))?;
         Ok(Some(Watcher {
             _watcher: watcher,
             _thread: thread,
@@ -335,7 +314,7 @@ struct Beside {
     order: VecDeque<(Instant, PathBuf)>,
     dropped: u64,
     /// The watch, to add each new directory to (weak: dropping the [`Watcher`] ends the thread).
-    watcher: Weak<Mutex<notify::RecommendedWatcher>>,
+    watcher: Weak<DirWatch>,
     /// Directories the watch could not be added to, for the log.
     unwatched: Unwatched,
     /// The same directories for git's monitor (at most [`UNWATCHED_KEPT`]; then a zone's root).
@@ -402,7 +381,7 @@ impl Beside {
     fn new(
         zones: Arc<Zones>,
         roots: Vec<(ZoneId, PathBuf)>,
-        watcher: Weak<Mutex<notify::RecommendedWatcher>>,
+        watcher: Weak<DirWatch>,
         barriers: Arc<Barriers>,
     ) -> Beside {
         Beside {
@@ -505,10 +484,7 @@ impl Beside {
         };
         let mut dirs = vec![dir.to_path_buf()];
         while let Some(d) = dirs.pop() {
-            let watched = watcher
-                .lock()
-                .expect("not poisoned")
-                .watch(&d, RecursiveMode::NonRecursive);
+            let watched = watcher.add(&d);
             if let Err(e) = watched {
                 if !is_gone(&e) {
                     self.unwatched.note(&d, &e);
@@ -688,15 +664,11 @@ fn read_dir_noatime(dir: &Path) -> Option<Vec<(Vec<u8>, FileType)>> {
 
 /// Whether a watch failed because its directory is gone (removed or replaced since it was
 /// seen): nothing there to watch, and its removal is an event of its own.
-fn is_gone(e: &notify::Error) -> bool {
-    match &e.kind {
-        notify::ErrorKind::PathNotFound => true,
-        notify::ErrorKind::Io(io) => matches!(
-            io.kind(),
-            std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
-        ),
-        _ => false,
-    }
+fn is_gone(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+    )
 }
 
 /// True for wardfs's own temp names (a write in progress through the API or a pull).
