@@ -3,8 +3,8 @@
 # removed natively on a tmpfs and through a wardfs mount whose zones are on another tmpfs (the disk
 # out of the picture, so what is left is the FUSE round trips and the daemon's own work), run after
 # run, with the CPU each of the daemon's threads used per run (from /proc/PID/task/*/stat): the ring
-# threads that serve requests, the watcher (`wardfs-watch`, `notify-rs inotify`), the journal's
-# flusher (`wardfs-journal`) and the rest.
+# threads that serve requests, the watcher (`wardfs-watch`, and `wardfs-inotify`, which reads the
+# kernel's events), the journal's flusher (`wardfs-journal`) and the rest.
 #
 #   make bench-untar-cpu        # = bash benches/untar_cpu.sh
 #
@@ -15,10 +15,14 @@
 # Environment:
 #   WARDFS_UNTAR_RUNS     runs (default 5; the first is a warm-up and not counted)
 #   WARDFS_UNTAR_TARBALL  the tarball (default bench-data/agent/data/deps.tar)
+#   WARDFS_UNTAR_DIRS     directories already in the workspace, each watched by the daemon's
+#                         watcher as a repository's would be (default 3000; the generated tree
+#                         of bench-forks has 2,813)
 #   WARDFS_BIN            a wardfs binary to use instead of building the release one
 #
 # Prints one line per run and the medians: native and wardfs wall time, their ratio, and the
-# daemon's CPU per thread group.
+# daemon's CPU per thread group, counted until the daemon is idle again after the run (2 s with no
+# CPU: what the run left it to do, its checkpoint included, is the run's).
 set -euo pipefail
 
 me=untar_cpu.sh
@@ -31,6 +35,8 @@ need_root "FUSE and a tmpfs mount"
 need_tools tar:tar fusermount3:fuse3
 runs=${WARDFS_UNTAR_RUNS:-5}
 [[ $runs =~ ^[0-9]+$ ]] && ((runs >= 2)) || die "WARDFS_UNTAR_RUNS=$runs: must be a number, at least 2"
+dirs=${WARDFS_UNTAR_DIRS:-3000}
+[[ $dirs =~ ^[0-9]+$ ]] || die "WARDFS_UNTAR_DIRS=$dirs: must be a number"
 tarball=${WARDFS_UNTAR_TARBALL:-$repo/bench-data/agent/data/deps.tar}
 [ -f "$tarball" ] ||
   die "no tarball at $tarball: run 'WARDFS_AGENT_ONLY=untar make bench-agent' once, or set WARDFS_UNTAR_TARBALL"
@@ -51,7 +57,9 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 mount -t tmpfs -o size=4g tmpfs "$tmp/fast"
-mkdir -p "$tmp/fast/zones" "$tmp/fast/native"
+mkdir -p "$tmp/fast/zones/workspace/tree" "$tmp/fast/native"
+# The workspace's own directories, 100 to a parent, as a repository's would be.
+(cd "$tmp/fast/zones/workspace/tree" && seq "$dirs" | awk '{print "p" int($1 / 100) "/d" $1}' | xargs -r mkdir -p)
 wardfs_config "$tmp/fast/zones"
 wardfs_start
 sleep 2
@@ -64,7 +72,8 @@ threads() {
     case $comm in
       fuser-ring-*) comm=ring ;;
       fuser-*) comm=fuser-other ;;
-      notify-rs*) comm=notify ;;
+      wardfs-inotify) comm=inotify ;;
+      notify-rs*) comm=notify ;; # the notify crate's thread, in builds before dir_watch
     esac
     awk -v c="$comm" -v hz="$(getconf CLK_TCK)" '{print c, ($14 + $15) * 1000 / hz}' "$t/stat"
   done | awk '{a[$1] += $2} END {for (k in a) printf "%s=%d\n", k, a[k]}' | sort
@@ -72,6 +81,7 @@ threads() {
 
 native_dir=$tmp/fast/native/x
 mount_dir=$mnt/workspace/x
+echo "workspace: $dirs directories watched besides what each run makes"
 printf '%-4s %10s %10s %7s %12s  %s\n' run native wardfs ratio "daemon CPU" "by thread (ms)"
 : >"$tmp/runs.tsv"
 for r in $(seq "$runs"); do
@@ -88,6 +98,9 @@ for r in $(seq "$runs"); do
   tar -xf "$tarball" -C "$mount_dir"
   rm -rf "$mount_dir"
   sfs=$((($(date +%s%N) - s) / 1000000))
+  # What the run left the daemon to do (its watcher and journal catching up, the automatic
+  # checkpoint after 2 s of quiet) is the run's too: counted once the daemon is idle.
+  bash benches/agent_idle.sh "$daemon_pid" 2 60 >/dev/null
   after=$(threads)
   per=$(join -t= -a2 -e0 -o 0,1.2,2.2 <(echo "$before") <(echo "$after") |
     awk -F= '{d = $3 - $2; if (d > 0) printf "%s=%d ", $1, d}')
@@ -97,8 +110,6 @@ for r in $(seq "$runs"); do
   ((r == 1)) && label="$r*"
   printf '%-4s %8s ms %8s ms %6s× %9s ms  %s\n' "$label" "$nat" "$sfs" "$ratio" "$total" "$per"
   ((r == 1)) || printf '%s\t%s\t%s\n' "$nat" "$sfs" "$total" >>"$tmp/runs.tsv"
-  # Let the automatic checkpoint of the changes (2 s of quiet) run between runs, not in them.
-  sleep 4
 done
 echo "(* warm-up, not counted)"
 awk -F'\t' '
