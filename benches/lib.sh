@@ -1,5 +1,6 @@
 # shellcheck shell=bash disable=SC2154,SC2034 # variables of the sourcing script
-# Helpers shared by the mount benchmarks (benches/fuse.sh, benches/agent.sh). Sourced, not run:
+# Helpers shared by the benchmarks (benches/fuse.sh, agent.sh, forks.sh, sandbox.sh, ...). Sourced,
+# not run:
 #
 #   me=fuse.sh            # the script's name, for messages
 #   . benches/lib.sh
@@ -207,4 +208,50 @@ while os.path.exists(f"/proc/{root}"):
     report()
 PY
   sampler_pid=$!
+}
+
+# --- the real sandbox-agent, for the sandbox benchmarks (benches/sandbox.sh, sandbox_run.sh) ----
+
+# sandbox_agent_bin: the installed sandbox-agent's path; dies when there is none.
+sandbox_agent_bin() {
+  local a
+  for a in /usr/local/bin/sandbox-agent "$HOME/.local/bin/sandbox-agent"; do
+    [ -x "$a" ] && { echo "$a"; return 0; }
+  done
+  die "sandbox-agent is missing: run .ci/install-deps test"
+}
+
+# need_loopback_netns: dies unless the script runs in a network namespace with loopback only
+# (.ci/netns), where sandbox-agent may be started.
+need_loopback_netns() {
+  [ "$(tr -d ' ' </proc/self/net/dev | tail -n +3 | cut -d: -f1 | tr '\n' ' ')" = "lo " ] ||
+    die "not in a loopback-only network namespace"
+}
+
+# sandbox_agent_start DIR: starts sandbox-agent as the project's safety rules want it: bound to
+# 127.0.0.1 on a free port, with a fresh token, no telemetry, HOME=DIR/home (made, with the
+# `remote` directory the benchmarks mirror into) and a cleared environment, its log in
+# DIR/agent.log; returns once it answers /v1/health. Sets agent_pid, token, url and home; the
+# caller kills agent_pid at its end. Only in a loopback-only namespace (need_loopback_netns).
+sandbox_agent_start() {
+  local dir=$1 agent port
+  need_loopback_netns
+  agent=$(sandbox_agent_bin)
+  token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  home=$dir/home
+  mkdir -p "$home/remote"
+  env -i HOME="$home" PATH=/usr/bin:/bin "$agent" server --token "$token" --no-telemetry \
+    --host 127.0.0.1 --port "$port" >"$dir/agent.log" 2>&1 &
+  agent_pid=$!
+  url=http://127.0.0.1:$port
+  for _ in $(seq 100); do
+    curl -sf -H "Authorization: Bearer $token" "$url/v1/health" >/dev/null 2>&1 && return 0
+    kill -0 "$agent_pid" 2>/dev/null || {
+      cat "$dir/agent.log" >&2
+      die "sandbox-agent exited"
+    }
+    sleep 0.1
+  done
+  die "sandbox-agent did not answer /v1/health in 10 s"
 }

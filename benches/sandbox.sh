@@ -24,15 +24,15 @@ runs=${WARDFS_BENCH_RUNS:-3}
 big_mb=${WARDFS_BENCH_BIG_MB:-100}
 cargo=${CARGO:-cargo}
 
-die() { printf 'sandbox.sh: %s\n' "$*" >&2; exit 1; }
-log() { printf '\n== %s\n' "$*" >&2; }
+me=sandbox.sh
+# shellcheck source=benches/lib.sh
+. benches/lib.sh
 
 if [ -z "${WARDFS_BENCH_IN_NETNS:-}" ]; then
   for t in curl tar python3 split unshare ip; do
     command -v "$t" >/dev/null 2>&1 || die "$t is missing: run .ci/install-deps test"
   done
-  [ -x /usr/local/bin/sandbox-agent ] || [ -x "$HOME/.local/bin/sandbox-agent" ] ||
-    die "sandbox-agent is missing: run .ci/install-deps test"
+  sandbox_agent_bin >/dev/null
   log "building (release)"
   "$cargo" build --release --bench mirror --bin wardfs
   export WARDFS_BENCH_IN_NETNS=1
@@ -40,10 +40,7 @@ if [ -z "${WARDFS_BENCH_IN_NETNS:-}" ]; then
 fi
 
 # --- inside the namespace from here on
-[ "$(tr -d ' ' </proc/self/net/dev | tail -n +3 | cut -d: -f1 | tr '\n' ' ')" = "lo " ] ||
-  die "not in a loopback-only network namespace"
-agent=/usr/local/bin/sandbox-agent
-[ -x "$agent" ] || agent=$HOME/.local/bin/sandbox-agent
+need_loopback_netns
 bench_bin=$(ls -t "$repo_root"/target/release/deps/mirror-* | grep -v '\.d$' | head -1)
 [ -x "$bench_bin" ] || die "the mirror bench binary was not built"
 
@@ -80,19 +77,7 @@ head -c "$((big_mb * 1024 * 1024))" /dev/urandom >"$work/big/blob.bin"
 tree_bytes=$(du -sb --apparent-size "$work/tree" | cut -f1)
 
 # --- the server
-token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-home=$work/home
-mkdir -p "$home/remote"
-env -i HOME="$home" PATH=/usr/bin:/bin "$agent" server --token "$token" --no-telemetry \
-  --host 127.0.0.1 --port "$port" >"$work/agent.log" 2>&1 &
-agent_pid=$!
-url=http://127.0.0.1:$port
-for _ in $(seq 100); do
-  curl -sf -H "Authorization: Bearer $token" "$url/v1/health" >/dev/null 2>&1 && break
-  kill -0 "$agent_pid" 2>/dev/null || { cat "$work/agent.log" >&2; die "sandbox-agent exited"; }
-  sleep 0.1
-done
+sandbox_agent_start "$work"
 auth=(-H "Authorization: Bearer $token")
 
 now_ms() { date +%s%3N; }

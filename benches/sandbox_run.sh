@@ -21,15 +21,15 @@ runs=${WARDFS_BENCH_RUNS:-10}
 strict=${WARDFS_BENCH_STRICT:-0}
 cargo=${CARGO:-cargo}
 
-die() { printf 'sandbox_run.sh: %s\n' "$*" >&2; exit 1; }
-log() { printf '\n== %s\n' "$*" >&2; }
+me=sandbox_run.sh
+# shellcheck source=benches/lib.sh
+. benches/lib.sh
 
 if [ -z "${WARDFS_BENCH_IN_NETNS:-}" ]; then
   for t in curl python3 unshare ip; do
     command -v "$t" >/dev/null 2>&1 || die "$t is missing: run .ci/install-deps test"
   done
-  [ -x /usr/local/bin/sandbox-agent ] || [ -x "$HOME/.local/bin/sandbox-agent" ] ||
-    die "sandbox-agent is missing: run .ci/install-deps test"
+  sandbox_agent_bin >/dev/null
   log "building (release)"
   "$cargo" build --release --bin wardfs
   export WARDFS_BENCH_IN_NETNS=1
@@ -37,10 +37,7 @@ if [ -z "${WARDFS_BENCH_IN_NETNS:-}" ]; then
 fi
 
 # --- inside the namespace from here on
-[ "$(tr -d ' ' </proc/self/net/dev | tail -n +3 | cut -d: -f1 | tr '\n' ' ')" = "lo " ] ||
-  die "not in a loopback-only network namespace"
-agent=/usr/local/bin/sandbox-agent
-[ -x "$agent" ] || agent=$HOME/.local/bin/sandbox-agent
+need_loopback_netns
 wardfs=$repo_root/target/release/wardfs
 [ -x "$wardfs" ] || die "target/release/wardfs was not built"
 
@@ -61,19 +58,7 @@ now_ns() { date +%s%N; }
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 # --- the server
-token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-home=$work/home
-mkdir -p "$home/remote"
-env -i HOME="$home" PATH=/usr/bin:/bin "$agent" server --token "$token" --no-telemetry \
-  --host 127.0.0.1 --port "$port" >"$work/agent.log" 2>&1 &
-agent_pid=$!
-url=http://127.0.0.1:$port
-for _ in $(seq 100); do
-  curl -sf -H "Authorization: Bearer $token" "$url/v1/health" >/dev/null 2>&1 && break
-  kill -0 "$agent_pid" 2>/dev/null || { cat "$work/agent.log" >&2; die "sandbox-agent exited"; }
-  sleep 0.1
-done
+sandbox_agent_start "$work"
 
 # --- the daemon, its workspace holding 1,000 small files
 mkdir -p "$work/zones/workspace/src"
