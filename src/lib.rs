@@ -21,6 +21,7 @@ pub mod fork;
 pub mod fuse;
 pub mod git;
 pub mod mcp;
+pub mod proto;
 pub mod review;
 pub mod sandbox;
 pub mod state;

@@ -8,35 +8,14 @@ use std::sync::Arc;
 
 use axum::extract::State;
 use axum::Json;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use super::body::JsonBody;
 use super::error::ApiError;
 use super::openapi::{route, Route};
 use super::AppState;
 use crate::core::{retention, FsError};
-
-/// What one garbage collection pass removed.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
-#[schemars(rename = "GcResult")]
-pub struct GcReport {
-    /// The retention in force (`[journal] keep_days`; 0 keeps rows forever).
-    pub keep_days: u32,
-    /// Rows older than this time (ms since the epoch) were deleted; `null` when kept forever.
-    pub before_ms: Option<i64>,
-    /// Journal rows deleted.
-    pub journal_rows: u64,
-    /// Ids of discarded staged commits whose rows were deleted.
-    pub staged_commits: Vec<String>,
-    /// Staged refs deleted, as `<mirror path>:<ref>`.
-    pub refs: Vec<String>,
-    /// Leftover temporary files deleted, as virtual paths.
-    pub temp_files: Vec<String>,
-    /// Checkpoints deleted (past `[checkpoints] keep` or `keep_days`).
-    pub checkpoints: u64,
-    /// Objects deleted from the checkpoint store (held by no kept checkpoint).
-    pub checkpoint_objects: u64,
-}
+use crate::proto::GcReport;
 
 /// The body of `POST /v1/gc`: no fields, `{}`.
 #[derive(Debug, Default, Deserialize, schemars::JsonSchema)]

@@ -1,9 +1,9 @@
 //! `wardfs gc`: ask the daemon to delete old journal rows, discarded staged commits, stray staged
 //! refs, leftover temporary files and checkpoints past their retention now (it also does so every hour on its own).
 
-use crate::api::GcReport;
 use crate::cli::output::{print_json, time};
 use crate::cli::{ClientError, Ctx, Outcome};
+use crate::proto::GcReport;
 
 /// Delete old journal rows, discarded staged commits and leftover temp files now
 #[derive(Debug, clap::Args)]

@@ -1,9 +1,9 @@
 //! `wardfs status`: what the daemon serves, where to open an editor, and how it is doing.
 
-use crate::api::{EditorDir, Status};
 use crate::cli::output::print_json;
 use crate::cli::{ClientError, Ctx, Outcome};
 use crate::core::text;
+use crate::proto::{EditorDir, Status};
 
 /// Show the daemon's zones, socket, mount, the directory to open in an editor, and journal
 #[derive(Debug, clap::Args)]
