@@ -25,8 +25,9 @@ use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask, Watches};
 use rustix::event::{EventfdFlags, PollFd, PollFlags};
 
 /// What a watch reports: names made, removed, moved in or out, written or re-attributed in the
-/// directory, and the directory's own removal or move. Not opens, reads and closes. Never
-/// through a symlink; only a directory.
+/// directory, and the directory's own removal or move. Not opens, reads and closes, which
+/// change nothing and which the daemon's own opens of backing files would queue by the
+/// thousand. Never through a symlink; only a directory.
 const MASK: WatchMask = WatchMask::CREATE
     .union(WatchMask::DELETE)
     .union(WatchMask::MOVED_FROM)

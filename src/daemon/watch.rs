@@ -3,19 +3,20 @@
 //! mount's caches, with or without a mount.
 //!
 //! An inotify watch ([`super::dir_watch`]) reports changed paths of every local zone; one thread
-//! looks at each. A change wardfs made itself (any entry point: [`crate::core::own`]) is skipped. Any
-//! other goes at once to the core's listeners (the mount's invalidation: `Zones::changed_beside`)
-//! and, once it has been quiet for `SETTLE` and still is not wardfs's own (an API write is
-//! noted as its own right after its rename, which inotify may report first), into the journal:
+//! looks at each. A change wardfs made itself (any entry point: [`crate::core::own`]) is skipped.
+//! Any other goes at once to the core's listeners (the mount's invalidation:
+//! `Zones::changed_beside`) and, once it has been quiet for `SETTLE` and still is not wardfs's
+//! own (an API write is noted as its own right after its rename, which inotify may report
+//! first), into the journal:
 //! `delete` when the path is gone, `write` for a file or symlink that is there. Directories that
 //! exist are not journaled (the files in them are); wardfs's temp names are never looked at.
 //!
 //! Each directory is watched on its own (inotify is not recursive): the watches are added by
 //! this module's own walk, at start and for every directory that appears, reading directories
 //! with `O_NOATIME` so that watching never changes a timestamp (a walk that did would race with a
-//! program setting a new directory's atime, as the `notify` crate's recursive mode does). A directory that
-//! appears beside wardfs is read through at once (inotify watches a new directory only after it
-//! exists, so what a build put in it first would be missed). Opening,
+//! program setting a new directory's atime, as the `notify` crate's recursive mode does). A
+//! directory that appears beside wardfs is read through at once (inotify watches a new
+//! directory only after it exists, so what a build put in it first would be missed). Opening,
 //! reading and closing change nothing and are not watched. A path changed many times in
 //! a burst is journaled once. The pending set is bounded (`MAX_PENDING`); past it, further
 //! paths still invalidate but are journaled only as a count in the log. A directory that cannot
