@@ -147,7 +147,7 @@ fk=$mnt/forks/agent
 # after 2 untimed rounds (warm), so drift on the machine reaches both sides alike; writes
 # "ws_us fork_us" per round to $out/NAME.txt.
 pairs() {
-  local name=$1 runs=$2 prep=$3 a=$4 b=$5 i s ta tb
+  local name=$1 runs=$2 prep=$3 a=$4 b=$5 i s ta tb side
   : >"$out/$name.txt"
   if [ -z "$prep" ]; then for i in 1 2; do sh -c "$a"; sh -c "$b"; done; fi
   for i in $(seq "$runs"); do

@@ -40,15 +40,15 @@ abort_mb=${MEM_BENCH_ABORT_MB:-2000}
 cases=${MEM_BENCH_CASES:-grep push pull remote endless}
 cargo=${CARGO:-cargo}
 
-die() { printf 'memory.sh: %s\n' "$*" >&2; exit 1; }
-log() { printf '\n== %s\n' "$*" >&2; }
+me=memory.sh
+# shellcheck source=benches/lib.sh
+. benches/lib.sh
 
 if [ -z "${MEM_BENCH_IN_NETNS:-}" ]; then
-  for t in python3 unshare ip fusermount3 cmp; do
+  for t in curl python3 unshare ip fusermount3 cmp; do
     command -v "$t" >/dev/null 2>&1 || die "$t is missing: run .ci/install-deps test"
   done
-  [ -x /usr/local/bin/sandbox-agent ] || [ -x "$HOME/.local/bin/sandbox-agent" ] ||
-    die "sandbox-agent is missing: run .ci/install-deps test"
+  sandbox_agent_bin >/dev/null
   if [ -z "${MEM_BENCH_WARDFS:-}" ]; then
     log "building (release)"
     "$cargo" build --release --bin wardfs
@@ -61,12 +61,9 @@ if [ -z "${MEM_BENCH_IN_NETNS:-}" ]; then
 fi
 
 # --- inside the namespace from here on
-[ "$(tr -d ' ' </proc/self/net/dev | tail -n +3 | cut -d: -f1 | tr '\n' ' ')" = "lo " ] ||
-  die "not in a loopback-only network namespace"
+need_loopback_netns
 wardfs=$MEM_BENCH_WARDFS
 [ -x "$wardfs" ] || die "no wardfs binary at $wardfs"
-agent=/usr/local/bin/sandbox-agent
-[ -x "$agent" ] || agent=$HOME/.local/bin/sandbox-agent
 unit=$(python3 -c 'import sys; print(int(float(sys.argv[1]) * 2**30))' "$gib")
 [ "$unit" -gt 0 ] || die "MEM_BENCH_GIB must be a positive number, not $gib"
 
@@ -99,24 +96,8 @@ cleanup() {
 trap cleanup EXIT
 
 # --- the real sandbox-agent
-token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-port=$(free_port)
-home=$work/home
-mkdir -p "$home/remote"
-env -i HOME="$home" PATH=/usr/bin:/bin "$agent" server --token "$token" --no-telemetry \
-  --host 127.0.0.1 --port "$port" >"$work/agent.log" 2>&1 &
-agent_pid=$!
-url=http://127.0.0.1:$port
-for _ in $(seq 100); do
-  python3 - "$url/v1/health" "$token" <<'EOF' 2>/dev/null && break
-import sys, urllib.request
-req = urllib.request.Request(sys.argv[1], headers={"Authorization": "Bearer " + sys.argv[2]})
-urllib.request.urlopen(req, timeout=1).read()
-EOF
-  kill -0 "$agent_pid" 2>/dev/null || { cat "$work/agent.log" >&2; die "sandbox-agent exited"; }
-  sleep 0.1
-done
+sandbox_agent_start "$work"
 
 # --- the hostile sandbox: /v1/health answers, every other route streams a body that never ends
 cat >"$work/endless.py" <<'EOF'
