@@ -258,6 +258,9 @@ pub struct Limits {
     /// Output of a run kept in memory for its result, per stream (the last bytes; the rest is
     /// counted, not kept). What streams to the client is not kept.
     pub run_output_bytes: u64,
+    /// How long a run whose clients all went away waits for one to reconnect
+    /// (`GET /v1/runs/{id}/events`) before its command is stopped; 0 stops it at once.
+    pub run_reconnect_secs: u64,
 }
 
 impl Default for Limits {
@@ -277,6 +280,7 @@ impl Default for Limits {
             body_memory_wait_secs: 30,
             run_timeout_secs: 600,
             run_output_bytes: 1 << 20,
+            run_reconnect_secs: 10,
         }
     }
 }
@@ -1651,6 +1655,12 @@ fn check_limits(l: &Limits, api: &ApiSection) -> Result<Connections, (&'static s
         return Err((
             "limits.run_output_bytes",
             format!("{} must be between 1024 and 1073741824", l.run_output_bytes),
+        ));
+    }
+    if l.run_reconnect_secs > 3600 {
+        return Err((
+            "limits.run_reconnect_secs",
+            format!("{} must be between 0 and 3600", l.run_reconnect_secs),
         ));
     }
     let connections = connections(api)?;

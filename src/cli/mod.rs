@@ -40,6 +40,7 @@ Exit codes:
   7  too large, binary, no space
   8  daemon not running, zone, sandbox or git remote unavailable
   9  internal error
+`wardfs run` exits with its command's exit code, and 125 when wardfs itself failed.
 
 Start the daemon with `wardfs serve`; the other commands find its socket from --socket,
 $WARDFS_SOCKET, or the config (--config, $WARDFS_CONFIG, else the embedded default).";
@@ -293,13 +294,31 @@ pub fn main() -> ExitCode {
                 _ => None,
             };
             fail(ctx.json, code_name(&e), &e.to_string(), path);
-            ExitCode::from(exit_code(&e))
+            if runs_a_command(&cli.command) {
+                ExitCode::from(EXIT_RUN_FAILED)
+            } else {
+                ExitCode::from(exit_code(&e))
+            }
         }
     }
 }
 
 /// The exit code of bad usage, an invalid argument or path, and a config that does not load.
 pub const EXIT_USAGE: u8 = 2;
+/// The exit code of `wardfs run` (and `wardfs runs --follow`) when wardfs itself failed (the
+/// command did not start, the daemon refused, the connection broke), as `docker run` and
+/// `env` use it: every other code is the command's own.
+pub const EXIT_RUN_FAILED: u8 = 125;
+
+/// Whether the command exits with the code of a command it runs (then its own failures are
+/// [`EXIT_RUN_FAILED`]).
+fn runs_a_command(c: &Command) -> bool {
+    match c {
+        Command::Run(_) => true,
+        Command::Runs(a) => a.follow.is_some(),
+        _ => false,
+    }
+}
 /// The exit code of a daemon that is not running or could not start, and of an unavailable
 /// zone, sandbox or remote.
 pub const EXIT_UNAVAILABLE: u8 = 8;

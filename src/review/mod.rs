@@ -5,7 +5,8 @@
 //! It is an adapter like the CLI: every action goes to the running daemon through the socket
 //! [`Client`], on the same routes the CLI uses (`GET /v1/git/staged`, `POST /v1/git/staged/show`,
 //! `/v1/git/push`, `/v1/git/discard`, `GET /v1/forks` for the forks' overlaps on staged paths,
-//! `GET /v1/checkpoints`, `GET /v1/log`, `POST /v1/checkpoints/diff`, `/v1/checkpoints/restore`).
+//! `GET /v1/checkpoints`, `GET /v1/log`, `POST /v1/checkpoints/diff`, `/v1/checkpoints/restore`,
+//! `GET /v1/runs?output=true` for the runs in sandboxes beside the workspace's timeline).
 //! It holds no state of its own besides its token.
 //!
 //! Who may use it: anyone who can reach a TCP port on loopback could, so every request must carry
@@ -22,6 +23,7 @@
 //! types and diff reader and `core`'s types (`tests/rules` checks the imports).
 
 pub mod render;
+pub mod runs;
 pub mod timeline;
 
 use std::io::Read as _;

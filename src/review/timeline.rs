@@ -304,6 +304,8 @@ pub struct Timeline {
     /// Older checkpoints exist past the limit.
     pub older: bool,
     pub compare: Option<Compared>,
+    /// The latest runs in sandboxes (on the workspace's tab only: runs bring files back there).
+    pub runs: Option<Result<Vec<super::runs::Run>, Failure>>,
 }
 
 impl Timeline {
@@ -393,11 +395,16 @@ pub async fn load(client: &Client, r: &Request) -> Result<Timeline, ClientError>
             Some(Compared { from, to, diff })
         }
     };
+    let runs = match r.zone {
+        ZoneId::Workspace => Some(super::runs::load(client).await),
+        _ => None,
+    };
     Ok(Timeline {
         request: r.clone(),
         entries,
         older,
         compare,
+        runs,
     })
 }
 
@@ -405,6 +412,7 @@ pub async fn load(client: &Client, r: &Request) -> Result<Timeline, ClientError>
 fn who(via: &str, pid: Option<u32>) -> String {
     let name = match via {
         "watcher" => "beside wardfs (watcher)",
+        "sandbox" => "a run in a sandbox (see Runs below)",
         "internal" => "wardfs",
         other => other,
     };
@@ -497,6 +505,9 @@ pub fn body(token: &str, view: View, t: Option<&Timeline>, error: Option<&str>) 
         compared(&mut out, c, zone, view);
     }
     checkpoints(&mut out, t, token, view);
+    if let Some(runs) = &t.runs {
+        super::runs::section(&mut out, runs);
+    }
     out
 }
 
@@ -915,6 +926,7 @@ mod tests {
             }],
             older: false,
             compare: None,
+            runs: Some(Err(Failure::input(hostile.into()))),
         };
         let html = body(
             "00ff",

@@ -51,6 +51,10 @@ pub enum SandboxError {
         "no sandbox named {name:?} (see `wardfs sandbox list`; add one with `wardfs sandbox add`)"
     )]
     NotFound { name: String },
+    #[error(
+        "no run {id:?} is kept (the runs going on and the last 16 ended since the daemon started are; `wardfs runs` lists them all)"
+    )]
+    RunNotFound { id: String },
     #[error("invalid {key}: {rule}")]
     Invalid { key: String, rule: String },
     #[error("sandbox {name:?} is defined in the config file {what}; change it there")]
@@ -92,7 +96,7 @@ impl SandboxError {
     /// Returns the stable code of this error.
     pub fn code(&self) -> ErrorCode {
         match self {
-            SandboxError::NotFound { .. } => ErrorCode::NotFound,
+            SandboxError::NotFound { .. } | SandboxError::RunNotFound { .. } => ErrorCode::NotFound,
             SandboxError::Invalid { .. } | SandboxError::FromConfig { .. } => {
                 ErrorCode::InvalidArgument
             }
@@ -819,6 +823,7 @@ impl Registry {
                 zones: self.zones.clone(),
                 id: zone,
             }),
+            origin: mirror::ORIGIN,
         };
         (progress.0)(&MirrorProgress::phase("scan"));
         let r = mirror::push(
@@ -841,6 +846,16 @@ impl Registry {
         &self,
         req: &MirrorRequest,
         progress: ProgressFn,
+    ) -> Result<PullSummary, SandboxError> {
+        self.pull_as(req, progress, mirror::ORIGIN).await
+    }
+
+    /// [`Registry::pull`], each change journaled as coming from `origin`.
+    pub(super) async fn pull_as(
+        &self,
+        req: &MirrorRequest,
+        progress: ProgressFn,
+        origin: crate::state::Origin,
     ) -> Result<PullSummary, SandboxError> {
         let (zone, local_root) = self.zone_root(req.zone.as_deref(), true)?;
         let def = self.row(&req.sandbox)?;
@@ -870,6 +885,7 @@ impl Registry {
                 zones: self.zones.clone(),
                 id: zone,
             }),
+            origin,
         };
         (progress.0)(&MirrorProgress::phase("scan"));
         let r = mirror::pull(

@@ -106,7 +106,7 @@ pub struct Writer {
     /// The zone the change was made in: `workspace`, or `forks/NAME`. For a file a fork did not
     /// change itself, the zone it was forked from (the change came with the fork).
     pub zone: String,
-    /// The adapter the change came through: `api`, `fuse`, `watcher`, `mirror` or `internal`.
+    /// The adapter the change came through: `api`, `fuse`, `watcher`, `mirror`, `sandbox` or `internal`.
     pub via: String,
     /// Process id of the client that made the change, when known.
     pub pid: Option<u32>,

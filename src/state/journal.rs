@@ -24,6 +24,8 @@ pub enum Via {
     Watcher,
     Git,
     Mirror,
+    /// Brought back by a run in a sandbox (`wardfs run --sandbox`).
+    Sandbox,
     Internal,
 }
 
@@ -35,6 +37,7 @@ impl Via {
             Via::Watcher => "watcher",
             Via::Git => "git",
             Via::Mirror => "mirror",
+            Via::Sandbox => "sandbox",
             Via::Internal => "internal",
         }
     }
@@ -96,8 +99,8 @@ pub struct JournalRow {
     /// For `move`: the destination, relative to its zone root (the destination zone is not
     /// recorded). Null otherwise.
     pub to_path: Option<String>,
-    /// The adapter the change came through: `api`, `fuse`, `watcher`, `git`, `mirror` or
-    /// `internal`.
+    /// The adapter the change came through: `api`, `fuse`, `watcher`, `git`, `mirror`,
+    /// `sandbox` (brought back by a run in a sandbox) or `internal`.
     pub via: String,
     /// Process id of the client that made the change, when known.
     pub pid: Option<u32>,

@@ -106,6 +106,8 @@ const MIGRATIONS: &[&str] = &[
     fork::MIGRATION_MOVES,
     // 13: runs of commands in sandboxes.
     run::MIGRATION,
+    // 14: the last bytes of a run's output.
+    run::MIGRATION_OUTPUT,
 ];
 
 /// The state database.

@@ -1,7 +1,8 @@
-//! Runs in sandboxes (`wardfs run --sandbox`, `POST /v1/run`): what ran, how it ended and what
-//! it changed, for `wardfs runs` and `GET /v1/runs`. The newest [`KEEP`] are kept. Never the
-//! values of the variables a run passed in, nor its output: only its command, its directory and
-//! the counts.
+//! Runs in sandboxes (`wardfs run --sandbox`, `POST /v1/run`): what ran, how it ended, what it
+//! changed and the last [`OUTPUT_KEPT`] bytes of each of its streams, for `wardfs runs`, `GET
+//! /v1/runs` and the review page. The newest [`KEEP`] are kept. Never the values of the
+//! variables a run passed in: they are masked in its output before it reaches here
+//! (`sandbox::run::output::Masker`).
 
 use rusqlite::params;
 use serde::{Deserialize, Serialize};
@@ -12,6 +13,8 @@ use super::{Db, StateError};
 pub const KEEP: i64 = 1000;
 /// How many changed paths a run's row names (`changed_total` counts them all).
 const CHANGED_NAMED: usize = 1000;
+/// Bytes of each of a run's streams kept with its row (the last ones).
+pub const OUTPUT_KEPT: usize = 16 * 1024;
 
 /// The table (appended to the migrations in `state::MIGRATIONS`).
 pub(super) const MIGRATION: &str = "CREATE TABLE runs (
@@ -31,6 +34,10 @@ pub(super) const MIGRATION: &str = "CREATE TABLE runs (
         changed_total INTEGER NOT NULL
     );
     CREATE INDEX runs_sandbox ON runs(sandbox, seq);";
+
+/// The last bytes of each stream (appended to the migrations in `state::MIGRATIONS`).
+pub(super) const MIGRATION_OUTPUT: &str = "ALTER TABLE runs ADD COLUMN stdout_tail TEXT;
+    ALTER TABLE runs ADD COLUMN stderr_tail TEXT;";
 
 /// One run, as `GET /v1/runs` lists it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
@@ -60,6 +67,21 @@ pub struct RunRow {
     pub changed: Vec<String>,
     /// How many paths it changed.
     pub changed_total: u64,
+    /// The last 16 KiB of its stdout and stderr (the values of the variables it was given
+    /// masked as `***`); only when asked for (`output=true`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdout_tail: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr_tail: Option<String>,
+}
+
+/// The last [`OUTPUT_KEPT`] bytes of `s`, whole characters.
+fn kept(s: &str) -> &str {
+    let mut start = s.len().saturating_sub(OUTPUT_KEPT);
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    &s[start..]
 }
 
 impl Db {
@@ -71,8 +93,9 @@ impl Db {
         let conn = self.lock();
         conn.execute(
             "INSERT INTO runs (id, sandbox, started_at, command, cwd, exit_code, timed_out, \
-             cancelled, duration_ms, stdout_bytes, stderr_bytes, changed, changed_total) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+             cancelled, duration_ms, stdout_bytes, stderr_bytes, changed, changed_total, \
+             stdout_tail, stderr_tail) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
             params![
                 r.id,
                 r.sandbox,
@@ -86,7 +109,9 @@ impl Db {
                 r.stdout_bytes as i64,
                 r.stderr_bytes as i64,
                 changed,
-                r.changed_total as i64
+                r.changed_total as i64,
+                r.stdout_tail.as_deref().map(kept),
+                r.stderr_tail.as_deref().map(kept)
             ],
         )?;
         conn.execute(
@@ -96,16 +121,24 @@ impl Db {
         Ok(())
     }
 
-    /// Returns the newest `limit` runs (of `sandbox` when given), newest first.
-    pub fn runs(&self, sandbox: Option<&str>, limit: usize) -> Result<Vec<RunRow>, StateError> {
+    /// Returns the newest `limit` runs (of `sandbox` when given), newest first; with their
+    /// output when `output`.
+    pub fn runs(
+        &self,
+        sandbox: Option<&str>,
+        limit: usize,
+        output: bool,
+    ) -> Result<Vec<RunRow>, StateError> {
         let conn = self.lock();
         let mut stmt = conn.prepare(
             "SELECT id, sandbox, started_at, command, cwd, exit_code, timed_out, cancelled, \
-             duration_ms, stdout_bytes, stderr_bytes, changed, changed_total FROM runs \
+             duration_ms, stdout_bytes, stderr_bytes, changed, changed_total, \
+             CASE WHEN ?3 THEN coalesce(stdout_tail, '') END, \
+             CASE WHEN ?3 THEN coalesce(stderr_tail, '') END FROM runs \
              WHERE ?1 IS NULL OR sandbox = ?1 ORDER BY seq DESC LIMIT ?2",
         )?;
         let rows = stmt
-            .query_map(params![sandbox, limit as i64], |row| {
+            .query_map(params![sandbox, limit as i64, output], |row| {
                 let list = |i: usize| -> rusqlite::Result<Vec<String>> {
                     let s: String = row.get(i)?;
                     Ok(serde_json::from_str(&s).unwrap_or_default())
@@ -124,6 +157,8 @@ impl Db {
                     stderr_bytes: row.get::<_, i64>(10)? as u64,
                     changed: list(11)?,
                     changed_total: row.get::<_, i64>(12)? as u64,
+                    stdout_tail: row.get(13)?,
+                    stderr_tail: row.get(14)?,
                 })
             })?
             .collect::<Result<Vec<_>, _>>()?;

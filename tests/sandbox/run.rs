@@ -130,7 +130,7 @@ fn runs_pass_exit_codes_see_pushed_files_and_bring_changes_back() {
     let rows = journal(&d);
     let has = |op: &str, path: &str| {
         rows.iter()
-            .any(|r| r["op"] == op && r["path"] == path && r["via"] == "mirror")
+            .any(|r| r["op"] == op && r["path"] == path && r["via"] == "sandbox")
     };
     assert!(
         has("write", "out.txt") && has("write", "d/y.txt") && has("delete", "gone.txt"),
@@ -152,7 +152,7 @@ fn runs_pass_exit_codes_see_pushed_files_and_bring_changes_back() {
     let (code, out, err) = run(&d, &["--cwd", "d", "--", "cat", "y.txt"]);
     assert_eq!((code, out.as_str()), (0, "deep\n"), "{err}");
     let (code, _, err) = run(&d, &["--cwd", "d/../..", "--", "true"]);
-    assert_eq!(code, 2, "{err}");
+    assert_eq!(code, 125, "wardfs's own failure: {err}");
     assert!(err.contains("cwd") && err.contains("climbs out"), "{err}");
 
     // A listed secret reaches the command and appears nowhere else.
@@ -165,15 +165,18 @@ fn runs_pass_exit_codes_see_pushed_files_and_bring_changes_back() {
             "sh",
             "-c",
             &format!(
-                "printf '%s' \"${SECRET}\" | cut -c1-7; printf 'len=%s\\n' \"${{#{SECRET}}}\""
+                "printf '%s' \"${SECRET}\" | cut -c1-7; printf 'len=%s\\n' \"${{#{SECRET}}}\"; \
+                 echo \"whole=${SECRET}\"; echo \"err=${SECRET}\" >&2"
             ),
         ],
     );
     assert_eq!(code, 0, "{err}");
-    assert_eq!(out, format!("s3cret-\nlen={}\n", secret.len()));
+    // Printed whole, it is masked: on our stdout and stderr, and in what the daemon keeps.
+    assert_eq!(out, format!("s3cret-\nlen={}\nwhole=***\n", secret.len()));
+    assert!(err.contains("err=***") && !err.contains(&secret), "{err}");
     // An unlisted one is refused, named, its value never shown.
     let (code, _, err) = run(&d, &["--env", UNLISTED, "--", "true"]);
-    assert_eq!(code, 2, "{err}");
+    assert_eq!(code, 125, "{err}");
     assert!(err.contains(UNLISTED) && err.contains("run_env"), "{err}");
     assert!(!err.contains(&unlisted), "{err}");
     // The runs are listed, newest first, with what they changed.
@@ -192,6 +195,18 @@ fn runs_pass_exit_codes_see_pushed_files_and_bring_changes_back() {
     changed.sort();
     assert_eq!(changed, ["d/y.txt", "gone.txt", "out.txt"]);
     assert_eq!(runs[1]["cwd"], "d");
+    // With their output when asked: the secret masked there too.
+    let with: Value = d.get("/v1/runs?sandbox=dev&limit=1&output=true");
+    let last = &with["runs"][0];
+    assert_eq!(
+        last["stdout_tail"],
+        format!("s3cret-\nlen={}\nwhole=***\n", secret.len())
+    );
+    assert_eq!(last["stderr_tail"], "err=***\n");
+    assert!(
+        runs[0].get("stdout_tail").is_none(),
+        "not unless asked: {runs:?}"
+    );
     let listed = d.cli_ok(&["runs"]);
     assert_eq!(listed.lines().count(), 4, "{listed}");
     assert!(
@@ -239,7 +254,7 @@ fn deadlines_kill_the_command_one_run_at_a_time_and_output_is_capped() {
     }
     let (code, _, err) = run(&d, &["--no-sync", "--", "true"]);
     let first = first.join().unwrap();
-    assert_eq!(code, 5, "{err} / first: {first:?}");
+    assert_eq!(code, 125, "{err} / first: {first:?}");
     assert!(err.contains("one run per sandbox"), "{err}");
     assert!(first.status.success());
 
@@ -285,13 +300,19 @@ fn deadlines_kill_the_command_one_run_at_a_time_and_output_is_capped() {
         assert!(Instant::now() < until, "the run did not start");
         std::thread::sleep(Duration::from_millis(10));
     }
-    cli.kill().unwrap();
-    cli.wait().unwrap();
+    // Ctrl-C: the CLI asks the daemon to stop the command, reads how the run ended, exits 130.
+    let t = Instant::now();
+    sigint(cli.id());
+    let status = cli.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "{status:?}");
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
     std::thread::sleep(Duration::from_millis(2500));
     assert!(
         !server.work().join("late2.txt").exists(),
-        "the command ran on after its client went away"
+        "the command ran on after Ctrl-C"
     );
+    let last: Value = d.get("/v1/runs?limit=1");
+    assert_eq!(last["runs"][0]["cancelled"], true, "{last}");
 
     // An endless output: streamed on, counted, only its tail kept; the daemon stays small.
     let before = rss_kib(d.pid(), "VmRSS:");
@@ -336,6 +357,243 @@ fn deadlines_kill_the_command_one_run_at_a_time_and_output_is_capped() {
     );
     let (code, msg) = d.err("/v1/run", json!({"sandbox": "dev", "command": []}));
     assert_eq!(code, ErrorCode::InvalidArgument, "{msg}");
+}
+
+/// Sends SIGINT (Ctrl-C) to process `pid`.
+fn sigint(pid: u32) {
+    let ok = std::process::Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -INT {pid}");
+}
+
+/// Waits until `path` exists (the command got that far).
+fn wait_for(path: &std::path::Path) {
+    let until = Instant::now() + Duration::from_secs(10);
+    while !path.exists() {
+        assert!(Instant::now() < until, "{} never appeared", path.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Starts `wardfs --json run --sandbox dev ARGS…` and reads its lines until `started`; then
+/// kills it (SIGKILL): the client died. Returns the run's id.
+fn start_and_leave(d: &Daemon, args: &[&str]) -> String {
+    use std::io::BufRead as _;
+    let mut cli = std::process::Command::new(crate::support::BIN)
+        .arg("--socket")
+        .arg(&d.socket)
+        .args(["--json", "run", "--sandbox", "dev"])
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(cli.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    cli.kill().unwrap();
+    cli.wait().unwrap();
+    let v: Value = serde_json::from_str(&first).unwrap();
+    assert_eq!(v["event"], "started", "{v}");
+    assert_eq!(v["seq"], 1, "{v}");
+    v["run_id"].as_str().unwrap().to_string()
+}
+
+/// Reads `GET /v1/runs/{id}/events?after=AFTER` to its end: its lines.
+fn follow(d: &Daemon, id: &str, after: u64) -> Vec<Value> {
+    let mut lines = Vec::new();
+    d.rt()
+        .block_on(
+            d.client()
+                .get_lines(&format!("/v1/runs/{id}/events?after={after}"), |line| {
+                    let v: Value = serde_json::from_slice(line).unwrap();
+                    if v["event"] != "heartbeat" {
+                        lines.push(v);
+                    }
+                    ControlFlow::Continue(())
+                }),
+        )
+        .unwrap();
+    lines
+}
+
+#[test]
+fn a_run_outlives_its_client_for_a_while_and_is_taken_up_again_by_its_id() {
+    let server = AgentServer::start();
+    let d = daemon(&server, "x", "y", "[limits]\nrun_reconnect_secs = 2\n");
+
+    // The client goes away after `started`; the command runs on, and a client that comes
+    // back with the id reads the rest from where it was, to the end.
+    let id = start_and_leave(
+        &d,
+        &[
+            "--",
+            "sh",
+            "-c",
+            "sleep 0.5; echo one; sleep 1; echo two > two.txt; echo two",
+        ],
+    );
+    let lines = follow(&d, &id, 1);
+    let events: Vec<&str> = lines.iter().map(|l| l["event"].as_str().unwrap()).collect();
+    assert_eq!(events.first(), Some(&"stdout"), "{lines:?}");
+    assert_eq!(events.last(), Some(&"exited"), "{lines:?}");
+    let out: String = lines
+        .iter()
+        .filter(|l| l["event"] == "stdout")
+        .map(|l| l["data"].as_str().unwrap())
+        .collect();
+    assert_eq!(out, "one\ntwo\n");
+    let exited = lines.last().unwrap();
+    assert_eq!(exited["exit_code"], 0, "{exited}");
+    assert_eq!(exited["cancelled"], false, "{exited}");
+    assert_eq!(exited["changed"], json!(["two.txt"]), "{exited}");
+    assert!(d.workspace().join("two.txt").exists());
+    // Its lines are numbered in order; the same again from the start, through the CLI too.
+    let seqs: Vec<u64> = lines.iter().filter_map(|l| l["seq"].as_u64()).collect();
+    assert!(
+        seqs.windows(2).all(|w| w[1] == w[0] + 1) && seqs[0] == 2,
+        "{seqs:?}"
+    );
+    let again = d.cli(&["runs", "--follow", &id]);
+    assert_eq!(again.status.code(), Some(0));
+    assert_eq!(text(&again.stdout), "one\ntwo\n");
+
+    // Nobody comes back: the command is stopped after limits.run_reconnect_secs.
+    let id = start_and_leave(
+        &d,
+        &[
+            "--no-sync",
+            "--",
+            "sh",
+            "-c",
+            "sleep 5; echo late > late.txt",
+        ],
+    );
+    std::thread::sleep(Duration::from_secs(6));
+    assert!(
+        !server.work().join("late.txt").exists(),
+        "the command ran on with nobody following it: {}",
+        d.log_text()
+    );
+    let lines = follow(&d, &id, 0);
+    let exited = lines.last().unwrap();
+    assert_eq!(exited["event"], "exited", "{lines:?}");
+    assert_eq!(exited["cancelled"], true, "{exited}");
+
+    // Cancel by id; an id not kept is NOT_FOUND, named.
+    let id = start_and_leave(&d, &["--no-sync", "--", "sleep", "30"]);
+    let t = Instant::now();
+    let r = d.ok(&format!("/v1/runs/{id}/cancel"), json!({}));
+    assert_eq!(r["cancelled"], true, "{r}");
+    let lines = follow(&d, &id, 0);
+    assert_eq!(lines.last().unwrap()["cancelled"], true, "{lines:?}");
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    let r = d.ok(&format!("/v1/runs/{id}/cancel"), json!({}));
+    assert_eq!(r["cancelled"], false, "ended already: {r}");
+    let (code, msg) = d.api().get("/v1/runs/nope-1-0/events").unwrap_err();
+    assert_eq!(code, Some(ErrorCode::NotFound), "{msg}");
+    assert!(msg.contains("nope-1-0"), "{msg}");
+    let out = d.cli(&["runs", "--follow", "nope-1-0"]);
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
+}
+
+#[test]
+fn renames_and_conflicts_come_back_parallel_runs_share_and_a_dying_sandbox_is_named() {
+    let mut server = AgentServer::start();
+    let d = daemon(&server, "x", "y", "");
+    d.write("/workspace/a.txt", "a\n");
+    d.write("/workspace/c.txt", "base\n");
+    let (code, _, err) = run(&d, &["--", "true"]);
+    assert_eq!(code, 0, "{err}");
+
+    // A rename in the sandbox comes back as the new name, the old one gone.
+    let (code, _, err) = run(&d, &["--", "mv", "a.txt", "b.txt"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!d.workspace().join("a.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(d.workspace().join("b.txt")).unwrap(),
+        "a\n"
+    );
+
+    // c.txt changed on both sides during a run: the workspace keeps its own, the sandbox's is
+    // saved beside it, and the run says so.
+    let racing = d.cli_in_thread(&[
+        "--json",
+        "run",
+        "--sandbox",
+        "dev",
+        "--",
+        "sh",
+        "-c",
+        "touch begun; while [ ! -e go ]; do sleep 0.02; done; echo sandbox > c.txt",
+    ]);
+    wait_for(&server.work().join("begun"));
+    d.write("/workspace/c.txt", "workspace\n");
+    std::fs::write(server.work().join("go"), "").unwrap();
+    let out = racing.join().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let exited: Value = text(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["event"] == "exited")
+        .unwrap();
+    let conflicts = exited["conflicts"].as_array().unwrap();
+    assert_eq!(conflicts.len(), 1, "{exited}");
+    assert_eq!(conflicts[0]["path"], "c.txt", "{exited}");
+    assert_eq!(
+        std::fs::read_to_string(d.workspace().join("c.txt")).unwrap(),
+        "workspace\n"
+    );
+    let copy = conflicts[0]["remote_copy"].as_str().unwrap();
+    assert_eq!(
+        std::fs::read_to_string(d.workspace().join(copy)).unwrap(),
+        "sandbox\n"
+    );
+
+    // Two --parallel runs hold the sandbox together; a run alone is still refused meanwhile.
+    let slow = d.cli_in_thread(&[
+        "run",
+        "--sandbox",
+        "dev",
+        "--parallel",
+        "--no-sync",
+        "--",
+        "sh",
+        "-c",
+        "touch p1; while [ ! -e p2 ]; do sleep 0.02; done",
+    ]);
+    wait_for(&server.work().join("p1"));
+    let (code, _, err) = run(&d, &["--no-sync", "--", "true"]);
+    assert_eq!(code, 125, "{err}");
+    assert!(err.contains("--parallel"), "{err}");
+    let (code, _, err) = run(&d, &["--parallel", "--no-sync", "--", "touch", "p2"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(slow.join().unwrap().status.code(), Some(0));
+
+    // The sandbox dies while the command runs: a clear error, exit 125, and the workspace as
+    // it was (nothing pulled).
+    let before: Vec<_> = walkdir(&d.workspace());
+    let dying = d.cli_in_thread(&[
+        "run",
+        "--sandbox",
+        "dev",
+        "--",
+        "sh",
+        "-c",
+        "touch dying; sleep 30",
+    ]);
+    wait_for(&server.work().join("dying"));
+    server.kill();
+    let out = dying.join().unwrap();
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
+    let err = text(&out.stderr);
+    assert!(err.contains("sandbox \"dev\""), "{err}");
+    assert_eq!(walkdir(&d.workspace()), before, "the workspace changed");
+    assert!(!d.workspace().join("dying").exists());
 }
 
 /// A line of /proc/PID/status in KiB.

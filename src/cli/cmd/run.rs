@@ -37,17 +37,21 @@ const HOME: &str = "/tmp/home";
 /// With --sandbox NAME: makes or resumes the sandbox, pushes what changed in the workspace since
 /// the last push, runs the command (no shell) in the mirrored directory (or --cwd beneath it),
 /// prints its stdout and stderr as it prints them (polled by the daemon: within about 50 ms),
-/// pulls back what it changed (journaled; a conflict keeps both sides) and exits with its exit
-/// code (124 when killed at its --timeout, 137 when killed otherwise). On a terminal its
-/// control characters are escaped unless --raw. --env VAR passes the daemon's variable VAR,
-/// only when the sandbox's `run_env` lists it. Ctrl-C stops the remote process.
+/// pulls back what it changed (journaled `via sandbox`; a conflict keeps both sides) and exits
+/// with its exit code (124 when killed at its --timeout, 130 when stopped by Ctrl-C, 137 when
+/// killed otherwise; 125 when wardfs itself failed). On a terminal its control characters are
+/// escaped unless --raw. --env VAR passes the daemon's variable VAR, only when the sandbox's
+/// `run_env` lists it; its value is masked (***) in the output. Ctrl-C stops the remote
+/// process (a second Ctrl-C leaves at once); a run whose client died goes on for
+/// limits.run_reconnect_secs, for `wardfs runs --follow ID` to take it up.
 ///
 /// With --fork NAME: the command starts in the fork's directory of the daemon's mount (MOUNT/forks/NAME) and can
 /// change nothing else that outlives it: the rest of the host is read-only, /tmp is private
 /// and thrown away (HOME is /tmp/home), and the daemon's mount, socket, state and zone
 /// directories are hidden. No network but its own loopback unless --network; the environment
 /// is PATH, HOME, TERM and LANG only (and PWD). Exits with the command's exit status (128 + N
-/// when killed by signal N). Needs bwrap (bubblewrap) and the daemon's mount.
+/// when killed by signal N; 125 when wardfs failed before it started). Needs bwrap
+/// (bubblewrap) and the daemon's mount.
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 Examples:
@@ -83,6 +87,10 @@ pub struct Args {
     /// Print the command's output as it is, control characters and all (--sandbox only)
     #[arg(long, requires = "sandbox")]
     pub raw: bool,
+    /// Run beside other --parallel runs in the same sandbox (they share its mirrored tree;
+    /// default: one run at a time) (--sandbox only)
+    #[arg(long, requires = "sandbox")]
+    pub parallel: bool,
     /// The command and its arguments (after `--`)
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     pub command: Vec<String>,

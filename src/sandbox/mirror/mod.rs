@@ -191,7 +191,7 @@ impl std::fmt::Debug for ProgressFn {
 }
 
 /// How to run a push or a pull.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct MirrorOptions {
     /// The sandbox's name, for conflict copies (`name.sandbox-<sandbox>`).
     pub sandbox: String,
@@ -205,6 +205,21 @@ pub struct MirrorOptions {
     /// core ([`Zones::replace_entry`], compare-and-swap under the path lock), which
     /// journals each change as it happens and tells the mount.
     pub zone: Option<ZoneRef>,
+    /// Who the changes a pull makes are journaled as coming from ([`ORIGIN`]: `via mirror`).
+    pub origin: Origin,
+}
+
+impl Default for MirrorOptions {
+    fn default() -> Self {
+        MirrorOptions {
+            sandbox: String::new(),
+            now_ms: 0,
+            progress: None,
+            max_file_bytes: None,
+            zone: None,
+            origin: ORIGIN,
+        }
+    }
 }
 
 /// A zone of the core, for [`MirrorOptions::zone`].
@@ -231,7 +246,8 @@ impl ZoneRef {
     }
 }
 
-const ORIGIN: Origin = Origin {
+/// Who the changes of a mirror pull are from, unless its options say otherwise.
+pub const ORIGIN: Origin = Origin {
     via: Via::Mirror,
     pid: None,
     uid: None,
@@ -298,7 +314,8 @@ impl PullSummary {
         self.changed.push((path.to_string(), "delete", None));
         if let Some(z) = &opts.zone {
             if let Ok(vp) = VPath::new(z.id, path) {
-                z.zones.record_change(&vp, "delete", None, None, ORIGIN);
+                z.zones
+                    .record_change(&vp, "delete", None, None, opts.origin);
             }
         }
     }
@@ -1204,7 +1221,7 @@ pub async fn pull(
                             ..Default::default()
                         });
                         unchanged
-                            && match z.zones.remove_entry(&vp, seen, ORIGIN) {
+                            && match z.zones.remove_entry(&vp, seen, opts.origin) {
                                 Ok(()) => true,
                                 Err(FsError::Conflict { .. }) => false,
                                 Err(e) => return Err(fs_err(&m.path, "delete")(e)),
@@ -1375,7 +1392,13 @@ impl EntryPull<'_, '_> {
             "changed locally and in the sandbox"
         };
         let copy = self.copy_path();
-        save_link_copy(self.ctx.opts.zone.as_ref(), tree, &copy, &target)?;
+        save_link_copy(
+            self.ctx.opts.zone.as_ref(),
+            self.ctx.opts.origin,
+            tree,
+            &copy,
+            &target,
+        )?;
         summary.conflicts.push(Conflict {
             path: path.clone(),
             reason: reason.into(),
@@ -1391,10 +1414,12 @@ impl EntryPull<'_, '_> {
         Ok(match self.ctx.opts.zone.as_ref() {
             Some(z) => {
                 let vp = z.path(path)?.to_string();
-                match z
-                    .zones
-                    .replace_entry(&vp, Replacement::Symlink(target), self.seen, ORIGIN)
-                {
+                match z.zones.replace_entry(
+                    &vp,
+                    Replacement::Symlink(target),
+                    self.seen,
+                    self.ctx.opts.origin,
+                ) {
                     Ok(_) => tree.lstat(path).map_err(local_err(path, "stat"))?,
                     Err(FsError::Conflict { .. }) => None,
                     Err(e) => return Err(fs_err(path, "symlink")(e)),
@@ -1609,7 +1634,10 @@ impl EntryPull<'_, '_> {
             content: &mut spool.file,
             mode,
         };
-        match z.zones.replace_entry(&vp, new, self.seen, ORIGIN) {
+        match z
+            .zones
+            .replace_entry(&vp, new, self.seen, self.ctx.opts.origin)
+        {
             Ok(_) => Ok(Some(
                 tree.lstat(path)
                     .map_err(local_err(path, "stat"))?
@@ -1640,7 +1668,7 @@ impl EntryPull<'_, '_> {
                     mode,
                 };
                 z.zones
-                    .replace_entry(&z.path(&copy)?.to_string(), new, None, ORIGIN)
+                    .replace_entry(&z.path(&copy)?.to_string(), new, None, self.ctx.opts.origin)
                     .map_err(fs_err(&copy, "write"))?;
             }
             None => {
@@ -1658,6 +1686,7 @@ impl EntryPull<'_, '_> {
 /// when the pull runs for a zone).
 fn save_link_copy(
     zone: Option<&ZoneRef>,
+    origin: Origin,
     tree: &LocalTree,
     copy: &str,
     target: &str,
@@ -1669,7 +1698,7 @@ fn save_link_copy(
                 &z.path(copy)?.to_string(),
                 Replacement::Symlink(target),
                 None,
-                ORIGIN,
+                origin,
             )
             .map(|_| ())
             .map_err(fs_err(copy, "symlink")),

@@ -21,6 +21,8 @@ use crate::sandbox::run::RunResult;
 const EXIT_TIMED_OUT: u8 = 124;
 /// The exit code of a command killed otherwise (128 + SIGKILL).
 const EXIT_KILLED: u8 = 137;
+/// The exit code of a run stopped by Ctrl-C (128 + SIGINT).
+const EXIT_INTERRUPTED: u8 = 130;
 
 #[derive(Deserialize)]
 struct Line {
@@ -96,15 +98,41 @@ pub async fn run(ctx: &Ctx, sandbox: &str, a: &Args) -> Result<Outcome, ClientEr
         "env": a.env,
         "timeout_secs": a.timeout,
         "no_sync": a.no_sync,
+        "parallel": a.parallel,
     });
-    let sink = Sink::new(a.raw);
+    read_run(ctx, &Sink::new(a.raw), Open::Start(&body)).await
+}
+
+/// Where a run's lines come from.
+enum Open<'a> {
+    /// `POST /v1/run` with this body.
+    Start(&'a serde_json::Value),
+    /// `GET /v1/runs/{id}/events`.
+    Follow(&'a str),
+}
+
+/// Reads a run's lines to its end: prints its output, then says what came back and returns
+/// the command's exit code. The first Ctrl-C stops the remote process (and the run's end is
+/// still read); the second leaves at once.
+async fn read_run(ctx: &Ctx, sink: &Sink, open: Open<'_>) -> Result<Outcome, ClientError> {
+    let run_id = std::cell::RefCell::new(match open {
+        Open::Follow(id) => Some(id.to_string()),
+        Open::Start(_) => None,
+    });
     let mut ended: Option<Result<RunResult, ClientError>> = None;
-    ctx.client
-        .post_lines("/v1/run", &body, |raw| {
+    let mut sandbox = String::new();
+    let stopped = {
+        let on_line = |raw: &[u8]| {
             if ctx.json {
                 println!("{}", String::from_utf8_lossy(raw));
             }
-            match take(raw, &sink, ctx.json) {
+            if let Ok(v) = serde_json::from_slice::<serde_json::Value>(raw) {
+                if v["event"] == "started" {
+                    *run_id.borrow_mut() = v["run_id"].as_str().map(str::to_string);
+                    sandbox = v["sandbox"].as_str().unwrap_or_default().to_string();
+                }
+            }
+            match take(raw, sink, ctx.json) {
                 Ok(None) => ControlFlow::Continue(()),
                 Ok(Some(r)) => {
                     ended = Some(Ok(r));
@@ -115,17 +143,57 @@ pub async fn run(ctx: &Ctx, sandbox: &str, a: &Args) -> Result<Outcome, ClientEr
                     ControlFlow::Break(())
                 }
             }
-        })
-        .await?;
+        };
+        let read = async {
+            match open {
+                Open::Start(body) => ctx.client.post_lines("/v1/run", body, on_line).await,
+                Open::Follow(id) => {
+                    let route = format!("/v1/runs/{}/events", crate::client::encode(id));
+                    ctx.client.get_lines(&route, on_line).await
+                }
+            }
+        };
+        tokio::pin!(read);
+        tokio::select! {
+            r = &mut read => { r?; false }
+            _ = tokio::signal::ctrl_c() => {
+                let id = run_id.borrow().clone();
+                let Some(id) = id else {
+                    return Ok(Outcome::Exit(EXIT_INTERRUPTED));
+                };
+                cancel(ctx, &id).await;
+                tokio::select! {
+                    r = &mut read => { r?; true }
+                    _ = tokio::signal::ctrl_c() => return Ok(Outcome::Exit(EXIT_INTERRUPTED)),
+                }
+            }
+        }
+    };
     let result = ended.unwrap_or_else(|| {
         Err(ClientError::Transport(
             "the daemon ended the run's answer without its end".into(),
         ))
     })?;
     if !ctx.json {
-        summary(sandbox, &result);
+        summary(&sandbox, &result);
+    }
+    if stopped && result.cancelled {
+        return Ok(Outcome::Exit(EXIT_INTERRUPTED));
     }
     Ok(Outcome::Exit(exit_code(&result)))
+}
+
+/// Asks the daemon to stop run `id`'s command (Ctrl-C).
+async fn cancel(ctx: &Ctx, id: &str) {
+    eprintln!("wardfs: stopping the command (Ctrl-C again to leave it running)");
+    let route = format!("/v1/runs/{}/cancel", crate::client::encode(id));
+    if let Err(e) = ctx
+        .client
+        .post::<_, serde_json::Value>(&route, &serde_json::json!({}))
+        .await
+    {
+        eprintln!("wardfs: could not stop it: {}", text::line(&e.to_string()));
+    }
 }
 
 /// Handles one line: prints output, returns the result on `exited`, the error on `error`.
@@ -186,22 +254,31 @@ fn summary(sandbox: &str, r: &RunResult) {
 /// List recent runs in sandboxes
 ///
 /// The newest runs (of sandbox NAME when given), newest first: when each started, the sandbox,
-/// how it ended (exit code, `timeout`, `killed`), how long it ran, how many workspace files it
-/// changed, its directory and its command. `--json` adds the changed paths.
+/// how it ended (exit code, `timeout`, `cancelled`, `killed`), how long it ran, how many
+/// workspace files it changed, its directory, its command and its id. `--json` adds the
+/// changed paths. With --follow ID, takes up a run again (see `wardfs run`).
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 Examples:
   wardfs runs                 # every sandbox's
-  wardfs runs dev -n 5        # the last five in sandbox dev")]
+  wardfs runs dev -n 5        # the last five in sandbox dev
+  wardfs runs --follow dev-18c2f3a4b5d-0   # a run whose client died, to its end")]
 pub struct RunsArgs {
     /// Only this sandbox's runs
     pub sandbox: Option<String>,
+    /// Take up run ID again (one whose `wardfs run` died or was left with a second Ctrl-C):
+    /// print its output from the start, then what came back, and exit with its exit code
+    #[arg(long, value_name = "ID", conflicts_with_all = ["sandbox", "limit"])]
+    pub follow: Option<String>,
     /// Most runs to list
     #[arg(short = 'n', long, default_value_t = 20)]
     pub limit: usize,
 }
 
 pub async fn runs(ctx: &Ctx, a: &RunsArgs) -> Result<Outcome, ClientError> {
+    if let Some(id) = &a.follow {
+        return read_run(ctx, &Sink::new(false), Open::Follow(id)).await;
+    }
     let mut route = format!("/v1/runs?limit={}", a.limit);
     if let Some(s) = &a.sandbox {
         route.push_str(&format!("&sandbox={}", crate::client::encode(s)));
@@ -217,10 +294,11 @@ pub async fn runs(ctx: &Ctx, a: &RunsArgs) -> Result<Outcome, ClientError> {
         println!("no runs");
     }
     for r in rows {
-        let ended = match (r.exit_code, r.timed_out) {
-            (_, true) => "timeout".to_string(),
-            (Some(c), _) => format!("exit {c}"),
-            (None, _) => "killed".to_string(),
+        let ended = match (r.exit_code, r.timed_out, r.cancelled) {
+            (_, true, _) => "timeout".to_string(),
+            (_, _, true) => "cancelled".to_string(),
+            (Some(c), _, _) => format!("exit {c}"),
+            (None, _, _) => "killed".to_string(),
         };
         let command: Vec<String> = r
             .command
@@ -233,13 +311,14 @@ pub async fn runs(ctx: &Ctx, a: &RunsArgs) -> Result<Outcome, ClientError> {
             format!(" (in {})", text::name(&r.cwd))
         };
         println!(
-            "{}  {:<12} {:<8} {:>7} ms  {:<12} {}{cwd}",
+            "{}  {:<12} {:<9} {:>7} ms  {:<12} {}{cwd}  [{}]",
             crate::cli::output::time(r.started_at),
             text::name(&r.sandbox),
             ended,
             r.duration_ms,
             text::count(r.changed_total, "change"),
-            command.join(" ")
+            command.join(" "),
+            text::name(&r.id)
         );
     }
     Ok(Outcome::Ok)

@@ -3,29 +3,35 @@
 //! A run makes or resumes the sandbox (as any use does), pushes what changed in the workspace
 //! since the last push ([`Registry::push`]), starts the command in the mirrored directory
 //! through sandbox-agent's process routes ([`crate::sandbox::agent::process`]), passes on what
-//! it prints as it prints it (polled: a new chunk is seen within 50 ms), and once it ended pulls
-//! what it changed back ([`Registry::pull`]: journaled, conflicts kept on both sides), then
-//! records the run in the journal (op `sandbox-run`, the command as its detail) and in the
-//! state database's `runs` (`wardfs runs`).
+//! it prints as it prints it (polled: a new chunk is seen within 50 ms) through the run's
+//! [`log`], and once it ended pulls what it changed back ([`Registry::pull`]: each change
+//! journaled `via sandbox`, conflicts kept on both sides), then records the run in the journal
+//! (op `sandbox-run`, the command as its detail) and in the state database's `runs` (`wardfs
+//! runs`).
 //!
-//! Bounds: one run per sandbox at a time (CONFLICT for the next: the mirror is one tree); a
-//! deadline (the run's `timeout_secs`, else `limits.run_timeout_secs`) at which the remote
-//! process is killed, as it is when the caller stops listening; the output kept for the result
-//! is the last `limits.run_output_bytes` of each stream, the rest counted. What streams to the
-//! caller goes through a small bounded channel, so a slow reader slows the polling rather than
-//! growing the daemon.
+//! Phases: [`Registry::start_run`] checks the arguments (`plan_run`), takes the sandbox's run
+//! slot, pushes, attaches and starts the command; a task of its own then follows it to its end
+//! (`follow`), pulls and records (`finish_run`). Whoever started it follows its log, and may go
+//! away and come back with the run's id ([`Registry::run_log`]).
+//!
+//! Bounds: one run per sandbox at a time (CONFLICT for the next: the mirror is one tree) unless
+//! every run holding it asked for `parallel`; a deadline (the run's `timeout_secs`, else
+//! `limits.run_timeout_secs`) at which the remote process is killed, as it is when the run is
+//! cancelled or nobody followed it for `limits.run_reconnect_secs`; the output kept for the
+//! result is the last `limits.run_output_bytes` of each stream, the rest counted; a log keeps
+//! at most [`log::LOG_BYTES`] past what its followers read, and a follower that lags further
+//! slows the polling rather than growing the daemon.
 //!
 //! Secrets: `env` names variables of the daemon's environment, each of which must be listed in
 //! the sandbox's `run_env`; their values are read at the start of the run and travel only in
 //! the request that starts the command, never into the journal, the state database, a log or
-//! an error.
+//! an error. In what the command prints, they are masked ([`output::Masker`]).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::mpsc;
 
 use super::agent::process::{Chunk, Stream};
 use super::agent::SandboxAgent;
@@ -33,7 +39,13 @@ use super::mirror::{Conflict, ProgressFn};
 use super::registry::{MirrorRequest, Registry, SandboxError};
 use crate::core::provider::ExecRequest;
 use crate::core::{text, VPath, ZoneId};
-use crate::state::{Origin, RunRow, SandboxRow};
+use crate::state::{Origin, RunRow, SandboxRow, Via};
+
+pub mod log;
+mod output;
+
+pub use log::{Follower, Line, RunEnd, RunLog};
+use output::{Masker, Output};
 
 /// The shortest and longest pause between two polls of a running command.
 const POLL_MIN: Duration = Duration::from_millis(2);
@@ -42,6 +54,12 @@ const POLL_MAX: Duration = Duration::from_millis(50);
 const KEEP_ALIVE: Duration = Duration::from_secs(30);
 /// The journal op of a run.
 pub const RUN_OP: &str = "sandbox-run";
+/// Who the changes a run brings back are from.
+const RUN_ORIGIN: Origin = Origin {
+    via: Via::Sandbox,
+    pid: None,
+    uid: None,
+};
 
 /// A command to run in a sandbox.
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
@@ -66,6 +84,10 @@ pub struct RunRequest {
     /// Neither push before nor pull after: run on the sandbox's files as they are.
     #[serde(default)]
     pub no_sync: bool,
+    /// May run while other `parallel` runs hold the sandbox (they share its mirrored tree:
+    /// each pushes before and pulls after, one transfer at a time). Default: alone.
+    #[serde(default)]
+    pub parallel: bool,
 }
 
 /// How a run ended.
@@ -97,8 +119,8 @@ pub struct RunResult {
     pub conflicts: Vec<Conflict>,
 }
 
-/// What a run reports as it goes, in order: `started`, `stdout`/`stderr` chunks, `synced`,
-/// then the caller sends `exited` (the [`RunResult`]).
+/// What a run reports as it goes, in order: `started`, `stdout`/`stderr` chunks, `synced`;
+/// then its end ([`RunEnd`]: `exited` with the [`RunResult`], or `error`).
 #[derive(Debug, Clone, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(tag = "event", rename_all = "lowercase")]
 pub enum RunEvent {
@@ -123,12 +145,24 @@ pub enum RunEvent {
     },
 }
 
-/// The runs in progress and what each sandbox's runs may pass in.
+/// Logs of ended runs kept in memory, besides those of the runs going on.
+const KEPT_ENDED: usize = 16;
+
+/// The runs going on, the logs of the latest, and what each sandbox's runs may pass in.
 #[derive(Default)]
 pub(super) struct Runs {
-    busy: Mutex<HashSet<String>>,
+    busy: Mutex<HashMap<String, Busy>>,
     run_env: Mutex<HashMap<String, Vec<String>>>,
     next: std::sync::atomic::AtomicU64,
+    logs: Mutex<VecDeque<Arc<RunLog>>>,
+}
+
+/// How a sandbox's run slot is held.
+enum Busy {
+    /// By one run, alone.
+    Alone,
+    /// By this many runs that asked for `parallel`.
+    Parallel(usize),
 }
 
 impl Runs {
@@ -140,71 +174,66 @@ impl Runs {
             .map(|s| (s.name.clone(), s.run_env.clone()))
             .collect();
     }
+
+    /// Keeps a new run's log, dropping the oldest ended ones past [`KEPT_ENDED`].
+    fn keep(&self, log: Arc<RunLog>) {
+        let mut logs = self.logs.lock().unwrap_or_else(|p| p.into_inner());
+        logs.push_back(log);
+        let ended = logs.iter().filter(|l| l.is_ended()).count();
+        let mut extra = ended.saturating_sub(KEPT_ENDED);
+        logs.retain(|l| {
+            let drop = extra > 0 && l.is_ended();
+            extra -= usize::from(drop);
+            !drop
+        });
+    }
+
+    /// The kept logs, newest first.
+    fn logs(&self) -> Vec<Arc<RunLog>> {
+        let logs = self.logs.lock().unwrap_or_else(|p| p.into_inner());
+        logs.iter().rev().cloned().collect()
+    }
 }
 
 /// Holds a sandbox's run slot; frees it when dropped.
-struct Slot<'a> {
-    runs: &'a Runs,
+struct Slot {
+    reg: Arc<Registry>,
     name: String,
 }
 
-impl Drop for Slot<'_> {
+impl Drop for Slot {
     fn drop(&mut self) {
-        let mut busy = self.runs.busy.lock().unwrap_or_else(|p| p.into_inner());
+        let mut busy = self.reg.runs.busy.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(Busy::Parallel(n)) = busy.get_mut(&self.name) {
+            if *n > 1 {
+                *n -= 1;
+                return;
+            }
+        }
         busy.remove(&self.name);
     }
 }
 
-/// The last bytes of a stream and how many there were.
-struct Tail {
-    keep: usize,
-    bytes: VecDeque<u8>,
-    total: u64,
+/// A run's arguments, checked.
+struct Plan {
+    cwd: String,
+    program: String,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    timeout: Duration,
 }
 
-impl Tail {
-    fn new(keep: usize) -> Tail {
-        Tail {
-            keep,
-            bytes: VecDeque::new(),
-            total: 0,
-        }
-    }
-
-    fn push(&mut self, data: &[u8]) {
-        self.total += data.len() as u64;
-        let data = &data[data.len().saturating_sub(self.keep)..];
-        let over = (self.bytes.len() + data.len()).saturating_sub(self.keep);
-        self.bytes.drain(..over);
-        self.bytes.extend(data);
-    }
-
-    fn text(&self) -> String {
-        let (a, b) = self.bytes.as_slices();
-        String::from_utf8_lossy(&[a, b].concat()).into_owned()
-    }
-}
-
-/// Turns chunks into text without splitting a character across two chunks.
-#[derive(Default)]
-struct Utf8Carry {
-    pending: Vec<u8>,
-}
-
-impl Utf8Carry {
-    fn feed(&mut self, data: &[u8]) -> String {
-        self.pending.extend_from_slice(data);
-        let keep = match std::str::from_utf8(&self.pending) {
-            Ok(_) => 0,
-            // An incomplete character at the end waits for the next chunk.
-            Err(e) if e.error_len().is_none() => self.pending.len() - e.valid_up_to(),
-            Err(_) => 0,
-        };
-        let rest = self.pending.split_off(self.pending.len() - keep);
-        let text = String::from_utf8_lossy(&self.pending).into_owned();
-        self.pending = rest;
-        text
-    }
+/// A command started, for the task that follows it to its end.
+struct Started {
+    req: RunRequest,
+    plan_timeout: Duration,
+    cwd: String,
+    remote: Arc<SandboxAgent>,
+    process: String,
+    secrets: Vec<String>,
+    started_at: i64,
+    files_pushed: u64,
+    log: Arc<RunLog>,
 }
 
 /// What the polling loop saw.
@@ -213,8 +242,8 @@ struct Ended {
     timed_out: bool,
     cancelled: bool,
     duration_ms: u64,
-    stdout: Tail,
-    stderr: Tail,
+    stdout: Output,
+    stderr: Output,
 }
 
 fn invalid(key: &str, rule: String) -> SandboxError {
@@ -259,24 +288,14 @@ fn relative_cwd(cwd: Option<&str>) -> Result<String, SandboxError> {
 }
 
 impl Registry {
-    /// Runs `req` (see the module): events go to `events` as they happen; returns how it
-    /// ended once the pull after it is done. A failure before the command started leaves
-    /// the sandbox's files pushed at most; a sandbox lost while the command runs ends the run
-    /// with its error and nothing pulled.
-    pub async fn run(
-        &self,
-        req: &RunRequest,
-        events: mpsc::Sender<RunEvent>,
-    ) -> Result<RunResult, SandboxError> {
+    /// Starts `req` (see the module) and returns once its command started, with a follower of
+    /// its log (`started` first); the rest goes on in a task of its own, whether anyone follows
+    /// or not (for a while: `limits.run_reconnect_secs`). A failure before the command started
+    /// is the error, and leaves the sandbox's files pushed at most.
+    pub async fn start_run(self: &Arc<Self>, req: RunRequest) -> Result<Follower, SandboxError> {
         let def = self.row(&req.sandbox)?;
-        let cwd = relative_cwd(req.cwd.as_deref())?;
-        let env = self.run_env(req)?;
-        let timeout = self.run_timeout(req)?;
-        let (program, args) = match req.command.split_first() {
-            Some((p, a)) if !p.is_empty() => (p.clone(), a.to_vec()),
-            _ => return Err(invalid("command", "is empty: name a program to run".into())),
-        };
-        let _slot = self.claim_run(&req.sandbox)?;
+        let plan = self.plan_run(&req)?;
+        let slot = self.claim_run(&req.sandbox, req.parallel)?;
         let files_pushed = if req.no_sync {
             0
         } else {
@@ -285,20 +304,21 @@ impl Registry {
                 .files_sent
         };
         let (remote, def) = self.attached_agent(&req.sandbox, def).await?;
-        let remote_cwd = if cwd.is_empty() {
+        let remote_cwd = if plan.cwd.is_empty() {
             def.root.clone()
         } else {
-            format!("{}/{cwd}", def.root.trim_end_matches('/'))
+            format!("{}/{}", def.root.trim_end_matches('/'), plan.cwd)
         };
+        let secrets = plan.env.iter().map(|(_, v)| v.clone()).collect();
         let exec = ExecRequest {
-            command: program,
-            args,
+            command: plan.program,
+            args: plan.args,
             cwd: Some(remote_cwd.clone()),
-            env,
+            env: plan.env,
             timeout: None,
         };
         let started_at = self.now();
-        let id = remote
+        let process = remote
             .spawn(&exec)
             .await
             .map_err(|e| self.lost(&req.sandbox, e))?;
@@ -307,52 +327,124 @@ impl Registry {
             .runs
             .next
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let run_id = format!("{}-{:x}-{n}", req.sandbox, self.now());
-        let started = RunEvent::Started {
-            run_id: run_id.clone(),
+        let log = RunLog::new(
+            format!("{}-{:x}-{n}", req.sandbox, self.now()),
+            req.sandbox.clone(),
+        );
+        log.push(RunEvent::Started {
+            run_id: log.id.clone(),
             sandbox: req.sandbox.clone(),
             cwd: remote_cwd,
             files_pushed,
+        });
+        let follower = log.follow(0);
+        self.runs.keep(log.clone());
+        let started = Started {
+            req,
+            plan_timeout: plan.timeout,
+            cwd: plan.cwd,
+            remote,
+            process,
+            secrets,
+            started_at,
+            files_pushed,
+            log,
         };
-        let _ = events.send(started).await;
-        let ended = self
-            .follow(&req.sandbox, &remote, &id, timeout, &events)
-            .await;
-        if let Err(e) = remote.forget(&id).await {
-            tracing::debug!(sandbox = %req.sandbox, "could not forget process {id}: {e}");
+        let reg = self.clone();
+        tokio::spawn(async move {
+            let end = reg.finish_run(&started).await;
+            // Free the sandbox before anyone hears the end: the next run may start at once.
+            drop(slot);
+            started.log.end(end);
+        });
+        Ok(follower)
+    }
+
+    /// The log of run `id`, while it is kept (the runs going on and the latest ended ones,
+    /// since the daemon started).
+    pub fn run_log(&self, id: &str) -> Option<Arc<RunLog>> {
+        self.runs.logs().into_iter().find(|l| l.id == id)
+    }
+
+    /// The kept logs of runs, newest first.
+    pub fn run_logs(&self) -> Vec<Arc<RunLog>> {
+        self.runs.logs()
+    }
+
+    /// Checks a run's arguments.
+    fn plan_run(&self, req: &RunRequest) -> Result<Plan, SandboxError> {
+        let cwd = relative_cwd(req.cwd.as_deref())?;
+        let env = self.run_env(req)?;
+        let timeout = self.run_timeout(req)?;
+        let (program, args) = match req.command.split_first() {
+            Some((p, a)) if !p.is_empty() => (p.clone(), a.to_vec()),
+            _ => return Err(invalid("command", "is empty: name a program to run".into())),
+        };
+        Ok(Plan {
+            cwd,
+            program,
+            args,
+            env,
+            timeout,
+        })
+    }
+
+    /// Follows a started command to its end, pulls what it changed and records the run.
+    async fn finish_run(&self, s: &Started) -> RunEnd {
+        let name = &s.req.sandbox;
+        let ended = self.follow(s).await;
+        if let Err(e) = s.remote.forget(&s.process).await {
+            tracing::debug!(sandbox = %name, "could not forget process {}: {e}", s.process);
         }
-        let ended = ended?;
+        let failed = |e: SandboxError| {
+            tracing::warn!(sandbox = %name, run = %s.log.id, "run failed: {e}");
+            RunEnd::Failed {
+                code: e.code(),
+                message: e.to_string(),
+            }
+        };
+        let ended = match ended {
+            Ok(e) => e,
+            Err(e) => return failed(e),
+        };
         let mut result = RunResult {
-            run_id,
+            run_id: s.log.id.clone(),
             exit_code: ended.exit_code,
             timed_out: ended.timed_out,
             cancelled: ended.cancelled,
             duration_ms: ended.duration_ms,
-            stdout_bytes: ended.stdout.total,
-            stderr_bytes: ended.stderr.total,
-            stdout_tail: ended.stdout.text(),
-            stderr_tail: ended.stderr.text(),
-            files_pushed,
+            stdout_bytes: ended.stdout.tail.total,
+            stderr_bytes: ended.stderr.tail.total,
+            stdout_tail: ended.stdout.tail.text(),
+            stderr_tail: ended.stderr.tail.text(),
+            files_pushed: s.files_pushed,
             ..RunResult::default()
         };
-        if !req.no_sync {
-            let pulled = self
-                .pull(&self.mirror_request(&req.sandbox), quiet())
-                .await?;
+        if !s.req.no_sync {
+            let pulled = match self.pull_for_run(s).await {
+                Ok(p) => p,
+                Err(e) => return failed(e),
+            };
             result.changed = pulled.changed.iter().map(|(p, _, _)| p.clone()).collect();
             result.conflicts = pulled.conflicts;
-            let _ = events
-                .send(RunEvent::Synced {
-                    changed: result.changed.clone(),
-                    conflicts: result.conflicts.clone(),
-                })
-                .await;
+            s.log.push(RunEvent::Synced {
+                changed: result.changed.clone(),
+                conflicts: result.conflicts.clone(),
+            });
         }
-        self.journal_run(req, &cwd, &result);
-        self.record_run(req, &cwd, started_at, &result);
-        self.mark_used(&req.sandbox, self.now())?;
-        tracing::info!(sandbox = %req.sandbox, run = %result.run_id, exit_code = ?result.exit_code, timed_out = result.timed_out, cancelled = result.cancelled, ms = result.duration_ms, changed = result.changed.len(), "run");
-        Ok(result)
+        self.journal_run(&s.req, &s.cwd, &result);
+        self.record_run(&s.req, &s.cwd, s.started_at, &result);
+        if let Err(e) = self.mark_used(name, self.now()) {
+            tracing::warn!(sandbox = %name, "could not mark the sandbox used: {e}");
+        }
+        tracing::info!(sandbox = %name, run = %result.run_id, exit_code = ?result.exit_code, timed_out = result.timed_out, cancelled = result.cancelled, ms = result.duration_ms, changed = result.changed.len(), "run");
+        RunEnd::Exited(result)
+    }
+
+    /// Pulls what a run changed, each change journaled `via sandbox`.
+    async fn pull_for_run(&self, s: &Started) -> Result<super::mirror::PullSummary, SandboxError> {
+        self.pull_as(&self.mirror_request(&s.req.sandbox), quiet(), RUN_ORIGIN)
+            .await
     }
 
     /// Checks the variables a run names against the sandbox's `run_env` and reads them.
@@ -402,17 +494,30 @@ impl Registry {
         }
     }
 
-    /// Takes the sandbox's run slot, or says a run holds it.
-    fn claim_run(&self, name: &str) -> Result<Slot<'_>, SandboxError> {
+    /// Takes the sandbox's run slot (shared with other `parallel` runs when `parallel`), or
+    /// says a run holds it.
+    fn claim_run(self: &Arc<Self>, name: &str, parallel: bool) -> Result<Slot, SandboxError> {
         let mut busy = self.runs.busy.lock().unwrap_or_else(|p| p.into_inner());
-        if !busy.insert(name.to_string()) {
-            return Err(SandboxError::Lifecycle {
-                name: name.to_string(),
-                rule: "is running a command already (one run per sandbox at a time: its mirror is one tree); wait for it to end".into(),
-            });
+        match (busy.get_mut(name), parallel) {
+            (None, false) => {
+                busy.insert(name.to_string(), Busy::Alone);
+            }
+            (None, true) => {
+                busy.insert(name.to_string(), Busy::Parallel(1));
+            }
+            (Some(Busy::Parallel(n)), true) => *n += 1,
+            (Some(_), _) => {
+                return Err(SandboxError::Lifecycle {
+                    name: name.to_string(),
+                    rule: "is running a command already (one run per sandbox at a time: its \
+                           mirror is one tree); wait for it to end, or start both with \
+                           --parallel (`parallel`)"
+                        .into(),
+                })
+            }
         }
         Ok(Slot {
-            runs: &self.runs,
+            reg: self.clone(),
             name: name.to_string(),
         })
     }
@@ -447,28 +552,24 @@ impl Registry {
         }
     }
 
-    /// Passes on what the process `id` prints until it ends, its deadline passes (killed) or
-    /// the caller stops listening (killed).
-    async fn follow(
-        &self,
-        name: &str,
-        remote: &SandboxAgent,
-        id: &str,
-        timeout: Duration,
-        events: &mpsc::Sender<RunEvent>,
-    ) -> Result<Ended, SandboxError> {
+    /// Passes on what the process prints until it ends, its deadline passes (killed) or the
+    /// run is cancelled or abandoned (killed).
+    async fn follow(&self, s: &Started) -> Result<Ended, SandboxError> {
+        let name = &s.req.sandbox;
+        let (remote, id, log) = (&s.remote, &s.process, &s.log);
         let keep = self.zones.limits().run_output_bytes as usize;
+        let grace = Duration::from_secs(self.zones.limits().run_reconnect_secs);
         let start = Instant::now();
-        let deadline = tokio::time::Instant::now() + timeout;
+        let deadline = tokio::time::Instant::now() + s.plan_timeout;
+        let secrets = || s.secrets.iter().map(String::as_str);
         let mut ended = Ended {
             exit_code: None,
             timed_out: false,
             cancelled: false,
             duration_ms: 0,
-            stdout: Tail::new(keep),
-            stderr: Tail::new(keep),
+            stdout: Output::new(keep, Masker::new(secrets())),
+            stderr: Output::new(keep, Masker::new(secrets())),
         };
-        let (mut out_text, mut err_text) = (Utf8Carry::default(), Utf8Carry::default());
         let mut since = 0u64;
         let mut pause = POLL_MIN;
         let mut kept_alive = Instant::now();
@@ -493,35 +594,21 @@ impl Registry {
             } in chunks
             {
                 since = since.max(sequence);
-                let (tail, carry) = match stream {
-                    Stream::Stdout => (&mut ended.stdout, &mut out_text),
-                    Stream::Stderr => (&mut ended.stderr, &mut err_text),
-                };
-                tail.push(&data);
-                let text = carry.feed(&data);
-                if ended.cancelled || text.is_empty() {
-                    continue;
-                }
-                let event = match stream {
-                    Stream::Stdout => RunEvent::Stdout { data: text },
-                    Stream::Stderr => RunEvent::Stderr { data: text },
-                };
-                match tokio::time::timeout_at(deadline, events.send(event)).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(_)) => ended.cancelled = true,
-                    Err(_) => break,
-                }
+                let text = ended.output(stream).feed(&data);
+                log_output(log, stream, text);
             }
             if !state.running {
+                for stream in [Stream::Stdout, Stream::Stderr] {
+                    let text = ended.output(stream).finish();
+                    log_output(log, stream, text);
+                }
                 ended.exit_code = state.exit_code;
                 break;
             }
-            if events.is_closed() {
-                ended.cancelled = true;
-            }
-            let late = tokio::time::Instant::now() >= deadline;
-            if late || ended.cancelled {
-                ended.timed_out = late && !ended.cancelled;
+            let now = tokio::time::Instant::now();
+            ended.cancelled = log.stop(grace).is_some();
+            ended.timed_out = now >= deadline && !ended.cancelled;
+            if ended.cancelled || ended.timed_out {
                 remote.kill(id).await.map_err(|e| self.lost(name, e))?;
                 break;
             }
@@ -529,10 +616,9 @@ impl Registry {
                 self.mark_used(name, self.now())?;
                 kept_alive = Instant::now();
             }
-            tokio::time::sleep(
-                pause.min(deadline.saturating_duration_since(tokio::time::Instant::now())),
-            )
-            .await;
+            let left = deadline.saturating_duration_since(now);
+            log.room(left).await;
+            tokio::time::sleep(pause.min(left)).await;
         }
         ended.duration_ms = start.elapsed().as_millis() as u64;
         Ok(ended)
@@ -555,15 +641,23 @@ impl Registry {
             stderr_bytes: r.stderr_bytes,
             changed: r.changed.clone(),
             changed_total: r.changed.len() as u64,
+            stdout_tail: Some(r.stdout_tail.clone()),
+            stderr_tail: Some(r.stderr_tail.clone()),
         };
         if let Err(e) = self.zones.db().record_run(&row) {
             tracing::warn!(sandbox = %req.sandbox, run = %r.run_id, "could not record the run: {e}");
         }
     }
 
-    /// Returns the newest `limit` runs (of `sandbox` when given), newest first.
-    pub fn runs(&self, sandbox: Option<&str>, limit: usize) -> Result<Vec<RunRow>, SandboxError> {
-        Ok(self.zones.db().runs(sandbox, limit)?)
+    /// Returns the newest `limit` runs (of `sandbox` when given), newest first; with the last
+    /// bytes of their output when `output`.
+    pub fn runs(
+        &self,
+        sandbox: Option<&str>,
+        limit: usize,
+        output: bool,
+    ) -> Result<Vec<RunRow>, SandboxError> {
+        Ok(self.zones.db().runs(sandbox, limit, output)?)
     }
 
     /// Records the run in the journal: op `sandbox-run` at its directory, the command (its
@@ -572,29 +666,57 @@ impl Registry {
         let Ok(vp) = VPath::new(ZoneId::Workspace, cwd) else {
             return;
         };
-        let command = req
-            .command
-            .iter()
-            .map(|a| text::name(a).into_owned())
-            .collect::<Vec<_>>()
-            .join(" ");
-        let ended = match (r.exit_code, r.timed_out, r.cancelled) {
-            (_, true, _) => "timed out".to_string(),
-            (_, _, true) => "cancelled".to_string(),
-            (Some(c), _, _) => format!("exit {c}"),
-            (None, _, _) => "killed".to_string(),
-        };
         let detail = format!(
-            "sandbox {} run {}: {ended} in {} ms, {} changed: {}",
+            "sandbox {} run {}: {} in {} ms, {} changed: {}",
             req.sandbox,
             r.run_id,
+            how_it_ended(r),
             r.duration_ms,
             text::count(r.changed.len() as u64, "file"),
-            text::head(&command, 1000)
+            text::head(&shown_command(&req.command), 1000)
         );
         self.zones
             .record_event(&vp, RUN_OP, &detail, Origin::INTERNAL);
     }
+}
+
+/// The command as a person reads it: its words, each escaped, joined by spaces.
+pub fn shown_command(command: &[String]) -> String {
+    command
+        .iter()
+        .map(|a| text::name(a).into_owned())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// How a run ended, in a few words: `exit 0`, `timed out`, `cancelled`, `killed`.
+pub fn how_it_ended(r: &RunResult) -> String {
+    match (r.exit_code, r.timed_out, r.cancelled) {
+        (_, true, _) => "timed out".to_string(),
+        (_, _, true) => "cancelled".to_string(),
+        (Some(c), _, _) => format!("exit {c}"),
+        (None, _, _) => "killed".to_string(),
+    }
+}
+
+impl Ended {
+    fn output(&mut self, stream: Stream) -> &mut Output {
+        match stream {
+            Stream::Stdout => &mut self.stdout,
+            Stream::Stderr => &mut self.stderr,
+        }
+    }
+}
+
+/// Appends what a stream printed to the log (nothing when it is empty).
+fn log_output(log: &RunLog, stream: Stream, text: String) {
+    if text.is_empty() {
+        return;
+    }
+    log.push(match stream {
+        Stream::Stdout => RunEvent::Stdout { data: text },
+        Stream::Stderr => RunEvent::Stderr { data: text },
+    });
 }
 
 /// Progress nobody reads.
@@ -614,26 +736,5 @@ mod tests {
             let e = relative_cwd(Some(bad)).unwrap_err().to_string();
             assert!(e.contains("cwd"), "{bad}: {e}");
         }
-    }
-
-    #[test]
-    fn tails_keep_the_last_bytes_and_count_all() {
-        let mut t = Tail::new(4);
-        t.push(b"abc");
-        t.push(b"defgh");
-        t.push(b"i");
-        assert_eq!(t.text(), "fghi");
-        assert_eq!(t.total, 9);
-        t.push(b"0123456789");
-        assert_eq!(t.text(), "6789");
-    }
-
-    #[test]
-    fn characters_split_across_chunks_are_joined() {
-        let mut c = Utf8Carry::default();
-        let e = "é".as_bytes();
-        assert_eq!(c.feed(&[b'a', e[0]]), "a");
-        assert_eq!(c.feed(&[e[1], b'b']), "éb");
-        assert_eq!(c.feed(&[0xff, b'c']), "\u{fffd}c");
     }
 }
