@@ -34,13 +34,13 @@ const NOTES_NEW: &str =
     "notes\n<script>window.__pwned = 1</script>\n<img src=x onerror=\"window.__pwned = 2\">\n";
 
 /// `wardfs review`, killed on drop.
-struct Review {
+pub(crate) struct Review {
     child: Child,
     url: String,
 }
 
 impl Review {
-    fn start(d: &Daemon) -> Review {
+    pub(crate) fn start(d: &Daemon) -> Review {
         let mut child = Command::new(BIN)
             .arg("--socket")
             .arg(&d.socket)
@@ -61,11 +61,11 @@ impl Review {
         Review { child, url }
     }
 
-    fn token(&self) -> &str {
+    pub(crate) fn token(&self) -> &str {
         self.url.split("token=").nth(1).unwrap()
     }
 
-    fn addr(&self) -> &str {
+    pub(crate) fn addr(&self) -> &str {
         self.url
             .trim_start_matches("http://")
             .split('/')
@@ -87,7 +87,7 @@ fn status_of(addr: &str, request: &str) -> u16 {
 }
 
 /// Sends one raw HTTP/1.1 request and returns the status code and the body.
-fn answer_of(addr: &str, request: &str) -> (u16, String) {
+pub(crate) fn answer_of(addr: &str, request: &str) -> (u16, String) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     s.write_all(request.as_bytes()).unwrap();

@@ -831,10 +831,9 @@ async fn bad_config_values_are_refused_naming_the_key_and_the_rule() {
 /// End to end: the fake toolbox starts the REAL sandbox-agent (through the harness: token the
 /// provider chose, --no-telemetry, 127.0.0.1, loopback-only namespace) and the preview URL
 /// points at it; the handle the provider returns is all it takes to write and read a file.
-#[tokio::test]
-async fn the_handle_reaches_a_real_sandbox_agent() {
-    sandbox_agent::require_loopback_only();
-    let cloud = Cloud::start().await;
+/// Makes the fake toolbox start the real sandbox-agent (with the token the provider chose, as
+/// the toolbox would start it in the sandbox) and hand out its URL as the preview URL.
+fn real_agent_on_exec(cloud: &Cloud) -> Arc<Mutex<Option<AgentServer>>> {
     let agent: Arc<Mutex<Option<AgentServer>>> = Arc::default();
     let slot = agent.clone();
     *cloud.fake.exec.lock().unwrap() = Some(Box::new(move |command: &str| {
@@ -850,6 +849,14 @@ async fn the_handle_reaches_a_real_sandbox_agent() {
         *slot.lock().unwrap() = Some(server);
         (0, Some(url))
     }));
+    agent
+}
+
+#[tokio::test]
+async fn the_handle_reaches_a_real_sandbox_agent() {
+    sandbox_agent::require_loopback_only();
+    let cloud = Cloud::start().await;
+    let agent = real_agent_on_exec(&cloud);
     let (mut config, key) = test_config(&cloud.url());
     config.start_timeout = Duration::from_secs(30);
     let d = Daytona::new(config).unwrap();
@@ -875,6 +882,67 @@ async fn the_handle_reaches_a_real_sandbox_agent() {
     assert_eq!(d.state(&handle.id).await.unwrap(), ProviderState::Missing);
     // The fake cloud's exec closure holds the server too, and the mock server may outlive the
     // test in wiremock's pool: stop the agent here, or it outlives the test process.
+    *cloud.fake.exec.lock().unwrap() = None;
+    drop(agent.lock().unwrap().take());
+}
+
+/// `wardfs run` on a Daytona sandbox, through a real daemon: the first run makes the sandbox
+/// through Daytona's routes (wiremock), starts the real sandbox-agent in it, pushes, runs,
+/// and brings the command's changes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_in_a_daytona_sandbox_makes_it_and_brings_changes_back() {
+    sandbox_agent::require_loopback_only();
+    let cloud = Cloud::start().await;
+    let agent = real_agent_on_exec(&cloud);
+    let var = format!("WARDFS_TEST_DAYTONA_RUN_KEY_{}", std::process::id());
+    let key = format!("dtn_{}", random_hex());
+    let api_url = cloud.url();
+    let key_in = key.clone();
+    // The daemon and its clients block: on a thread of their own, outside the runtime that
+    // serves the fake cloud.
+    let daemon = std::thread::spawn(move || {
+        let root = tempfile::tempdir().unwrap();
+        let d = crate::support::Daemon::options()
+            .prefix("wardfs-dtn-run")
+            .config(&format!(
+                "[zones]\nroot = \"root\"\n[sandboxes.dev]\nprovider = \"daytona\"\n\
+                 api_url = \"{api_url}\"\napi_key_env = \"{var}\"\nroot = \"{}\"\n",
+                root.path().display()
+            ))
+            .env(&var, &key_in)
+            .append_log()
+            .start();
+        d.write("/workspace/in.txt", "from the workspace\n");
+        let out = d.cli(&[
+            "run",
+            "--sandbox",
+            "dev",
+            "--",
+            "sh",
+            "-c",
+            "cat in.txt; echo made > out.txt",
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{err}\n{}", d.log_text());
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "from the workspace\n");
+        assert_eq!(
+            std::fs::read_to_string(d.workspace().join("out.txt")).unwrap(),
+            "made\n"
+        );
+        assert!(!d.log_text().contains(&key_in), "the key reached the log");
+    });
+    tokio::task::spawn_blocking(move || daemon.join())
+        .await
+        .unwrap()
+        .unwrap();
+    let calls = cloud.calls().await;
+    assert!(
+        calls
+            .iter()
+            .any(|(m, p)| m == "POST" && p == "/api/sandbox"),
+        "{calls:?}"
+    );
+    assert_never_saw(&cloud.preview, &key).await;
     *cloud.fake.exec.lock().unwrap() = None;
     drop(agent.lock().unwrap().take());
 }

@@ -733,3 +733,48 @@ fn a_sandbox_killed_from_outside_is_marked_down_then_resumed_on_next_use() {
         "the journal tells the sandbox's life in order"
     );
 }
+
+#[test]
+fn a_run_makes_the_sandbox_on_first_use_and_resumes_a_paused_one() {
+    let d = daemon(&local("dev", ""));
+    let sbx = Sandboxes::of(&d);
+    assert!(sbx.ids().is_empty());
+    d.ok(
+        "/v1/fs/write",
+        json!({"path": "/workspace/in.txt", "content": "from the workspace\n"}),
+    );
+    let run = |cmd: &str| {
+        let out = d.cli(&["run", "--sandbox", "dev", "--", "sh", "-c", cmd]);
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+
+    // The first run makes the sandbox, pushes, runs and pulls back.
+    let (code, out, err) = run("cat in.txt; echo made > out.txt; exit 7");
+    assert_eq!(code, Some(7), "{err}");
+    assert_eq!(out, "from the workspace\n");
+    assert_eq!(
+        std::fs::read_to_string(d.workspace().join("out.txt")).unwrap(),
+        "made\n"
+    );
+    let id = listed(&d, "dev")["provider_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(sbx.state(&id), ProviderState::Running);
+
+    // Paused, it is resumed by the next run, which sees the workspace's latest.
+    d.cli_json(&["sandbox", "pause", "dev"]);
+    assert_eq!(sbx.state(&id), ProviderState::Paused);
+    d.ok(
+        "/v1/fs/write",
+        json!({"path": "/workspace/in.txt", "content": "edited\n"}),
+    );
+    let (code, out, err) = run("cat in.txt");
+    assert_eq!((code, out.as_str()), (Some(0), "edited\n"), "{err}");
+    assert_eq!(sbx.state(&id), ProviderState::Running);
+    assert_eq!(sbx.ids(), [id], "the same sandbox, resumed");
+}

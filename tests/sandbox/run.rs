@@ -222,6 +222,28 @@ fn runs_pass_exit_codes_see_pushed_files_and_bring_changes_back() {
         !d.log_text().contains(&secret),
         "the daemon's log holds the secret"
     );
+    // The review page shows the latest runs, their output beside the files they brought back.
+    let review = crate::review::Review::start(&d);
+    let (code, page) = crate::review::answer_of(
+        review.addr(),
+        &format!(
+            "GET /timeline?token={} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            review.token(),
+            review.addr()
+        ),
+    );
+    assert_eq!(code, 200, "{page}");
+    assert!(page.contains("Runs in sandboxes"), "{page}");
+    assert!(
+        page.contains("whole=***") && page.contains("err=***"),
+        "{page}"
+    );
+    assert!(
+        page.contains("/workspace/out.txt") && page.contains("exit 3"),
+        "{page}"
+    );
+    assert!(!page.contains(&secret), "the page shows the secret");
+    drop(review);
     let state = bytes_under(&d.dir.path().join("state"));
     assert!(!state.is_empty());
     assert!(
