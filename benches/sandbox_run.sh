@@ -119,7 +119,7 @@ for i in 1 2 3; do
   journaled=$(w --json log --limit 5000 "/workspace/many$i" | python3 -c '
 import json, sys
 rows = json.load(sys.stdin)["entries"]
-print(sum(1 for r in rows if r["op"] == "write" and r["via"] == "mirror"))')
+print(sum(1 for r in rows if r["op"] == "write" and r["via"] == "sandbox"))')
   [ "$journaled" = 1000 ] || die "run $i: $journaled of 1,000 files journaled"
 done
 
@@ -137,7 +137,7 @@ Runs in a sandbox (local sandbox-agent, release build, workspace of 1,000 files;
   run -- true, nothing changed:           ${t_true} ms   (target < 100 ms: $v_true)  all: ${true_ms[*]}
   one edit, then run -- cat it:           ${t_cat} ms   (target < 150 ms: $v_cat)  all: ${cat_ms[*]}
   a command writing 1,000 files:          ${t_many} ms  (target < 2000 ms: $v_many)  all: ${many_ms[*]}
-  (1,000 files back in the workspace and journaled via mirror, each run)
+  (1,000 files back in the workspace and journaled via sandbox, each run)
 EOF
 )
 printf '\n%s\n' "$summary"

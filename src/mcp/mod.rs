@@ -954,12 +954,13 @@ impl Server {
     /// (no shell: ["sh", "-c", "..."] for one) runs in the sandbox's mirrored directory (or cwd
     /// beneath it); what it changed is pulled back into /workspace (a path changed on both
     /// sides keeps both: conflicts). env names variables the daemon passes in (only those the
-    /// sandbox's run_env lists). Offered only because the daemon's config sets [mcp] allow_run
-    /// = true. Returns {exit_code (null when killed), timed_out, duration_ms, stdout, stderr
-    /// (the last tail_kib KiB of each, default 16), stdout_bytes, stderr_bytes, changed (paths
-    /// of /workspace), conflicts}. Errors: INVALID_ARGUMENT (empty command, cwd climbing out,
-    /// an env variable not listed), CONFLICT (another run holds the sandbox), NOT_FOUND,
-    /// SANDBOX_UNAVAILABLE, AUTH_FAILED.
+    /// sandbox's run_env lists; their values show as *** in the output). Offered only because
+    /// the daemon's config sets [mcp] allow_run = true. Returns {exit_code (null when killed),
+    /// timed_out, duration_ms, stdout, stderr (the last tail_kib KiB of each, default 16),
+    /// stdout_bytes, stderr_bytes, changed (paths of /workspace), conflicts}. Errors:
+    /// INVALID_ARGUMENT (empty command, cwd climbing out, an env variable not listed), CONFLICT
+    /// (another run holds the sandbox; parallel=true shares it with other parallel runs),
+    /// NOT_FOUND, SANDBOX_UNAVAILABLE, AUTH_FAILED.
     #[tool(
         output_schema = schema::<RunReply>(),
         annotations(destructive_hint = true, open_world_hint = true)

@@ -485,6 +485,9 @@ pub struct RunParams {
     /// Seconds it may run before it is killed (default: the daemon's limits.run_timeout_secs)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_secs: Option<u64>,
+    /// Run beside other parallel runs in the same sandbox (they share its files); default: alone, CONFLICT while another run holds it
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub parallel: bool,
     /// KiB of the end of each stream to return (default 16, at most 1024)
     #[serde(default, skip_serializing)]
     pub tail_kib: Option<u64>,

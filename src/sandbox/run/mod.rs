@@ -366,11 +366,6 @@ impl Registry {
         self.runs.logs().into_iter().find(|l| l.id == id)
     }
 
-    /// The kept logs of runs, newest first.
-    pub fn run_logs(&self) -> Vec<Arc<RunLog>> {
-        self.runs.logs()
-    }
-
     /// Checks a run's arguments.
     fn plan_run(&self, req: &RunRequest) -> Result<Plan, SandboxError> {
         let cwd = relative_cwd(req.cwd.as_deref())?;
@@ -727,6 +722,26 @@ fn quiet() -> ProgressFn {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_latest_ended_logs_are_kept_with_every_run_going_on() {
+        let runs = Runs::default();
+        let going = RunLog::new("going".into(), "dev".into());
+        runs.keep(going.clone());
+        for n in 0..KEPT_ENDED + 5 {
+            let log = RunLog::new(format!("r{n}"), "dev".into());
+            log.end(RunEnd::Failed {
+                code: crate::core::ErrorCode::Internal,
+                message: String::new(),
+            });
+            runs.keep(log);
+        }
+        let kept: Vec<String> = runs.logs().iter().map(|l| l.id.clone()).collect();
+        assert_eq!(kept.len(), KEPT_ENDED + 1, "{kept:?}");
+        assert_eq!(kept[0], format!("r{}", KEPT_ENDED + 4), "newest first");
+        assert!(kept.contains(&"going".to_string()), "{kept:?}");
+        assert!(!kept.contains(&"r4".to_string()), "{kept:?}");
+    }
 
     #[test]
     fn cwd_stays_beneath_the_mirrored_directory() {
