@@ -19,6 +19,16 @@ const UNLISTED: &str = "WARDFS_TEST_RUN_UNLISTED";
 
 /// A daemon with sandbox `dev` on `server`; `extra` is appended to its config.
 fn daemon(server: &AgentServer, secret: &str, unlisted: &str, extra: &str) -> Daemon {
+    options(server, secret, unlisted, extra).start()
+}
+
+/// The options of [`daemon`].
+fn options(
+    server: &AgentServer,
+    secret: &str,
+    unlisted: &str,
+    extra: &str,
+) -> crate::support::daemon::Options {
     Daemon::options()
         .prefix("wardfs-run")
         .config(&format!(
@@ -35,7 +45,6 @@ fn daemon(server: &AgentServer, secret: &str, unlisted: &str, extra: &str) -> Da
             (UNLISTED, unlisted),
         ])
         .append_log()
-        .start()
 }
 
 fn text(b: &[u8]) -> String {
@@ -526,11 +535,21 @@ fn a_run_outlives_its_client_for_a_while_and_is_taken_up_again_by_its_id() {
 #[test]
 fn renames_and_conflicts_come_back_parallel_runs_share_and_a_dying_sandbox_is_named() {
     let mut server = AgentServer::start();
-    let d = daemon(&server, "x", "y", "");
+    let d = options(&server, "x", "y", "").mount().start();
+    let mnt = d.dir.path().join("mnt/workspace");
     d.write("/workspace/a.txt", "a\n");
     d.write("/workspace/c.txt", "base\n");
     let (code, _, err) = run(&d, &["--", "true"]);
     assert_eq!(code, 0, "{err}");
+
+    // An edit through the mount is what the command sees; what it writes, the mount reads.
+    std::fs::write(mnt.join("m.txt"), "through the mount\n").unwrap();
+    let (code, out, err) = run(&d, &["--", "sh", "-c", "cat m.txt; echo back > m2.txt"]);
+    assert_eq!((code, out.as_str()), (0, "through the mount\n"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(mnt.join("m2.txt")).unwrap(),
+        "back\n"
+    );
 
     // A rename in the sandbox comes back as the new name, the old one gone.
     let (code, _, err) = run(&d, &["--", "mv", "a.txt", "b.txt"]);
