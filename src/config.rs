@@ -188,6 +188,12 @@ pub struct FuseSection {
     /// `core::prefetch`). Default true.
     #[serde(default = "yes")]
     pub prefetch: bool,
+    /// Extended attributes through the mount (`getfattr`, `setfattr`, `tar --xattrs`). Default
+    /// true. False answers them `ENOSYS`, and the kernel stops asking: before every write and
+    /// chown of a file it asks for `security.capability` (to clear file capabilities), a round
+    /// trip each that an untar pays twice per file.
+    #[serde(default = "yes")]
+    pub xattrs: bool,
 }
 
 fn yes() -> bool {
@@ -199,6 +205,7 @@ impl Default for FuseSection {
         FuseSection {
             transport: Transport::default(),
             prefetch: true,
+            xattrs: true,
         }
     }
 }
@@ -1218,9 +1225,8 @@ pub struct Settings {
     pub state_dir: PathBuf,
     pub socket: PathBuf,
     pub mount: PathBuf,
-    pub mount_transport: Transport,
-    /// `[fuse] prefetch`: metadata read-ahead for walks through the mount.
-    pub mount_prefetch: bool,
+    /// `[fuse]`: the mount's transport, read-ahead and extended attributes.
+    pub fuse: FuseSection,
     pub zones: Vec<ZoneSettings>,
     pub limits: Limits,
     pub allowed_uids: Vec<u32>,
@@ -1347,8 +1353,7 @@ fn resolve(
         state_dir,
         socket,
         mount,
-        mount_transport: file.fuse.transport,
-        mount_prefetch: file.fuse.prefetch,
+        fuse: file.fuse,
         zones,
         limits: l,
         allowed_uids: file.api.allowed_uids,
@@ -2068,13 +2073,13 @@ mod tests {
 
     #[test]
     fn the_transport_defaults_to_io_uring_and_a_misspelled_one_names_the_choices() {
-        assert_eq!(load("").unwrap().mount_transport, Transport::IoUring);
+        assert_eq!(load("").unwrap().fuse.transport, Transport::IoUring);
         assert_eq!(
-            load(DEFAULT_CONFIG).unwrap().mount_transport,
+            load(DEFAULT_CONFIG).unwrap().fuse.transport,
             Transport::IoUring
         );
         let s = load("[fuse]\ntransport = \"device\"\n").unwrap();
-        assert_eq!(s.mount_transport, Transport::Device);
+        assert_eq!(s.fuse.transport, Transport::Device);
         let e = load("[fuse]\ntransport = \"uring\"\n")
             .unwrap_err()
             .to_string();
@@ -2087,15 +2092,25 @@ mod tests {
     }
 
     #[test]
+    fn xattrs_are_on_by_default_and_take_only_a_boolean() {
+        assert!(load("").unwrap().fuse.xattrs);
+        assert!(load(DEFAULT_CONFIG).unwrap().fuse.xattrs);
+        assert!(!load("[fuse]\nxattrs = false\n").unwrap().fuse.xattrs);
+        let e = load("[fuse]\nxattrs = 1\n").unwrap_err().to_string();
+        assert!(e.contains("xattrs"), "{e}");
+    }
+
+    #[test]
     fn prefetch_is_on_by_default_and_takes_only_a_boolean() {
-        assert!(load("").unwrap().mount_prefetch);
-        assert!(load(DEFAULT_CONFIG).unwrap().mount_prefetch);
+        assert!(load("").unwrap().fuse.prefetch);
+        assert!(load(DEFAULT_CONFIG).unwrap().fuse.prefetch);
         assert!(
             load("[fuse]\ntransport = \"device\"\n")
                 .unwrap()
-                .mount_prefetch
+                .fuse
+                .prefetch
         );
-        assert!(!load("[fuse]\nprefetch = false\n").unwrap().mount_prefetch);
+        assert!(!load("[fuse]\nprefetch = false\n").unwrap().fuse.prefetch);
         let e = load("[fuse]\nprefetch = \"yes\"\n")
             .unwrap_err()
             .to_string();

@@ -128,8 +128,7 @@ pub fn run(settings: Settings, no_mount: bool) -> anyhow::Result<()> {
             &settings.mount,
             4,
             io,
-            settings.mount_transport,
-            settings.mount_prefetch,
+            settings.fuse,
         )?)
     };
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -122,6 +122,9 @@ pub struct WardFs {
     started: SystemTime,
     /// Metadata read-ahead of walks (`[fuse] prefetch`).
     prefetch: Option<Prefetch>,
+    /// Extended attributes served (`[fuse] xattrs`); else every xattr request is `ENOSYS`,
+    /// which the kernel remembers for the mount.
+    xattrs: bool,
     /// The zones served from a sandbox, by zone index.
     remote: [Option<Arc<SandboxTree>>; 2],
     /// The forks the mount last saw, and since when (see [`WardFs::forks_seen`]).
@@ -193,8 +196,7 @@ impl WardFs {
     pub fn new(
         zones: Arc<Zones>,
         io: [IoMode; 2],
-        transport: Transport,
-        prefetch: bool,
+        fuse: crate::config::FuseSection,
         echo: Arc<Echoes>,
     ) -> std::io::Result<WardFs> {
         let inodes = Arc::new(Inodes::new());
@@ -231,9 +233,10 @@ impl WardFs {
             next_fh: AtomicU64::new(1),
             passthrough: AtomicBool::new(false),
             want_passthrough: !no_open,
-            want_uring: transport == Transport::IoUring,
+            want_uring: fuse.transport == Transport::IoUring,
             started: SystemTime::now(),
-            prefetch: if prefetch {
+            xattrs: fuse.xattrs,
+            prefetch: if fuse.prefetch {
                 Some(Prefetch::start()?)
             } else {
                 None
@@ -1845,6 +1848,9 @@ impl fuser::Filesystem for WardFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        if !self.xattrs {
+            return reply.error(Errno::ENOSYS);
+        }
         if self.tree(ino.0).is_some() {
             return reply.error(Errno::ENOTSUP);
         }
@@ -1871,6 +1877,9 @@ impl fuser::Filesystem for WardFs {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        if !self.xattrs {
+            return reply.error(Errno::ENOSYS);
+        }
         // The top level (`ls -la` asks of `workspace/..`) and a sandbox's tree keep no
         // attributes: none is set, which is ENODATA, not a missing file.
         if ino.0 == ROOT_INO || ino.0 == FORKS_INO || self.tree(ino.0).is_some() {
@@ -1893,6 +1902,9 @@ impl fuser::Filesystem for WardFs {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        if !self.xattrs {
+            return reply.error(Errno::ENOSYS);
+        }
         if ino.0 == ROOT_INO || ino.0 == FORKS_INO || self.tree(ino.0).is_some() {
             return if size == 0 {
                 reply.size(0)
@@ -1914,6 +1926,9 @@ impl fuser::Filesystem for WardFs {
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if !self.xattrs {
+            return reply.error(Errno::ENOSYS);
+        }
         if self.tree(ino.0).is_some() {
             return reply.error(Errno::ENOTSUP);
         }

@@ -29,7 +29,6 @@ use std::sync::Arc;
 use fuser::{Config, MountOption, SessionACL};
 
 use crate::config::IoMode;
-use crate::config::Transport;
 use crate::core::{ListenerId, Zones};
 
 pub use echo_helper::HELPER_ARG as ECHO_HELPER_ARG;
@@ -260,17 +259,14 @@ pub fn mount(
     mountpoint: &Path,
     threads: usize,
     io: [IoMode; 2],
-    transport: Transport,
-    prefetch: bool,
+    fuse: crate::config::FuseSection,
 ) -> Result<Mount, MountError> {
     prepare_mountpoint(mountpoint)?;
     let echo = echo::Echoes::new();
     let fs =
-        fs::WardFs::new(zones.clone(), io, transport, prefetch, echo.clone()).map_err(|e| {
-            MountError::Mount {
-                path: mountpoint.display().to_string(),
-                source: e,
-            }
+        fs::WardFs::new(zones.clone(), io, fuse, echo.clone()).map_err(|e| MountError::Mount {
+            path: mountpoint.display().to_string(),
+            source: e,
         })?;
     let inodes = fs.inodes.clone();
     let root = rustix::process::geteuid().is_root();

@@ -9,3 +9,4 @@ mod test_links;
 mod test_model;
 mod test_mount;
 mod test_watchers;
+mod test_xattrs;

@@ -96,7 +96,7 @@ pub fn run(config: Option<&Path>, socket: Option<PathBuf>, json: bool, _: &Args)
     checks.push(fuse_control(FUSE_CONTROL, "/proc/self/mountinfo"));
     checks.push(passthrough());
     if let Some(s) = &settings {
-        checks.push(io_uring(s.mount_transport));
+        checks.push(io_uring(s.fuse.transport));
     }
     checks.push(fd_limit());
     checks.push(inotify());
