@@ -116,6 +116,7 @@
 #                              the daemon's default)
 #   WARDFS_AGENT_TRANSPORT     [fuse] transport: io_uring or device (default: the daemon's, io_uring)
 #   WARDFS_AGENT_PREFETCH      [fuse] prefetch: true or false (default: the daemon's, true)
+#   WARDFS_AGENT_XATTRS        [fuse] xattrs: true or false (default: the daemon's, true)
 #   WARDFS_AGENT_IO            zones.<zone>.io for both zones: cached or passthrough (default: the
 #                              daemon's, cached)
 #   WARDFS_AGENT_PEER_BIN      the peer's binary (default: target/bench-peer/bin/, installed there
@@ -547,6 +548,12 @@ case "$prefetch" in
   '') ;;
   true | false) printf 'prefetch = %s\n' "$prefetch" >>"$tmp/config.toml" ;;
   *) die "WARDFS_AGENT_PREFETCH=$prefetch: must be true or false" ;;
+esac
+xattrs=${WARDFS_AGENT_XATTRS:-}
+case "$xattrs" in
+  '') ;;
+  true | false) printf 'xattrs = %s\n' "$xattrs" >>"$tmp/config.toml" ;;
+  *) die "WARDFS_AGENT_XATTRS=$xattrs: must be true or false" ;;
 esac
 quiet_ms=2000 # the daemon's default auto_quiet_ms
 if [ -n "${WARDFS_AGENT_AUTO_CHECKPOINT_MS:-}" ]; then

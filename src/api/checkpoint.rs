@@ -252,7 +252,7 @@ pub(super) async fn before(
     zone: ZoneId,
     what: String,
 ) -> Result<(), ApiError> {
-    if !matches!(app.zones.zone(zone), crate::core::Zone::Local(_)) {
+    if app.zones.local(zone).is_err() {
         return Ok(());
     }
     let cps = app.checkpoints.clone();

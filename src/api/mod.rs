@@ -43,7 +43,7 @@ pub use peer::{BindError, Peer, PeerListener};
 
 use crate::config::{Backing, Settings};
 use crate::core::ErrorCode::{InvalidPath, NotFound, OutsideZone};
-use crate::core::{FsError, Zone, Zones};
+use crate::core::{FsError, NotLocal, Zones};
 use crate::state::{JournalFilter, JournalRow};
 use openapi::{route, Route};
 
@@ -340,24 +340,22 @@ async fn status(State(app): State<Arc<AppState>>) -> Result<Json<Status>, ApiErr
         .collect();
     let pending_write_backs = crate::core::ZoneId::ALL
         .iter()
-        .flat_map(|id| match app.zones.zone(*id) {
-            Zone::Sandbox(r) => r.pending_write_backs(),
-            Zone::Local(_) | Zone::Disabled(_) => Vec::new(),
+        .flat_map(|id| {
+            app.zones
+                .sandbox_zone(*id)
+                .map(|r| r.pending_write_backs())
+                .unwrap_or_default()
         })
         .collect();
     let zones = s
         .zones
         .iter()
         .map(|zs| {
-            let zone = app.zones.zone(zs.id);
+            let root = app.zones.location(zs.id);
             ZoneStatus {
                 name: zs.id.name().into(),
-                available: matches!(zone, Zone::Local(_) | Zone::Sandbox(_)),
-                root: match zone {
-                    Zone::Local(z) => Some(z.root().display().to_string()),
-                    Zone::Sandbox(r) => Some(format!("{}:{}", r.sandbox(), r.root())),
-                    Zone::Disabled(_) => None,
-                },
+                available: root.is_some(),
+                root,
                 reason: match &zs.backing {
                     Backing::Disabled(r) => Some(r.clone()),
                     Backing::Dir { .. } | Backing::Sandbox(_) => None,
@@ -392,10 +390,10 @@ async fn status(State(app): State<Arc<AppState>>) -> Result<Json<Status>, ApiErr
 fn editor_dir(app: &AppState) -> Option<EditorDir> {
     let ws = crate::core::ZoneId::Workspace;
     let mounted = app.settings.mount.join(ws.name());
-    let (dir, every_change) = match (app.zones.zone(ws), app.mounted) {
-        (Zone::Local(_), true) => (mounted, true),
-        (Zone::Local(z), false) => (z.root().to_path_buf(), true),
-        (Zone::Sandbox(_), true) => (mounted, false),
+    let (dir, every_change) = match (app.zones.local(ws), app.mounted) {
+        (Ok(_), true) => (mounted, true),
+        (Ok(z), false) => (z.root().to_path_buf(), true),
+        (Err(NotLocal::Sandbox(_)), true) => (mounted, false),
         _ => return None,
     };
     Some(EditorDir {

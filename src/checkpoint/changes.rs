@@ -29,7 +29,7 @@ use super::{
     file_mode, in_scope, oid, state_err, status, store_err, threads_for, Builder, Checkpoints,
     DiffFile, DiffResult, Filter, Modes, MAX_INCREMENTAL, MAX_PATCH_BYTES,
 };
-use crate::core::{FsError, FsResult, Zone, ZoneId};
+use crate::core::{FsError, FsResult, ZoneId};
 use crate::state::CheckpointRow;
 
 /// Added × deleted files up to which renames of files changed as they moved are looked for by
@@ -175,7 +175,7 @@ impl Checkpoints {
         zone: ZoneId,
         kept: &Present,
     ) -> FsResult<Option<Present>> {
-        let Zone::Local(local) = self.zones.zone(zone) else {
+        let Ok(local) = self.zones.local(zone) else {
             return Ok(None);
         };
         let db = self.zones.db();

@@ -44,7 +44,9 @@ use sha1::{Digest, Sha1};
 
 use crate::config::{CheckpointsSection, Settings};
 use crate::core::gate;
-use crate::core::{EntryKind, FsError, FsResult, Replacement, Seen, VPath, Zone, ZoneId, Zones};
+use crate::core::{
+    EntryKind, FsError, FsResult, NotLocal, Replacement, Seen, VPath, ZoneId, Zones,
+};
 use crate::state::{CheckpointRow, NewCheckpoint, Origin, RestoreRow};
 
 mod changes;
@@ -569,7 +571,7 @@ impl Checkpoints {
         let db = self.zones.db();
         let mut caught = CaughtUp::default();
         for zone in self.zones.zone_ids() {
-            let Zone::Local(z) = self.zones.zone(zone) else {
+            let Ok(z) = self.zones.local(zone) else {
                 continue;
             };
             let Some(last) = db.checkpoint_last(zone.name()).map_err(state_err)? else {
@@ -851,9 +853,9 @@ impl Checkpoints {
     /// Builds the tree of `zone` as it is now: onto the previous checkpoint's tree, the paths
     /// the journal names since; or from a walk.
     fn snapshot(&self, repo: &Repository, zone: ZoneId) -> FsResult<Snapshot> {
-        let root = match self.zones.zone(zone) {
-            Zone::Local(z) => z.root().to_path_buf(),
-            Zone::Sandbox(_) => {
+        let root = match self.zones.local(zone) {
+            Ok(z) => z.root().to_path_buf(),
+            Err(NotLocal::Sandbox(_)) => {
                 return Err(FsError::invalid(
                     "zone",
                     format!(
@@ -862,13 +864,7 @@ impl Checkpoints {
                     ),
                 ))
             }
-            Zone::Disabled(reason) => {
-                return Err(FsError::ZoneUnavailable {
-                    path: format!("/{}", zone.name()),
-                    zone: zone.name().into(),
-                    reason: reason.clone(),
-                })
-            }
+            Err(n) => return Err(n.unavailable(zone, "checkpoints are of local zones")),
         };
         let db = self.zones.db();
         // Taken before anything is read: a change journaled after it is looked at next time.

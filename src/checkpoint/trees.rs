@@ -153,10 +153,10 @@ impl Checkpoints {
     /// Whether a checkpoint of `zone` would hold each of `paths` (relative): not excluded by
     /// `checkpoints.exclude`, the zone's `.gitignore` files or `.git/`, and a name git stores.
     pub fn would_keep(&self, zone: ZoneId, paths: &[String]) -> FsResult<Vec<bool>> {
-        let root = match self.zones.zone(zone) {
-            crate::core::Zone::Local(z) => z.root().to_path_buf(),
-            _ => return Ok(vec![false; paths.len()]),
+        let Ok(z) = self.zones.local(zone) else {
+            return Ok(vec![false; paths.len()]);
         };
+        let root = z.root().to_path_buf();
         let filter = super::Filter::new(&root, &self.cfg)?;
         Ok(paths
             .iter()

@@ -112,6 +112,37 @@ pub enum Zone {
     Disabled(String),
 }
 
+/// Why a zone has no directory on this machine ([`Zones::local`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotLocal<'a> {
+    /// It is served from a directory inside this sandbox.
+    Sandbox(&'a str),
+    /// It is switched off (or a fork this daemon does not have), for this reason.
+    Disabled(&'a str),
+}
+
+impl NotLocal<'_> {
+    /// Why, in words, for an error: `for_what` says what needs a local zone (`forks are made of
+    /// local zones`).
+    pub fn reason(&self, for_what: &str) -> String {
+        match self {
+            NotLocal::Sandbox(name) => {
+                format!("it is served from sandbox `{name}`; {for_what}")
+            }
+            NotLocal::Disabled(reason) => reason.to_string(),
+        }
+    }
+
+    /// `ZONE_UNAVAILABLE` for zone `id`, with [`NotLocal::reason`].
+    pub fn unavailable(&self, id: ZoneId, for_what: &str) -> FsError {
+        FsError::ZoneUnavailable {
+            path: format!("/{}", id.name()),
+            zone: id.name().into(),
+            reason: self.reason(for_what),
+        }
+    }
+}
+
 /// What a fork this daemon does not have answers (`ZONE_UNAVAILABLE`).
 static NO_FORK: std::sync::LazyLock<Zone> = std::sync::LazyLock::new(|| {
     Zone::Disabled("there is no such fork here (it was removed, or never made)".into())
@@ -258,6 +289,34 @@ impl Zones {
         })
     }
 
+    /// Zone `id`'s directory on this machine, or why it has none: what callers that need files
+    /// of their own (forks, checkpoints, the watcher, git's monitor, mirrors) ask, instead of
+    /// matching on the kind of zone.
+    pub fn local(&self, id: ZoneId) -> Result<&LocalZone, NotLocal<'_>> {
+        match self.zone(id) {
+            Zone::Local(z) => Ok(z),
+            Zone::Sandbox(r) => Err(NotLocal::Sandbox(r.sandbox())),
+            Zone::Disabled(reason) => Err(NotLocal::Disabled(reason)),
+        }
+    }
+
+    /// Zone `id` when it is served from a directory inside a sandbox.
+    pub fn sandbox_zone(&self, id: ZoneId) -> Option<&SandboxZone> {
+        match self.zone(id) {
+            Zone::Sandbox(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// Where zone `id` is, for people: its directory, `SANDBOX:DIR`, or none when switched off.
+    pub fn location(&self, id: ZoneId) -> Option<String> {
+        match self.zone(id) {
+            Zone::Local(z) => Some(z.root().display().to_string()),
+            Zone::Sandbox(r) => Some(format!("{}:{}", r.sandbox(), r.root())),
+            Zone::Disabled(_) => None,
+        }
+    }
+
     /// Returns the zone `id` (a fork this daemon does not have: an unavailable zone).
     pub fn zone(&self, id: ZoneId) -> &Zone {
         match (id.config_index(), id.fork_slot()) {
@@ -371,25 +430,13 @@ impl Zones {
         (self.clock)()
     }
 
-    /// Returns the local zone holding `vp`, or `ZONE_UNAVAILABLE`.
-    pub fn local(&self, vp: &VPath) -> FsResult<&LocalZone> {
-        match self.zone(vp.zone()) {
-            Zone::Local(z) => Ok(z),
-            Zone::Sandbox(r) => Err(FsError::ZoneUnavailable {
-                path: vp.to_string(),
-                zone: vp.zone().name().into(),
-                reason: format!(
-                    "it is served from sandbox `{}` ({}); this operation needs a local zone",
-                    r.sandbox(),
-                    r.root()
-                ),
-            }),
-            Zone::Disabled(reason) => Err(FsError::ZoneUnavailable {
-                path: vp.to_string(),
-                zone: vp.zone().name().into(),
-                reason: reason.clone(),
-            }),
-        }
+    /// Returns the local zone holding `vp`, or `ZONE_UNAVAILABLE` about `vp`.
+    pub fn local_of(&self, vp: &VPath) -> FsResult<&LocalZone> {
+        self.local(vp.zone()).map_err(|n| FsError::ZoneUnavailable {
+            path: vp.to_string(),
+            zone: vp.zone().name().into(),
+            reason: n.reason("this operation needs a local zone"),
+        })
     }
 
     /// Returns the storage of the zone holding `vp`, whatever backs it, or `ZONE_UNAVAILABLE`.

@@ -259,7 +259,7 @@ struct Start<'z> {
 impl Zones {
     fn search_start(&self, path: Option<&str>) -> FsResult<Start<'_>> {
         let vp = path::parse_in_zone(path.unwrap_or("/workspace"))?;
-        let zone = self.local(&vp)?;
+        let zone = self.local_of(&vp)?;
         // Resolve through the kernel, beneath the zone, then walk the real path it names.
         let fd = zone.open(&vp, OFlags::PATH)?;
         let real = LocalZone::fd_real_path(&fd)

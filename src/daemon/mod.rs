@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use crate::api::{AppState, PeerListener};
 use crate::config::Settings;
-use crate::core::{system_clock, Zone, Zones};
+use crate::core::{system_clock, NotLocal, Zones};
 use crate::state::Db;
 
 /// How often idle sandboxes are looked for (and detached once past their idle TTL), unless a
@@ -68,22 +68,18 @@ pub fn run(settings: Settings, no_mount: bool) -> anyhow::Result<()> {
         &|b| crate::sandbox::zone_provider(b, &registry_slot),
     )?);
     for id in crate::core::ZoneId::ALL {
-        match zones.zone(id) {
-            Zone::Local(z) => tracing::info!(
+        match (zones.local(id), zones.location(id)) {
+            (Ok(z), _) => tracing::info!(
                 zone = id.name(),
                 root = %z.root().display(),
                 read_only = z.read_only(),
                 "zone ready"
             ),
-            Zone::Sandbox(r) => tracing::info!(
-                zone = id.name(),
-                sandbox = r.sandbox(),
-                root = r.root(),
-                read_only = r.read_only(),
-                "zone ready, served from a sandbox"
-            ),
-            Zone::Disabled(reason) => {
-                tracing::info!(zone = id.name(), reason = %reason, "zone disabled")
+            (Err(NotLocal::Sandbox(_)), Some(at)) => {
+                tracing::info!(zone = id.name(), at = %at, "zone ready, served from a sandbox")
+            }
+            (Err(n), _) => {
+                tracing::info!(zone = id.name(), reason = %n.reason(""), "zone disabled")
             }
         }
     }
@@ -400,7 +396,7 @@ async fn auto_checkpoints(state: Arc<AppState>) {
         let made = tokio::task::spawn_blocking(move || {
             let mut made = 0;
             for id in app.zones.zone_ids() {
-                if !matches!(app.zones.zone(id), Zone::Local(_)) {
+                if app.zones.local(id).is_err() {
                     continue;
                 }
                 let db = app.zones.db();

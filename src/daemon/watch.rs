@@ -45,7 +45,7 @@ use rustix::fs::{FileType, Mode, OFlags, Stat};
 
 use super::dir_watch::{Batch, DirWatch};
 use crate::core::own::OwnChanges;
-use crate::core::{VPath, Zone, ZoneId, Zones};
+use crate::core::{VPath, ZoneId, Zones};
 use crate::git::fsmonitor::{Beside as BesideSeen, BesideWatch};
 
 /// How long a path must be quiet before it is journaled.
@@ -86,10 +86,7 @@ impl Watcher {
     pub fn start(zones: Arc<Zones>, barrier_dir: &Path) -> std::io::Result<Option<Watcher>> {
         let roots: Vec<(ZoneId, PathBuf)> = ZoneId::ALL
             .iter()
-            .filter_map(|id| match zones.zone(*id) {
-                Zone::Local(z) => Some((*id, z.root().to_path_buf())),
-                Zone::Sandbox(_) | Zone::Disabled(_) => None,
-            })
+            .filter_map(|id| Some((*id, zones.local(*id).ok()?.root().to_path_buf())))
             .collect();
         if roots.is_empty() {
             return Ok(None);

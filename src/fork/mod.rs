@@ -44,7 +44,7 @@ use serde::{Deserialize, Serialize};
 use crate::checkpoint::{Checkpoints, DiffResult, MergeConflict, Settle};
 use crate::config::Settings;
 use crate::core::zone::LocalZone;
-use crate::core::{FsError, FsResult, Zone, ZoneId, Zones};
+use crate::core::{FsError, FsResult, ZoneId, Zones};
 use crate::state::{CheckpointRow, ForkRecord, NewFork, Origin};
 
 /// Forks alive at once at most.
@@ -479,19 +479,9 @@ impl Forks {
 
     /// The local zone `id`, or why a fork cannot be made of it.
     fn local(&self, id: ZoneId) -> FsResult<&LocalZone> {
-        match self.zones.zone(id) {
-            Zone::Local(z) => Ok(z),
-            Zone::Sandbox(_) => Err(FsError::ZoneUnavailable {
-                path: format!("/{}", id.name()),
-                zone: id.name().into(),
-                reason: "it is served from a sandbox; forks are made of local zones".into(),
-            }),
-            Zone::Disabled(reason) => Err(FsError::ZoneUnavailable {
-                path: format!("/{}", id.name()),
-                zone: id.name().into(),
-                reason: reason.clone(),
-            }),
-        }
+        self.zones
+            .local(id)
+            .map_err(|n| n.unavailable(id, "forks are made of local zones"))
     }
 
     /// Fills the fork's directory `dir`: from the parent zone's directory (then the files it

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 
 use super::materialize::{self, Filled};
-use crate::core::{Zone, ZoneId, Zones};
+use crate::core::{ZoneId, Zones};
 
 /// The prefix of a spare's directory name (a fork's directory never starts with `.`).
 const PREFIX: &str = ".spare-";
@@ -136,7 +136,7 @@ impl Spares {
     }
 
     fn shares(&self, zone: ZoneId) -> bool {
-        matches!(self.zones.zone(zone), Zone::Local(z) if !z.allows_hardlinks())
+        self.zones.local(zone).is_ok_and(|z| !z.allows_hardlinks())
     }
 
     /// Fills a spare of `zone` (blocking).
@@ -151,9 +151,9 @@ impl Spares {
             .root
             .join(format!("{PREFIX}{name}-{}", self.zones.now_ms()));
         std::fs::create_dir_all(&dir)?;
-        let filled = match self.zones.zone(zone) {
-            Zone::Local(z) => materialize::fill(z.dirfd(), open_dir(&dir)?.as_fd(), true),
-            _ => Err(std::io::Error::other("the zone is not local")),
+        let filled = match self.zones.local(zone) {
+            Ok(z) => materialize::fill(z.dirfd(), open_dir(&dir)?.as_fd(), true),
+            Err(_) => Err(std::io::Error::other("the zone is not local")),
         };
         match filled {
             Ok(filled) => Ok(Spare {
@@ -222,7 +222,7 @@ impl Spares {
         else {
             return Ok(None);
         };
-        let Zone::Local(z) = self.zones.zone(zone) else {
+        let Ok(z) = self.zones.local(zone) else {
             return Err(std::io::Error::other("the zone is no longer local"));
         };
         let tops = topmost(paths);

@@ -37,10 +37,8 @@ fn snapshot(root: &Path) -> BTreeMap<String, String> {
 }
 
 fn fork_dir(s: &Setup, name: &str) -> std::path::PathBuf {
-    match s.zones.zone(ZoneId::fork(name).unwrap()) {
-        Zone::Local(z) => z.root().to_path_buf(),
-        _ => unreachable!(),
-    }
+    let id = ZoneId::fork(name).unwrap();
+    s.zones.local(id).expect("local").root().to_path_buf()
 }
 
 fn make(s: &Setup, name: &str) -> ForkMade {

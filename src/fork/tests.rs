@@ -60,10 +60,7 @@ fn read(z: &Zones, p: &str) -> String {
 }
 
 pub(super) fn ws(s: &Setup) -> &Path {
-    match s.zones.zone(ZoneId::Workspace) {
-        Zone::Local(z) => z.root(),
-        _ => unreachable!(),
-    }
+    s.zones.local(ZoneId::Workspace).expect("local").root()
 }
 
 #[test]

@@ -67,7 +67,7 @@ use rustix::io::Errno;
 
 use super::echo_helper::{Helper, Op};
 use super::inodes::Inodes;
-use crate::core::{Zone, ZoneId, Zones};
+use crate::core::{ZoneId, Zones};
 
 /// How long the echo thread lets a burst of changes gather before it echoes them.
 pub const GATHER: Duration = Duration::from_millis(5);
@@ -435,7 +435,7 @@ impl Echoes {
 fn locate(zones: &Zones, path: &Path) -> Option<(ZoneId, PathBuf)> {
     let mut best: Option<(ZoneId, usize, PathBuf)> = None;
     for id in ZoneId::ALL.into_iter().chain(zones.fork_ids()) {
-        let Zone::Local(z) = zones.zone(id) else {
+        let Ok(z) = zones.local(id) else {
             continue;
         };
         let Ok(rel) = path.strip_prefix(z.root()) else {

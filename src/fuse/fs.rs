@@ -201,9 +201,7 @@ impl WardFs {
     ) -> std::io::Result<WardFs> {
         let inodes = Arc::new(Inodes::new());
         let zones_for_remote = zones.clone();
-        let all_local = ZoneId::ALL
-            .iter()
-            .all(|id| matches!(zones.zone(*id), crate::core::Zone::Local(_)));
+        let all_local = ZoneId::ALL.iter().all(|id| zones.local(*id).is_ok());
         let cached = io.map(|m| m == IoMode::Cached);
         let no_open = all_local
             && cached.iter().all(|c| *c)
@@ -1013,6 +1011,7 @@ impl fuser::Filesystem for WardFs {
         tracing::info!(
             passthrough = self.passthrough.load(Ordering::Relaxed),
             transport = if uring { "io_uring" } else { "/dev/fuse" },
+            xattrs = self.xattrs,
             "FUSE session started; file I/O uses {}",
             if self.no_open {
                 "the page cache, with no OPEN requests (every zone io = \"cached\")"

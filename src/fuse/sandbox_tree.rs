@@ -38,7 +38,7 @@ use crate::core::provider::RemoteMeta;
 use crate::core::sandbox_node::{Removal, Replace, SandboxFile};
 use crate::core::sandbox_zone::SandboxZone;
 use crate::core::store::Way;
-use crate::core::{EntryKind, FsError, VPath, Zone, ZoneId, Zones};
+use crate::core::{EntryKind, FsError, VPath, ZoneId, Zones};
 use crate::state::Origin;
 
 /// First inode number of remote zones' entries: cache below `1 << 61`, workspace above.
@@ -150,9 +150,7 @@ fn name_str(name: &OsStr) -> Res<&str> {
 impl SandboxTree {
     /// Returns the tree of `zone` when it is served from a sandbox.
     pub fn new(zones: Arc<Zones>, zone: ZoneId) -> Option<SandboxTree> {
-        if !matches!(zones.zone(zone), Zone::Sandbox(_)) {
-            return None;
-        }
+        zones.sandbox_zone(zone)?;
         Some(SandboxTree {
             zones,
             zone,
@@ -167,10 +165,9 @@ impl SandboxTree {
     }
 
     fn remote(&self) -> &SandboxZone {
-        match self.zones.zone(self.zone) {
-            Zone::Sandbox(r) => r,
-            _ => unreachable!("a remote tree serves a remote zone"),
-        }
+        self.zones
+            .sandbox_zone(self.zone)
+            .expect("a sandbox tree serves a sandbox zone")
     }
 
     /// How long the kernel may keep what this tree answers.

@@ -41,7 +41,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::core::{FsError, FsResult, VPath, Zone, ZoneId, Zones};
+use crate::core::{FsError, FsResult, NotLocal, VPath, ZoneId, Zones};
 use crate::state::ZoneRow;
 
 /// More paths than this in one answer: everything.
@@ -181,12 +181,12 @@ impl Monitor {
         let db = zones.db();
         let head = db.journal_max_id().map_err(state_err)?;
         let fresh = format!("{PREFIX}:{}:{tag}:{head}", self.instance);
-        let found = match zones.zone(zone) {
-            Zone::Local(_) => self.find(zones, checkout, &tag, head, token),
-            Zone::Sandbox(_) => Ok(Found::everything(
+        let found = match zones.local(zone) {
+            Ok(_) => self.find(zones, checkout, &tag, head, token),
+            Err(NotLocal::Sandbox(_)) => Ok(Found::everything(
                 "the zone is served from a sandbox, whose changes the journal does not hold",
             )),
-            Zone::Disabled(_) => Ok(Found::everything("the zone is unavailable")),
+            Err(NotLocal::Disabled(_)) => Ok(Found::everything("the zone is unavailable")),
         }?;
         Ok(match found {
             Found::Everything(why) => FsmonitorAnswer {
@@ -303,9 +303,7 @@ impl Monitor {
 /// Where a zone stands for [`Starts`]: its tag and its backing root's `(st_dev, st_ino)` (a
 /// zone moved to another directory is another zone for the journal).
 pub fn zone_mark(zones: &Zones, zone: ZoneId) -> Option<String> {
-    let Zone::Local(z) = zones.zone(zone) else {
-        return None;
-    };
+    let z = zones.local(zone).ok()?;
     let st = rustix::fs::stat(z.root()).ok()?;
     Some(format!(
         "{}={}.{}",
@@ -606,7 +604,7 @@ pub fn checkout_at(zones: &Zones, mount: &Path, dir: &str) -> FsResult<VPath> {
     }
     let mut best: Option<(usize, ZoneId, PathBuf)> = None;
     for id in zones.zone_ids() {
-        let Zone::Local(z) = zones.zone(id) else {
+        let Ok(z) = zones.local(id) else {
             continue;
         };
         for root in forms(z.root(), true) {

@@ -62,7 +62,7 @@ pub use status::{Change, RepoStatus, ResolveError, StatusError, StatusResult};
 
 use crate::config::{GitSection, Settings};
 use crate::core::foreign::{self, GitDir, LinkResolver};
-use crate::core::{EntryKind, ErrorCode, FsError, Replacement, Seen, VPath, Zone, ZoneId, Zones};
+use crate::core::{EntryKind, ErrorCode, FsError, Replacement, Seen, VPath, ZoneId, Zones};
 use crate::state::{FileRow, Origin, RepoRow, StagedRow, Via};
 use error::{invalid, libgit2, lift_common};
 

@@ -222,10 +222,7 @@ impl Git {
 
     /// The directory a local zone's files are in (None: not a local zone now).
     fn root_of(&self, zone: ZoneId) -> Option<PathBuf> {
-        match self.zones.zone(zone) {
-            Zone::Local(z) => Some(z.root().to_path_buf()),
-            _ => None,
-        }
+        self.zones.local(zone).ok().map(|z| z.root().to_path_buf())
     }
 
     /// Refuses a fork whose files of `repo` were taken before the repository's base last moved.

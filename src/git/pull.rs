@@ -9,6 +9,7 @@
 
 use super::*;
 use crate::core::text::count;
+use crate::core::NotLocal;
 
 /// `pull`'s request: what to pull and where.
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
@@ -331,11 +332,11 @@ impl Git {
             None => format!("/workspace/{}", repo_name(&url)),
         };
         let dir = self.workspace_dir("into", &into)?;
-        if let Zone::Disabled(reason) = self.zones.zone(ZoneId::Workspace) {
+        if let Err(NotLocal::Disabled(reason)) = self.zones.local(ZoneId::Workspace) {
             return Err(FsError::ZoneUnavailable {
                 path: into,
                 zone: "workspace".into(),
-                reason: reason.clone(),
+                reason: reason.to_string(),
             }
             .into());
         }

@@ -411,9 +411,7 @@ impl Git {
         zone: ZoneId,
         dir: &str,
     ) -> Option<ignore::gitignore::Gitignore> {
-        let Zone::Local(z) = self.zones.zone(zone) else {
-            return None;
-        };
+        let z = self.zones.local(zone).ok()?;
         let root = if dir.is_empty() {
             z.root().to_path_buf()
         } else {
@@ -430,7 +428,7 @@ impl Git {
     /// could not be read. `.git` and wardfs's temp files are not looked at.
     pub(super) fn walk_files(&self, zone: ZoneId, dir: &str, sub: &str, deep: bool) -> Walked {
         let mut out = Walked::default();
-        let Zone::Local(z) = self.zones.zone(zone) else {
+        let Ok(z) = self.zones.local(zone) else {
             return out;
         };
         let base = if dir.is_empty() {

@@ -30,7 +30,7 @@ use super::mirror::{
 };
 use crate::config::{SandboxSection, SandboxSettings, PROVIDER_SANDBOX_AGENT};
 use crate::core::provider::{check_remote_path, SandboxFs, SandboxFsError};
-use crate::core::{ErrorCode, Zone, ZoneId, Zones};
+use crate::core::{ErrorCode, ZoneId, Zones};
 use crate::state::{SandboxRow, StateError};
 
 /// Session statuses, as stored and reported.
@@ -713,21 +713,14 @@ impl Registry {
             key: "zone".into(),
             rule: format!("{name:?} is not cache or workspace"),
         })?;
-        match self.zones.zone(id) {
-            Zone::Local(z) if write && z.read_only() => Err(SandboxError::ReadOnly {
+        match self.zones.local(id) {
+            Ok(z) if write && z.read_only() => Err(SandboxError::ReadOnly {
                 zone: name.to_string(),
             }),
-            Zone::Local(z) => Ok((id, z.root().to_path_buf())),
-            Zone::Sandbox(r) => Err(SandboxError::Zone {
+            Ok(z) => Ok((id, z.root().to_path_buf())),
+            Err(n) => Err(SandboxError::Zone {
                 zone: name.to_string(),
-                reason: format!(
-                    "it is served from sandbox `{}` itself; mirror a local zone",
-                    r.sandbox()
-                ),
-            }),
-            Zone::Disabled(reason) => Err(SandboxError::Zone {
-                zone: name.to_string(),
-                reason: reason.clone(),
+                reason: n.reason("mirror a local zone"),
             }),
         }
     }
