@@ -56,6 +56,8 @@ impl BackingId {
             flags: 0,
             padding: 0,
         };
+        // SAFETY: the ioctl reads the `fuse_backing_map` it is given, which lives until it
+        // returns; both descriptors are open for the call (borrowed).
         let id = unsafe { fuse_dev_ioc_backing_open(fuse_dev.as_fd().as_raw_fd(), &map) }?;
 
         Ok(id as u32)
@@ -93,6 +95,8 @@ impl BackingId {
 impl Drop for BackingId {
     fn drop(&mut self) {
         if let Some(ch) = self.channel.upgrade() {
+            // SAFETY: the ioctl reads the backing ID it is given; the channel is open (upgraded
+            // from its weak reference) and the ID is this session's, closed once, here.
             if let Err(e) = unsafe { fuse_dev_ioc_backing_close(ch.as_raw_fd(), &self.backing_id) }
             {
                 error!("Failed to close backing fd: {e}");
