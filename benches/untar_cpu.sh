@@ -18,6 +18,7 @@
 #   WARDFS_UNTAR_DIRS     directories already in the workspace, each watched by the daemon's
 #                         watcher as a repository's would be (default 3000; the generated tree
 #                         of bench-forks has 2,813)
+#   WARDFS_UNTAR_XATTRS   [fuse] xattrs of the daemon: true (default) or false
 #   WARDFS_BIN            a wardfs binary to use instead of building the release one
 #
 # Prints one line per run and the medians: native and wardfs wall time, their ratio, and the
@@ -36,6 +37,7 @@ need_tools tar:tar fusermount3:fuse3
 runs=${WARDFS_UNTAR_RUNS:-5}
 [[ $runs =~ ^[0-9]+$ ]] && ((runs >= 2)) || die "WARDFS_UNTAR_RUNS=$runs: must be a number, at least 2"
 dirs=${WARDFS_UNTAR_DIRS:-3000}
+xattrs=${WARDFS_UNTAR_XATTRS:-true}
 [[ $dirs =~ ^[0-9]+$ ]] || die "WARDFS_UNTAR_DIRS=$dirs: must be a number"
 tarball=${WARDFS_UNTAR_TARBALL:-$repo/bench-data/agent/data/deps.tar}
 [ -f "$tarball" ] ||
@@ -61,6 +63,10 @@ mkdir -p "$tmp/fast/zones/workspace/tree" "$tmp/fast/native"
 # The workspace's own directories, 100 to a parent, as a repository's would be.
 (cd "$tmp/fast/zones/workspace/tree" && seq "$dirs" | awk '{print "p" int($1 / 100) "/d" $1}' | xargs -r mkdir -p)
 wardfs_config "$tmp/fast/zones"
+case "$xattrs" in
+  true | false) printf '\n[fuse]\nxattrs = %s\n' "$xattrs" >>"$tmp/config.toml" ;;
+  *) die "WARDFS_UNTAR_XATTRS=$xattrs: must be true or false" ;;
+esac
 wardfs_start
 sleep 2
 
@@ -68,14 +74,16 @@ sleep 2
 threads() {
   local t comm
   for t in /proc/"$daemon_pid"/task/*; do
-    comm=$(cat "$t/comm")
+    # A thread may end between the listing and the read (the API's idle blocking threads).
+    comm=$(cat "$t/comm" 2>/dev/null) || continue
     case $comm in
       fuser-ring-*) comm=ring ;;
       fuser-*) comm=fuser-other ;;
       wardfs-inotify) comm=inotify ;;
       notify-rs*) comm=notify ;; # the notify crate's thread, in builds before dir_watch
     esac
-    awk -v c="$comm" -v hz="$(getconf CLK_TCK)" '{print c, ($14 + $15) * 1000 / hz}' "$t/stat"
+    awk -v c="$comm" -v hz="$(getconf CLK_TCK)" '{print c, ($14 + $15) * 1000 / hz}' "$t/stat" \
+      2>/dev/null || true
   done | awk '{a[$1] += $2} END {for (k in a) printf "%s=%d\n", k, a[k]}' | sort
 }
 
