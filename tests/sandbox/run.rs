@@ -525,6 +525,15 @@ fn a_run_outlives_its_client_for_a_while_and_is_taken_up_again_by_its_id() {
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
     let r = d.ok(&format!("/v1/runs/{id}/cancel"), json!({}));
     assert_eq!(r["cancelled"], false, "ended already: {r}");
+    // A hostile `after`: past the end, only the end; not a number, refused.
+    let lines = follow(&d, &id, u64::MAX);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0]["event"], "exited", "{lines:?}");
+    let (code, msg) = d
+        .api()
+        .get(&format!("/v1/runs/{id}/events?after=-1"))
+        .unwrap_err();
+    assert_eq!(code, Some(ErrorCode::InvalidArgument), "{msg}");
     let (code, msg) = d.api().get("/v1/runs/nope-1-0/events").unwrap_err();
     assert_eq!(code, Some(ErrorCode::NotFound), "{msg}");
     assert!(msg.contains("nope-1-0"), "{msg}");

@@ -223,13 +223,15 @@ impl State {
     /// The line after `cursor`, if there is one yet.
     fn after(&self, cursor: u64) -> Option<Line> {
         let first = self.events.front().map_or(self.next_seq, |e| e.0);
-        if cursor + 1 < first {
+        // A client's `after` may be anything, u64::MAX included.
+        let next = cursor.saturating_add(1);
+        if next < first {
             return Some(Line::Skipped {
-                from: cursor + 1,
+                from: next,
                 to: first - 1,
             });
         }
-        let (seq, event, _) = self.events.get((cursor + 1 - first) as usize)?;
+        let (seq, event, _) = self.events.get(usize::try_from(next - first).ok()?)?;
         Some(Line::Event {
             seq: *seq,
             event: event.clone(),
@@ -356,6 +358,21 @@ mod tests {
         match late.next().await {
             Some(Line::Skipped { from: 1, to }) => assert!(to >= 4, "{to}"),
             other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_follower_from_past_the_end_reads_only_the_end() {
+        let log = RunLog::new("r".into(), "dev".into());
+        log.push(out("a"));
+        log.end(RunEnd::Failed {
+            code: ErrorCode::Internal,
+            message: String::new(),
+        });
+        for after in [u64::MAX, u64::MAX - 1, 2, 1] {
+            let mut f = log.follow(after);
+            assert!(matches!(f.next().await, Some(Line::End(_))), "{after}");
+            assert!(f.next().await.is_none(), "{after}");
         }
     }
 
