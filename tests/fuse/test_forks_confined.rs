@@ -282,7 +282,11 @@ fn a_command_run_in_a_fork_has_no_network_unless_asked_and_a_clean_environment()
     // message says which.
     let missing = s.wardfs(&["run", "--fork", "nope", "--", "true"], &[]);
     assert_eq!(missing.status.code(), Some(125), "{}", text(&missing).1);
-    assert!(text(&missing).1.contains("no such fork"), "{}", text(&missing).1);
+    assert!(
+        text(&missing).1.contains("no such fork"),
+        "{}",
+        text(&missing).1
+    );
     let hostile = s.wardfs(&["run", "--fork", "../a", "--", "true"], &[]);
     assert_eq!(hostile.status.code(), Some(125), "{}", text(&hostile).1);
 }

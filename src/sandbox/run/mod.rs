@@ -15,7 +15,7 @@
 //! away and come back with the run's id ([`Registry::run_log`]).
 //!
 //! Bounds: one run per sandbox at a time (CONFLICT for the next: the mirror is one tree) unless
-//! every run holding it asked for `parallel`; a deadline (the run's `timeout_secs`, else
+//! every run holding it asked for `parallel` (then at most [`MAX_PARALLEL`]); a deadline (the run's `timeout_secs`, else
 //! `limits.run_timeout_secs`) at which the remote process is killed, as it is when the run is
 //! cancelled or nobody followed it for `limits.run_reconnect_secs`; the output kept for the
 //! result is the last `limits.run_output_bytes` of each stream, the rest counted; a log keeps
@@ -145,6 +145,8 @@ pub enum RunEvent {
     },
 }
 
+/// Parallel runs one sandbox takes at once.
+const MAX_PARALLEL: usize = 16;
 /// Logs of ended runs kept in memory, besides those of the runs going on.
 const KEPT_ENDED: usize = 16;
 
@@ -244,6 +246,43 @@ struct Ended {
     duration_ms: u64,
     stdout: Output,
     stderr: Output,
+}
+
+/// Takes sandbox `name`'s run slot in `busy` (shared with other `parallel` runs when
+/// `parallel`), or says which run holds it.
+fn take_slot(
+    busy: &mut HashMap<String, Busy>,
+    name: &str,
+    parallel: bool,
+) -> Result<(), SandboxError> {
+    match (busy.get_mut(name), parallel) {
+        (None, false) => {
+            busy.insert(name.to_string(), Busy::Alone);
+        }
+        (None, true) => {
+            busy.insert(name.to_string(), Busy::Parallel(1));
+        }
+        (Some(Busy::Parallel(n)), true) if *n < MAX_PARALLEL => *n += 1,
+        (Some(Busy::Parallel(_)), true) => {
+            return Err(SandboxError::Lifecycle {
+                name: name.to_string(),
+                rule: format!(
+                    "has {MAX_PARALLEL} parallel runs already (the most one sandbox takes); \
+                     wait for one to end"
+                ),
+            })
+        }
+        (Some(_), _) => {
+            return Err(SandboxError::Lifecycle {
+                name: name.to_string(),
+                rule: "is running a command already (one run per sandbox at a time: its \
+                       mirror is one tree); wait for it to end, or start both with \
+                       --parallel (`parallel`)"
+                    .into(),
+            })
+        }
+    }
+    Ok(())
 }
 
 fn invalid(key: &str, rule: String) -> SandboxError {
@@ -493,24 +532,7 @@ impl Registry {
     /// says a run holds it.
     fn claim_run(self: &Arc<Self>, name: &str, parallel: bool) -> Result<Slot, SandboxError> {
         let mut busy = self.runs.busy.lock().unwrap_or_else(|p| p.into_inner());
-        match (busy.get_mut(name), parallel) {
-            (None, false) => {
-                busy.insert(name.to_string(), Busy::Alone);
-            }
-            (None, true) => {
-                busy.insert(name.to_string(), Busy::Parallel(1));
-            }
-            (Some(Busy::Parallel(n)), true) => *n += 1,
-            (Some(_), _) => {
-                return Err(SandboxError::Lifecycle {
-                    name: name.to_string(),
-                    rule: "is running a command already (one run per sandbox at a time: its \
-                           mirror is one tree); wait for it to end, or start both with \
-                           --parallel (`parallel`)"
-                        .into(),
-                })
-            }
-        }
+        take_slot(&mut busy, name, parallel)?;
         Ok(Slot {
             reg: self.clone(),
             name: name.to_string(),
@@ -722,6 +744,23 @@ fn quiet() -> ProgressFn {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parallel_runs_share_a_sandbox_up_to_a_bound_and_never_with_one_alone() {
+        let slots = || Mutex::new(HashMap::<String, Busy>::new());
+        let busy = slots();
+        let take = |parallel: bool| take_slot(&mut busy.lock().unwrap(), "dev", parallel);
+        assert!(take(true).is_ok());
+        assert!(take(false).is_err(), "alone, while a parallel run holds it");
+        for _ in 1..MAX_PARALLEL {
+            assert!(take(true).is_ok());
+        }
+        let e = take(true).unwrap_err().to_string();
+        assert!(e.contains("parallel runs already"), "{e}");
+        let alone = slots();
+        assert!(take_slot(&mut alone.lock().unwrap(), "dev", false).is_ok());
+        assert!(take_slot(&mut alone.lock().unwrap(), "dev", true).is_err());
+    }
 
     #[test]
     fn the_latest_ended_logs_are_kept_with_every_run_going_on() {
