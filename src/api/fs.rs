@@ -40,6 +40,14 @@ const CHANGE: &[ErrorCode] = &[ReadOnly, NoSpace];
 
 /// The file and search routes.
 pub(super) fn routes() -> Vec<Route> {
+    [content_reads(), content_writes(), entries(), lookups()]
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// The routes reading a file's content: as text, or as raw bytes.
+fn content_reads() -> Vec<Route> {
     vec![
         route!(
             /// Read a text file, whole or a window of lines
@@ -74,6 +82,12 @@ pub(super) fn routes() -> Vec<Route> {
         )
         .errors(PATH)
         .errors(&[InvalidArgument, NotFound, IsDir, NotDir]),
+    ]
+}
+
+/// The routes replacing a file's content: raw bytes, text, or an exact string in it.
+fn content_writes() -> Vec<Route> {
+    vec![
         route!(
             /// Upload a file's raw bytes (atomic replace)
             ///
@@ -134,6 +148,12 @@ pub(super) fn routes() -> Vec<Route> {
         .errors(&[
             NotFound, IsDir, NotDir, Conflict, NoMatch, NotUnique, Binary,
         ]),
+    ]
+}
+
+/// The routes on entries themselves: delete, look at, create and move them.
+fn entries() -> Vec<Route> {
+    vec![
         route!(
             /// Delete a file, symlink or directory
             ///
@@ -203,6 +223,12 @@ pub(super) fn routes() -> Vec<Route> {
         .errors(PATH)
         .errors(CHANGE)
         .errors(&[NotFound, Exists, IsDir, NotDir]),
+    ]
+}
+
+/// The routes finding files, by name or by content, and the host path behind one.
+fn lookups() -> Vec<Route> {
+    vec![
         route!(
             /// Find paths by glob pattern, newest first
             ///

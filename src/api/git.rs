@@ -24,6 +24,14 @@ use crate::git::{PullResult, PushResult};
 
 /// The git routes.
 pub(super) fn routes() -> Vec<Route> {
+    [agent_routes(), review_routes(), vec![fsmonitor_route()]]
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// The routes an agent uses on its checkout: pull, status, stage, and resolve a conflict.
+fn agent_routes() -> Vec<Route> {
     vec![
         route!(
             /// Pull a repository branch into a workspace directory
@@ -134,6 +142,12 @@ pub(super) fn routes() -> Vec<Route> {
             "gitResolve": POST "/v1/git/resolve" => resolve
         )
         .errors(&[InvalidPath, OutsideZone, NotFound, NoMatch]),
+    ]
+}
+
+/// The routes of a person's review of staged commits: list, show, push, discard.
+fn review_routes() -> Vec<Route> {
+    vec![
         route!(
             /// List staged commits
             ///
@@ -210,28 +224,32 @@ pub(super) fn routes() -> Vec<Route> {
             "gitDiscard": POST "/v1/git/discard" => discard
         )
         .errors(&[NotFound, Conflict, ReadOnly, PermissionDenied, NoSpace]),
-        route!(
-            /// Answer git's file-system monitor for a checkout inside a zone
-            ///
-            /// What `wardfs git fsmonitor-hook` (git's `core.fsmonitor`, set by `wardfs git
-            /// watch`) asks: the paths of the checkout whose work tree is `dir` (or `path`)
-            /// changed since `token`, relative to the work tree, from the journal (every writer:
-            /// the API, MCP, the mount, pulls, restores, and changes beside wardfs, which the
-            /// answer first waits for the watcher to take in, at most 2 s), and the `token` to
-            /// pass next time. `everything: true` (git then looks at every file) with a `reason`
-            /// when the daemon cannot vouch for the list: an empty or foreign token, one of
-            /// another daemon instance (every start is a new one) or zone, one ahead of the
-            /// journal or whose next rows were pruned, changes beside wardfs the watcher lost or
-            /// could not watch, a zone served from a sandbox, a change to the checkout's
-            /// directory or one above it, more than 50,000 paths. Paths in the checkout's `.git`
-            /// are left out. Only the query parameters below are accepted; INVALID_ARGUMENT for
-            /// an unknown one or for both or neither of `dir` and `path`; INVALID_PATH or
-            /// OUTSIDE_ZONE for a `dir` or `path` not in a zone; NOT_FOUND for a fork that does
-            /// not exist.
-            "gitFsmonitor": GET "/v1/git/fsmonitor" => fsmonitor
-        )
-        .errors(&[InvalidPath, OutsideZone, NotFound]),
     ]
+}
+
+/// The route answering git's file-system monitor.
+fn fsmonitor_route() -> Route {
+    route!(
+        /// Answer git's file-system monitor for a checkout inside a zone
+        ///
+        /// What `wardfs git fsmonitor-hook` (git's `core.fsmonitor`, set by `wardfs git
+        /// watch`) asks: the paths of the checkout whose work tree is `dir` (or `path`)
+        /// changed since `token`, relative to the work tree, from the journal (every writer:
+        /// the API, MCP, the mount, pulls, restores, and changes beside wardfs, which the
+        /// answer first waits for the watcher to take in, at most 2 s), and the `token` to
+        /// pass next time. `everything: true` (git then looks at every file) with a `reason`
+        /// when the daemon cannot vouch for the list: an empty or foreign token, one of
+        /// another daemon instance (every start is a new one) or zone, one ahead of the
+        /// journal or whose next rows were pruned, changes beside wardfs the watcher lost or
+        /// could not watch, a zone served from a sandbox, a change to the checkout's
+        /// directory or one above it, more than 50,000 paths. Paths in the checkout's `.git`
+        /// are left out. Only the query parameters below are accepted; INVALID_ARGUMENT for
+        /// an unknown one or for both or neither of `dir` and `path`; INVALID_PATH or
+        /// OUTSIDE_ZONE for a `dir` or `path` not in a zone; NOT_FOUND for a fork that does
+        /// not exist.
+        "gitFsmonitor": GET "/v1/git/fsmonitor" => fsmonitor
+    )
+    .errors(&[InvalidPath, OutsideZone, NotFound])
 }
 
 /// Runs a git call on the blocking pool.
