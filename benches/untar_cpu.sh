@@ -18,7 +18,7 @@
 #   WARDFS_UNTAR_DIRS     directories already in the workspace, each watched by the daemon's
 #                         watcher as a repository's would be (default 3000; the generated tree
 #                         of bench-forks has 2,813)
-#   WARDFS_UNTAR_XATTRS   [fuse] xattrs of the daemon: true (default) or false
+#   WARDFS_UNTAR_XATTRS   [fuse] xattrs of the daemon: true or false (default: the daemon's)
 #   WARDFS_BIN            a wardfs binary to use instead of building the release one
 #
 # Prints one line per run and the medians: native and wardfs wall time, their ratio, and the
@@ -37,7 +37,7 @@ need_tools tar:tar fusermount3:fuse3
 runs=${WARDFS_UNTAR_RUNS:-5}
 [[ $runs =~ ^[0-9]+$ ]] && ((runs >= 2)) || die "WARDFS_UNTAR_RUNS=$runs: must be a number, at least 2"
 dirs=${WARDFS_UNTAR_DIRS:-3000}
-xattrs=${WARDFS_UNTAR_XATTRS:-true}
+xattrs=${WARDFS_UNTAR_XATTRS:-}
 [[ $dirs =~ ^[0-9]+$ ]] || die "WARDFS_UNTAR_DIRS=$dirs: must be a number"
 tarball=${WARDFS_UNTAR_TARBALL:-$repo/bench-data/agent/data/deps.tar}
 [ -f "$tarball" ] ||
@@ -64,6 +64,7 @@ mkdir -p "$tmp/fast/zones/workspace/tree" "$tmp/fast/native"
 (cd "$tmp/fast/zones/workspace/tree" && seq "$dirs" | awk '{print "p" int($1 / 100) "/d" $1}' | xargs -r mkdir -p)
 wardfs_config "$tmp/fast/zones"
 case "$xattrs" in
+  '') ;; # the daemon's default (and a config older builds read)
   true | false) printf '\n[fuse]\nxattrs = %s\n' "$xattrs" >>"$tmp/config.toml" ;;
   *) die "WARDFS_UNTAR_XATTRS=$xattrs: must be true or false" ;;
 esac
