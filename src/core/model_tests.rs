@@ -2,7 +2,6 @@
 //! on a plain in-memory tree must agree on every result and on the final tree (mountpoint-s3's
 //! reference-model idea), plus deterministic checks of behaviour a model cannot race.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -12,20 +11,13 @@ use super::{EntryKind, ErrorCode, FsResult, Zones};
 use crate::config::Settings;
 use crate::state::{Db, Origin};
 
-const PATHS: &[&str] = &["a", "b", "d", "d/a", "d/b", "d/e", "d/e/f"];
+// The model shared with the mount's test; it takes `EntryKind` and `ErrorCode` from here.
+#[path = "../../tests/support/fs_model.rs"]
+mod fs_model;
 
-#[derive(Debug, Clone)]
-enum Op {
-    Write(usize, String),
-    Read(usize),
-    Edit(usize, &'static str, &'static str, bool),
-    Delete(usize, bool),
-    Mkdir(usize, bool),
-    Move(usize, usize, bool),
-    List(Option<usize>),
-    Exists(usize),
-}
+use fs_model::{disk_tree, Model, Op, Outcome, Seen, Via, PATHS};
 
+/// A random operation, every kind of [`Op`] with every flag.
 fn op() -> impl Strategy<Value = Op> {
     let p = 0..PATHS.len();
     prop_oneof![
@@ -41,230 +33,7 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Node {
-    File(String),
-    Dir,
-}
-
-/// What an operation observably returned.
-#[derive(Debug, PartialEq, Eq)]
-enum Seen {
-    Done,
-    Text(String),
-    Listing(Vec<(String, EntryKind)>),
-    Exists(Option<EntryKind>),
-}
-
-type Outcome = Result<Seen, ErrorCode>;
-
-/// The reference model: a map from relative path to node; the zone root is implicit.
-#[derive(Debug, Default)]
-struct Model {
-    tree: BTreeMap<String, Node>,
-}
-
-fn ancestors(p: &str) -> Vec<String> {
-    let parts: Vec<&str> = p.split('/').collect();
-    (1..parts.len()).map(|i| parts[..i].join("/")).collect()
-}
-
-fn kind(n: &Node) -> EntryKind {
-    match n {
-        Node::File(_) => EntryKind::File,
-        Node::Dir => EntryKind::Dir,
-    }
-}
-
-impl Model {
-    /// Resolves the ancestors of `p` as the kernel does: first missing → NOT_FOUND, first file → NOT_DIR.
-    fn walk(&self, p: &str) -> Result<(), ErrorCode> {
-        for a in ancestors(p) {
-            match self.tree.get(&a) {
-                None => return Err(ErrorCode::NotFound),
-                Some(Node::File(_)) => return Err(ErrorCode::NotDir),
-                Some(Node::Dir) => {}
-            }
-        }
-        Ok(())
-    }
-
-    /// Like `mkdir -p` of the ancestors: a file in the way is NOT_DIR; missing ones are created.
-    fn make_parents(&mut self, p: &str) -> Result<(), ErrorCode> {
-        let anc = ancestors(p);
-        for a in &anc {
-            if let Some(Node::File(_)) = self.tree.get(a) {
-                return Err(ErrorCode::NotDir);
-            }
-            if !self.tree.contains_key(a) {
-                break;
-            }
-        }
-        for a in anc {
-            self.tree.entry(a).or_insert(Node::Dir);
-        }
-        Ok(())
-    }
-
-    fn children(&self, p: &str) -> Vec<(String, EntryKind)> {
-        let prefix = if p.is_empty() {
-            String::new()
-        } else {
-            format!("{p}/")
-        };
-        self.tree
-            .iter()
-            .filter(|(k, _)| {
-                k.starts_with(&prefix) && !k[prefix.len()..].contains('/') && k.len() > prefix.len()
-            })
-            .map(|(k, n)| (k[prefix.len()..].to_string(), kind(n)))
-            .collect()
-    }
-
-    fn remove_subtree(&mut self, p: &str) -> BTreeMap<String, Node> {
-        let prefix = format!("{p}/");
-        let keys: Vec<String> = self
-            .tree
-            .keys()
-            .filter(|k| *k == p || k.starts_with(&prefix))
-            .cloned()
-            .collect();
-        keys.into_iter()
-            .map(|k| {
-                let n = self.tree.remove(&k).unwrap();
-                (k, n)
-            })
-            .collect()
-    }
-
-    fn apply(&mut self, op: &Op) -> Outcome {
-        match op {
-            Op::Write(i, c) => {
-                let p = PATHS[*i];
-                self.make_parents(p)?;
-                if let Some(Node::Dir) = self.tree.get(p) {
-                    return Err(ErrorCode::IsDir);
-                }
-                self.tree.insert(p.into(), Node::File(c.clone()));
-                Ok(Seen::Done)
-            }
-            Op::Read(i) => {
-                let p = PATHS[*i];
-                self.walk(p)?;
-                match self.tree.get(p) {
-                    None => Err(ErrorCode::NotFound),
-                    Some(Node::Dir) => Err(ErrorCode::IsDir),
-                    Some(Node::File(c)) => Ok(Seen::Text(c.clone())),
-                }
-            }
-            Op::Edit(i, old, new, all) => {
-                let p = PATHS[*i];
-                self.walk(p)?;
-                let c = match self.tree.get(p) {
-                    None => return Err(ErrorCode::NotFound),
-                    Some(Node::Dir) => return Err(ErrorCode::IsDir),
-                    Some(Node::File(c)) => c.clone(),
-                };
-                let n = c.matches(old).count();
-                if n == 0 {
-                    return Err(ErrorCode::NoMatch);
-                }
-                if n > 1 && !all {
-                    return Err(ErrorCode::NotUnique);
-                }
-                let updated = if *all {
-                    c.replace(old, new)
-                } else {
-                    c.replacen(old, new, 1)
-                };
-                self.tree.insert(p.into(), Node::File(updated));
-                Ok(Seen::Done)
-            }
-            Op::Delete(i, recursive) => {
-                let p = PATHS[*i];
-                self.walk(p)?;
-                match self.tree.get(p) {
-                    None => Err(ErrorCode::NotFound),
-                    Some(Node::Dir) if !recursive && !self.children(p).is_empty() => {
-                        Err(ErrorCode::NotEmpty)
-                    }
-                    Some(_) => {
-                        self.remove_subtree(p);
-                        Ok(Seen::Done)
-                    }
-                }
-            }
-            Op::Mkdir(i, parents) => {
-                let p = PATHS[*i];
-                if *parents {
-                    if self.walk(p).is_ok() {
-                        match self.tree.get(p) {
-                            Some(Node::Dir) => return Ok(Seen::Done),
-                            Some(Node::File(_)) => return Err(ErrorCode::Exists),
-                            None => {}
-                        }
-                    }
-                    self.make_parents(p)?;
-                } else {
-                    self.walk(p)?;
-                    if self.tree.contains_key(p) {
-                        return Err(ErrorCode::Exists);
-                    }
-                }
-                self.tree.insert(p.into(), Node::Dir);
-                Ok(Seen::Done)
-            }
-            Op::Move(a, b, overwrite) => {
-                let (src, dst) = (PATHS[*a], PATHS[*b]);
-                if dst == src || dst.starts_with(&format!("{src}/")) {
-                    return Err(ErrorCode::InvalidArgument);
-                }
-                self.walk(src)?;
-                let Some(src_node) = self.tree.get(src).cloned() else {
-                    return Err(ErrorCode::NotFound);
-                };
-                self.make_parents(dst)?;
-                if let Some(dst_node) = self.tree.get(dst) {
-                    if !overwrite || src.starts_with(&format!("{dst}/")) {
-                        return Err(ErrorCode::Exists);
-                    }
-                    match (&src_node, dst_node) {
-                        (Node::File(_), Node::Dir) => return Err(ErrorCode::IsDir),
-                        (Node::Dir, Node::File(_)) => return Err(ErrorCode::NotDir),
-                        (Node::Dir, Node::Dir) if !self.children(dst).is_empty() => {
-                            return Err(ErrorCode::Exists)
-                        }
-                        _ => {}
-                    }
-                    self.remove_subtree(dst);
-                }
-                for (k, n) in self.remove_subtree(src) {
-                    self.tree.insert(format!("{dst}{}", &k[src.len()..]), n);
-                }
-                Ok(Seen::Done)
-            }
-            Op::List(i) => {
-                let p = i.map(|i| PATHS[i]).unwrap_or("");
-                if !p.is_empty() {
-                    self.walk(p)?;
-                    match self.tree.get(p) {
-                        None => return Err(ErrorCode::NotFound),
-                        Some(Node::File(_)) => return Err(ErrorCode::NotDir),
-                        Some(Node::Dir) => {}
-                    }
-                }
-                Ok(Seen::Listing(self.children(p)))
-            }
-            Op::Exists(i) => {
-                let p = PATHS[*i];
-                Ok(Seen::Exists(
-                    self.walk(p).ok().and_then(|_| self.tree.get(p).map(kind)),
-                ))
-            }
-        }
-    }
-}
-
+/// Runs an operation through the core on the real zone `z`.
 fn run_real(z: &Zones, op: &Op) -> Outcome {
     let o = Origin::INTERNAL;
     let w = |p: &str| format!("/workspace/{p}");
@@ -293,31 +62,6 @@ fn run_real(z: &Zones, op: &Op) -> Outcome {
     }
 }
 
-/// Reads the real tree back into the model's shape.
-fn real_tree(root: &Path) -> BTreeMap<String, Node> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for e in std::fs::read_dir(&dir).unwrap() {
-            let e = e.unwrap();
-            let rel = e
-                .path()
-                .strip_prefix(root)
-                .unwrap()
-                .to_str()
-                .unwrap()
-                .to_string();
-            if e.file_type().unwrap().is_dir() {
-                stack.push(e.path());
-                out.insert(rel, Node::Dir);
-            } else {
-                out.insert(rel, Node::File(std::fs::read_to_string(e.path()).unwrap()));
-            }
-        }
-    }
-    out
-}
-
 fn zones_in(dir: &Path) -> Zones {
     let settings = Settings::from_str("[zones]\nroot = \"z\"\n", "test", dir, None).unwrap();
     Zones::open(
@@ -337,11 +81,11 @@ proptest! {
         let zones = zones_in(dir.path());
         let mut model = Model::default();
         for (n, op) in ops.iter().enumerate() {
-            let want = model.apply(op);
+            let want = model.apply(Via::Api, op);
             let got = run_real(&zones, op);
             prop_assert_eq!(&got, &want, "step {} {:?}", n, op);
         }
-        prop_assert_eq!(real_tree(&dir.path().join("z/workspace")), model.tree);
+        prop_assert_eq!(disk_tree(&dir.path().join("z/workspace")), model.tree);
     }
 }
 

@@ -5,9 +5,10 @@
 //! The rules behind both are the core's, one function each (read-only, hard links, path locks,
 //! the journal; see docs/architecture.md); only the interfaces differ (the API's `write` creates
 //! parents, the mount's `open` does not; a rename through the mount uses `RENAME_NOREPLACE` to
-//! match the API's no-overwrite move), so the model takes the adapter as an input. A view that lags behind a change made
-//! through the other adapter fails the test: API changes invalidate the kernel's caches before
-//! the call returns.
+//! match the API's no-overwrite move), so the model (tests/support/fs_model.rs, shared with the
+//! core's unit test) takes the adapter as an input. A view that lags behind a change made through
+//! the other adapter fails the test: API changes invalidate the kernel's caches before the call
+//! returns.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -21,26 +22,15 @@ use wardfs::core::{EntryKind, ErrorCode, ListResult, ReadResult};
 
 use crate::support::Daemon;
 
-const PATHS: &[&str] = &["a", "b", "d", "d/a", "d/b", "d/e", "d/e/f"];
+// The model shared with the core's test; it takes `EntryKind` and `ErrorCode` from here.
+#[path = "../support/fs_model.rs"]
+mod fs_model;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Via {
-    Mount,
-    Api,
-}
+use fs_model::{disk_tree, Model, Node, Op, Outcome, Seen, Via, PATHS};
 
-#[derive(Debug, Clone)]
-enum Op {
-    Write(usize, String),
-    Read(usize),
-    /// Exact-string edit: API only (the mount has no such call).
-    Edit(usize, &'static str, &'static str),
-    Delete(usize, bool),
-    Mkdir(usize),
-    Move(usize, usize),
-    List(Option<usize>),
-}
-
+/// A random operation and the interface it goes through. Edits go through the API (the mount has
+/// no such call); no flag is set: the mount has no `mkdir -p`, no edit of every occurrence, and
+/// its rename with `RENAME_NOREPLACE` is the API's move without `overwrite`.
 fn op() -> impl Strategy<Value = (Via, Op)> {
     let p = 0..PATHS.len();
     let via = prop_oneof![Just(Via::Mount), Just(Via::Api)];
@@ -48,205 +38,16 @@ fn op() -> impl Strategy<Value = (Via, Op)> {
         4 => (p.clone(), "[xy\n]{0,6}").prop_map(|(i, c)| Op::Write(i, c)),
         2 => p.clone().prop_map(Op::Read),
         1 => (p.clone(), prop::sample::select(vec!["x", "y", "\n"]), prop::sample::select(vec!["z", ""]))
-            .prop_map(|(i, o, n)| Op::Edit(i, o, n)),
+            .prop_map(|(i, o, n)| Op::Edit(i, o, n, false)),
         2 => (p.clone(), any::<bool>()).prop_map(|(i, r)| Op::Delete(i, r)),
-        3 => p.clone().prop_map(Op::Mkdir),
-        2 => (p.clone(), p.clone()).prop_map(|(a, b)| Op::Move(a, b)),
+        3 => p.clone().prop_map(|i| Op::Mkdir(i, false)),
+        2 => (p.clone(), p.clone()).prop_map(|(a, b)| Op::Move(a, b, false)),
         1 => prop::option::of(p).prop_map(Op::List),
     ];
     (via, op).prop_map(|(v, o)| match o {
         Op::Edit(..) => (Via::Api, o),
         _ => (v, o),
     })
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Node {
-    File(String),
-    Dir,
-}
-
-#[derive(Debug, PartialEq, Eq)]
-enum Seen {
-    Done,
-    Text(String),
-    Listing(Vec<(String, bool)>),
-    /// The model does not predict this case (a directory moved into itself); it is not run.
-    Skipped,
-}
-
-type Outcome = Result<Seen, ErrorCode>;
-
-fn ancestors(p: &str) -> Vec<String> {
-    let parts: Vec<&str> = p.split('/').collect();
-    (1..parts.len()).map(|i| parts[..i].join("/")).collect()
-}
-
-#[derive(Debug, Default)]
-struct Model {
-    tree: BTreeMap<String, Node>,
-}
-
-impl Model {
-    /// Resolves the ancestors as the kernel does: first missing → NOT_FOUND, first file → NOT_DIR.
-    fn walk(&self, p: &str) -> Result<(), ErrorCode> {
-        for a in ancestors(p) {
-            match self.tree.get(&a) {
-                None => return Err(ErrorCode::NotFound),
-                Some(Node::File(_)) => return Err(ErrorCode::NotDir),
-                Some(Node::Dir) => {}
-            }
-        }
-        Ok(())
-    }
-
-    /// `mkdir -p` of the ancestors (the API's write and move create parents).
-    fn make_parents(&mut self, p: &str) -> Result<(), ErrorCode> {
-        let anc = ancestors(p);
-        for a in &anc {
-            match self.tree.get(a) {
-                Some(Node::File(_)) => return Err(ErrorCode::NotDir),
-                None => break,
-                Some(Node::Dir) => {}
-            }
-        }
-        for a in anc {
-            self.tree.entry(a).or_insert(Node::Dir);
-        }
-        Ok(())
-    }
-
-    fn children(&self, p: &str) -> Vec<(String, bool)> {
-        let prefix = if p.is_empty() {
-            String::new()
-        } else {
-            format!("{p}/")
-        };
-        self.tree
-            .iter()
-            .filter(|(k, _)| {
-                k.len() > prefix.len() && k.starts_with(&prefix) && !k[prefix.len()..].contains('/')
-            })
-            .map(|(k, n)| (k[prefix.len()..].to_string(), *n == Node::Dir))
-            .collect()
-    }
-
-    fn take_subtree(&mut self, p: &str) -> Vec<(String, Node)> {
-        let prefix = format!("{p}/");
-        let keys: Vec<String> = self
-            .tree
-            .keys()
-            .filter(|k| *k == p || k.starts_with(&prefix))
-            .cloned()
-            .collect();
-        keys.into_iter()
-            .map(|k| {
-                let n = self.tree.remove(&k).expect("listed");
-                (k, n)
-            })
-            .collect()
-    }
-
-    fn apply(&mut self, via: Via, op: &Op) -> Outcome {
-        match op {
-            Op::Write(i, c) => {
-                let p = PATHS[*i];
-                match via {
-                    Via::Api => self.make_parents(p)?,
-                    Via::Mount => self.walk(p)?,
-                }
-                if let Some(Node::Dir) = self.tree.get(p) {
-                    return Err(ErrorCode::IsDir);
-                }
-                self.tree.insert(p.into(), Node::File(c.clone()));
-                Ok(Seen::Done)
-            }
-            Op::Read(i) => {
-                let p = PATHS[*i];
-                self.walk(p)?;
-                match self.tree.get(p) {
-                    None => Err(ErrorCode::NotFound),
-                    Some(Node::Dir) => Err(ErrorCode::IsDir),
-                    Some(Node::File(c)) => Ok(Seen::Text(c.clone())),
-                }
-            }
-            Op::Edit(i, old, new) => {
-                let p = PATHS[*i];
-                self.walk(p)?;
-                let c = match self.tree.get(p) {
-                    None => return Err(ErrorCode::NotFound),
-                    Some(Node::Dir) => return Err(ErrorCode::IsDir),
-                    Some(Node::File(c)) => c.clone(),
-                };
-                match c.matches(old).count() {
-                    0 => return Err(ErrorCode::NoMatch),
-                    1 => {}
-                    _ => return Err(ErrorCode::NotUnique),
-                }
-                self.tree
-                    .insert(p.into(), Node::File(c.replacen(old, new, 1)));
-                Ok(Seen::Done)
-            }
-            Op::Delete(i, recursive) => {
-                let p = PATHS[*i];
-                self.walk(p)?;
-                match self.tree.get(p) {
-                    None => Err(ErrorCode::NotFound),
-                    Some(Node::Dir) if !recursive && !self.children(p).is_empty() => {
-                        Err(ErrorCode::NotEmpty)
-                    }
-                    Some(_) => {
-                        self.take_subtree(p);
-                        Ok(Seen::Done)
-                    }
-                }
-            }
-            Op::Mkdir(i) => {
-                let p = PATHS[*i];
-                self.walk(p)?;
-                if self.tree.contains_key(p) {
-                    return Err(ErrorCode::Exists);
-                }
-                self.tree.insert(p.into(), Node::Dir);
-                Ok(Seen::Done)
-            }
-            Op::Move(a, b) => {
-                let (src, dst) = (PATHS[*a], PATHS[*b]);
-                if dst == src || dst.starts_with(&format!("{src}/")) {
-                    return Ok(Seen::Skipped);
-                }
-                self.walk(src)?;
-                if via == Via::Mount {
-                    self.walk(dst)?;
-                }
-                if !self.tree.contains_key(src) {
-                    return Err(ErrorCode::NotFound);
-                }
-                if via == Via::Api {
-                    self.make_parents(dst)?;
-                }
-                if self.tree.contains_key(dst) {
-                    return Err(ErrorCode::Exists);
-                }
-                for (k, n) in self.take_subtree(src) {
-                    self.tree.insert(format!("{dst}{}", &k[src.len()..]), n);
-                }
-                Ok(Seen::Done)
-            }
-            Op::List(i) => {
-                let p = i.map(|i| PATHS[i]).unwrap_or("");
-                if !p.is_empty() {
-                    self.walk(p)?;
-                    match self.tree.get(p) {
-                        None => return Err(ErrorCode::NotFound),
-                        Some(Node::File(_)) => return Err(ErrorCode::NotDir),
-                        Some(Node::Dir) => {}
-                    }
-                }
-                Ok(Seen::Listing(self.children(p)))
-            }
-        }
-    }
 }
 
 /// The error code the API would give for an errno from the mount.
@@ -270,7 +71,6 @@ fn through_mount(ws: &Path, model: &Model, op: &Op) -> Outcome {
         Op::Read(i) => fs::read_to_string(ws.join(PATHS[*i]))
             .map(Seen::Text)
             .map_err(|e| code_of(&e)),
-        Op::Edit(..) => unreachable!("edits go through the API"),
         // What a person would type: rm for a file, rmdir or rm -r for a directory (chosen by what
         // the model holds, so a view that disagrees fails on the syscall).
         Op::Delete(i, recursive) => {
@@ -281,8 +81,8 @@ fn through_mount(ws: &Path, model: &Model, op: &Op) -> Outcome {
                 _ => fs::remove_file(&p),
             })
         }
-        Op::Mkdir(i) => done(fs::create_dir(ws.join(PATHS[*i]))),
-        Op::Move(a, b) => done(
+        Op::Mkdir(i, false) => done(fs::create_dir(ws.join(PATHS[*i]))),
+        Op::Move(a, b, false) => done(
             rustix::fs::renameat_with(
                 rustix::fs::CWD,
                 ws.join(PATHS[*a]),
@@ -295,17 +95,22 @@ fn through_mount(ws: &Path, model: &Model, op: &Op) -> Outcome {
         Op::List(i) => {
             let p = i.map(|i| ws.join(PATHS[i])).unwrap_or(ws.to_path_buf());
             let rd = fs::read_dir(&p).map_err(|e| code_of(&e))?;
-            let mut out: Vec<(String, bool)> = rd
+            let mut out: Vec<(String, EntryKind)> = rd
                 .map(|e| {
                     let e = e.unwrap();
-                    (
-                        e.file_name().into_string().unwrap(),
-                        e.file_type().unwrap().is_dir(),
-                    )
+                    let kind = if e.file_type().unwrap().is_dir() {
+                        EntryKind::Dir
+                    } else {
+                        EntryKind::File
+                    };
+                    (e.file_name().into_string().unwrap(), kind)
                 })
                 .collect();
-            out.sort();
+            out.sort_by(|a, b| a.0.cmp(&b.0));
             Ok(Seen::Listing(out))
+        }
+        Op::Edit(..) | Op::Exists(_) | Op::Mkdir(_, true) | Op::Move(_, _, true) => {
+            unreachable!("not generated for the mount: {op:?}")
         }
     }
 }
@@ -333,7 +138,7 @@ async fn through_api(c: &Client, op: &Op) -> Outcome {
             .await
             .map(|r| Seen::Text(r.content))
             .map_err(api_err),
-        Op::Edit(i, old, new) => {
+        Op::Edit(i, old, new, false) => {
             call(
                 "/v1/fs/edit",
                 json!({"path": w(*i), "old": old, "new": new}),
@@ -347,51 +152,24 @@ async fn through_api(c: &Client, op: &Op) -> Outcome {
             )
             .await
         }
-        Op::Mkdir(i) => call("/v1/fs/mkdir", json!({"path": w(*i)})).await,
-        Op::Move(a, b) => call("/v1/fs/move", json!({"from": w(*a), "to": w(*b)})).await,
+        Op::Mkdir(i, false) => call("/v1/fs/mkdir", json!({"path": w(*i)})).await,
+        Op::Move(a, b, false) => call("/v1/fs/move", json!({"from": w(*a), "to": w(*b)})).await,
         Op::List(i) => {
             let path = i.map(w).unwrap_or_else(|| "/workspace".into());
             c.post::<_, ListResult>("/v1/fs/list", &json!({ "path": path }))
                 .await
                 .map(|l| {
-                    let mut v: Vec<(String, bool)> = l
-                        .entries
-                        .into_iter()
-                        .map(|e| (e.name, e.kind == EntryKind::Dir))
-                        .collect();
-                    v.sort();
+                    let mut v: Vec<(String, EntryKind)> =
+                        l.entries.into_iter().map(|e| (e.name, e.kind)).collect();
+                    v.sort_by(|a, b| a.0.cmp(&b.0));
                     Seen::Listing(v)
                 })
                 .map_err(api_err)
         }
-    }
-}
-
-/// The tree as the mount shows it.
-fn mount_tree(ws: &Path) -> BTreeMap<String, Node> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![String::new()];
-    while let Some(rel) = stack.pop() {
-        for e in fs::read_dir(ws.join(&rel)).unwrap() {
-            let e = e.unwrap();
-            let name = e.file_name().into_string().unwrap();
-            let r = if rel.is_empty() {
-                name
-            } else {
-                format!("{rel}/{name}")
-            };
-            if e.file_type().unwrap().is_dir() {
-                stack.push(r.clone());
-                out.insert(r, Node::Dir);
-            } else {
-                out.insert(
-                    r.clone(),
-                    Node::File(fs::read_to_string(ws.join(&r)).unwrap()),
-                );
-            }
+        Op::Edit(_, _, _, true) | Op::Mkdir(_, true) | Op::Move(_, _, true) | Op::Exists(_) => {
+            unreachable!("not generated for the mount's test: {op:?}")
         }
     }
-    out
 }
 
 /// The tree as the API lists and reads it.
@@ -450,11 +228,11 @@ fn mount_and_api_agree_with_the_model_after_every_step() {
         let _ = fs::metadata(ws.join(format!(".clearing-{case}")));
         crate::support::files::empty_dir(&ws);
         let _ = fs::metadata(ws.join(format!(".cleared-{case}")));
-        let left = mount_tree(&m.workspace());
+        let left = disk_tree(&m.workspace());
         if !left.is_empty() && first.borrow().is_none() {
             *first.borrow_mut() = Some(format!(
                 "case {case}: cleared through the mount, the zone's directory still held {left:?}, the mount showing {:?}",
-                mount_tree(&ws),
+                disk_tree(&ws),
             ));
         }
         let run = || run_case(&ws, &client, &rt, &ops, &steps);
@@ -491,13 +269,12 @@ fn run_case(
 ) -> Result<(), TestCaseError> {
     let mut model = Model::default();
     for (n, (via, op)) in ops.iter().enumerate() {
-        let before = Model {
-            tree: model.tree.clone(),
-        };
-        let expected = model.apply(*via, op);
-        if expected == Ok(Seen::Skipped) {
+        // The model does not predict a directory moved into itself through both interfaces.
+        if op.moves_into_itself() {
             continue;
         }
+        let before = model.clone();
+        let expected = model.apply(*via, op);
         let got = match via {
             Via::Mount => through_mount(ws, &before, op),
             Via::Api => rt.block_on(through_api(client, op)),
@@ -512,7 +289,7 @@ fn run_case(
             op,
             before.tree
         );
-        let seen_mount = mount_tree(ws);
+        let seen_mount = disk_tree(ws);
         prop_assert_eq!(
             &seen_mount,
             &model.tree,

@@ -18,6 +18,9 @@
 //! * [`files`]: snapshots and walks of what a daemon left on disk.
 //! * [`tools`]: installed programs (`require_tool`, `which`), free ports, random tokens.
 //!
+//! `fs_model.rs` is no module of `support`: it is the reference model of a zone's tree shared by
+//! the core's unit test and the mount's test (`fuse::test_model`), each including it by path.
+//!
 //! Every process a harness starts is killed and reaped when its handle drops, also when the
 //! test panics; a missing tool fails the test, naming what to install: nothing is skipped.
 
