@@ -18,6 +18,7 @@ use serde_json::{json, Value};
 use crate::support::gates::Gates;
 use crate::support::mcp::McpClient;
 use crate::support::sandbox_agent::AgentServer;
+use crate::support::wait::{wait_for, wait_until};
 use crate::support::{Daemon as Mounted, BIN};
 
 /// `wardfs mcp` against a daemon, spoken to as an MCP client does; tool calls give the error
@@ -227,9 +228,17 @@ fn every_change_is_journaled_with_who_made_it_through_the_api_mcp_and_the_mount(
                 (beside_row.0.as_str(), beside_row.1.as_str()),
                 ("watcher", "write")
             );
-            // Each change once: the watcher does not journal what wardfs did itself.
-            std::thread::sleep(Duration::from_millis(600));
-            let rows = m.journal(200);
+            // Each change once: the watcher does not journal what wardfs did itself. A change
+            // beside wardfs made now is journaled after any the watcher took from those above.
+            std::fs::write(m.zone_dir("workspace").join("barrier.txt"), "b").unwrap();
+            let rows = wait_for(
+                "barrier.txt journaled by the watcher",
+                Duration::from_secs(10),
+                || {
+                    let rows = m.journal(200);
+                    rows.iter().any(|r| r.2 == "barrier.txt").then_some(rows)
+                },
+            );
             for p in ["by-api.txt", "by-mcp.txt", "by-fuse.txt"] {
                 assert!(
                     !rows.iter().any(|r| r.2 == p && r.0 == "watcher"),
@@ -314,6 +323,7 @@ fn a_rename_through_the_mount_waits_for_an_api_edit_holding_the_path_lock() {
             renamed.store(true, std::sync::atomic::Ordering::SeqCst);
             r
         });
+        // Must stay: it shows the rename waits, which only time without the rename can show.
         std::thread::sleep(Duration::from_millis(700));
         assert!(
             !renamed.load(std::sync::atomic::Ordering::SeqCst),
@@ -374,15 +384,21 @@ fn a_checkpoint_holds_every_writers_changes_and_a_restore_puts_them_back_through
     let first: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(first["files"], 4, "{first}");
 
+    let rows_of = |path: &str| m.journal(200).iter().filter(|r| r.2 == path).count();
+    let beside_rows = rows_of("beside.txt");
     api(&m, &["write", "/workspace/by-api.txt", "api 2"]).unwrap();
     mcp.call("rm", json!({"path": "/workspace/by-mcp.txt"}))
         .unwrap();
     std::fs::write(ws.join("src/by-fuse.rs"), "fuse 2").unwrap();
     std::fs::write(ws.join("src/new.rs"), "new").unwrap();
     std::fs::write(backing.join("beside.txt"), "beside 2").unwrap();
-    std::thread::sleep(Duration::from_millis(100));
     std::fs::write(backing.join("beside-new.txt"), "x").unwrap();
     settled("beside-new.txt");
+    wait_until(
+        "the second change to beside.txt journaled",
+        Duration::from_secs(10),
+        || rows_of("beside.txt") > beside_rows,
+    );
     let diff = api(
         &m,
         &["checkpoint", "diff", &first["id"].to_string(), "--stat"],
@@ -449,7 +465,8 @@ fn a_zone_is_checkpointed_on_its_own_once_changes_have_been_quiet() {
         (l[0]["message"].as_str(), l[0]["files"].as_u64()),
         (Some("auto"), Some(1))
     );
-    // Nothing changed: no new checkpoint.
+    // Nothing changed: no new checkpoint. Must stay: only a quiet time longer than
+    // auto_quiet_ms shows that none comes.
     std::thread::sleep(Duration::from_millis(1000));
     assert_eq!(list().len(), 1);
     api(&m, &["write", "/workspace/b.txt", "two"]).unwrap();

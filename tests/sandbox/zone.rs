@@ -13,6 +13,7 @@ use wardfs::core::ErrorCode;
 
 use crate::support::rng::noise;
 use crate::support::sandbox_agent::AgentServer;
+use crate::support::wait::{wait_for, wait_until};
 use crate::support::Daemon;
 
 const TOKEN: &str = "WARDFS_TEST_ZONE_TOKEN";
@@ -172,10 +173,10 @@ fn a_sandbox_directory_is_the_workspace_through_the_api_and_the_mount() {
 
     // A change made inside the sandbox shows through the mount once the 200 ms TTL has passed.
     std::fs::write(work.join("hello.txt"), "changed in the sandbox\n").unwrap();
-    std::thread::sleep(Duration::from_millis(400));
-    assert_eq!(
-        std::fs::read_to_string(ws.join("hello.txt")).unwrap(),
-        "changed in the sandbox\n"
+    wait_until(
+        "the change in the sandbox to show through the mount",
+        Duration::from_secs(10),
+        || std::fs::read_to_string(ws.join("hello.txt")).unwrap() == "changed in the sandbox\n",
     );
     // The journal names what the mount and the API did.
     let log: Value = m.get("/v1/log?limit=100");
@@ -196,11 +197,17 @@ fn a_sandbox_that_stops_answering_gives_sandbox_unavailable_and_eio_never_a_hang
     );
 
     server.pause();
-    std::thread::sleep(Duration::from_millis(300)); // the 200 ms attribute TTL runs out
+    // Until the 200 ms attribute TTL runs out the caches may answer; then the sandbox is asked,
+    // and its silence must be an error, never a hang.
     let t = Instant::now();
-    let (code, msg) = m
-        .call("/v1/fs/read", json!({"path": "/workspace/a.txt"}))
-        .unwrap_err();
+    let (code, msg) = wait_for(
+        "the API to find the sandbox gone",
+        Duration::from_secs(10),
+        || {
+            m.call("/v1/fs/read", json!({"path": "/workspace/a.txt"}))
+                .err()
+        },
+    );
     assert_eq!(code, ErrorCode::SandboxUnavailable, "{msg}");
     assert!(msg.contains("dev"), "the error names the sandbox: {msg}");
     assert!(
@@ -209,7 +216,11 @@ fn a_sandbox_that_stops_answering_gives_sandbox_unavailable_and_eio_never_a_hang
         t.elapsed()
     );
     let t = Instant::now();
-    let err = std::fs::read(m.ws().join("a.txt")).unwrap_err();
+    let err = wait_for(
+        "the mount to find the sandbox gone",
+        Duration::from_secs(10),
+        || std::fs::read(m.ws().join("a.txt")).err(),
+    );
     assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
     assert!(
         t.elapsed() < Duration::from_secs(10),
@@ -226,8 +237,14 @@ fn a_sandbox_that_stops_answering_gives_sandbox_unavailable_and_eio_never_a_hang
 
     // Back up: everything works again, nothing was lost.
     server.resume();
-    std::thread::sleep(Duration::from_millis(300));
-    let r = m.ok("/v1/fs/read", json!({"path": "/workspace/a.txt"}));
+    let r = wait_for(
+        "the API to read through the sandbox again",
+        Duration::from_secs(10),
+        || {
+            m.call("/v1/fs/read", json!({"path": "/workspace/a.txt"}))
+                .ok()
+        },
+    );
     assert_eq!(r["content"], "a\n");
     std::fs::write(m.ws().join("b.txt"), "b\n").unwrap();
     assert_eq!(

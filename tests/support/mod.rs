@@ -17,6 +17,7 @@
 //! * [`rng`]: seeded randomness and noise.
 //! * [`files`]: snapshots and walks of what a daemon left on disk.
 //! * [`tools`]: installed programs (`require_tool`, `which`), free ports, random tokens.
+//! * [`wait`]: waiting for a condition, polled until a deadline, instead of a fixed sleep.
 //!
 //! `fs_model.rs` is no module of `support`: it is the reference model of a zone's tree shared by
 //! the core's unit test and the mount's test (`fuse::test_model`), each including it by path.
@@ -36,5 +37,6 @@ pub mod mount;
 pub mod rng;
 pub mod sandbox_agent;
 pub mod tools;
+pub mod wait;
 
 pub use daemon::{Daemon, BIN};
