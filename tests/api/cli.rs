@@ -484,7 +484,8 @@ fn changes_beside_wardfs_are_journaled_by_the_watcher_and_its_own_are_not() {
         );
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    // Past the watcher's settle time: nothing wardfs did itself shows up as the watcher's.
+    // Past the watcher's settle time: nothing wardfs did itself shows up as the watcher's. (Must
+    // stay: only time shows a row does not come.)
     std::thread::sleep(std::time::Duration::from_millis(800));
     let rows = journal_rows(&d);
     let watcher_paths: Vec<&str> = rows

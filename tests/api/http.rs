@@ -7,7 +7,8 @@ use serde_json::{json, Value};
 
 use crate::support::api::code;
 use crate::support::daemon::serve_command;
-use crate::support::tools::require_tool;
+use crate::support::tools::{ended, require_tool};
+use crate::support::wait::{eventually, wait_until};
 use crate::support::Daemon;
 
 /// The OpenAPI document, as the daemon builds it from its route table.
@@ -253,7 +254,11 @@ fn socket_is_private_and_stale_sockets_are_replaced() {
         rustix::process::Signal::KILL,
     )
     .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(200));
+    wait_until(
+        "the killed daemon to end",
+        std::time::Duration::from_secs(10),
+        || ended(pid),
+    );
     assert!(d.socket.exists(), "a killed daemon leaves its socket");
     d.respawn();
     assert_eq!(d.curl("GET", "/v1/health", None).0, 200);
@@ -293,9 +298,9 @@ fn other_uids_are_refused_unless_allowed() {
         "uid 65534 was served: {}",
         String::from_utf8_lossy(&out.stdout)
     );
-    std::thread::sleep(std::time::Duration::from_millis(100));
+    let refused = || d.log_text().contains("refused a connection");
     assert!(
-        d.log_text().contains("refused a connection"),
+        eventually(std::time::Duration::from_secs(10), refused),
         "refusal not logged: {}",
         d.log_text()
     );

@@ -708,6 +708,8 @@ fn the_echo_of_a_removal_leaves_alone_a_new_file_that_took_the_removed_ones_numb
         let mut got = String::new();
         f.read_to_string(&mut got).unwrap();
         assert_eq!(got, content, "round {i}");
+        // Must stay: time for the removal's echo to come; the page it must not drop is all
+        // there is to see.
         std::thread::sleep(Duration::from_millis(60));
         let (resident, pages) = crate::support::files::resident_pages(&f);
         assert_eq!(

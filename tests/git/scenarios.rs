@@ -569,7 +569,8 @@ fn a_stage_and_a_pull_that_change_nothing_make_no_checkpoint_and_a_change_does()
         "journaled since the latest checkpoint: {ops:?}"
     );
     // Neither the checkpoint before the pull nor an automatic one after them is recorded: the
-    // latest checkpoint holds the workspace as it is. (Ten quiet periods: time for one.)
+    // latest checkpoint holds the workspace as it is. (Ten quiet periods: time for one; the sleep
+    // must stay, only quiet time shows that none comes.)
     std::thread::sleep(std::time::Duration::from_millis(1000));
     assert_eq!(workspace_checkpoints(&d), settled);
 

@@ -88,6 +88,7 @@ fn sigkill_at_random_points_loses_no_acknowledged_change() {
             let wseed = rng.next();
             std::thread::spawn(move || workload(&socket, &ws, &model, &stop, wseed))
         };
+        // Must stay: a random moment of the workload is where the daemon is killed.
         std::thread::sleep(Duration::from_millis(rng.range(30, 260)));
         let mut killed = m.crash_unreaped().expect("daemon running");
         stop.store(true, Ordering::SeqCst);

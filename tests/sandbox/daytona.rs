@@ -785,6 +785,7 @@ async fn a_huge_or_endless_answer_is_cut_at_the_cap() {
     let err = d.list().await.unwrap_err();
     assert!(err.to_string().contains("larger than"), "{err}");
     assert!(started.elapsed() < Duration::from_secs(10));
+    // Must stay: time for the server to push on, were the client still reading.
     std::thread::sleep(Duration::from_millis(200));
     let sent = hostile.sent.load(Ordering::Relaxed);
     assert!(sent < 64 << 20, "the client kept reading: {sent} bytes");

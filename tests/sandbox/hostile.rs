@@ -63,6 +63,7 @@ fn a_listing_of_millions_of_entries_stops_at_the_entry_cap_in_bounded_memory() {
     );
     let peak = peak_mib(&d);
     assert!(peak < 300, "the daemon's peak was {peak} MiB");
+    // Must stay: time for the server to push on, were the daemon still reading.
     std::thread::sleep(Duration::from_millis(200));
     let sent = server.sent.load(Ordering::Relaxed);
     assert!(sent < 40 << 20, "the daemon read on: {sent} bytes sent");

@@ -695,7 +695,8 @@ async fn an_endless_answer_ends_at_the_cap() {
         "{text}"
     );
     assert!(started.elapsed() < Duration::from_secs(10));
-    // The server could push no more than the caps plus what the sockets buffer.
+    // The server could push no more than the caps plus what the sockets buffer. The sleep must
+    // stay: time for the server to push on, were the client still reading.
     std::thread::sleep(Duration::from_millis(200));
     let sent = server.sent.load(std::sync::atomic::Ordering::Relaxed);
     assert!(sent < 64 << 20, "the client kept reading: {sent} bytes");

@@ -1,6 +1,7 @@
 //! Small tools every area needs: finding an installed program ([`require_tool`], [`which`]), a
-//! free loopback port ([`free_port`]) and random tokens ([`random_hex`]). A missing program fails
-//! the test with the Debian package to install; nothing is ever skipped.
+//! free loopback port ([`free_port`]), random tokens ([`random_hex`]) and whether a process has
+//! [`ended`]. A missing program fails the test with the Debian package to install; nothing is
+//! ever skipped.
 
 use std::io::Read as _;
 use std::net::{Ipv4Addr, TcpListener};
@@ -58,4 +59,14 @@ pub fn random_hex() -> String {
         .and_then(|mut f| f.read_exact(&mut bytes))
         .expect("read /dev/urandom");
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Returns whether the process `pid` has ended (gone, or a zombie waiting to be reaped).
+pub fn ended(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
 }

@@ -21,6 +21,19 @@ pub fn wait_for<T>(what: &str, timeout: Duration, mut check: impl FnMut() -> Opt
 }
 
 /// Polls `check` until it holds; panics naming `what` once `timeout` has passed.
-pub fn wait_until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
-    wait_for(what, timeout, || check().then_some(()))
+pub fn wait_until(what: &str, timeout: Duration, check: impl FnMut() -> bool) {
+    assert!(eventually(timeout, check), "{what}: not within {timeout:?}");
+}
+
+/// Polls `check` until it holds or `timeout` has passed; answers whether it held, for a test
+/// that says more than [`wait_until`] when it does not.
+pub fn eventually(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while !check() {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(POLL);
+    }
+    true
 }
