@@ -220,22 +220,21 @@ impl State {
         }
     }
 
-    /// The line after `cursor`, if there is one yet.
-    fn after(&self, cursor: u64) -> Option<Line> {
+    /// The line after `cursor`, if there is one yet, and the last sequence it covers.
+    fn after(&self, cursor: u64) -> Option<(Line, u64)> {
         let first = self.events.front().map_or(self.next_seq, |e| e.0);
         // A client's `after` may be anything, u64::MAX included.
         let next = cursor.saturating_add(1);
         if next < first {
-            return Some(Line::Skipped {
-                from: next,
-                to: first - 1,
-            });
+            let to = first - 1;
+            return Some((Line::Skipped { from: next, to }, to));
         }
         let (seq, event, _) = self.events.get(usize::try_from(next - first).ok()?)?;
-        Some(Line::Event {
+        let line = Line::Event {
             seq: *seq,
             event: event.clone(),
-        })
+        };
+        Some((line, *seq))
     }
 }
 
@@ -260,17 +259,16 @@ impl Follower {
             self.rx.borrow_and_update();
             {
                 let mut s = self.log.lock();
-                if let Some(line) = s.after(self.cursor) {
-                    self.cursor = match &line {
-                        Line::Event { seq, .. } => *seq,
-                        Line::Skipped { to, .. } => *to,
-                        Line::End(_) => self.cursor,
-                    };
-                    s.followers.insert(self.id, self.cursor);
+                if let Some((line, read)) = s.after(self.cursor) {
+                    self.cursor = read;
+                    s.followers.insert(self.id, read);
+                    let full = s.bytes > LOG_BYTES;
                     s.trim();
                     drop(s);
-                    // The run may be waiting for room.
-                    self.log.bump();
+                    if full {
+                        // The run may be waiting for room.
+                        self.log.bump();
+                    }
                     return Some(line);
                 }
                 if let Some(end) = &s.end {
@@ -290,12 +288,16 @@ impl Follower {
 
 impl Drop for Follower {
     fn drop(&mut self) {
-        let mut s = self.log.lock();
-        s.followers.remove(&self.id);
-        if s.followers.is_empty() {
-            s.alone_since = Some(Instant::now());
+        {
+            let mut s = self.log.lock();
+            s.followers.remove(&self.id);
+            if s.followers.is_empty() {
+                s.alone_since = Some(Instant::now());
+            }
+            s.trim();
         }
-        s.trim();
+        // The run may be waiting for room this follower was keeping.
+        self.log.bump();
     }
 }
 
@@ -359,6 +361,30 @@ mod tests {
             Some(Line::Skipped { from: 1, to }) => assert!(to >= 4, "{to}"),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[tokio::test]
+    async fn a_run_waiting_for_room_goes_on_when_its_lagging_follower_leaves() {
+        let log = RunLog::new("r".into(), "dev".into());
+        let f = log.follow(0);
+        for _ in 0..8 {
+            log.push(out(&"x".repeat(64 * 1024)));
+        }
+        let waiting = {
+            let log = log.clone();
+            tokio::spawn(async move {
+                let t = Instant::now();
+                log.room(Duration::from_secs(30)).await;
+                t.elapsed()
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        drop(f);
+        let waited = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("the run still waits for room nobody keeps")
+            .unwrap();
+        assert!(waited < Duration::from_secs(5), "{waited:?}");
     }
 
     #[tokio::test]
