@@ -27,6 +27,7 @@ use super::error::{ApiError, StreamError};
 use super::openapi::{route, Route};
 use super::AppState;
 use crate::core::ErrorCode::*;
+use crate::core::FsError;
 use crate::sandbox::run::{Follower, Line, RunEnd, RunEvent, RunRequest, RunResult};
 use crate::sandbox::SandboxError;
 use crate::state::RunRow;
@@ -139,12 +140,7 @@ async fn runs(
     State(app): State<Arc<AppState>>,
     q: Result<Query<RunsQuery>, QueryRejection>,
 ) -> Result<Json<RunsBody>, ApiError> {
-    let Query(q) = q.map_err(|e| {
-        ApiError::Sandbox(SandboxError::Invalid {
-            key: "query".into(),
-            rule: e.body_text(),
-        })
-    })?;
+    let Query(q) = q.map_err(|e| FsError::invalid("query", e.body_text()))?;
     let limit = q.limit.unwrap_or(20).clamp(1, 1000);
     Ok(Json(RunsBody {
         runs: app
@@ -297,11 +293,9 @@ async fn run(State(app): State<Arc<AppState>>, JsonBody(req): JsonBody<RunReques
     match started {
         Ok(Ok(follower)) => stream(follower),
         Ok(Err(e)) => ApiError::Sandbox(e).into_response(),
-        Err(e) => ApiError::Sandbox(SandboxError::Invalid {
-            key: "run".into(),
-            rule: format!("the run's task failed: {e}"),
-        })
-        .into_response(),
+        Err(e) => {
+            ApiError::Fs(FsError::Internal(format!("the run's task failed: {e}"))).into_response()
+        }
     }
 }
 
@@ -310,12 +304,7 @@ fn run_log(
     app: &AppState,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Arc<crate::sandbox::run::RunLog>, ApiError> {
-    let Path(id) = id.map_err(|e| {
-        ApiError::Sandbox(SandboxError::Invalid {
-            key: "id".into(),
-            rule: e.body_text(),
-        })
-    })?;
+    let Path(id) = id.map_err(|e| FsError::invalid("id", e.body_text()))?;
     app.sandboxes
         .run_log(&id)
         .ok_or_else(|| ApiError::Sandbox(SandboxError::RunNotFound { id }))
@@ -328,13 +317,7 @@ async fn events(
 ) -> Response {
     let after = match q {
         Ok(Query(q)) => q.after.unwrap_or(0),
-        Err(e) => {
-            return ApiError::Sandbox(SandboxError::Invalid {
-                key: "query".into(),
-                rule: e.body_text(),
-            })
-            .into_response()
-        }
+        Err(e) => return ApiError::from(FsError::invalid("query", e.body_text())).into_response(),
     };
     match run_log(&app, id) {
         Ok(log) => stream(log.follow(after)),

@@ -96,6 +96,15 @@ pub fn head(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
+/// Returns the longest end of `s` of at most `max` bytes that starts between characters: the
+/// last of a long output kept.
+pub fn tail(s: &str, max: usize) -> &str {
+    let start = (s.len().saturating_sub(max)..=s.len())
+        .find(|i| s.is_char_boundary(*i))
+        .unwrap_or(s.len());
+    &s[start..]
+}
+
 /// Returns a line of a file (a diff line, a grep match) as it may be shown on a terminal: tabs
 /// kept, every other unsafe character escaped, no quotes added.
 pub fn line(s: &str) -> Cow<'_, str> {
@@ -131,7 +140,18 @@ pub fn count(n: impl Into<u64>, noun: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{count, line, name, name_bytes};
+    use super::{count, head, line, name, name_bytes, tail};
+
+    #[test]
+    fn heads_and_tails_keep_whole_characters() {
+        assert_eq!(tail("abcdef", 3), "def");
+        assert_eq!(tail("ab", 3), "ab");
+        assert_eq!(tail("aé", 1), "", "half of é is not kept");
+        assert_eq!(tail("aéb", 2), "b");
+        assert_eq!(tail("aéb", 3), "éb");
+        assert_eq!(head("éa", 1), "");
+        assert_eq!(head("éa", 3), "éa");
+    }
 
     #[test]
     fn a_name_that_is_not_utf8_is_quoted_byte_for_byte_and_its_characters_escaped() {

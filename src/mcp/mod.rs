@@ -194,12 +194,7 @@ fn schema<T: schemars::JsonSchema + 'static>() -> Arc<JsonObject> {
 
 /// Returns the last `kib` KiB of `s` (whole characters).
 fn tail_of(s: &str, kib: u64) -> String {
-    let keep = (kib.clamp(1, 1024) * 1024) as usize;
-    let mut start = s.len().saturating_sub(keep);
-    while !s.is_char_boundary(start) {
-        start += 1;
-    }
-    s[start..].to_string()
+    crate::core::text::tail(s, (kib.clamp(1, 1024) * 1024) as usize).to_string()
 }
 
 /// Runs the `run` tool: `POST /v1/run`, its streamed output skipped (the `exited` line keeps

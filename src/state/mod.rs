@@ -37,7 +37,7 @@ pub use journal::{
 };
 pub use lock::DirLock;
 pub use mirror::MirrorEntryRow;
-pub use run::RunRow;
+pub use run::{RunRow, RUN_OUTPUT_KEPT};
 pub use sandbox::SandboxRow;
 
 /// A state database that could not be opened or used.

@@ -1,5 +1,5 @@
 //! Runs in sandboxes (`wardfs run --sandbox`, `POST /v1/run`): what ran, how it ended, what it
-//! changed and the last [`OUTPUT_KEPT`] bytes of each of its streams, for `wardfs runs`, `GET
+//! changed and the last [`RUN_OUTPUT_KEPT`] bytes of each of its streams, for `wardfs runs`, `GET
 //! /v1/runs` and the review page. The newest [`KEEP`] are kept. Never the values of the
 //! variables a run passed in: they are masked in its output before it reaches here
 //! (`sandbox::run::output::Masker`).
@@ -14,7 +14,7 @@ pub const KEEP: i64 = 1000;
 /// How many changed paths a run's row names (`changed_total` counts them all).
 const CHANGED_NAMED: usize = 1000;
 /// Bytes of each of a run's streams kept with its row (the last ones).
-pub const OUTPUT_KEPT: usize = 16 * 1024;
+pub const RUN_OUTPUT_KEPT: usize = 16 * 1024;
 
 /// The table (appended to the migrations in `state::MIGRATIONS`).
 pub(super) const MIGRATION: &str = "CREATE TABLE runs (
@@ -67,21 +67,13 @@ pub struct RunRow {
     pub changed: Vec<String>,
     /// How many paths it changed.
     pub changed_total: u64,
-    /// The last 16 KiB of its stdout and stderr (the values of the variables it was given
-    /// masked as `***`); only when asked for (`output=true`).
+    /// The last 16 KiB ([`RUN_OUTPUT_KEPT`]) of its stdout and stderr (the values of the variables
+    /// it was given masked as `***`; the recorder cuts them); only when asked for
+    /// (`output=true`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdout_tail: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stderr_tail: Option<String>,
-}
-
-/// The last [`OUTPUT_KEPT`] bytes of `s`, whole characters.
-fn kept(s: &str) -> &str {
-    let mut start = s.len().saturating_sub(OUTPUT_KEPT);
-    while !s.is_char_boundary(start) {
-        start += 1;
-    }
-    &s[start..]
 }
 
 impl Db {
@@ -110,8 +102,8 @@ impl Db {
                 r.stderr_bytes as i64,
                 changed,
                 r.changed_total as i64,
-                r.stdout_tail.as_deref().map(kept),
-                r.stderr_tail.as_deref().map(kept)
+                r.stdout_tail,
+                r.stderr_tail
             ],
         )?;
         conn.execute(

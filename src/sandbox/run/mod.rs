@@ -15,9 +15,9 @@
 //! away and come back with the run's id ([`Registry::run_log`]).
 //!
 //! Bounds: one run per sandbox at a time (CONFLICT for the next: the mirror is one tree) unless
-//! every run holding it asked for `parallel` (then at most [`MAX_PARALLEL`]); a deadline (the run's `timeout_secs`, else
-//! `limits.run_timeout_secs`) at which the remote process is killed, as it is when the run is
-//! cancelled or nobody followed it for `limits.run_reconnect_secs`; the output kept for the
+//! every run holding it asked for `parallel` (then at most [`MAX_PARALLEL`]); a deadline (the
+//! run's `timeout_secs`, else `limits.run_timeout_secs`) at which the remote process is killed,
+//! as it is when the run is cancelled or nobody followed it for `limits.run_reconnect_secs`; the output kept for the
 //! result is the last `limits.run_output_bytes` of each stream, the rest counted; a log keeps
 //! at most [`log::LOG_BYTES`] past what its followers read, and a follower that lags further
 //! slows the polling rather than growing the daemon.
@@ -39,7 +39,8 @@ use super::mirror::{Conflict, ProgressFn};
 use super::registry::{MirrorRequest, Registry, SandboxError};
 use crate::core::provider::ExecRequest;
 use crate::core::{text, VPath, ZoneId};
-use crate::state::{Origin, RunRow, SandboxRow, Via};
+
+use crate::state::{Origin, RunRow, SandboxRow, Via, RUN_OUTPUT_KEPT};
 
 pub mod log;
 mod output;
@@ -100,7 +101,8 @@ pub struct RunResult {
     pub exit_code: Option<i32>,
     /// Killed at its deadline.
     pub timed_out: bool,
-    /// Killed because the caller stopped listening.
+    /// Killed because it was cancelled (`POST /v1/runs/{id}/cancel`, Ctrl-C) or nobody followed
+    /// it for `limits.run_reconnect_secs`.
     pub cancelled: bool,
     /// From the start of the command to its end, in milliseconds.
     pub duration_ms: u64,
@@ -191,9 +193,16 @@ impl Runs {
     }
 
     /// The kept logs, newest first.
+    #[cfg(test)]
     fn logs(&self) -> Vec<Arc<RunLog>> {
         let logs = self.logs.lock().unwrap_or_else(|p| p.into_inner());
         logs.iter().rev().cloned().collect()
+    }
+
+    /// The kept log of run `id`.
+    fn log(&self, id: &str) -> Option<Arc<RunLog>> {
+        let logs = self.logs.lock().unwrap_or_else(|p| p.into_inner());
+        logs.iter().find(|l| l.id == id).cloned()
     }
 }
 
@@ -206,13 +215,7 @@ struct Slot {
 impl Drop for Slot {
     fn drop(&mut self) {
         let mut busy = self.reg.runs.busy.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(Busy::Parallel(n)) = busy.get_mut(&self.name) {
-            if *n > 1 {
-                *n -= 1;
-                return;
-            }
-        }
-        busy.remove(&self.name);
+        free_slot(&mut busy, &self.name);
     }
 }
 
@@ -228,7 +231,7 @@ struct Plan {
 /// A command started, for the task that follows it to its end.
 struct Started {
     req: RunRequest,
-    plan_timeout: Duration,
+    timeout: Duration,
     cwd: String,
     remote: Arc<SandboxAgent>,
     process: String,
@@ -285,6 +288,17 @@ fn take_slot(
     Ok(())
 }
 
+/// Gives back one hold of sandbox `name`'s run slot in `busy` (see [`take_slot`]).
+fn free_slot(busy: &mut HashMap<String, Busy>, name: &str) {
+    if let Some(Busy::Parallel(n)) = busy.get_mut(name) {
+        if *n > 1 {
+            *n -= 1;
+            return;
+        }
+    }
+    busy.remove(name);
+}
+
 fn invalid(key: &str, rule: String) -> SandboxError {
     SandboxError::Invalid {
         key: key.to_string(),
@@ -332,7 +346,7 @@ impl Registry {
     /// or not (for a while: `limits.run_reconnect_secs`). A failure before the command started
     /// is the error, and leaves the sandbox's files pushed at most.
     pub async fn start_run(self: &Arc<Self>, req: RunRequest) -> Result<Follower, SandboxError> {
-        let def = self.row(&req.sandbox)?;
+        self.row(&req.sandbox)?;
         let plan = self.plan_run(&req)?;
         let slot = self.claim_run(&req.sandbox, req.parallel)?;
         let files_pushed = if req.no_sync {
@@ -342,7 +356,7 @@ impl Registry {
                 .await?
                 .files_sent
         };
-        let (remote, def) = self.attached_agent(&req.sandbox, def).await?;
+        let (remote, def) = self.attached_agent(&req.sandbox).await?;
         let remote_cwd = if plan.cwd.is_empty() {
             def.root.clone()
         } else {
@@ -380,7 +394,7 @@ impl Registry {
         self.runs.keep(log.clone());
         let started = Started {
             req,
-            plan_timeout: plan.timeout,
+            timeout: plan.timeout,
             cwd: plan.cwd,
             remote,
             process,
@@ -402,7 +416,7 @@ impl Registry {
     /// The log of run `id`, while it is kept (the runs going on and the latest ended ones,
     /// since the daemon started).
     pub fn run_log(&self, id: &str) -> Option<Arc<RunLog>> {
-        self.runs.logs().into_iter().find(|l| l.id == id)
+        self.runs.log(id)
     }
 
     /// Checks a run's arguments.
@@ -554,7 +568,6 @@ impl Registry {
     async fn attached_agent(
         &self,
         name: &str,
-        _def: SandboxRow,
     ) -> Result<(Arc<SandboxAgent>, SandboxRow), SandboxError> {
         let session = self.session(name);
         let mut attached = session.attached.lock().await;
@@ -577,7 +590,7 @@ impl Registry {
         let keep = self.zones.limits().run_output_bytes as usize;
         let grace = Duration::from_secs(self.zones.limits().run_reconnect_secs);
         let start = Instant::now();
-        let deadline = tokio::time::Instant::now() + s.plan_timeout;
+        let deadline = tokio::time::Instant::now() + s.timeout;
         let secrets = || s.secrets.iter().map(String::as_str);
         let mut ended = Ended {
             exit_code: None,
@@ -658,8 +671,8 @@ impl Registry {
             stderr_bytes: r.stderr_bytes,
             changed: r.changed.clone(),
             changed_total: r.changed.len() as u64,
-            stdout_tail: Some(r.stdout_tail.clone()),
-            stderr_tail: Some(r.stderr_tail.clone()),
+            stdout_tail: Some(text::tail(&r.stdout_tail, RUN_OUTPUT_KEPT).to_string()),
+            stderr_tail: Some(text::tail(&r.stderr_tail, RUN_OUTPUT_KEPT).to_string()),
         };
         if let Err(e) = self.zones.db().record_run(&row) {
             tracing::warn!(sandbox = %req.sandbox, run = %r.run_id, "could not record the run: {e}");
@@ -760,6 +773,13 @@ mod tests {
         let alone = slots();
         assert!(take_slot(&mut alone.lock().unwrap(), "dev", false).is_ok());
         assert!(take_slot(&mut alone.lock().unwrap(), "dev", true).is_err());
+        // Given back: each parallel hold, then the last frees the sandbox for a run alone.
+        for _ in 1..MAX_PARALLEL {
+            free_slot(&mut busy.lock().unwrap(), "dev");
+        }
+        assert!(take(false).is_err(), "one parallel run holds it still");
+        free_slot(&mut busy.lock().unwrap(), "dev");
+        assert!(take(false).is_ok());
     }
 
     #[test]
