@@ -63,6 +63,13 @@ fn run(d: &Daemon, args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// Runs `wardfs run --sandbox dev ARGS…` on a thread (see [`Daemon::cli_in_thread`]).
+fn run_in_thread(d: &Daemon, args: &[&str]) -> std::thread::JoinHandle<std::process::Output> {
+    let mut all = vec!["run", "--sandbox", "dev"];
+    all.extend_from_slice(args);
+    d.cli_in_thread(&all)
+}
+
 /// The journal's newest rows as JSON.
 fn journal(d: &Daemon) -> Vec<Value> {
     let log: Value = serde_json::from_str(&d.cli_ok(&["--json", "log", "--limit", "200"])).unwrap();
@@ -268,16 +275,10 @@ fn deadlines_kill_the_command_one_run_at_a_time_and_output_is_capped() {
     d.write("/workspace/keep.txt", "k\n");
 
     // A second run while one holds the sandbox is CONFLICT.
-    let first = d.cli_in_thread(&[
-        "run",
-        "--sandbox",
-        "dev",
-        "--no-sync",
-        "--",
-        "sh",
-        "-c",
-        "touch started; sleep 1.5",
-    ]);
+    let first = run_in_thread(
+        &d,
+        &["--no-sync", "--", "sh", "-c", "touch started; sleep 1.5"],
+    );
     let until = Instant::now() + Duration::from_secs(5);
     while !server.work().join("started").exists() {
         assert!(Instant::now() < until, "the first run did not start");
@@ -571,16 +572,16 @@ fn renames_and_conflicts_come_back_parallel_runs_share_and_a_dying_sandbox_is_na
 
     // c.txt changed on both sides during a run: the workspace keeps its own, the sandbox's is
     // saved beside it, and the run says so.
-    let racing = d.cli_in_thread(&[
-        "--json",
-        "run",
-        "--sandbox",
-        "dev",
-        "--",
-        "sh",
-        "-c",
-        "touch begun; while [ ! -e go ]; do sleep 0.02; done; echo sandbox > c.txt",
-    ]);
+    let racing = run_in_thread(
+        &d,
+        &[
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            "touch begun; while [ ! -e go ]; do sleep 0.02; done; echo sandbox > c.txt",
+        ],
+    );
     wait_for(&server.work().join("begun"));
     d.write("/workspace/c.txt", "workspace\n");
     std::fs::write(server.work().join("go"), "").unwrap();
@@ -605,17 +606,17 @@ fn renames_and_conflicts_come_back_parallel_runs_share_and_a_dying_sandbox_is_na
     );
 
     // Two --parallel runs hold the sandbox together; a run alone is still refused meanwhile.
-    let slow = d.cli_in_thread(&[
-        "run",
-        "--sandbox",
-        "dev",
-        "--parallel",
-        "--no-sync",
-        "--",
-        "sh",
-        "-c",
-        "touch p1; while [ ! -e p2 ]; do sleep 0.02; done",
-    ]);
+    let slow = run_in_thread(
+        &d,
+        &[
+            "--parallel",
+            "--no-sync",
+            "--",
+            "sh",
+            "-c",
+            "touch p1; while [ ! -e p2 ]; do sleep 0.02; done",
+        ],
+    );
     wait_for(&server.work().join("p1"));
     let (code, _, err) = run(&d, &["--no-sync", "--", "true"]);
     assert_eq!(code, 125, "{err}");
@@ -627,15 +628,7 @@ fn renames_and_conflicts_come_back_parallel_runs_share_and_a_dying_sandbox_is_na
     // The sandbox dies while the command runs: a clear error, exit 125, and the workspace as
     // it was (nothing pulled).
     let before: Vec<_> = walkdir(&d.workspace());
-    let dying = d.cli_in_thread(&[
-        "run",
-        "--sandbox",
-        "dev",
-        "--",
-        "sh",
-        "-c",
-        "touch dying; sleep 30",
-    ]);
+    let dying = run_in_thread(&d, &["--", "sh", "-c", "touch dying; sleep 30"]);
     wait_for(&server.work().join("dying"));
     server.kill();
     let out = dying.join().unwrap();

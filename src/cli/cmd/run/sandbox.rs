@@ -31,6 +31,23 @@ struct Line {
     data: String,
     #[serde(default)]
     error: Option<WireError>,
+    /// `started`'s.
+    #[serde(default)]
+    run_id: Option<String>,
+    #[serde(default)]
+    sandbox: Option<String>,
+}
+
+/// What a line of a run's answer said, besides output.
+enum Taken {
+    Nothing,
+    /// `started`: the run's id and sandbox.
+    Started {
+        run_id: String,
+        sandbox: String,
+    },
+    /// `exited`: how it ended.
+    Exited(RunResult),
 }
 
 #[derive(Deserialize)]
@@ -126,15 +143,17 @@ async fn read_run(ctx: &Ctx, sink: &Sink, open: Open<'_>) -> Result<Outcome, Cli
             if ctx.json {
                 println!("{}", String::from_utf8_lossy(raw));
             }
-            if let Ok(v) = serde_json::from_slice::<serde_json::Value>(raw) {
-                if v["event"] == "started" {
-                    *run_id.borrow_mut() = v["run_id"].as_str().map(str::to_string);
-                    sandbox = v["sandbox"].as_str().unwrap_or_default().to_string();
-                }
-            }
             match take(raw, sink, ctx.json) {
-                Ok(None) => ControlFlow::Continue(()),
-                Ok(Some(r)) => {
+                Ok(Taken::Nothing) => ControlFlow::Continue(()),
+                Ok(Taken::Started {
+                    run_id: id,
+                    sandbox: name,
+                }) => {
+                    *run_id.borrow_mut() = Some(id);
+                    sandbox = name;
+                    ControlFlow::Continue(())
+                }
+                Ok(Taken::Exited(r)) => {
                     ended = Some(Ok(r));
                     ControlFlow::Break(())
                 }
@@ -197,15 +216,21 @@ async fn cancel(ctx: &Ctx, id: &str) {
 }
 
 /// Handles one line: prints output, returns the result on `exited`, the error on `error`.
-fn take(raw: &[u8], sink: &Sink, json: bool) -> Result<Option<RunResult>, ClientError> {
+fn take(raw: &[u8], sink: &Sink, json: bool) -> Result<Taken, ClientError> {
     let line: Line = serde_json::from_slice(raw)
         .map_err(|e| ClientError::Transport(format!("bad answer: {e}")))?;
     match line.event.as_str() {
         "stdout" | "stderr" if !json => sink.write(line.event == "stdout", &line.data),
+        "started" => {
+            return Ok(Taken::Started {
+                run_id: line.run_id.unwrap_or_default(),
+                sandbox: line.sandbox.unwrap_or_default(),
+            })
+        }
         "exited" => {
             let r: RunResult = serde_json::from_value(decode(raw)?)
                 .map_err(|e| ClientError::Transport(format!("bad answer: {e}")))?;
-            return Ok(Some(r));
+            return Ok(Taken::Exited(r));
         }
         "error" => {
             let e = line
@@ -219,7 +244,7 @@ fn take(raw: &[u8], sink: &Sink, json: bool) -> Result<Option<RunResult>, Client
         }
         _ => {}
     }
-    Ok(None)
+    Ok(Taken::Nothing)
 }
 
 /// Says on stderr what came back, when there is something to say.
