@@ -13,6 +13,7 @@
 //! `sandbox`, no `fuser` (`tests/rules` checks the imports).
 
 mod copy_up;
+pub mod dir_paths;
 pub mod error;
 pub mod foreign;
 pub mod gate;
@@ -208,6 +209,8 @@ pub struct Zones {
     listeners: RwLock<Vec<(ListenerId, Arc<dyn ChangeListener>)>>,
     /// The changes wardfs made itself (see [`own`]).
     own: own::OwnChanges,
+    /// The paths of the directories the mount holds, until a rename (see [`dir_paths`]).
+    dir_paths: dir_paths::DirPaths,
     /// Runs just before a replacement checks and renames (tests inject concurrent changes here).
     #[cfg(test)]
     pub(crate) before_replace: std::sync::Mutex<Option<Box<dyn Fn() + Send>>>,
@@ -284,6 +287,7 @@ impl Zones {
             tmp_counter: AtomicU64::new(0),
             listeners: RwLock::new(Vec::new()),
             own: own::OwnChanges::default(),
+            dir_paths: dir_paths::DirPaths::default(),
             #[cfg(test)]
             before_replace: std::sync::Mutex::new(None),
         })
@@ -463,6 +467,18 @@ impl Zones {
     /// The changes wardfs made itself, for the watcher of the backing directories.
     pub fn own(&self) -> &own::OwnChanges {
         &self.own
+    }
+
+    /// Says that something in a zone was renamed (through wardfs, or beside it, as the watcher
+    /// saw): the remembered paths of directories are read again ([`dir_paths`]).
+    pub fn renamed(&self) {
+        self.dir_paths.renamed();
+    }
+
+    /// Says whether the watcher sees every rename beside wardfs from now on (see
+    /// [`dir_paths::DirPaths::set_seen`]).
+    pub fn renames_seen(&self, seen: bool) {
+        self.dir_paths.set_seen(seen);
     }
 
     /// Tells the listeners (the mount's invalidation) about changes made beside wardfs, found by

@@ -498,17 +498,30 @@ impl Zones {
             let (dir, name) = node.place()?;
             return self.child_vpath(&dir, &name);
         }
+        let dir = node.kind == FileType::Directory;
+        let reading = if dir {
+            match self.dir_paths.get(node.zone, node.key()) {
+                Ok(vp) => return Some(vp),
+                Err(reading) => Some(reading),
+            }
+        } else {
+            None
+        };
         let Zone::Local(z) = self.zone(node.zone) else {
             return None;
         };
         let real = path_of_fd(&node.fd().ok()?).ok()?;
         let rel = real.strip_prefix(z.root()).ok()?;
-        VPath::new(node.zone, rel.to_str()?).ok()
+        let vp = VPath::new(node.zone, rel.to_str()?).ok()?;
+        if let Some(reading) = reading {
+            self.dir_paths.put(node.zone, node.key(), reading, &vp);
+        }
+        Some(vp)
     }
 
     fn child_vpath(&self, dir: &Node, name: &OsStr) -> Option<VPath> {
         self.node_vpath(dir)
-            .and_then(|p| p.join(&name.to_string_lossy()).ok())
+            .and_then(|p| p.child(&name.to_string_lossy()).ok())
     }
 
     /// True when a change to the file `st` of `zone` must first give it an inode of its own
@@ -861,6 +874,7 @@ impl Zones {
             };
             let replaced = key_at(new_dir, new_name).filter(|_| mode != RenameMode::Exchange);
             rustix::fs::renameat_with(dir.fd()?, name, new_dir.fd()?, new_name, flags)?;
+            self.renamed();
             replaced
         };
         moved(replaced);

@@ -917,6 +917,7 @@ impl Zones {
         let guards = self.locks.lock_two(src, dst);
         match from.rename(src, to, dst, replace)? {
             Moved::Done => {
+                self.renamed();
                 self.record(src, "move", None, Some(dst), origin);
                 Ok(())
             }

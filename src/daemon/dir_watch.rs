@@ -54,6 +54,9 @@ pub(super) struct Batch {
     pub paths: Vec<PathBuf>,
     /// The kernel's queue overflowed before these: events were lost.
     pub overflowed: bool,
+    /// A directory was moved (from or into a watched one, or a watched one itself): the paths
+    /// of what lies beneath it changed.
+    pub moved_dir: bool,
 }
 
 /// The watched directories.
@@ -231,6 +234,7 @@ impl Reader {
         let mut batch = Batch {
             paths: Vec::new(),
             overflowed: false,
+            moved_dir: false,
         };
         let mut unwatch = Vec::new();
         for ev in events {
@@ -252,6 +256,9 @@ impl Reader {
             if ev.mask.contains(EventMask::MOVED_FROM | EventMask::ISDIR) {
                 unwatch.extend(s.dirs.take_subtree(&path));
             }
+            batch.moved_dir |= ev.mask.contains(EventMask::MOVE_SELF)
+                || ev.mask.contains(EventMask::MOVED_TO | EventMask::ISDIR)
+                || ev.mask.contains(EventMask::MOVED_FROM | EventMask::ISDIR);
             batch.paths.push(path);
         }
         for wd in unwatch {

@@ -93,16 +93,23 @@ impl Watcher {
         }
         let queue = Arc::new(Queue::default());
         let barriers = Arc::new(Barriers::new(barrier_dir)?);
-        let closer = Closer(queue.clone(), barriers.clone());
+        let closer = Closer(queue.clone(), barriers.clone(), Arc::downgrade(&zones));
         let watcher = Arc::new(DirWatch::start("wardfs-inotify", move |b: Batch| {
             if b.overflowed {
                 closer.0.overflowed();
+            }
+            // At once, not after the burst settles: the remembered paths of directories are stale.
+            if b.moved_dir || b.overflowed {
+                if let Some(z) = closer.2.upgrade() {
+                    z.renamed();
+                }
             }
             // A barrier's marker is looked at without letting a burst gather first.
             let urgent = b.paths.iter().any(|p| closer.1.marker(p).is_some());
             closer.0.push(b.paths, urgent);
         })?);
         watcher.add(&barriers.dir)?;
+        let zones_seen = zones.clone();
         let mut beside = Beside::new(
             zones,
             roots.clone(),
@@ -114,6 +121,9 @@ impl Watcher {
             beside.adopt(r, false);
         }
         // The walk at start is over: what it could not watch is summed up now.
+        if !beside.unwatched.any() {
+            zones_seen.renames_seen(true);
+        }
         beside.unwatched.sum_up(Instant::now(), true);
         let thread = std::thread::Builder::new()
             .name("wardfs-watch".into())
@@ -210,14 +220,18 @@ impl Queue {
 }
 
 /// Held by the watch's event handler: when the watch is dropped, the thread is told to end,
-/// and whoever waits at a barrier stops waiting.
-struct Closer(Arc<Queue>, Arc<Barriers>);
+/// whoever waits at a barrier stops waiting, and the zones no longer count on renames beside
+/// wardfs being seen.
+struct Closer(Arc<Queue>, Arc<Barriers>, Weak<Zones>);
 
 impl Drop for Closer {
     fn drop(&mut self) {
         self.0.state.lock().expect("not poisoned").closed = true;
         self.0.ready.notify_all();
         self.1.close();
+        if let Some(z) = self.2.upgrade() {
+            z.renames_seen(false);
+        }
     }
 }
 
@@ -340,6 +354,11 @@ impl Unwatched {
             unnamed: 0,
             since: now,
         }
+    }
+
+    /// True when a directory could not be watched since the start.
+    fn any(&self) -> bool {
+        self.named > 0
     }
 
     /// Notes that `dir` could not be watched.
@@ -485,6 +504,8 @@ impl Beside {
             let watched = watcher.add(&d);
             if let Err(e) = watched {
                 if !is_gone(&e) {
+                    // Renames beside wardfs in it go unseen: paths are read back each time.
+                    self.zones.renames_seen(false);
                     self.unwatched.note(&d, &e);
                     self.keep_unwatched(&d);
                 }

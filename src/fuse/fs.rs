@@ -180,6 +180,18 @@ fn attr_of(ino: u64, st: &Stat) -> FileAttr {
     }
 }
 
+/// The daemon's own uid and gid, which the virtual directories (and negative entries) show:
+/// read once, not twice per name looked up and not found.
+fn own_ids() -> (u32, u32) {
+    static IDS: std::sync::OnceLock<(u32, u32)> = std::sync::OnceLock::new();
+    *IDS.get_or_init(|| {
+        (
+            rustix::process::getuid().as_raw(),
+            rustix::process::getgid().as_raw(),
+        )
+    })
+}
+
 /// A single file name from the kernel; `.`/`..`/slashes never reach a backing `*at` call.
 fn plain_name(name: &OsStr) -> Res<&OsStr> {
     let b = name.as_bytes();
@@ -359,8 +371,8 @@ impl WardFs {
             kind: fuser::FileType::Directory,
             perm: 0o755,
             nlink,
-            uid: rustix::process::getuid().as_raw(),
-            gid: rustix::process::getgid().as_raw(),
+            uid: own_ids().0,
+            gid: own_ids().1,
             rdev: 0,
             blksize: 4096,
             flags: 0,

@@ -855,6 +855,46 @@ fn a_change_beside_right_after_a_cached_write_stays_someone_elses() {
     );
 }
 
+/// The journal names a change through the mount by its directory's path now: the mount
+/// remembers the paths of the directories it holds until something is renamed (through the
+/// mount, or beside it as the watcher sees), and a path remembered before a rename must not
+/// name a change after it.
+#[test]
+fn a_change_in_a_renamed_directory_is_journaled_under_its_new_path() {
+    let m = Daemon::mounted(CACHED);
+    let (ws, back) = (m.ws(), m.zone_dir("workspace"));
+    fs::create_dir_all(ws.join("a/b")).unwrap();
+    fs::write(ws.join("a/b/f1"), "1").unwrap();
+    fs::write(ws.join("a/b/f1b"), "1").unwrap(); // a/b's path is remembered by now
+    fs::rename(ws.join("a"), ws.join("c")).unwrap();
+    fs::write(ws.join("c/b/f2"), "2").unwrap();
+    // Beside the mount: once the watcher has journaled the move (as `c` gone), it has said so.
+    fs::rename(back.join("c"), back.join("d")).unwrap();
+    let moved = |r: &JournalRow| r.0 == "watcher" && r.2 == "c";
+    let rows = journal_until(&m, Duration::from_secs(5), |rows| rows.iter().any(moved));
+    assert!(
+        rows.iter().any(moved),
+        "the watcher did not see the move: {rows:?}"
+    );
+    fs::write(ws.join("d/b/f3"), "3").unwrap();
+    let made = |path: &str| {
+        let path = path.to_string();
+        move |r: &JournalRow| r.0 == "fuse" && r.1 == "create" && r.2 == path
+    };
+    let rows = journal_until(&m, Duration::from_secs(3), |rows| {
+        rows.iter().any(made("d/b/f3"))
+    });
+    for path in ["a/b/f1", "a/b/f1b", "c/b/f2", "d/b/f3"] {
+        assert!(rows.iter().any(made(path)), "no create of {path}: {rows:?}");
+    }
+    for stale in ["a/b/f2", "c/b/f3", "a/b/f3"] {
+        assert!(
+            !rows.iter().any(made(stale)),
+            "journaled under the old path {stale}: {rows:?}"
+        );
+    }
+}
+
 /// A file written through a cached mount stays in the kernel's page cache: the watcher, which
 /// sees each write's backing change before the mount has noted it as its own, waits for the
 /// note instead of calling the change someone else's and invalidating the file (which dropped
