@@ -46,8 +46,9 @@ bench-fuse:
 bench-agent:
 	bash benches/agent.sh
 
-## make bench-untar-cpu: untar + rm -rf on tmpfs, natively and through the mount, with the daemon's
-## CPU per thread per run (root; uses bench-agent's untar tarball)
+## make bench-untar-cpu: untar + rm -rf natively, through the mount and through the crates.io peer
+## (when installed), with the daemon's CPU per thread per run; on a tmpfs, or WARDFS_UNTAR_FS=ext4
+## (root; uses bench-agent's untar tarball)
 bench-untar-cpu:
 	bash benches/untar_cpu.sh
 

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Where the daemon's CPU goes during untar + `rm -rf` (issue 14): the same tarball unpacked and
-# removed natively on a tmpfs and through a wardfs mount whose zones are on another tmpfs (the disk
-# out of the picture, so what is left is the FUSE round trips and the daemon's own work), run after
-# run, with the CPU each of the daemon's threads used per run (from /proc/PID/task/*/stat): the ring
-# threads that serve requests, the watcher (`wardfs-watch`, and `wardfs-inotify`, which reads the
-# kernel's events), the journal's flusher (`wardfs-journal`) and the rest.
+# Where the daemon's CPU goes during untar + `rm -rf` (issues 14, 32): the same tarball unpacked and
+# removed natively on a tmpfs and through a wardfs mount whose zones are on the same tmpfs (the
+# disk out of the picture, so what is left is the FUSE round trips and the daemon's own work; or
+# all on a fresh ext4 image, WARDFS_UNTAR_FS=ext4), and through the crates.io peer when it is
+# installed, run after run, with the CPU each of the daemon's threads used per run (from
+# /proc/PID/task/*/stat): the ring threads that serve requests, the watcher (`wardfs-watch`, and
+# `wardfs-inotify`, which reads the kernel's events), the journal's flusher (`wardfs-journal`)
+# and the rest.
 #
 #   make bench-untar-cpu        # = bash benches/untar_cpu.sh
 #
