@@ -256,9 +256,11 @@ impl Reader {
             if ev.mask.contains(EventMask::MOVED_FROM | EventMask::ISDIR) {
                 unwatch.extend(s.dirs.take_subtree(&path));
             }
-            batch.moved_dir |= ev.mask.contains(EventMask::MOVE_SELF)
-                || ev.mask.contains(EventMask::MOVED_TO | EventMask::ISDIR)
-                || ev.mask.contains(EventMask::MOVED_FROM | EventMask::ISDIR);
+            let dir_moved = ev.mask.contains(EventMask::ISDIR)
+                && ev
+                    .mask
+                    .intersects(EventMask::MOVED_FROM | EventMask::MOVED_TO);
+            batch.moved_dir |= dir_moved || ev.mask.contains(EventMask::MOVE_SELF);
             batch.paths.push(path);
         }
         for wd in unwatch {

@@ -109,7 +109,6 @@ impl Watcher {
             closer.0.push(b.paths, urgent);
         })?);
         watcher.add(&barriers.dir)?;
-        let zones_seen = zones.clone();
         let mut beside = Beside::new(
             zones,
             roots.clone(),
@@ -122,7 +121,7 @@ impl Watcher {
         }
         // The walk at start is over: what it could not watch is summed up now.
         if !beside.unwatched.any() {
-            zones_seen.renames_seen(true);
+            beside.zones.renames_seen(true);
         }
         beside.unwatched.sum_up(Instant::now(), true);
         let thread = std::thread::Builder::new()
@@ -356,7 +355,8 @@ impl Unwatched {
         }
     }
 
-    /// True when a directory could not be watched since the start.
+    /// True when a directory could not be watched in this window (asked before the first
+    /// [`Unwatched::sum_up`]: since the start).
     fn any(&self) -> bool {
         self.named > 0
     }
