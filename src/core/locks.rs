@@ -10,6 +10,10 @@
 //! not wait for the kernel: telling the mount to drop cached entries does, as it takes that
 //! directory's lock. Such work is handed to [`after_unlock`] and runs on the same thread right
 //! after it releases its last path lock, before the operation returns.
+//!
+//! The rule is in the types: what may wait for the kernel (every `ChangeListener` method, the
+//! mount's invalidation) takes an [`Unlocked`], the proof that the thread holds no path lock,
+//! and only [`after_unlock`] makes one.
 
 use std::cell::{Cell, RefCell};
 use std::hash::{BuildHasher, Hash};
@@ -106,12 +110,55 @@ fn run_deferred() {
     }
 }
 
+/// The proof that the thread holds no path lock, which work that may wait for the kernel takes
+/// (see the module's doc). Made only by [`after_unlock`], and lent, never kept: work that has
+/// one may call such code; nothing else can.
+pub struct Unlocked {
+    _only_after_unlock: (),
+}
+
 /// Runs `f` now, or, while this thread holds a path lock, right after it releases the last one
-/// (on this thread, before the operation that took the lock returns).
-pub fn after_unlock(f: impl FnOnce() + 'static) {
+/// (on this thread, before the operation that took the lock returns); either way with the proof
+/// that the thread holds none.
+pub fn after_unlock(f: impl FnOnce(&Unlocked) + 'static) {
+    let proof = || Unlocked {
+        _only_after_unlock: (),
+    };
     if HELD.with(Cell::get) == 0 {
-        f();
+        f(&proof());
     } else {
-        DEFERRED.with(|d| d.borrow_mut().push(Box::new(f)));
+        DEFERRED.with(|d| d.borrow_mut().push(Box::new(move || f(&proof()))));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::ZoneId;
+    use std::rc::Rc;
+
+    #[test]
+    fn work_after_unlock_runs_at_once_when_no_lock_is_held_and_else_when_the_last_one_goes() {
+        let locks = PathLocks::new();
+        let path = |n: usize| VPath::new(ZoneId::Workspace, &format!("f{n}")).unwrap();
+        // Two paths of different stripes: a stripe's lock is not reentrant.
+        let a = path(0);
+        let b = (1..)
+            .map(path)
+            .find(|b| locks.index(b) != locks.index(&a))
+            .unwrap();
+        let ran = Rc::new(Cell::new(0));
+        let r = ran.clone();
+        after_unlock(move |_: &Unlocked| r.set(r.get() + 1));
+        assert_eq!(ran.get(), 1, "no lock held: at once");
+
+        let outer = locks.lock(&a);
+        let inner = locks.lock(&b);
+        let r = ran.clone();
+        after_unlock(move |_: &Unlocked| r.set(r.get() + 1));
+        drop(inner);
+        assert_eq!(ran.get(), 1, "one lock still held: not yet");
+        drop(outer);
+        assert_eq!(ran.get(), 2, "after the last lock, before anything else");
     }
 }

@@ -43,6 +43,7 @@ use std::sync::{Arc, RwLock};
 use serde::{Deserialize, Serialize};
 
 pub use error::{ErrorCode, FsError, FsResult};
+pub use locks::Unlocked;
 pub use ops::{
     EditResult, Entry, ExistsResult, ListResult, ReadResult, Replacement, ResolveResult,
     StatResult, WriteResult,
@@ -175,19 +176,22 @@ pub struct ZoneOpenError {
 /// Told about each change made through the core's operations (the API), after the change and
 /// before its caller hears of it: the FUSE mount uses it to drop the kernel's cached entries, so
 /// that what an API call changed is visible through the mount as soon as the call returns.
+///
+/// Each method may wait for the kernel, so it is called only by a thread that holds no path
+/// lock: with the proof of it, [`Unlocked`] (see `locks`).
 pub trait ChangeListener: Send + Sync {
     /// `paths` are backing paths: the changed entry, and a move's destination.
-    fn changed(&self, paths: &[PathBuf]);
+    fn changed(&self, paths: &[PathBuf], unlocked: &Unlocked);
 
     /// Told about a change made beside wardfs, found by the daemon's watcher (one event per
     /// path, so a directory made above it has an event of its own).
-    fn changed_beside(&self, paths: &[PathBuf]) {
-        self.changed(paths)
+    fn changed_beside(&self, paths: &[PathBuf], unlocked: &Unlocked) {
+        self.changed(paths, unlocked)
     }
 
     /// Told that the fork `name` was made or removed (the mount drops its cached entry and the
     /// forks' directory listing).
-    fn forks_changed(&self, _name: &str) {}
+    fn forks_changed(&self, _name: &str, _unlocked: &Unlocked) {}
 }
 
 /// Names a registered [`ChangeListener`], to remove it again.
@@ -354,9 +358,18 @@ impl Zones {
     /// Tells the listeners that the fork `id` was made or removed.
     fn tell_forks_changed(&self, id: ZoneId) {
         let Some(name) = id.fork_name() else { return };
-        for (_, l) in self.listeners.read().expect("not poisoned").iter() {
-            l.forks_changed(name);
-        }
+        let told = self.listeners_now();
+        locks::after_unlock(move |unlocked| {
+            for l in told {
+                l.forks_changed(name, unlocked);
+            }
+        });
+    }
+
+    /// The listeners registered now, to tell once the thread holds no path lock.
+    fn listeners_now(&self) -> Vec<Arc<dyn ChangeListener>> {
+        let listeners = self.listeners.read().expect("not poisoned");
+        listeners.iter().map(|(_, l)| l.clone()).collect()
     }
 
     /// Stops serving the fork `id`: its paths are unavailable from now on.
@@ -484,9 +497,12 @@ impl Zones {
     /// Tells the listeners (the mount's invalidation) about changes made beside wardfs, found by
     /// the daemon's watcher: `paths` are backing paths.
     pub fn changed_beside(&self, paths: &[PathBuf]) {
-        for (_, l) in self.listeners.read().expect("not poisoned").iter() {
-            l.changed_beside(paths);
-        }
+        let (told, paths) = (self.listeners_now(), paths.to_vec());
+        locks::after_unlock(move |unlocked| {
+            for l in told {
+                l.changed_beside(&paths, unlocked);
+            }
+        });
     }
 
     /// Journals a change made beside wardfs (found by the daemon's watcher) at `vp`.
@@ -528,9 +544,9 @@ impl Zones {
         let told: Vec<Arc<dyn ChangeListener>> = listeners.iter().map(|(_, l)| l.clone()).collect();
         // The mount's invalidation waits for the kernel, which may be waiting for a path lock
         // this thread holds (locks.rs): it runs once the thread holds none.
-        locks::after_unlock(move || {
+        locks::after_unlock(move |unlocked| {
             for l in told {
-                l.changed(&paths);
+                l.changed(&paths, unlocked);
             }
         });
     }

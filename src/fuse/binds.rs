@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Weak;
 
 use crate::config::FORKS_DIR;
-use crate::core::{ChangeListener, ZoneId, Zones};
+use crate::core::{ChangeListener, Unlocked, ZoneId, Zones};
 
 /// The source the mount shows in `/proc/self/mountinfo` (its type is `fuse`, or `fuse.wardfs`
 /// where the subtype is kept).
@@ -329,9 +329,9 @@ pub struct ForkBinds {
 }
 
 impl ChangeListener for ForkBinds {
-    fn changed(&self, _paths: &[PathBuf]) {}
+    fn changed(&self, _paths: &[PathBuf], _unlocked: &Unlocked) {}
 
-    fn forks_changed(&self, name: &str) {
+    fn forks_changed(&self, name: &str, _unlocked: &Unlocked) {
         // Told when a fork is made too: only a fork the zones no longer serve loses its binds.
         let Some(zones) = self.zones.upgrade() else {
             return;

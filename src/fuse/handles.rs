@@ -34,6 +34,8 @@ pub(super) fn now_ms() -> u64 {
 
 /// An open file.
 pub(super) struct Handle {
+    /// The kernel's handle of it (0: an implicit writer, or a file read without `OPEN`).
+    pub(super) fh: u64,
     /// The daemon's own descriptor, for the calls the kernel does not pass through (fsync, lseek,
     /// fallocate, …): opened with the caller's flags, at open or on first use.
     pub(super) file: OnceLock<std::fs::File>,
@@ -64,6 +66,7 @@ impl Handle {
         origin: Origin,
     ) -> Handle {
         Handle {
+            fh: 0,
             file: file.map(OnceLock::from).unwrap_or_default(),
             flags,
             inode,

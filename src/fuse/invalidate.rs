@@ -27,7 +27,7 @@ use fuser::{INodeNo, Notifier};
 
 use super::echo::{Echo, Echoes, Reported};
 use super::inodes::Inodes;
-use crate::core::{ChangeListener, Zones};
+use crate::core::{ChangeListener, Unlocked, Zones};
 
 /// Invalidates synchronously for changes made through the core and beside it (never on a FUSE
 /// request thread: the core skips listeners for changes that came through the mount), and has
@@ -53,7 +53,7 @@ impl Direct {
 
 impl ChangeListener for Direct {
     /// `paths` are the changed entry, and for a move its destination after it.
-    fn changed(&self, paths: &[PathBuf]) {
+    fn changed(&self, paths: &[PathBuf], _unlocked: &Unlocked) {
         let echoes = self.plan(paths, Reported::ByCore);
         for p in paths {
             invalidate(&self.inodes, &self.notifier, p);
@@ -62,7 +62,7 @@ impl ChangeListener for Direct {
         self.echo.send(echoes);
     }
 
-    fn changed_beside(&self, paths: &[PathBuf]) {
+    fn changed_beside(&self, paths: &[PathBuf], _unlocked: &Unlocked) {
         let echoes = self.plan(paths, Reported::Beside);
         for p in paths {
             invalidate(&self.inodes, &self.notifier, p);
@@ -70,7 +70,7 @@ impl ChangeListener for Direct {
         self.echo.send(echoes);
     }
 
-    fn forks_changed(&self, name: &str) {
+    fn forks_changed(&self, name: &str, _unlocked: &Unlocked) {
         let forks = INodeNo(super::inodes::FORKS_INO);
         let _ = self.notifier.inval_entry(forks, OsStr::new(name));
         let _ = self.notifier.inval_inode(forks, 0, 0);

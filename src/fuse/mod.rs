@@ -21,7 +21,11 @@ mod fs;
 mod handles;
 mod inodes;
 mod invalidate;
+mod local_tree;
+mod mode;
 mod sandbox_tree;
+mod top;
+mod tree;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -26,14 +26,20 @@
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use fuser::{Errno, FileAttr, INodeNo};
+use fuser::{Errno, FileAttr, FopenFlags, INodeNo, TimeOrNow};
 use rustix::fs::FileType;
 
 use super::inodes::{zone_ino, ROOT_INO};
+use super::mode::is_write;
+use super::tree::{
+    errno, DirEntries, Entry, Opened, RegisterBacking, SetAttr, StatFs, Tree, WriteHow,
+};
+use crate::core::node::{Caller, RenameMode};
 use crate::core::provider::RemoteMeta;
 use crate::core::sandbox_node::{Removal, Replace, SandboxFile};
 use crate::core::sandbox_zone::SandboxZone;
@@ -47,7 +53,7 @@ pub const REMOTE_INO_BASE: u64 = 1 << 60;
 /// File handles of remote files start here (local handles count up from 1).
 pub const REMOTE_FH_BASE: u64 = 1 << 62;
 
-type Res<T> = Result<T, Errno>;
+use super::tree::Res;
 
 /// Maps a core error to the errno the kernel gets.
 pub fn errno_of(e: &FsError) -> Errno {
@@ -173,11 +179,6 @@ impl SandboxTree {
     /// How long the kernel may keep what this tree answers.
     pub fn ttl(&self) -> Duration {
         self.remote().attr_ttl()
-    }
-
-    /// The zone this tree serves.
-    pub fn zone(&self) -> ZoneId {
-        self.zone
     }
 
     /// True when `ino` is this zone's root or one of its entries.
@@ -733,4 +734,154 @@ impl SandboxTree {
 
 fn io_errno(e: &std::io::Error) -> Errno {
     Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+impl Tree for SandboxTree {
+    fn lookup(&self, parent: u64, name: &OsStr) -> Res<Entry> {
+        SandboxTree::lookup(self, parent, name).map(|attr| Entry::new(attr, self.ttl()))
+    }
+
+    fn forget(&self, ino: u64, n: u64) {
+        SandboxTree::forget(self, ino, n)
+    }
+
+    fn getattr(&self, ino: u64, _fh: Option<u64>) -> Res<Entry> {
+        SandboxTree::getattr(self, ino).map(|attr| Entry::new(attr, self.ttl()))
+    }
+
+    fn setattr(&self, who: &Caller, ino: u64, change: SetAttr) -> Res<Entry> {
+        let when = |t: TimeOrNow| match t {
+            TimeOrNow::SpecificTime(t) => t,
+            TimeOrNow::Now => SystemTime::now(),
+        };
+        let SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            mtime,
+            ..
+        } = change;
+        SandboxTree::setattr(self, ino, mode, uid, gid, size, mtime.map(when), who.origin)
+            .map(|attr| Entry::new(attr, self.ttl()))
+    }
+
+    fn readlink(&self, ino: u64) -> Res<Vec<u8>> {
+        SandboxTree::readlink(self, ino)
+    }
+
+    fn mkdir(&self, who: &Caller, parent: u64, name: &OsStr, mode: u32) -> Res<Entry> {
+        SandboxTree::mkdir(self, parent, name, mode, who.origin)
+            .map(|attr| Entry::new(attr, self.ttl()))
+    }
+
+    fn symlink(&self, who: &Caller, parent: u64, name: &OsStr, target: &Path) -> Res<Entry> {
+        SandboxTree::symlink(self, parent, name, target, who.origin)
+            .map(|attr| Entry::new(attr, self.ttl()))
+    }
+
+    fn remove(&self, who: &Caller, parent: u64, name: &OsStr, dir: bool) -> Res<()> {
+        SandboxTree::remove(self, parent, name, dir, who.origin)
+    }
+
+    /// No `RENAME_EXCHANGE`: the sandbox's file API cannot swap two names at once.
+    fn rename(
+        &self,
+        who: &Caller,
+        (parent, name): (u64, &OsStr),
+        (newparent, newname): (u64, &OsStr),
+        mode: RenameMode,
+    ) -> Res<()> {
+        if mode == RenameMode::Exchange {
+            return Err(Errno::EINVAL);
+        }
+        let noreplace = mode == RenameMode::NoReplace;
+        SandboxTree::rename(
+            self, parent, name, newparent, newname, noreplace, who.origin,
+        )
+    }
+
+    fn list(&self, ino: u64) -> Res<DirEntries> {
+        self.list_dir(ino)
+    }
+
+    fn statfs(&self, _ino: u64) -> Res<StatFs> {
+        let (blocks, bfree, bavail, files, ffree, bsize, namelen) = SandboxTree::statfs(self);
+        Ok(StatFs {
+            blocks,
+            bfree,
+            bavail,
+            files,
+            ffree,
+            bsize,
+            namelen,
+            frsize: bsize,
+        })
+    }
+
+    fn access(&self, _ino: u64, write: bool) -> Res<()> {
+        if write {
+            self.zones.node_writable(self.zone).map_err(errno)?;
+        }
+        Ok(())
+    }
+
+    /// Through the daemon's copy, never the page cache (see the module's doc).
+    fn open(&self, who: &Caller, ino: u64, flags: i32, _register: RegisterBacking) -> Res<Opened> {
+        let write = is_write(flags);
+        let trunc = write && flags & libc::O_TRUNC != 0;
+        let fh = SandboxTree::open(self, ino, write, trunc, who.origin)?;
+        Ok(Opened {
+            fh,
+            flags: FopenFlags::FOPEN_DIRECT_IO,
+            backing: None,
+        })
+    }
+
+    fn create(
+        &self,
+        who: &Caller,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        flags: i32,
+        _register: RegisterBacking,
+    ) -> Res<(Entry, Opened)> {
+        let excl = flags & libc::O_EXCL != 0;
+        let (attr, fh) = SandboxTree::create(self, parent, name, mode, excl, who.origin)?;
+        let opened = Opened {
+            fh,
+            flags: FopenFlags::FOPEN_DIRECT_IO,
+            backing: None,
+        };
+        Ok((Entry::new(attr, self.ttl()), opened))
+    }
+
+    fn read(&self, _who: &Caller, _ino: u64, fh: u64, offset: u64, size: u32) -> Res<Vec<u8>> {
+        SandboxTree::read(self, fh, offset, size)
+    }
+
+    fn write(
+        &self,
+        who: &Caller,
+        _ino: u64,
+        fh: u64,
+        offset: u64,
+        data: &[u8],
+        how: WriteHow,
+    ) -> Res<u32> {
+        SandboxTree::write(self, fh, offset, data, how.append, who.origin)
+    }
+
+    fn flush(&self, fh: u64) -> Res<()> {
+        SandboxTree::flush(self, fh)
+    }
+
+    fn release(&self, fh: u64) -> Res<()> {
+        SandboxTree::release(self, fh)
+    }
+
+    fn fsync(&self, _who: &Caller, _ino: u64, fh: u64, _datasync: bool) -> Res<()> {
+        SandboxTree::fsync(self, fh)
+    }
 }
