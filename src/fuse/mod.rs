@@ -26,6 +26,8 @@ mod mode;
 mod sandbox_tree;
 mod top;
 mod tree;
+#[cfg(test)]
+mod tree_tests;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
