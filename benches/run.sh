@@ -17,6 +17,8 @@
 #   WARDFS_BENCH_SECONDS   seconds per load phase (default 10)
 #   WARDFS_BENCH_CLIENTS   concurrent clients / native threads (default 16)
 #   WARDFS_BENCH_STRICT    1: exit 1 when a target is missed (default: only a wrong result fails)
+#   WARDFS_BIN             use this wardfs binary instead of building target/release/wardfs (to
+#                          compare two builds on the same machine)
 #   CARGO                  cargo command (default cargo)
 set -euo pipefail
 
@@ -58,10 +60,15 @@ fi
 command -v "$cargo" >/dev/null 2>&1 || die "cargo is not installed (https://rustup.rs)"
 
 # --- build (once) --------------------------------------------------------------------------------
-log "building (release)"
-"$cargo" build --release --bin wardfs
+if [ -n "${WARDFS_BIN:-}" ]; then
+  log "using $WARDFS_BIN (WARDFS_BIN; not building it)"
+  bin=$WARDFS_BIN
+else
+  log "building (release)"
+  "$cargo" build --release --bin wardfs
+  bin=$repo/target/release/wardfs
+fi
 "$cargo" bench --bench api_load --no-run
-bin=$repo/target/release/wardfs
 
 # --- tree ----------------------------------------------------------------------------------------
 data=$repo/bench-data

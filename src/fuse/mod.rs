@@ -1,7 +1,9 @@
 //! The FUSE mount: the zones as a real filesystem, a thin adapter over the same backing dirs.
 //!
 //! `<mount>/cache` and `<mount>/workspace` are the zones, `<mount>/forks/NAME` each fork that
-//! exists now (a zone too, looked up as the kernel asks: see `fs`); `fs` answers the kernel,
+//! exists now (a zone too, looked up as the kernel asks: see `top`); `fs` answers the kernel,
+//! each request by one call of the `tree::Tree` serving it (`top`, `local_tree`,
+//! `sandbox_tree`), in the I/O modes `mode` decides;
 //! `inodes` maps inode numbers to backing files, `invalidate` keeps the kernel's caches honest,
 //! `echo` repeats each change made outside the mount through it so that its watchers (inotify)
 //! hear of it (the requests made by a process of its own, `echo_helper`). Mounting handles a

@@ -306,6 +306,8 @@ fn deadlines_kill_the_command_one_run_at_a_time_and_output_is_capped() {
     assert_eq!(code, 124, "{err}");
     assert!(err.contains("killed at its deadline"), "{err}");
     assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    // Must stay: past the moment the command would have written, had it run on; only time
+    // shows a file does not come.
     std::thread::sleep(Duration::from_millis(1500));
     assert!(!server.work().join("late.txt").exists());
 
@@ -338,6 +340,7 @@ fn deadlines_kill_the_command_one_run_at_a_time_and_output_is_capped() {
     let status = cli.wait().unwrap();
     assert_eq!(status.code(), Some(130), "{status:?}");
     assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    // Must stay: past the moment the command would have written (as above).
     std::thread::sleep(Duration::from_millis(2500));
     assert!(
         !server.work().join("late2.txt").exists(),
@@ -505,6 +508,7 @@ fn a_run_outlives_its_client_for_a_while_and_is_taken_up_again_by_its_id() {
             "sleep 5; echo late > late.txt",
         ],
     );
+    // Must stay: past the moment the command would have written (as above).
     std::thread::sleep(Duration::from_secs(6));
     assert!(
         !server.work().join("late.txt").exists(),
