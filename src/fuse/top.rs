@@ -17,7 +17,7 @@ use fuser::{Errno, FileAttr};
 use rustix::fs::FileType;
 
 use super::inodes::{zone_ino, Inodes, FORKS_INO, ROOT_INO};
-use super::sandbox_tree::SandboxTree;
+use super::sandbox_tree::{SandboxTree, REMOTE_FH_BASE};
 use super::tree::{
     attr_of, errno, virtual_dir, DirEntries, Entry, Opened, RegisterBacking, Res, SetAttr, StatFs,
     Tree, WriteHow, TTL,
@@ -68,6 +68,9 @@ impl Top {
 
     /// The sandbox tree holding the open file `fh`.
     pub fn sandbox_fh(&self, fh: u64) -> Option<&SandboxTree> {
+        if fh < REMOTE_FH_BASE {
+            return None; // a local file's (the hot path: every read and write)
+        }
         self.sandboxes
             .iter()
             .flatten()

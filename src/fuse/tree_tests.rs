@@ -69,7 +69,12 @@ fn the_top_level_lists_the_zones_and_forks_and_refuses_every_change() {
     let dir = tempfile::tempdir().unwrap();
     let (zones, inodes) = zones_with(dir.path(), "");
     let top = Top::new(zones, inodes);
-    let names: Vec<_> = top.list(ROOT_INO).unwrap().into_iter().map(|e| e.0).collect();
+    let names: Vec<_> = top
+        .list(ROOT_INO)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.0)
+        .collect();
     assert_eq!(names, [".", "..", "cache", "workspace", "forks"]);
 
     let forks = top.lookup(ROOT_INO, name("forks")).unwrap();
@@ -78,15 +83,32 @@ fn the_top_level_lists_the_zones_and_forks_and_refuses_every_change() {
     assert_eq!(forks.attr.nlink, 2, "no fork yet");
     let ws = top.lookup(ROOT_INO, name("workspace")).unwrap();
     assert_eq!(ws.attr.ino.0, zone_ino(ZoneId::Workspace));
-    assert_eq!(top.lookup(ROOT_INO, name("nope")).err(), Some(Errno::ENOENT));
-    assert!(top.negative(ROOT_INO).is_none(), "no negative entry up here");
+    assert_eq!(
+        top.lookup(ROOT_INO, name("nope")).err(),
+        Some(Errno::ENOENT)
+    );
+    assert!(
+        top.negative(ROOT_INO).is_none(),
+        "no negative entry up here"
+    );
     assert_eq!(top.lookup(FORKS_INO, name("f1")).err(), Some(Errno::ENOENT));
 
     let w = who();
-    assert_eq!(top.mkdir(&w, FORKS_INO, name("f"), 0o755).err(), Some(Errno::EPERM));
-    assert_eq!(top.remove(&w, ROOT_INO, name("workspace"), true).err(), Some(Errno::EPERM));
+    assert_eq!(
+        top.mkdir(&w, FORKS_INO, name("f"), 0o755).err(),
+        Some(Errno::EPERM)
+    );
+    assert_eq!(
+        top.remove(&w, ROOT_INO, name("workspace"), true).err(),
+        Some(Errno::EPERM)
+    );
     let to = (FORKS_INO, name("b"));
-    let moved = top.rename(&w, (zone_ino(ZoneId::Workspace), name("a")), to, RenameMode::Replace);
+    let moved = top.rename(
+        &w,
+        (zone_ino(ZoneId::Workspace), name("a")),
+        to,
+        RenameMode::Replace,
+    );
     assert_eq!(moved.err(), Some(Errno::EPERM));
     let created = top.create(&w, ROOT_INO, name("x"), 0o644, libc::O_CREAT, &no_kernel);
     assert_eq!(created.err(), Some(Errno::EPERM));
@@ -106,7 +128,10 @@ fn names_made_through_the_local_tree_are_looked_up_listed_renamed_and_removed() 
     let l = tree.lookup(ws, name("l")).unwrap().attr.ino.0;
     assert_eq!(tree.readlink(l).unwrap(), b"d");
     let listed: Vec<_> = tree.list(ws).unwrap().into_iter().map(|e| e.0).collect();
-    assert!(listed.contains(&"d".into()) && listed.contains(&"l".into()), "{listed:?}");
+    assert!(
+        listed.contains(&"d".into()) && listed.contains(&"l".into()),
+        "{listed:?}"
+    );
 
     tree.rename(&w, (ws, name("d")), (ws, name("e")), RenameMode::NoReplace)
         .unwrap();
@@ -119,19 +144,23 @@ fn names_made_through_the_local_tree_are_looked_up_listed_renamed_and_removed() 
     tree.remove(&w, ws, name("e"), true).unwrap();
     assert_eq!(tree.lookup(ws, name("e")).err(), Some(Errno::ENOENT));
     assert!(!dir.path().join("z/workspace/e").exists());
-    assert_eq!(tree.mkdir(&w, ws, name("a/b"), 0o755).err(), Some(Errno::EINVAL));
+    assert_eq!(
+        tree.mkdir(&w, ws, name("a/b"), 0o755).err(),
+        Some(Errno::EINVAL)
+    );
 }
 
 #[test]
-fn without_open_a_created_file_is_written_through_handle_zero_and_journaled_when_its_writer_ends()
-{
+fn without_open_a_created_file_is_written_through_handle_zero_and_journaled_when_its_writer_ends() {
     let dir = tempfile::tempdir().unwrap();
     let (zones, inodes) = zones_with(dir.path(), "");
     let tree = local(&zones, &inodes);
     let (w, ws) = (who(), zone_ino(ZoneId::Workspace));
 
     let flags = libc::O_WRONLY | libc::O_CREAT;
-    let (entry, opened) = tree.create(&w, ws, name("f"), 0o644, flags, &no_kernel).unwrap();
+    let (entry, opened) = tree
+        .create(&w, ws, name("f"), 0o644, flags, &no_kernel)
+        .unwrap();
     assert_eq!(opened.fh, 0, "no handle: the kernel sends no RELEASE");
     assert_eq!(opened.flags, FopenFlags::FOPEN_KEEP_CACHE);
     let ino = entry.attr.ino.0;
@@ -151,7 +180,11 @@ fn without_open_a_created_file_is_written_through_handle_zero_and_journaled_when
         let rows = zones.db().journal_query(&filter).unwrap();
         rows.into_iter().map(|r| (r.op, r.path)).collect::<Vec<_>>()
     };
-    assert!(!journal().iter().any(|(op, _)| op == "write"), "{:?}", journal());
+    assert!(
+        !journal().iter().any(|(op, _)| op == "write"),
+        "{:?}",
+        journal()
+    );
     tree.end_implicit_writers();
     assert!(
         journal().contains(&("write".into(), "f".into())),
@@ -180,5 +213,8 @@ fn a_read_only_zone_refuses_changes_through_the_local_tree_and_reads_go_on() {
         kill_suidgid: false,
     };
     assert_eq!(tree.write(&w, a, 0, 0, b"b", how).err(), erofs);
-    assert_eq!(std::fs::read(dir.path().join("z/workspace/a")).unwrap(), b"a");
+    assert_eq!(
+        std::fs::read(dir.path().join("z/workspace/a")).unwrap(),
+        b"a"
+    );
 }
