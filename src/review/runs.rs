@@ -14,46 +14,25 @@ use super::render::escape;
 use super::timeline::PATHS_SHOWN;
 use super::Failure;
 use crate::client::Client;
+use crate::state::RunRow;
 
 /// Runs the section lists.
 pub const RUNS_SHOWN: usize = 10;
 
-/// A run as `GET /v1/runs?output=true` lists it (the fields the page shows).
-#[derive(Debug, Clone, Deserialize)]
-pub struct Run {
-    pub id: String,
-    pub sandbox: String,
-    pub started_at: i64,
-    pub command: Vec<String>,
-    pub cwd: String,
-    pub exit_code: Option<i32>,
-    pub timed_out: bool,
-    pub cancelled: bool,
-    pub duration_ms: u64,
-    pub stdout_bytes: u64,
-    pub stderr_bytes: u64,
-    pub changed: Vec<String>,
-    pub changed_total: u64,
-    #[serde(default)]
-    pub stdout_tail: Option<String>,
-    #[serde(default)]
-    pub stderr_tail: Option<String>,
-}
-
 #[derive(Deserialize)]
 struct RunList {
-    runs: Vec<Run>,
+    runs: Vec<RunRow>,
 }
 
 /// Reads the latest runs, with their output.
-pub async fn load(client: &Client) -> Result<Vec<Run>, Failure> {
+pub async fn load(client: &Client) -> Result<Vec<RunRow>, Failure> {
     let route = format!("/v1/runs?limit={RUNS_SHOWN}&output=true");
     let list: RunList = client.get(&route).await.map_err(|e| Failure::daemon(&e))?;
     Ok(list.runs)
 }
 
 /// How a run ended, in a few words.
-fn ended(r: &Run) -> String {
+fn ended(r: &RunRow) -> String {
     match (r.exit_code, r.timed_out, r.cancelled) {
         (_, true, _) => "timed out".into(),
         (_, _, true) => "cancelled".into(),
@@ -63,7 +42,7 @@ fn ended(r: &Run) -> String {
 }
 
 /// Draws the section.
-pub fn section(out: &mut String, runs: &Result<Vec<Run>, Failure>) {
+pub fn section(out: &mut String, runs: &Result<Vec<RunRow>, Failure>) {
     out.push_str("<section class=\"runs\" id=\"runs\"><h2>Runs in sandboxes</h2>");
     match runs {
         Err(f) => {
@@ -86,7 +65,7 @@ pub fn section(out: &mut String, runs: &Result<Vec<Run>, Failure>) {
 }
 
 /// One run: what ran and how it ended, the files it brought back, its output.
-fn run(out: &mut String, r: &Run) {
+fn run(out: &mut String, r: &RunRow) {
     let ok = r.exit_code == Some(0);
     let _ = write!(
         out,
@@ -143,8 +122,8 @@ fn stream(out: &mut String, name: &str, tail: Option<&str>, total: u64) {
 mod tests {
     use super::*;
 
-    fn a_run() -> Run {
-        Run {
+    fn a_run() -> RunRow {
+        RunRow {
             id: "dev-1-0".into(),
             sandbox: "dev".into(),
             started_at: 1,

@@ -305,7 +305,7 @@ pub struct Timeline {
     pub older: bool,
     pub compare: Option<Compared>,
     /// The latest runs in sandboxes (on the workspace's tab only: runs bring files back there).
-    pub runs: Option<Result<Vec<super::runs::Run>, Failure>>,
+    pub runs: Option<Result<Vec<crate::state::RunRow>, Failure>>,
 }
 
 impl Timeline {

@@ -579,7 +579,9 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "state",
         ],
     ),
-    ("review", &["client", "core", "git"]),
+    // The reply types of the rooms below, for their shape (`state::RunRow`); calls go through
+    // `client`.
+    ("review", &["client", "core", "git", "state"]),
     // The command line talks to the daemon through `client`; the reply types it prints come
     // from the rooms that define them, for their shape; `fuse`'s unmount, binds and doctor
     // checks run in its own process; `daemon` only from `cmd/serve.rs` (see ONLY_FROM).
