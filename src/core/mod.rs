@@ -531,8 +531,8 @@ impl Zones {
     }
 
     fn tell_listeners(&self, vp: &VPath, to: Option<&VPath>) {
-        let listeners = self.listeners.read().expect("not poisoned");
-        if listeners.is_empty() {
+        let told = self.listeners_now();
+        if told.is_empty() {
             return;
         }
         let backing = |v: &VPath| match self.zone(v.zone()) {
@@ -541,7 +541,6 @@ impl Zones {
             Zone::Sandbox(_) | Zone::Disabled(_) => None,
         };
         let paths: Vec<PathBuf> = std::iter::once(vp).chain(to).filter_map(backing).collect();
-        let told: Vec<Arc<dyn ChangeListener>> = listeners.iter().map(|(_, l)| l.clone()).collect();
         // The mount's invalidation waits for the kernel, which may be waiting for a path lock
         // this thread holds (locks.rs): it runs once the thread holds none.
         locks::after_unlock(move |unlocked| {

@@ -20,7 +20,7 @@ use super::inodes::{zone_ino, Inodes, FORKS_INO, ROOT_INO};
 use super::sandbox_tree::{SandboxTree, REMOTE_FH_BASE};
 use super::tree::{
     attr_of, errno, virtual_dir, DirEntries, Entry, Opened, RegisterBacking, Res, SetAttr, StatFs,
-    Tree, WriteHow, TTL,
+    Tree, TTL,
 };
 use crate::config::FORKS_DIR;
 use crate::core::node::{Caller, RenameMode};
@@ -306,11 +306,10 @@ impl Tree for Top {
 
     /// The workspace's file system (the cache's when the workspace is in a sandbox).
     fn statfs(&self, _ino: u64) -> Res<StatFs> {
-        let root = [ZoneId::Workspace, ZoneId::Cache]
+        let i = [ZoneId::Workspace, ZoneId::Cache]
             .into_iter()
-            .find(|id| self.inodes.get(zone_ino(*id)).is_some())
+            .find_map(|id| self.inodes.get(zone_ino(id)))
             .ok_or(Errno::ENOENT)?;
-        let i = self.inodes.get(zone_ino(root)).ok_or(Errno::ENOENT)?;
         let s = self.zones.node_statfs(&i).map_err(errno)?;
         Ok(StatFs::from(&s))
     }
@@ -321,25 +320,5 @@ impl Tree for Top {
 
     fn set_xattr(&self, _w: &Caller, _i: u64, _n: &OsStr, _v: Option<(&[u8], i32)>) -> Res<()> {
         Err(Errno::ENOENT)
-    }
-
-    fn read(&self, _who: &Caller, _ino: u64, _fh: u64, _off: u64, _size: u32) -> Res<Vec<u8>> {
-        Err(Errno::EISDIR)
-    }
-
-    fn write(&self, _w: &Caller, _i: u64, _f: u64, _o: u64, _d: &[u8], _h: WriteHow) -> Res<u32> {
-        Err(Errno::EISDIR)
-    }
-
-    fn flush(&self, _fh: u64) -> Res<()> {
-        Err(Errno::EBADF)
-    }
-
-    fn release(&self, _fh: u64) -> Res<()> {
-        Ok(())
-    }
-
-    fn fsync(&self, _who: &Caller, _ino: u64, _fh: u64, _datasync: bool) -> Res<()> {
-        Err(Errno::EBADF)
     }
 }

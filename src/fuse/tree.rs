@@ -214,19 +214,31 @@ pub trait Tree {
     ) -> Res<(Entry, Opened)> {
         Err(Errno::EPERM)
     }
-    fn read(&self, who: &Caller, ino: u64, fh: u64, offset: u64, size: u32) -> Res<Vec<u8>>;
+    // The calls on an open file `fh` below reach only the tree that gave it (`WardFs::tree_fh`):
+    // a tree that opens no file keeps the defaults, `EBADF`.
+    fn read(&self, _who: &Caller, _ino: u64, _fh: u64, _offset: u64, _size: u32) -> Res<Vec<u8>> {
+        Err(Errno::EBADF)
+    }
     fn write(
         &self,
-        who: &Caller,
-        ino: u64,
-        fh: u64,
-        offset: u64,
-        data: &[u8],
-        how: WriteHow,
-    ) -> Res<u32>;
-    fn flush(&self, fh: u64) -> Res<()>;
-    fn release(&self, fh: u64) -> Res<()>;
-    fn fsync(&self, who: &Caller, ino: u64, fh: u64, datasync: bool) -> Res<()>;
+        _who: &Caller,
+        _ino: u64,
+        _fh: u64,
+        _offset: u64,
+        _data: &[u8],
+        _how: WriteHow,
+    ) -> Res<u32> {
+        Err(Errno::EBADF)
+    }
+    fn flush(&self, _fh: u64) -> Res<()> {
+        Err(Errno::EBADF)
+    }
+    fn release(&self, _fh: u64) -> Res<()> {
+        Err(Errno::EBADF)
+    }
+    fn fsync(&self, _who: &Caller, _ino: u64, _fh: u64, _datasync: bool) -> Res<()> {
+        Err(Errno::EBADF)
+    }
     fn allocate(&self, _who: &Caller, _ino: u64, _fh: u64, _at: (u64, u64), _mode: i32) -> Res<()> {
         Err(Errno::ENOTSUP)
     }
