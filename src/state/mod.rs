@@ -126,10 +126,10 @@ pub struct Db {
 }
 
 /// Deferred journal rows past this many go in at once, by the appender.
-const DEFERRED_MAX_ROWS: usize = 512;
+const DEFERRED_MAX_ROWS: usize = 4096;
 
 /// How long the flusher lets deferred rows gather before it writes them.
-const DEFERRED_GATHER: Duration = Duration::from_millis(5);
+const DEFERRED_GATHER: Duration = Duration::from_millis(25);
 
 impl Db {
     /// Opens (creating if needed) `dir/state.db` and runs pending migrations.
