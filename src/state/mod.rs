@@ -4,7 +4,7 @@
 //! connections proceed). Journal rows of the busiest writers (the mount, the watcher) may be
 //! appended deferred ([`Db::journal_append_deferred`]): they wait in memory and go in together,
 //! one transaction, when the connection is next taken for anything (so every read sees them,
-//! in order), when enough have gathered, or a few milliseconds later (the flusher thread of
+//! in order), when enough have gathered, or 25 ms later (the flusher thread of
 //! [`Db::start_flusher`]). A crash loses the rows still waiting, never a file: the start-up
 //! catch-up (`Checkpoints::catch_up`) journals again whatever changed since the last
 //! checkpoint. Migrations are an ordered list of SQL batches; `user_version` records how
@@ -125,10 +125,14 @@ pub struct Db {
     deferred_wake: Condvar,
 }
 
-/// Deferred journal rows past this many go in at once, by the appender.
+/// Deferred journal rows past this many go in at once, by the appender (a ring thread: the
+/// database then sits on a request's path, so this is well above what [`DEFERRED_GATHER`]
+/// gathers in a burst of an untar, about 400 rows).
 const DEFERRED_MAX_ROWS: usize = 4096;
 
-/// How long the flusher lets deferred rows gather before it writes them.
+/// How long the flusher lets deferred rows gather before it writes them: fewer, larger
+/// transactions (5 ms before: the journal's thread spent a fifth more CPU on an untar,
+/// docs/benchmarks.md, issue 32).
 const DEFERRED_GATHER: Duration = Duration::from_millis(25);
 
 impl Db {
