@@ -27,9 +27,10 @@ use fuser::{
 use rustix::fs::FileType;
 
 use super::echo::{Answer, Echoes};
-use super::inodes::{Inode, Inodes, FORKS_INO, ROOT_INO};
+use super::inodes::{Inode, Inodes, FORKS_INO, PROBE_INO, ROOT_INO};
 use super::local_tree::LocalTree;
 use super::mode::Modes;
+use super::probe::Probe;
 use super::top::Top;
 use super::tree::{attr_of, fuse_kind, DirEntries, Entry, Opened, Res, SetAttr, Tree, WriteHow};
 use crate::config::Transport;
@@ -65,6 +66,8 @@ pub struct WardFs {
     /// The echo of changes made outside the mount, whose requests are answered apart
     /// ([`WardFs::echoing`]).
     echo: Arc<Echoes>,
+    /// The daemon's own open right after mounting ([`super::probe`]).
+    pub(super) probe: Arc<Probe>,
 }
 
 impl WardFs {
@@ -101,6 +104,7 @@ impl WardFs {
             listings: Mutex::new(HashMap::new()),
             xattrs: fuse.xattrs,
             echo,
+            probe: Arc::default(),
         })
     }
 
@@ -509,6 +513,10 @@ impl fuser::Filesystem for WardFs {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        if parent.0 == ROOT_INO && self.modes.no_open() && self.probe.asks(req.pid(), name) {
+            let attr = self.top.attr(PROBE_INO);
+            return reply.entry(&Duration::ZERO, &attr, Generation(0));
+        }
         if let Some(answer) = self.echo_asks(req, parent, name) {
             return self.echo_lookup(parent, name, answer, reply);
         }

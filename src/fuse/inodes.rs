@@ -81,6 +81,9 @@ pub const MAX_LIVE: usize = 1 << 20;
 /// The directory holding the forks' roots (`MOUNT/forks`): virtual, like the top level.
 pub const FORKS_INO: u64 = 4;
 
+/// The file only the daemon's open probe sees in the top level (see `super::probe`).
+pub const PROBE_INO: u64 = 5;
+
 /// Where the numbers of the forks' roots start: a fork's first root is `FORK_ROOT_BASE + slot`,
 /// a fork made again under its name later gets `MAX_FORK_NAMES` more each time (far above the
 /// numbers files get, spilled ones and forks' included).

@@ -25,6 +25,7 @@ mod inodes;
 mod invalidate;
 mod local_tree;
 mod mode;
+mod probe;
 mod sandbox_tree;
 mod top;
 mod tree;
@@ -277,6 +278,7 @@ pub fn mount(
             source: e,
         })?;
     let inodes = fs.inodes.clone();
+    let probe = fs.probe.clone();
     let root = rustix::process::geteuid().is_root();
     let mut config = Config::default();
     config.mount_options = vec![
@@ -297,6 +299,7 @@ pub fn mount(
         path: mountpoint.display().to_string(),
         source: e,
     })?;
+    probe.start(mountpoint);
     let listener = zones.add_listener(Arc::new(invalidate::Direct {
         inodes: inodes.clone(),
         notifier: session.notifier(),

@@ -16,7 +16,8 @@ use std::time::{Duration, SystemTime};
 use fuser::{Errno, FileAttr};
 use rustix::fs::FileType;
 
-use super::inodes::{zone_ino, Inodes, FORKS_INO, ROOT_INO};
+use super::inodes::{zone_ino, Inodes, FORKS_INO, PROBE_INO, ROOT_INO};
+use super::probe::Probe;
 use super::sandbox_tree::{SandboxTree, REMOTE_FH_BASE};
 use super::tree::{
     attr_of, errno, virtual_dir, DirEntries, Entry, Opened, RegisterBacking, Res, SetAttr, StatFs,
@@ -54,7 +55,7 @@ impl Top {
 
     /// True for the inodes this tree serves.
     pub fn owns(ino: u64) -> bool {
-        ino == ROOT_INO || ino == FORKS_INO
+        ino == ROOT_INO || ino == FORKS_INO || ino == PROBE_INO
     }
 
     /// The sandbox tree serving `ino`, when its zone is served from a sandbox.
@@ -89,7 +90,9 @@ impl Top {
     /// (the kernel lists it without asking otherwise; see [`Top::forks_seen`]); a fork made
     /// or removed invalidates it at once (`ChangeListener::forks_changed`).
     fn ttl_of(ino: u64) -> Duration {
-        if ino == FORKS_INO {
+        if ino == PROBE_INO {
+            Duration::ZERO
+        } else if ino == FORKS_INO {
             FORK_ENTRY_TTL
         } else {
             TTL
@@ -98,6 +101,9 @@ impl Top {
 
     /// The attributes of a virtual directory.
     pub fn attr(&self, ino: u64) -> FileAttr {
+        if ino == PROBE_INO {
+            return Probe::attr(self.started);
+        }
         if ino == FORKS_INO {
             let forks = self.forks_seen();
             return virtual_dir(ino, self.started, forks.1, 2 + forks.0.len() as u32);

@@ -100,3 +100,39 @@ fn doctor_finds_the_mount_served_by_its_running_daemon_healthy() {
     assert_eq!(check("daemon")["level"], "ok");
     assert_eq!(code, 0, "{report}");
 }
+
+/// The daemon opens `MOUNT/.wardfs-open-probe` once right after mounting (so that the kernel
+/// learns at once that opens need no request, `src/fuse/probe.rs`). Nobody else may see,
+/// open, make or remove that name, and the mount's first work still behaves.
+#[test]
+fn the_daemons_open_probe_is_nobody_elses_file() {
+    let m = Daemon::mounted("");
+    // The mount's first work: a new file, written and read back.
+    std::fs::write(m.ws().join("first.txt"), "first").unwrap();
+    assert_eq!(std::fs::read(m.ws().join("first.txt")).unwrap(), b"first");
+    let probe = m.mnt.join(".wardfs-open-probe");
+    for _ in 0..3 {
+        let e = std::fs::symlink_metadata(&probe).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "stat: {e}");
+        let e = std::fs::File::open(&probe).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "open: {e}");
+    }
+    let names: Vec<_> = std::fs::read_dir(&m.mnt)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(
+        !names.iter().any(|n| n == ".wardfs-open-probe"),
+        "listed: {names:?}"
+    );
+    let e = std::fs::write(&probe, "x").unwrap_err();
+    assert!(
+        matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES)),
+        "made: {e}"
+    );
+    let e = std::fs::remove_file(&probe).unwrap_err();
+    assert!(
+        matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EPERM)),
+        "removed: {e}"
+    );
+}
