@@ -299,7 +299,6 @@ pub fn mount(
         path: mountpoint.display().to_string(),
         source: e,
     })?;
-    probe.start(mountpoint);
     let listener = zones.add_listener(Arc::new(invalidate::Direct {
         inodes: inodes.clone(),
         notifier: session.notifier(),
@@ -307,6 +306,7 @@ pub fn mount(
         zones: Arc::downgrade(&zones),
     }));
     let top = std::path::absolute(mountpoint).unwrap_or_else(|_| mountpoint.to_path_buf());
+    probe.start(&top);
     if let Err(e) = echo::start(echo.clone(), top, Arc::downgrade(&zones)) {
         tracing::warn!(error = %e, "cannot start the echo thread; watchers on the mount (editors) hear only of changes made through it");
         echo.close();

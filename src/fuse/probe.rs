@@ -18,11 +18,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use fuser::{FileAttr, INodeNo};
+use fuser::FileAttr;
 use rustix::fs::{Mode, OFlags};
 
 use super::inodes::PROBE_INO;
-use super::tree::own_ids;
+use super::tree::virtual_dir;
 
 /// The name the probe opens in the mount's top level.
 pub const PROBE_NAME: &str = ".wardfs-open-probe";
@@ -44,23 +44,12 @@ impl Probe {
 
     /// The probe file's attributes: an empty file the daemon owns, readable by it only.
     pub fn attr(born: SystemTime) -> FileAttr {
-        let (uid, gid) = own_ids();
         FileAttr {
-            ino: INodeNo(PROBE_INO),
             size: 0,
             blocks: 0,
-            atime: born,
-            mtime: born,
-            ctime: born,
-            crtime: born,
             kind: fuser::FileType::RegularFile,
             perm: 0o400,
-            nlink: 1,
-            uid,
-            gid,
-            rdev: 0,
-            blksize: 4096,
-            flags: 0,
+            ..virtual_dir(PROBE_INO, born, born, 1)
         }
     }
 

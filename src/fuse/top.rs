@@ -99,7 +99,7 @@ impl Top {
         }
     }
 
-    /// The attributes of a virtual directory.
+    /// The attributes of a virtual directory (or of the open probe's file, `super::probe`).
     pub fn attr(&self, ino: u64) -> FileAttr {
         if ino == PROBE_INO {
             return Probe::attr(self.started);
