@@ -613,3 +613,64 @@ fn prefetch_reads_ahead_the_small_files_of_a_directory_only() {
     }
     drop(p);
 }
+
+/// Waits up to 10 s for all of the file at `path` to be in the page cache; true when it is.
+fn becomes_resident(path: &Path) -> bool {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while resident(path).0 < resident(path).1 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    resident(path).0 == resident(path).1
+}
+
+/// While a program reads files (a file's start was asked for), the subdirectories warmed ahead
+/// of its walk have their small files read ahead too, by the same rules; before, only listed.
+#[test]
+fn prefetch_reads_ahead_the_files_of_subdirectories_only_while_files_are_read() {
+    use super::prefetch::Prefetch;
+    let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/tmp");
+    std::fs::create_dir_all(&base).unwrap();
+    let dir = tempfile::tempdir_in(&base).unwrap();
+    let outside = tempfile::tempdir_in(&base).unwrap();
+    let z = zones_with(dir.path(), "");
+    let ws = root(&z);
+    let w = dir.path().join("z/workspace");
+    for d in ["a", "b", "c"] {
+        std::fs::create_dir_all(w.join(d)).unwrap();
+        std::fs::write(w.join(d).join("f.rs"), vec![b'x'; 20_000]).unwrap();
+    }
+    let secret = outside.path().join("secret");
+    std::fs::write(&secret, vec![b's'; 8192]).unwrap();
+    std::os::unix::fs::symlink(&secret, w.join("b/link")).unwrap();
+    for p in ["a/f.rs", "b/f.rs", "c/f.rs"]
+        .map(|f| w.join(f))
+        .iter()
+        .chain([&secret])
+    {
+        evict(p);
+        assert_eq!(resident(p).0, 0, "{} stays in the page cache", p.display());
+    }
+    let p = Prefetch::start().unwrap();
+    p.subdirs(&ws, [OsStr::new("c")].into_iter());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while p.warmed() < 1 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(
+        resident(&w.join("c/f.rs")).0,
+        0,
+        "read ahead with no file being read"
+    );
+
+    p.files(&child(&z, &ws, "a"));
+    assert!(becomes_resident(&w.join("a/f.rs")));
+    p.subdirs(&ws, [OsStr::new("b")].into_iter());
+    assert!(
+        becomes_resident(&w.join("b/f.rs")),
+        "b's file was not read ahead"
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(resident(&secret).0, 0, "read ahead through a symlink");
+    drop(p);
+}

@@ -13,7 +13,10 @@
 //! (`tar`, `rg`, `cat *`): when the kernel asks for the start of a file that is not in its page
 //! cache, the small regular files beside it ([`MAX_FILE_BYTES`] each, [`MAX_DIR_BYTES`] in all)
 //! are handed to the backing disk's read-ahead (`POSIX_FADV_WILLNEED`, which starts the reads and
-//! waits for none), so the next files are on their way while this one is served.
+//! waits for none), so the next files are on their way while this one is served. While such a
+//! program is at work (a file's start was asked for in the last [`READING_FOR`]), the
+//! subdirectories warmed ahead of its walk have their small files handed over too: the first file
+//! of each directory is then on its way before the program gets there, not only its neighbours.
 //!
 //! Invariants: it changes nothing and hands nothing out (what it reads only warms the kernel's
 //! caches of the backing file system; every answer to the kernel is still read by the request
@@ -24,13 +27,15 @@
 //! directory; a directory warmed in the last [`REWARM_AFTER`] is not read again).
 
 use std::collections::{HashMap, VecDeque};
-use std::ffi::{OsStr, OsString};
+use std::ffi::{CStr, OsStr, OsString};
+use std::num::NonZeroU64;
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rustix::fs::{AtFlags, Mode, OFlags};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 
 use super::node::Node;
 
@@ -46,6 +51,8 @@ const MAX_WARMED: usize = 1 << 16;
 pub const MAX_FILE_BYTES: u64 = 256 << 10;
 /// Bytes of files read ahead per directory at most.
 pub const MAX_DIR_BYTES: u64 = 8 << 20;
+/// How long after a file's start was read the subdirectories warmed get their files read ahead.
+pub const READING_FOR: Duration = Duration::from_secs(1);
 
 /// What the thread warms.
 enum Job {
@@ -76,6 +83,8 @@ struct State {
     warmed: HashMap<(u64, u64, bool), Instant>,
     /// Directories warmed so far (for tests).
     count: u64,
+    /// When a file's start was last asked for: a program reading files is walking the tree.
+    reading: Option<Instant>,
 }
 
 impl State {
@@ -127,6 +136,7 @@ impl Prefetch {
     /// Queues the small files of the directory `dir` for read-ahead, to be served first.
     pub fn files(&self, dir: &Arc<Node>) {
         let mut st = self.shared.state.lock().expect("not poisoned");
+        st.reading = Some(Instant::now());
         if st.warmed_lately(&(dir.dev, dir.ino(), true)) {
             return;
         }
@@ -186,7 +196,7 @@ impl Shared {
         dir: &Node,
         name: &OsStr,
         files: bool,
-    ) -> Option<(std::os::fd::OwnedFd, rustix::fs::Dir)> {
+    ) -> Option<(OwnedFd, Stat, rustix::fs::Dir)> {
         let dfd = dir.fd().ok()?;
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let fd = open_noatime(&dfd, name, flags).ok()?;
@@ -195,7 +205,7 @@ impl Shared {
             return None;
         }
         let entries = rustix::fs::Dir::read_from(&fd).ok()?;
-        Some((fd, entries))
+        Some((fd, st, entries))
     }
 
     /// Notes the directory `st` describes as warmed (its files, with `files`) now; false when
@@ -216,7 +226,7 @@ impl Shared {
 
     /// Hands the small regular files of `dir` to the backing disk's read-ahead.
     fn read_ahead(&self, dir: &Node) {
-        let Some((fd, entries)) = self.listing(dir, OsStr::new("."), true) else {
+        let Some((fd, _, entries)) = self.listing(dir, OsStr::new("."), true) else {
             return;
         };
         let mut budget = MAX_DIR_BYTES;
@@ -228,43 +238,62 @@ impl Shared {
             let Ok(st) = rustix::fs::statat(&fd, ent.file_name(), AtFlags::SYMLINK_NOFOLLOW) else {
                 continue;
             };
-            let size = st.st_size as u64;
-            if size == 0 || size > MAX_FILE_BYTES || st.st_nlink != 1 {
-                continue;
-            }
-            if size > budget || self.stop.load(Ordering::Relaxed) {
+            if !self.will_need(&fd, ent.file_name(), &st, &mut budget) {
                 return;
-            }
-            budget -= size;
-            let file_flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
-            if let Ok(f) = open_noatime(&fd, ent.file_name(), file_flags) {
-                let _ = rustix::fs::fadvise(
-                    &f,
-                    0,
-                    std::num::NonZeroU64::new(size),
-                    rustix::fs::Advice::WillNeed,
-                );
             }
         }
     }
 
-    /// Reads the directory `name` in `dir` and stats its entries; errors end it quietly (the
-    /// request that comes for it, if one does, reports them).
+    /// Hands the file `name` of the open directory `dir`, stat'ed as `st`, to the backing disk's
+    /// read-ahead when it is a small regular file with one name and `budget` has room for it;
+    /// false when the budget is spent (or the thread stops).
+    fn will_need(&self, dir: &OwnedFd, name: &CStr, st: &Stat, budget: &mut u64) -> bool {
+        let size = st.st_size as u64;
+        let regular = FileType::from_raw_mode(st.st_mode) == FileType::RegularFile;
+        if !regular || size == 0 || size > MAX_FILE_BYTES || st.st_nlink != 1 {
+            return true;
+        }
+        if size > *budget || self.stop.load(Ordering::Relaxed) {
+            return false;
+        }
+        *budget -= size;
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+        if let Ok(f) = open_noatime(dir, name, flags) {
+            let _ = rustix::fs::fadvise(&f, 0, NonZeroU64::new(size), rustix::fs::Advice::WillNeed);
+        }
+        true
+    }
+
+    /// Reads the directory `name` in `dir` and stats its entries, and while a program reads
+    /// files, hands its small files to read-ahead; errors end it quietly (the request that comes
+    /// for it, if one does, reports them).
     fn warm(&self, dir: &Node, name: &OsStr) {
-        let Some((fd, entries)) = self.listing(dir, name, false) else {
+        let Some((fd, st, entries)) = self.listing(dir, name, false) else {
             return;
         };
+        // A program reading files walks here next: its files too, unless they were lately.
+        let mut files = self.reading_lately() && self.first_warm(&st, true);
+        let mut budget = MAX_DIR_BYTES;
         for ent in entries.take(MAX_ENTRIES + 2) {
             let Ok(ent) = ent else { break };
             let n = ent.file_name().to_bytes();
             if n == b"." || n == b".." {
                 continue;
             }
-            let _ = rustix::fs::statat(&fd, ent.file_name(), AtFlags::SYMLINK_NOFOLLOW);
+            let st = rustix::fs::statat(&fd, ent.file_name(), AtFlags::SYMLINK_NOFOLLOW);
             if self.stop.load(Ordering::Relaxed) {
                 return;
             }
+            if let (true, Ok(st)) = (files, st) {
+                files = self.will_need(&fd, ent.file_name(), &st, &mut budget);
+            }
         }
+    }
+
+    /// True when a program read a file's start in the last [`READING_FOR`].
+    fn reading_lately(&self) -> bool {
+        let st = self.state.lock().expect("not poisoned");
+        st.reading.is_some_and(|at| at.elapsed() < READING_FOR)
     }
 }
 
