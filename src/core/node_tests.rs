@@ -552,19 +552,34 @@ fn evict(path: &Path) {
     rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed).unwrap();
 }
 
-/// The read-ahead of a directory's files brings its small regular files into the page cache,
-/// and nothing else: not a large file, not a file behind a symlink (which may point out of the
-/// zone), not a file with a second link (which may be named outside it).
-#[test]
-fn prefetch_reads_ahead_the_small_files_of_a_directory_only() {
-    use super::prefetch::{Prefetch, MAX_FILE_BYTES};
-    // On the disk of the build (a page cache that can be dropped; /tmp may be a tmpfs).
+/// Waits up to 10 s for all of the file at `path` to be in the page cache; true when it is.
+fn becomes_resident(path: &Path) -> bool {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while resident(path).0 < resident(path).1 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    resident(path).0 == resident(path).1
+}
+
+/// Zones over a directory on the build's disk (a page cache that can be dropped; /tmp may be a
+/// tmpfs), a directory outside them on the same disk, and the workspace zone's root node.
+fn zones_on_disk() -> (tempfile::TempDir, tempfile::TempDir, Zones, Arc<Node>) {
     let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/tmp");
     std::fs::create_dir_all(&base).unwrap();
     let dir = tempfile::tempdir_in(&base).unwrap();
     let outside = tempfile::tempdir_in(&base).unwrap();
     let z = zones_with(dir.path(), "");
     let ws = root(&z);
+    (dir, outside, z, ws)
+}
+
+/// The read-ahead of a directory's files brings its small regular files into the page cache,
+/// and nothing else: not a large file, not a file behind a symlink (which may point out of the
+/// zone), not a file with a second link (which may be named outside it).
+#[test]
+fn prefetch_reads_ahead_the_small_files_of_a_directory_only() {
+    use super::prefetch::{Prefetch, MAX_FILE_BYTES};
+    let (dir, outside, z, ws) = zones_on_disk();
     let d = dir.path().join("z/workspace/d");
     std::fs::create_dir_all(&d).unwrap();
     let small: Vec<_> = (0..5).map(|i| d.join(format!("small{i}.rs"))).collect();
@@ -597,15 +612,8 @@ fn prefetch_reads_ahead_the_small_files_of_a_directory_only() {
     let p = Prefetch::start().unwrap();
     let node = child(&z, &ws, "d");
     p.files(&node);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while small.iter().any(|f| resident(f).0 < resident(f).1)
-        && std::time::Instant::now() < deadline
-    {
-        std::thread::sleep(Duration::from_millis(20));
-    }
     for f in &small {
-        let (r, n) = resident(f);
-        assert_eq!(r, n, "{} was not read ahead", f.display());
+        assert!(becomes_resident(f), "{} was not read ahead", f.display());
     }
     std::thread::sleep(Duration::from_millis(100));
     for f in [&large, &secret, &linked] {
@@ -614,26 +622,12 @@ fn prefetch_reads_ahead_the_small_files_of_a_directory_only() {
     drop(p);
 }
 
-/// Waits up to 10 s for all of the file at `path` to be in the page cache; true when it is.
-fn becomes_resident(path: &Path) -> bool {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while resident(path).0 < resident(path).1 && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    resident(path).0 == resident(path).1
-}
-
 /// While a program reads files (a file's start was asked for), the subdirectories warmed ahead
 /// of its walk have their small files read ahead too, by the same rules; before, only listed.
 #[test]
 fn prefetch_reads_ahead_the_files_of_subdirectories_only_while_files_are_read() {
     use super::prefetch::Prefetch;
-    let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/tmp");
-    std::fs::create_dir_all(&base).unwrap();
-    let dir = tempfile::tempdir_in(&base).unwrap();
-    let outside = tempfile::tempdir_in(&base).unwrap();
-    let z = zones_with(dir.path(), "");
-    let ws = root(&z);
+    let (dir, outside, z, ws) = zones_on_disk();
     let w = dir.path().join("z/workspace");
     for d in ["a", "b", "c"] {
         std::fs::create_dir_all(w.join(d)).unwrap();
