@@ -376,15 +376,16 @@ async fn auto_checkpoints(state: Arc<AppState>) {
         return;
     }
     let tick = (quiet / 4).clamp(Duration::from_millis(50), Duration::from_millis(500));
-    let db = state.zones.db().clone();
-    let mut seen = db.journal_last_id().unwrap_or(0);
+    // What the database announces, not a query each tick: a query on this runtime's thread
+    // waits for the connection, which a batch of journal rows can hold for long when its pages
+    // are not in memory (the flusher's: state::DEFERRED_MAX_BYTES).
+    let mut appended = state.zones.db().subscribe();
     // A change made while the daemon was down is checkpointed once it has been quiet too.
     let mut changed_at = Some(Instant::now());
     loop {
         tokio::time::sleep(tick).await;
-        let last = db.journal_last_id().unwrap_or(seen);
-        if last != seen {
-            seen = last;
+        if appended.has_changed().unwrap_or(false) {
+            appended.mark_unchanged();
             changed_at = Some(Instant::now());
             continue;
         }
