@@ -377,8 +377,8 @@ async fn auto_checkpoints(state: Arc<AppState>) {
     }
     let tick = (quiet / 4).clamp(Duration::from_millis(50), Duration::from_millis(500));
     // What the database announces, not a query each tick: a query on this runtime's thread
-    // waits for the connection, which a batch of journal rows can hold for long when its pages
-    // are not in memory (the flusher's: state::DEFERRED_MAX_BYTES).
+    // waits for the connection, which a batch of journal rows holds while it reads the
+    // database's pages from the disk (the flusher's, cold).
     let mut appended = state.zones.db().subscribe();
     // A change made while the daemon was down is checkpointed once it has been quiet too.
     let mut changed_at = Some(Instant::now());

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use std::sync::atomic::Ordering;
 
-use super::{Db, StateError, DEFERRED_MAX_BYTES};
+use super::{Db, StateError, DEFERRED_MAX_ROWS};
 
 /// The journal's zone for the lifecycle of provisioned sandboxes: such a row's path is the
 /// sandbox's name, its op `sandbox-created`, `sandbox-paused`, … and its detail the provider's id
@@ -172,17 +172,6 @@ impl OwnedEntry {
         }
     }
 
-    /// The memory this row holds, its text included.
-    pub(super) fn held_bytes(&self) -> usize {
-        let text = |s: &Option<String>| s.as_ref().map_or(0, String::len);
-        std::mem::size_of::<Self>()
-            + self.zone.len()
-            + self.path.len()
-            + self.op.len()
-            + text(&self.to_path)
-            + text(&self.detail)
-    }
-
     /// Whether `e` only repeats this row, not yet written: an attribute change of the same
     /// path by the same caller right after this one (`tar` sets owner, mode and times of each
     /// file it unpacks: three system calls, one row).
@@ -239,21 +228,19 @@ impl Db {
     /// `state`): for the mount's and the watcher's changes, one per system call. Every read of
     /// the database sees the row; a crash may lose it before it is written.
     pub fn journal_append_deferred(&self, e: &JournalEntry<'_>) {
-        let (n, bytes) = {
+        let n = {
             let mut d = self.deferred.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(last) = d.rows.last_mut().filter(|l| l.repeated_by(e)) {
+            if let Some(last) = d.last_mut().filter(|l| l.repeated_by(e)) {
                 last.time_ms = e.time_ms;
                 return;
             }
-            let row = OwnedEntry::of(e);
-            d.bytes += row.held_bytes();
-            d.rows.push(row);
-            self.deferred_n.store(d.rows.len(), Ordering::Release);
-            (d.rows.len(), d.bytes)
+            d.push(OwnedEntry::of(e));
+            self.deferred_n.store(d.len(), Ordering::Release);
+            d.len()
         };
         if n == 1 {
             self.deferred_wake.notify_one();
-        } else if bytes >= DEFERRED_MAX_BYTES {
+        } else if n >= DEFERRED_MAX_ROWS {
             drop(self.lock());
         }
     }

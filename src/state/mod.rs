@@ -117,30 +117,18 @@ pub struct Db {
     /// Counts the journal rows and checkpoints appended, so followers of the events
     /// ([`Db::subscribe`]) wake when there is something new instead of polling.
     appended: tokio::sync::watch::Sender<u64>,
-    /// Journal rows appended deferred, not yet in the database.
-    deferred: Mutex<Deferred>,
+    /// Journal rows appended deferred, oldest first, not yet in the database.
+    deferred: Mutex<Vec<journal::OwnedEntry>>,
     /// How many rows `deferred` holds (read without its lock on every [`Db::lock`]).
     deferred_n: AtomicUsize,
     /// Wakes the flusher when `deferred` gets its first row.
     deferred_wake: Condvar,
 }
 
-/// Journal rows appended deferred and not yet in the database, oldest first, with the memory
-/// they hold.
-#[derive(Default)]
-struct Deferred {
-    rows: Vec<journal::OwnedEntry>,
-    bytes: usize,
-}
-
-/// Deferred journal rows holding more memory than this go in at once, by the appender (a ring
-/// thread: the database then sits on a request's path). A bound in bytes, not rows, so that long
-/// names cannot make it large: 16 MiB is some 60,000 rows of an `npm ci`, all of them. The flusher
-/// writes every [`DEFERRED_GATHER`] about 400 rows of an untar when the database's pages are in
-/// memory; when they are not (the first minutes after a start, caches dropped), each batch
-/// waits on the disk for the index pages it touches, and a bound of 4,096 rows stopped the
-/// mount's requests behind it (a cold `npm ci` 1.19x native; docs/benchmarks.md, issue 32).
-const DEFERRED_MAX_BYTES: usize = 16 << 20;
+/// Deferred journal rows past this many go in at once, by the appender (a ring thread: the
+/// database then sits on a request's path, so this is well above what [`DEFERRED_GATHER`]
+/// gathers in a burst of an untar, about 400 rows).
+const DEFERRED_MAX_ROWS: usize = 4096;
 
 /// How long the flusher lets deferred rows gather before it writes them: fewer, larger
 /// transactions (5 ms before: the journal's thread spent a fifth more CPU on an untar,
@@ -218,7 +206,7 @@ impl Db {
                 {
                     let Some(db) = weak.upgrade() else { return };
                     let rows = db.deferred.lock().unwrap_or_else(|p| p.into_inner());
-                    if rows.rows.is_empty() {
+                    if rows.is_empty() {
                         // Wakes for the first row, or once a second to see whether the
                         // database is still there.
                         let _ = db
@@ -244,7 +232,7 @@ impl Db {
         let rows = {
             let mut d = self.deferred.lock().unwrap_or_else(|p| p.into_inner());
             self.deferred_n.store(0, Ordering::Release);
-            std::mem::take(&mut *d).rows
+            std::mem::take(&mut *d)
         };
         if rows.is_empty() {
             return;
@@ -408,20 +396,11 @@ mod tests {
         // A read takes the connection: the deferred rows go in first, in the order appended.
         assert_eq!(paths(&db), ["a", "b", "c"]);
 
-        // Rows past the bound in memory go in by the appender itself: long names reach it
-        // in fewer rows.
-        let long = "n/".repeat(2000);
-        let mut appended = 0;
-        while db.deferred_n.load(Ordering::Acquire) == appended {
-            appended += 1;
-            assert!(
-                appended <= DEFERRED_MAX_BYTES / 4000 + 1,
-                "the bound was not kept"
-            );
-            db.journal_append_deferred(&row(&format!("{long}{appended}"), Via::Fuse));
+        // More than a batch goes in by the appender itself.
+        for i in 0..DEFERRED_MAX_ROWS {
+            db.journal_append_deferred(&row(&format!("m{i}"), Via::Fuse));
         }
         assert_eq!(db.deferred_n.load(Ordering::Acquire), 0);
-        assert!(appended > DEFERRED_MAX_BYTES / 8000, "{appended} rows");
 
         // The flusher writes a lone row within milliseconds and wakes the followers.
         Db::start_flusher(&db);
@@ -445,7 +424,7 @@ mod tests {
         drop(db);
         let db = Db::open(&p).unwrap();
         let all = paths(&db);
-        assert_eq!(all.len(), 3 + appended + 2);
+        assert_eq!(all.len(), 3 + DEFERRED_MAX_ROWS + 2);
         assert_eq!(all[all.len() - 2..], ["late", "last"]);
     }
 }
