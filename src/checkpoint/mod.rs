@@ -215,6 +215,21 @@ pub struct Checkpoints {
     cfg: CheckpointsSection,
     /// What `changes` keeps between calls.
     memo: changes::Memo,
+    /// Per zone, the latest checkpoint and the journal position through which the zone was last
+    /// found to be that checkpoint's tree by a check that recorded nothing ([`Checked`]).
+    checked: Mutex<HashMap<String, Checked>>,
+}
+
+/// A zone found, at journal position `journal_pos`, to be checkpoint `checkpoint`'s tree. The
+/// next snapshot reads only the journal's rows after that position: a zone whose changes all fall
+/// in what checkpoints leave out (`node_modules`, `target`) would otherwise read all of them again
+/// at every automatic check, and once they name more than [`MAX_INCREMENTAL`] paths walk the
+/// whole zone, while the agent is still at work (a cold `npm ci`, docs/benchmarks.md, issue 32).
+/// Kept in memory only: after a start the latest checkpoint's own position is used, as before.
+#[derive(Debug, Clone, Copy)]
+struct Checked {
+    checkpoint: i64,
+    journal_pos: i64,
 }
 
 impl Checkpoints {
@@ -230,6 +245,7 @@ impl Checkpoints {
             repo: Mutex::new(repo),
             cfg: settings.checkpoints.clone(),
             memo: Default::default(),
+            checked: Default::default(),
         })
     }
 
@@ -254,6 +270,42 @@ impl Checkpoints {
         let repo = self.repo.lock().expect("not poisoned");
         let taken = self.create_locked(&repo, zone, None, message, origin, Unchanged::UseLatest)?;
         Ok(taken.new.then_some(taken.row))
+    }
+
+    /// Whether the journal names a change of `zone` after the zone was last known to be its latest
+    /// checkpoint's tree (a new checkpoint's position, or a check's that recorded nothing).
+    pub fn journal_moved(&self, zone: ZoneId) -> FsResult<bool> {
+        let db = self.zones.db();
+        let since = match db.checkpoint_last(zone.name()).map_err(state_err)? {
+            Some(latest) => self.unchanged_since(zone, &latest),
+            None => 0,
+        };
+        // At most none listed: `None` says there is at least one.
+        Ok(db
+            .journal_zone_paths_since(zone.name(), since, 0)
+            .map_err(state_err)?
+            .is_none())
+    }
+
+    /// The journal position after which `zone` may differ from checkpoint `latest`'s tree.
+    fn unchanged_since(&self, zone: ZoneId, latest: &CheckpointRow) -> i64 {
+        let checked = self.checked.lock().expect("not poisoned");
+        match checked.get(zone.name()) {
+            Some(c) if c.checkpoint == latest.id => c.journal_pos.max(latest.journal_pos),
+            _ => latest.journal_pos,
+        }
+    }
+
+    /// Notes that `zone` was checkpoint `checkpoint`'s tree at journal position `journal_pos`.
+    fn checked_through(&self, zone: ZoneId, checkpoint: i64, journal_pos: i64) {
+        let mut checked = self.checked.lock().expect("not poisoned");
+        checked.insert(
+            zone.name().to_string(),
+            Checked {
+                checkpoint,
+                journal_pos,
+            },
+        );
     }
 
     /// Checkpoints the directory at virtual path `path` now (a zone's root: the whole zone). The
@@ -313,6 +365,7 @@ impl Checkpoints {
                 p.scope.is_none() && p.tree == tree_hex && p.modes == modes_hex
             };
             if let Some(latest) = snap.parent.as_ref().filter(same) {
+                self.checked_through(zone, latest.id, snap.journal_pos);
                 tracing::debug!(
                     zone = zone.name(),
                     latest = latest.id,
@@ -886,11 +939,12 @@ impl Checkpoints {
             // Before the journal: a file still open for writing through the mount is journaled
             // when released, which may be after its writer's `close` returned.
             let open = self.zones.own().open_writer_paths(zone);
+            let since = self.unchanged_since(zone, prev);
             let first = db.journal_first_id().map_err(state_err)?;
-            let complete = first.is_none_or(|f| f <= prev.journal_pos + 1);
+            let complete = first.is_none_or(|f| f <= since + 1);
             let base = repo.find_tree(oid(&prev.tree)?).ok();
             let paths = db
-                .journal_zone_paths_since(zone.name(), prev.journal_pos, MAX_INCREMENTAL)
+                .journal_zone_paths_since(zone.name(), since, MAX_INCREMENTAL)
                 .map_err(state_err)?
                 .map(|mut p| {
                     p.extend(open);
@@ -2880,5 +2934,38 @@ mod tests {
             .expect("of the zone");
         assert_eq!(taken.tree, second.tree);
         assert_eq!(ids(), [taken.id, of_dir.id, second.id, named.id, first.id]);
+    }
+
+    #[test]
+    fn a_check_that_records_nothing_is_where_the_next_one_reads_the_journal_from() {
+        let t = tempfile::tempdir().unwrap();
+        let (z, cps) = setup(t.path(), "");
+        let ws = ZoneId::Workspace;
+        z.write("/workspace/a.txt", "one\n", API).unwrap();
+        assert!(cps.journal_moved(ws).unwrap(), "no checkpoint yet");
+        let first = cps
+            .create_if_changed(ws, "auto", API)
+            .unwrap()
+            .expect("a first one");
+        assert!(!cps.journal_moved(ws).unwrap());
+        // A change where checkpoints do not look: the journal moved, the zone's tree did not.
+        z.write("/workspace/node_modules/x/index.js", "x\n", API)
+            .unwrap();
+        assert!(cps.journal_moved(ws).unwrap());
+        assert_eq!(cps.create_if_changed(ws, "auto", API).unwrap(), None);
+        // That check is remembered: the journal has nothing after it.
+        assert!(!cps.journal_moved(ws).unwrap());
+        // A change after it is seen, and recorded on the latest checkpoint's tree.
+        z.write("/workspace/b.txt", "bee\n", API).unwrap();
+        assert!(cps.journal_moved(ws).unwrap());
+        let second = cps
+            .create_if_changed(ws, "auto", API)
+            .unwrap()
+            .expect("a change");
+        assert_eq!(second.parent, Some(first.id));
+        let d = cps.diff(first.id, Some(second.id)).unwrap();
+        let names: Vec<_> = d.files.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(names, ["b.txt"]);
+        assert!(!cps.journal_moved(ws).unwrap());
     }
 }

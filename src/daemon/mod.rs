@@ -400,17 +400,9 @@ async fn auto_checkpoints(state: Arc<AppState>) {
                 if app.zones.local(id).is_err() {
                     continue;
                 }
-                let db = app.zones.db();
-                let after = match db.checkpoint_last(id.name()) {
-                    Ok(Some(c)) => c.journal_pos,
-                    Ok(None) => 0,
-                    Err(_) => continue,
-                };
-                // Nothing journaled for this zone since its last checkpoint: nothing to keep.
-                if matches!(
-                    db.journal_zone_paths_since(id.name(), after, 0),
-                    Ok(Some(_))
-                ) {
+                // Nothing journaled for this zone since it was last its latest checkpoint's
+                // tree: nothing to keep.
+                if !app.checkpoints.journal_moved(id).unwrap_or(false) {
                     continue;
                 }
                 // Journaled but changing nothing kept (a `git stage`, a pull that found
