@@ -555,10 +555,13 @@ fn evict(path: &Path) {
 /// Waits up to 10 s for all of the file at `path` to be in the page cache; true when it is.
 fn becomes_resident(path: &Path) -> bool {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while resident(path).0 < resident(path).1 && std::time::Instant::now() < deadline {
+    loop {
+        let (r, n) = resident(path);
+        if r == n || std::time::Instant::now() >= deadline {
+            return r == n;
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
-    resident(path).0 == resident(path).1
 }
 
 /// Zones over a directory on the build's disk (a page cache that can be dropped; /tmp may be a
