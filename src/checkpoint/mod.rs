@@ -225,8 +225,10 @@ pub struct Checkpoints {
 /// in what checkpoints leave out (`node_modules`, `target`) would otherwise read all of them again
 /// at every automatic check, and once they name more than [`MAX_INCREMENTAL`] paths walk the
 /// whole zone, while the agent is still at work (a cold `npm ci`, docs/benchmarks.md, issue 32).
-/// Kept in memory only: after a start the latest checkpoint's own position is used, as before.
-#[derive(Debug, Clone, Copy)]
+/// Kept in the state database too (`checkpoint_checks`), so the first check after a start reads
+/// from there as well: the start-up catch-up journals what changed while no daemon watched after
+/// it, and journal ids are never reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Checked {
     checkpoint: i64,
     journal_pos: i64,
@@ -240,12 +242,25 @@ impl Checkpoints {
             Ok(r) => r,
             Err(_) => Repository::init_bare(&dir).map_err(store_err)?,
         };
+        let checked = zones
+            .db()
+            .checkpoint_checked_all()
+            .map_err(state_err)?
+            .into_iter()
+            .map(|(zone, checkpoint, journal_pos)| {
+                let c = Checked {
+                    checkpoint,
+                    journal_pos,
+                };
+                (zone, c)
+            })
+            .collect();
         Ok(Checkpoints {
             zones,
             repo: Mutex::new(repo),
             cfg: settings.checkpoints.clone(),
             memo: Default::default(),
-            checked: Default::default(),
+            checked: Mutex::new(checked),
         })
     }
 
@@ -296,16 +311,30 @@ impl Checkpoints {
         }
     }
 
-    /// Notes that `zone` was checkpoint `checkpoint`'s tree at journal position `journal_pos`.
+    /// Notes that `zone` was checkpoint `checkpoint`'s tree at journal position `journal_pos`, in
+    /// memory and in the state database. A failed write only costs the next start a longer read.
     fn checked_through(&self, zone: ZoneId, checkpoint: i64, journal_pos: i64) {
-        let mut checked = self.checked.lock().expect("not poisoned");
-        checked.insert(
-            zone.name().to_string(),
-            Checked {
-                checkpoint,
-                journal_pos,
-            },
-        );
+        let now = Checked {
+            checkpoint,
+            journal_pos,
+        };
+        let before = {
+            let mut checked = self.checked.lock().expect("not poisoned");
+            checked.insert(zone.name().to_string(), now)
+        };
+        if before == Some(now) {
+            return;
+        }
+        let noted = self
+            .zones
+            .db()
+            .checkpoint_checked_set(zone.name(), checkpoint, journal_pos);
+        if let Err(e) = noted {
+            tracing::warn!(
+                zone = zone.name(),
+                "could not note the checkpoint check: {e}"
+            );
+        }
     }
 
     /// Checkpoints the directory at virtual path `path` now (a zone's root: the whole zone). The
@@ -2967,5 +2996,32 @@ mod tests {
         let names: Vec<_> = d.files.iter().map(|f| f.path.as_str()).collect();
         assert_eq!(names, ["b.txt"]);
         assert!(!cps.journal_moved(ws).unwrap());
+    }
+
+    #[test]
+    fn a_check_that_records_nothing_is_remembered_across_a_start() {
+        let t = tempfile::tempdir().unwrap();
+        let (z, cps) = setup(t.path(), "");
+        let ws = ZoneId::Workspace;
+        z.write("/workspace/a.txt", "one\n", API).unwrap();
+        let first = cps.create_if_changed(ws, "auto", API).unwrap().unwrap();
+        z.write("/workspace/node_modules/x/index.js", "x\n", API)
+            .unwrap();
+        assert_eq!(cps.create_if_changed(ws, "auto", API).unwrap(), None);
+        drop(cps);
+        // The next start, over the same state: the check is where it reads from.
+        let config = "state_dir = \"state\"\n[zones]\nroot = \"z\"\n";
+        let settings = Settings::from_str(config, "test", t.path(), None).unwrap();
+        let started = Checkpoints::open(z.clone(), &settings).unwrap();
+        assert!(!started.journal_moved(ws).unwrap());
+        // What changed while no daemon watched is journaled by the catch-up, after that position.
+        std::fs::write(t.path().join("z/workspace/c.txt"), "sea\n").unwrap();
+        assert!(started.catch_up().unwrap().paths >= 1);
+        assert!(started.journal_moved(ws).unwrap());
+        let second = started.create_if_changed(ws, "auto", API).unwrap();
+        let second = second.expect("the change made while stopped");
+        let d = started.diff(first.id, Some(second.id)).unwrap();
+        let names: Vec<_> = d.files.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(names, ["c.txt"]);
     }
 }

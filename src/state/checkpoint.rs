@@ -45,6 +45,15 @@ pub(super) const MIGRATION_RESTORES: &str = "ALTER TABLE checkpoints ADD COLUMN 
         detail TEXT
     );";
 
+/// Where each zone was last found to be its latest checkpoint's tree by a check that recorded
+/// nothing (appended to the migrations): one row per zone, so that after a start the next check
+/// reads the journal from there, not from the checkpoint's own position.
+pub(super) const MIGRATION_CHECKED: &str = "CREATE TABLE checkpoint_checks (
+        zone TEXT PRIMARY KEY,
+        checkpoint INTEGER NOT NULL,
+        journal_pos INTEGER NOT NULL
+    );";
+
 /// A checkpoint to record.
 #[derive(Debug, Clone)]
 pub struct NewCheckpoint<'a> {
@@ -260,6 +269,32 @@ impl Db {
              ORDER BY id DESC LIMIT ?2"
         ))?;
         let rows = st.query_map(params![running as i64, limit.max(1) as i64], restore_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Notes that `zone` was checkpoint `checkpoint`'s tree at journal position `journal_pos`
+    /// (replacing what was noted of the zone before).
+    pub fn checkpoint_checked_set(
+        &self,
+        zone: &str,
+        checkpoint: i64,
+        journal_pos: i64,
+    ) -> Result<(), StateError> {
+        self.lock()
+            .prepare_cached(
+                "INSERT INTO checkpoint_checks (zone, checkpoint, journal_pos) VALUES (?1, ?2, ?3)
+                 ON CONFLICT(zone) DO UPDATE SET checkpoint = ?2, journal_pos = ?3",
+            )?
+            .execute(params![zone, checkpoint, journal_pos])?;
+        Ok(())
+    }
+
+    /// What [`Db::checkpoint_checked_set`] noted of each zone: (zone, checkpoint, journal position).
+    pub fn checkpoint_checked_all(&self) -> Result<Vec<(String, i64, i64)>, StateError> {
+        let conn = self.lock();
+        let mut st =
+            conn.prepare_cached("SELECT zone, checkpoint, journal_pos FROM checkpoint_checks")?;
+        let rows = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 

@@ -108,6 +108,8 @@ const MIGRATIONS: &[&str] = &[
     run::MIGRATION,
     // 14: the last bytes of a run's output.
     run::MIGRATION_OUTPUT,
+    // 15: where each zone was last found to be its latest checkpoint's tree.
+    checkpoint::MIGRATION_CHECKED,
 ];
 
 /// The state database.
