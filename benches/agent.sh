@@ -188,6 +188,7 @@ wants_writes() { want untar || want npm || want cargo || want checkout; }
 
 # --- tools ---------------------------------------------------------------------------------------
 need_root "drop_caches, tracefs, loop mounts"
+fuse_uring_on
 need_tools hyperfine:hyperfine rg:ripgrep git:git bindfs:bindfs fusermount3:fuse3 tar:tar \
   python3:python3 mountpoint:util-linux
 if want npm; then need_tools npm:npm; fi
@@ -252,6 +253,7 @@ daemon_pid=""
 bindfs_pid=""
 peer_pid=""
 sampler_pid=""
+tracefs_mounted=""
 cleanup() {
   local rc=$? s
   set +e
@@ -262,6 +264,7 @@ cleanup() {
     echo 0 >"$trace/tracing_on"
     rmdir "$trace"
   fi
+  [ -z "$tracefs_mounted" ] || umount /sys/kernel/tracing
   # bindfs and the peer first (they serve their copies only), then the daemon (SIGTERM: it
   # unmounts itself).
   mountpoint -q "$bind" && fusermount3 -u "$bind"
@@ -1054,8 +1057,13 @@ PY
 }
 if [ "$requests" = 1 ]; then
   log "requests by opcode (kernel tracepoints): a cold run then a warm run; npm, cargo, checkout: one run"
+  if [ ! -d /sys/kernel/tracing/events ] && [ -d /sys/kernel/tracing ]; then
+    log "mounting tracefs on /sys/kernel/tracing (unmounted at the end)"
+    mount -t tracefs tracefs /sys/kernel/tracing
+    tracefs_mounted=1
+  fi
   [ -d /sys/kernel/tracing/events/fuse ] ||
-    die "no fuse tracepoints under /sys/kernel/tracing (tracefs not mounted?); WARDFS_AGENT_REQUESTS=0 skips this pass"
+    die "no fuse tracepoints under /sys/kernel/tracing (a kernel without CONFIG_FTRACE?); WARDFS_AGENT_REQUESTS=0 skips this pass"
   for side in "${sides[@]}"; do
     [ "$side" != native ] || continue
     use "$side"

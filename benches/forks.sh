@@ -24,6 +24,7 @@ me=forks.sh
 . benches/lib.sh
 
 need_root "the mount"
+fuse_uring_on
 need_tools jq:jq curl:curl git:git rg:ripgrep python3:python3
 alive=${FORKS_ALIVE:-100}
 

@@ -65,6 +65,7 @@ want() { [[ ",$only," == *",$1,"* ]]; }
 
 # --- tools ---------------------------------------------------------------------------------------
 need_root "drop_caches, the tmpfs mount, kernel FUSE passthrough"
+fuse_uring_on
 need_tools fio:fio bindfs:bindfs hyperfine:hyperfine rg:ripgrep fusermount3:fuse3 python3:python3 \
   mountpoint:util-linux
 

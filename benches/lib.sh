@@ -22,6 +22,19 @@ need_root() {
   [ -e /dev/fuse ] || die "/dev/fuse is missing (modprobe fuse)"
 }
 
+# fuse_uring_on: turns on FUSE over io_uring (the fuse module's enable_uring, off after a boot
+# unless something turned it on), so a mount measured gets the daemon's default transport rather
+# than falling back to /dev/fuse; says so when the kernel has no such switch (before Linux 6.14).
+fuse_uring_on() {
+  local uring=/sys/module/fuse/parameters/enable_uring
+  if [ ! -e "$uring" ]; then
+    log "no $uring: mounts use /dev/fuse (FUSE over io_uring needs Linux 6.14+)"
+  elif [ "$(cat "$uring")" != Y ]; then
+    log "turning on FUSE over io_uring ($uring = Y)"
+    echo Y >"$uring"
+  fi
+}
+
 # need_tools TOOL:DEBIAN_PACKAGE...: names the packages of the missing tools; installs nothing.
 need_tools() {
   local missing=() dep

@@ -38,12 +38,8 @@ me=rtt.sh
 
 need_root "drop_caches, FUSE over io_uring"
 need_tools bindfs:bindfs python3:python3 fusermount3:fuse3 mountpoint:util-linux
-uring=/sys/module/fuse/parameters/enable_uring
-[ -e "$uring" ] || die "$uring is missing: FUSE over io_uring needs Linux 6.14+"
-if [ "$(cat "$uring")" != Y ]; then
-  log "turning on FUSE over io_uring ($uring = Y)"
-  echo Y >"$uring"
-fi
+[ -e /sys/module/fuse/parameters/enable_uring ] || die "FUSE over io_uring needs Linux 6.14+"
+fuse_uring_on
 
 CARGO=${CARGO:-cargo} wardfs_binary "$repo"
 

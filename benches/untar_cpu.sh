@@ -43,6 +43,7 @@ cd "$repo"
 . benches/lib.sh
 
 need_root "FUSE and a tmpfs mount"
+fuse_uring_on
 need_tools tar:tar fusermount3:fuse3
 runs=${WARDFS_UNTAR_RUNS:-5}
 [[ $runs =~ ^[0-9]+$ ]] && ((runs >= 2)) || die "WARDFS_UNTAR_RUNS=$runs: must be a number, at least 2"
