@@ -2139,10 +2139,14 @@ mod tests {
         uid: None,
     };
 
-    fn setup(dir: &Path, extra: &str) -> (Arc<Zones>, Checkpoints) {
-        // The store under the test's own directory, never the user's state directory.
+    /// Settings whose state and zones are under `dir` (never the user's state directory).
+    fn settings(dir: &Path, extra: &str) -> Settings {
         let config = format!("state_dir = \"state\"\n[zones]\nroot = \"z\"\n{extra}");
-        let settings = Settings::from_str(&config, "test", dir, None).unwrap();
+        Settings::from_str(&config, "test", dir, None).unwrap()
+    }
+
+    fn setup(dir: &Path, extra: &str) -> (Arc<Zones>, Checkpoints) {
+        let settings = settings(dir, extra);
         let zones = Arc::new(
             Zones::open(
                 &settings,
@@ -2635,14 +2639,7 @@ mod tests {
         let inc = cps.create(ZoneId::Workspace, "inc", API).unwrap();
         // A second store over the same zones, with no checkpoint yet: a full walk.
         let t2 = tempfile::tempdir().unwrap();
-        let settings = Settings::from_str(
-            "state_dir = \"state\"\n[zones]\nroot = \"z\"\n",
-            "test",
-            t2.path(),
-            None,
-        )
-        .unwrap();
-        let fresh = Checkpoints::open(z.clone(), &settings).unwrap();
+        let fresh = Checkpoints::open(z.clone(), &settings(t2.path(), "")).unwrap();
         let repo = fresh.repo.lock().unwrap();
         let full = fresh.snapshot(&repo, ZoneId::Workspace).unwrap();
         drop(repo);
@@ -3010,9 +3007,7 @@ mod tests {
         assert_eq!(cps.create_if_changed(ws, "auto", API).unwrap(), None);
         drop(cps);
         // The next start, over the same state: the check is where it reads from.
-        let config = "state_dir = \"state\"\n[zones]\nroot = \"z\"\n";
-        let settings = Settings::from_str(config, "test", t.path(), None).unwrap();
-        let started = Checkpoints::open(z.clone(), &settings).unwrap();
+        let started = Checkpoints::open(z.clone(), &settings(t.path(), "")).unwrap();
         assert!(!started.journal_moved(ws).unwrap());
         // What changed while no daemon watched is journaled by the catch-up, after that position.
         std::fs::write(t.path().join("z/workspace/c.txt"), "sea\n").unwrap();
