@@ -1272,6 +1272,7 @@ impl Builder<'_> {
     fn apply(&mut self, base: &git2::Tree<'_>, mut paths: Vec<String>) -> FsResult<Oid> {
         paths.sort();
         paths.dedup();
+        self.drop_beneath_skipped(&mut paths);
         self.prefetch(&paths)?;
         // A directory is read whole: what lies beneath it in the list is covered.
         let mut puts: BTreeMap<String, Put> = BTreeMap::new();
@@ -1369,6 +1370,36 @@ impl Builder<'_> {
         }
         self.modes.borrow_mut().note(&found);
         self.upsert(&tree, &found)
+    }
+
+    /// Leaves out of `paths` what lies beneath a directory checkpoints leave out, before
+    /// anything is read: a walk never enters such a directory, and an install or a build writes
+    /// tens of thousands of files there (`node_modules`, `target`), which every automatic check
+    /// would otherwise read and hash only to drop, on the cores the agent's work is using.
+    fn drop_beneath_skipped(&self, paths: &mut Vec<String>) {
+        let mut known: HashMap<String, bool> = HashMap::new();
+        paths.retain(|rel| !self.beneath_skipped(rel, &mut known));
+    }
+
+    /// Whether a directory above `rel` is left out (its own or one above it); `known` keeps the
+    /// directories asked about, so each is matched once however many paths lie beneath it.
+    fn beneath_skipped(&self, rel: &str, known: &mut HashMap<String, bool>) -> bool {
+        let mut missing: Vec<&str> = Vec::new();
+        let mut skipped = false;
+        let mut at = rel;
+        while let Some((up, _)) = at.rsplit_once('/') {
+            if let Some(&k) = known.get(up) {
+                skipped = k;
+                break;
+            }
+            missing.push(up);
+            at = up;
+        }
+        for dir in missing.into_iter().rev() {
+            skipped = skipped || self.filter.skips(dir, true);
+            known.insert(dir.to_string(), skipped);
+        }
+        skipped
     }
 
     /// `base` with `puts` put in. A put beneath what `base` holds as a file or symlink (a
@@ -2993,6 +3024,30 @@ mod tests {
         let names: Vec<_> = d.files.iter().map(|f| f.path.as_str()).collect();
         assert_eq!(names, ["b.txt"]);
         assert!(!cps.journal_moved(ws).unwrap());
+    }
+
+    #[test]
+    fn files_beneath_a_directory_left_out_are_never_read() {
+        let t = tempfile::tempdir().unwrap();
+        let (z, cps) = setup(t.path(), "");
+        let ws = ZoneId::Workspace;
+        z.write("/workspace/a.txt", "one\n", API).unwrap();
+        cps.create_if_changed(ws, "auto", API).unwrap().unwrap();
+        // Enough files for the threads that look ahead, and one on its own.
+        for i in 0..64 {
+            let p = format!("/workspace/node_modules/m{}/index.js", i % 8);
+            z.write(&format!("{p}.{i}"), "m\n", API).unwrap();
+        }
+        z.write("/workspace/node_modules/solo.js", "s\n", API)
+            .unwrap();
+        z.write("/workspace/b.txt", "bee\n", API).unwrap();
+        let repo = cps.repo.lock().unwrap();
+        let snap = cps.snapshot(&repo, ws).unwrap();
+        let hashed: Vec<&str> = snap.hashed.keys().map(String::as_str).collect();
+        assert_eq!(hashed, ["/workspace/b.txt"]);
+        let tree = repo.find_tree(snap.tree).unwrap();
+        assert!(tree.get_path(Path::new("node_modules")).is_err());
+        assert!(tree.get_path(Path::new("b.txt")).is_ok());
     }
 
     #[test]
