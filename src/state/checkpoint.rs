@@ -25,6 +25,14 @@ pub(super) const MIGRATION: &str = "CREATE TABLE checkpoints (
     );
     CREATE INDEX checkpoints_zone ON checkpoints(zone, id);";
 
+/// The paths a zone's journal rows after a position name ([`Db::journal_zone_paths_since`]):
+/// by row id from the position on, `NOT INDEXED` (see the test
+/// `state::tests::rows_after_a_position_are_read_by_row_id_not_through_an_index`).
+pub(super) const ZONE_PATHS_SINCE: &str =
+    "SELECT path FROM journal NOT INDEXED WHERE zone = ?1 AND id > ?2
+     UNION SELECT to_path FROM journal NOT INDEXED WHERE zone = ?1 AND id > ?2 AND to_path IS NOT NULL
+     LIMIT ?3";
+
 /// The exact permission bits of a checkpoint's files (appended to the migrations).
 pub(super) const MIGRATION_MODES: &str = "ALTER TABLE checkpoints ADD COLUMN modes TEXT;";
 
@@ -420,11 +428,7 @@ impl Db {
         limit: usize,
     ) -> Result<Option<Vec<String>>, StateError> {
         let conn = self.lock();
-        let mut st = conn.prepare_cached(
-            "SELECT path FROM journal WHERE zone = ?1 AND id > ?2
-             UNION SELECT to_path FROM journal WHERE zone = ?1 AND id > ?2 AND to_path IS NOT NULL
-             LIMIT ?3",
-        )?;
+        let mut st = conn.prepare_cached(ZONE_PATHS_SINCE)?;
         let rows = st.query_map(params![zone, after, limit as i64 + 1], |r| {
             r.get::<_, String>(0)
         })?;

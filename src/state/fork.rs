@@ -35,6 +35,15 @@ pub(super) const MIGRATION_MOVES: &str = "CREATE TABLE fork_moves (
     CREATE TABLE fork_merged_rows (fork INTEGER NOT NULL, journal_id INTEGER NOT NULL);
     CREATE INDEX fork_merged_rows_fork ON fork_merged_rows(fork);";
 
+/// The paths a fork's parent's journal rows after a position name, but for those its merges
+/// wrote ([`Db::fork_parent_paths_since`]): by row id from the position on, `NOT INDEXED` (see
+/// the test `state::tests::rows_after_a_position_are_read_by_row_id_not_through_an_index`).
+pub(super) const PARENT_PATHS_SINCE: &str =
+    "SELECT path FROM journal NOT INDEXED WHERE zone = ?1 AND id > ?2
+       AND id NOT IN (SELECT journal_id FROM fork_merged_rows WHERE fork = ?4)
+     UNION SELECT to_path FROM journal NOT INDEXED WHERE zone = ?1 AND id > ?2 AND to_path IS NOT NULL
+     LIMIT ?3";
+
 /// A fork to record.
 #[derive(Debug, Clone)]
 pub struct NewFork<'a> {
@@ -177,12 +186,7 @@ impl Db {
         limit: usize,
     ) -> Result<Option<Vec<String>>, StateError> {
         let conn = self.lock();
-        let mut st = conn.prepare_cached(
-            "SELECT path FROM journal WHERE zone = ?1 AND id > ?2
-               AND id NOT IN (SELECT journal_id FROM fork_merged_rows WHERE fork = ?4)
-             UNION SELECT to_path FROM journal WHERE zone = ?1 AND id > ?2 AND to_path IS NOT NULL
-             LIMIT ?3",
-        )?;
+        let mut st = conn.prepare_cached(PARENT_PATHS_SINCE)?;
         let rows = st.query_map(params![parent, after, limit as i64 + 1, id], |r| {
             r.get::<_, String>(0)
         })?;

@@ -158,6 +158,12 @@ fn repo_from(r: &rusqlite::Row<'_>) -> rusqlite::Result<RepoRow> {
     })
 }
 
+/// The workspace's journal rows after a position, oldest first ([`Db::journal_paths_since`]):
+/// by row id from the position on, `NOT INDEXED` (see the test
+/// `state::tests::rows_after_a_position_are_read_by_row_id_not_through_an_index`).
+pub(super) const WORKSPACE_ROWS_SINCE: &str =
+    "SELECT id, path, to_path, op FROM journal NOT INDEXED WHERE id > ?1 AND zone = 'workspace' ORDER BY id";
+
 const REPO_COLS: &str = "id, url, branch, dir, mirror, base, paths, pulled_at, status_journal_id";
 
 fn staged_from(r: &rusqlite::Row<'_>) -> rusqlite::Result<StagedRow> {
@@ -413,9 +419,7 @@ impl Db {
         dir: &str,
     ) -> Result<(Vec<String>, i64), StateError> {
         let conn = self.lock();
-        let mut st = conn.prepare_cached(
-            "SELECT id, path, to_path, op FROM journal WHERE id > ?1 AND zone = 'workspace' ORDER BY id",
-        )?;
+        let mut st = conn.prepare_cached(WORKSPACE_ROWS_SINCE)?;
         let mut last = after;
         let mut out = Vec::new();
         let under = |p: &str| {

@@ -305,6 +305,40 @@ mod tests {
         assert!(err.contains("999") && err.contains("newer"), "{err}");
     }
 
+    /// The queries for the journal's rows after a position read them `FROM journal NOT
+    /// INDEXED`, by row id from that position on. Given `zone = ?` too, SQLite's planner (with no
+    /// statistics) takes the `(zone, path)` index instead and reads every row the zone ever
+    /// journaled to find the few after the position, at each automatic check and holding the
+    /// database: with 345k rows, 37 ms warm and 33 MB read from the disk cold (issue 32).
+    #[test]
+    fn rows_after_a_position_are_read_by_row_id_not_through_an_index() {
+        let db = Db::open_in_memory().unwrap();
+        for sql in [
+            checkpoint::ZONE_PATHS_SINCE,
+            fork::PARENT_PATHS_SINCE,
+            git::WORKSPACE_ROWS_SINCE,
+        ] {
+            let conn = db.lock();
+            let mut st = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+            let n = st.parameter_count();
+            let args: Vec<rusqlite::types::Value> =
+                (0..n).map(|_| rusqlite::types::Value::Integer(1)).collect();
+            let plan: Vec<String> = st
+                .query_map(rusqlite::params_from_iter(args), |r| r.get::<_, String>(3))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            let reads: Vec<&String> = plan.iter().filter(|l| l.contains("journal ")).collect();
+            assert!(!reads.is_empty(), "{sql}: {plan:?}");
+            for l in reads {
+                assert!(
+                    l.contains("INTEGER PRIMARY KEY (rowid>?)"),
+                    "{sql}: {plan:?}"
+                );
+            }
+        }
+    }
+
     fn row<'a>(path: &'a str, via: Via) -> JournalEntry<'a> {
         JournalEntry {
             time_ms: 1,
