@@ -26,11 +26,10 @@ pub(super) const MIGRATION: &str = "CREATE TABLE checkpoints (
     CREATE INDEX checkpoints_zone ON checkpoints(zone, id);";
 
 /// The paths a zone's journal rows after a position name ([`Db::journal_zone_paths_since`]):
-/// by row id from the position on, `NOT INDEXED` (see the test
-/// `state::tests::rows_after_a_position_are_read_by_row_id_not_through_an_index`).
-pub(super) const ZONE_PATHS_SINCE: &str =
-    "SELECT path FROM journal NOT INDEXED WHERE zone = ?1 AND id > ?2
-     UNION SELECT to_path FROM journal NOT INDEXED WHERE zone = ?1 AND id > ?2 AND to_path IS NOT NULL
+/// through the `(zone, id)` index (see the test
+/// `state::tests::a_zones_rows_after_a_position_are_found_through_the_zone_id_index`).
+pub(super) const ZONE_PATHS_SINCE: &str = "SELECT path FROM journal WHERE zone = ?1 AND id > ?2
+     UNION SELECT to_path FROM journal WHERE zone = ?1 AND id > ?2 AND to_path IS NOT NULL
      LIMIT ?3";
 
 /// The exact permission bits of a checkpoint's files (appended to the migrations).

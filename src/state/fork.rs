@@ -36,12 +36,11 @@ pub(super) const MIGRATION_MOVES: &str = "CREATE TABLE fork_moves (
     CREATE INDEX fork_merged_rows_fork ON fork_merged_rows(fork);";
 
 /// The paths a fork's parent's journal rows after a position name, but for those its merges
-/// wrote ([`Db::fork_parent_paths_since`]): by row id from the position on, `NOT INDEXED` (see
-/// the test `state::tests::rows_after_a_position_are_read_by_row_id_not_through_an_index`).
-pub(super) const PARENT_PATHS_SINCE: &str =
-    "SELECT path FROM journal NOT INDEXED WHERE zone = ?1 AND id > ?2
+/// wrote ([`Db::fork_parent_paths_since`]): through the `(zone, id)` index (see the
+/// test `state::tests::a_zones_rows_after_a_position_are_found_through_the_zone_id_index`).
+pub(super) const PARENT_PATHS_SINCE: &str = "SELECT path FROM journal WHERE zone = ?1 AND id > ?2
        AND id NOT IN (SELECT journal_id FROM fork_merged_rows WHERE fork = ?4)
-     UNION SELECT to_path FROM journal NOT INDEXED WHERE zone = ?1 AND id > ?2 AND to_path IS NOT NULL
+     UNION SELECT to_path FROM journal WHERE zone = ?1 AND id > ?2 AND to_path IS NOT NULL
      LIMIT ?3";
 
 /// A fork to record.

@@ -159,10 +159,10 @@ fn repo_from(r: &rusqlite::Row<'_>) -> rusqlite::Result<RepoRow> {
 }
 
 /// The workspace's journal rows after a position, oldest first ([`Db::journal_paths_since`]):
-/// by row id from the position on, `NOT INDEXED` (see the test
-/// `state::tests::rows_after_a_position_are_read_by_row_id_not_through_an_index`).
+/// through the `(zone, id)` index (see the test
+/// `state::tests::a_zones_rows_after_a_position_are_found_through_the_zone_id_index`).
 pub(super) const WORKSPACE_ROWS_SINCE: &str =
-    "SELECT id, path, to_path, op FROM journal NOT INDEXED WHERE id > ?1 AND zone = 'workspace' ORDER BY id";
+    "SELECT id, path, to_path, op FROM journal WHERE id > ?1 AND zone = 'workspace' ORDER BY id";
 
 const REPO_COLS: &str = "id, url, branch, dir, mirror, base, paths, pulled_at, status_journal_id";
 

@@ -315,6 +315,10 @@ impl Db {
     }
 }
 
+/// The index that finds a zone's rows after a position (appended to the migrations): an
+/// automatic check asks for them at every quiet moment.
+pub(super) const MIGRATION_ZONE_ID: &str = "CREATE INDEX journal_zone_id ON journal(zone, id);";
+
 /// In which order [`rows_after`] returns rows.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Order {
