@@ -521,7 +521,7 @@ fn prefetch_warms_subdirectories_in_place_and_never_leaves_the_zone() {
 }
 
 /// Pages of the file at `path` in the page cache, and pages in all.
-fn resident(path: &Path) -> (usize, usize) {
+pub(crate) fn resident(path: &Path) -> (usize, usize) {
     use std::os::fd::AsRawFd;
     let f = std::fs::File::open(path).unwrap();
     let len = f.metadata().unwrap().len() as usize;
@@ -546,14 +546,14 @@ fn resident(path: &Path) -> (usize, usize) {
 }
 
 /// Drops the file at `path` from the page cache (written back first).
-fn evict(path: &Path) {
+pub(crate) fn evict(path: &Path) {
     let f = std::fs::File::open(path).unwrap();
     rustix::fs::fsync(&f).unwrap();
     rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed).unwrap();
 }
 
 /// Waits up to 10 s for all of the file at `path` to be in the page cache; true when it is.
-fn becomes_resident(path: &Path) -> bool {
+pub(crate) fn becomes_resident(path: &Path) -> bool {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
         let (r, n) = resident(path);
