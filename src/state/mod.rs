@@ -271,8 +271,8 @@ impl Db {
     /// Asks the kernel to read the database file and its write-ahead log into the page
     /// cache (at most [`WARM_MAX_BYTES`] of each), without waiting for it. After a boot, the
     /// journal's rows otherwise read the `(zone, path)` index a page at a time as they go in:
-    /// 38-50 MB in random 4 KiB reads during the first `npm ci` through the mount, on a database
-    /// of 667k rows, about 0.7 s of the install's 6 s (docs/benchmarks.md, issue 32).
+    /// 37-49 MiB in random 4 KiB reads during the first `npm ci` through the mount, on a
+    /// database of 667k rows (docs/benchmarks.md, issue 32).
     pub fn warm_up(&self) {
         let Some(file) = &self.file else { return };
         let mut wal = file.clone().into_os_string();
