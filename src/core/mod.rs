@@ -22,7 +22,7 @@ mod locks;
 mod model_tests;
 pub mod node;
 #[cfg(test)]
-pub(crate) mod node_tests;
+mod node_tests;
 mod ops;
 pub mod own;
 pub mod path;

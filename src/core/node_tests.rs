@@ -15,6 +15,7 @@ use rustix::io::Errno;
 use super::node::{AttrChange, Caller, Node, RenameMode};
 use super::{ErrorCode, ZoneId, Zones};
 use crate::config::Settings;
+use crate::state::page_cache::{becomes_resident, evict, resident};
 use crate::state::{Db, JournalFilter, Origin, Via};
 
 const API: Origin = Origin {
@@ -518,50 +519,6 @@ fn prefetch_warms_subdirectories_in_place_and_never_leaves_the_zone() {
         outside_atime
     );
     drop(p); // stops and joins its thread
-}
-
-/// Pages of the file at `path` in the page cache, and pages in all.
-pub(crate) fn resident(path: &Path) -> (usize, usize) {
-    use std::os::fd::AsRawFd;
-    let f = std::fs::File::open(path).unwrap();
-    let len = f.metadata().unwrap().len() as usize;
-    let pages = len.div_ceil(4096);
-    let mut vec = vec![0u8; pages];
-    // SAFETY: a read-only shared mapping of an open file, unmapped below; mincore writes one
-    // byte per page into `vec`, which has at least that many.
-    unsafe {
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        );
-        assert_ne!(p, libc::MAP_FAILED);
-        assert_eq!(libc::mincore(p, len, vec.as_mut_ptr()), 0);
-        libc::munmap(p, len);
-    }
-    (vec.iter().filter(|b| **b & 1 != 0).count(), pages)
-}
-
-/// Drops the file at `path` from the page cache (written back first).
-pub(crate) fn evict(path: &Path) {
-    let f = std::fs::File::open(path).unwrap();
-    rustix::fs::fsync(&f).unwrap();
-    rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed).unwrap();
-}
-
-/// Waits up to 10 s for all of the file at `path` to be in the page cache; true when it is.
-pub(crate) fn becomes_resident(path: &Path) -> bool {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let (r, n) = resident(path);
-        if r == n || std::time::Instant::now() >= deadline {
-            return r == n;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// Zones over a directory on the build's disk (a page cache that can be dropped; /tmp may be a

@@ -19,6 +19,8 @@ mod git;
 mod journal;
 mod lock;
 mod mirror;
+#[cfg(test)]
+pub(crate) mod page_cache;
 mod run;
 mod sandbox;
 
@@ -390,7 +392,7 @@ mod tests {
     /// starts, not a page at a time as the first rows go in.
     #[test]
     fn the_journals_thread_reads_the_database_ahead_when_it_starts() {
-        use crate::core::node_tests::{becomes_resident, evict, resident};
+        use super::page_cache::{becomes_resident, evict, resident};
         // On the build's disk: a page cache that can be dropped (/tmp may be a tmpfs).
         let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/tmp");
         std::fs::create_dir_all(&base).unwrap();
