@@ -377,7 +377,7 @@ async fn status(State(app): State<Arc<AppState>>) -> Result<Json<Status>, ApiErr
         mount: s.mount.display().to_string(),
         mounted: app.mounted,
         editor: editor_dir(&app),
-        state_db: app.zones.db().path().to_string(),
+        state_db: app.zones.db().path(),
         journal_rows,
         staged_awaiting_review,
         sandboxes,
