@@ -213,7 +213,8 @@ pub struct Zones {
     listeners: RwLock<Vec<(ListenerId, Arc<dyn ChangeListener>)>>,
     /// The changes wardfs made itself (see [`own`]).
     own: own::OwnChanges,
-    /// The paths of the directories the mount holds, until a rename (see [`dir_paths`]).
+    /// The rename count that the paths remembered on directory nodes are kept under (see
+    /// [`dir_paths`]).
     dir_paths: dir_paths::DirPaths,
     /// Runs just before a replacement checks and renames (tests inject concurrent changes here).
     #[cfg(test)]

@@ -59,6 +59,8 @@ pub struct Node {
     /// The other names it was looked up under while they still named its file (hard links),
     /// through which a change could come too (see [`Node::has_several_names`]).
     other_names: Mutex<OtherNames>,
+    /// A directory's path, read once and kept until a rename ([`super::dir_paths`]).
+    path: super::dir_paths::Remembered,
 }
 
 /// The names a node was known by besides its place ([`Node::moved`]): at most
@@ -200,6 +202,7 @@ impl Node {
             fd: OnceLock::from(fd),
             at: Mutex::new(None),
             other_names: Mutex::default(),
+            path: Default::default(),
         }
     }
 
@@ -213,6 +216,7 @@ impl Node {
             fd: OnceLock::new(),
             at: Mutex::new(Some((dir.clone(), name.to_owned()))),
             other_names: Mutex::default(),
+            path: Default::default(),
         }
     }
 
@@ -500,7 +504,7 @@ impl Zones {
         }
         let dir = node.kind == FileType::Directory;
         let reading = if dir {
-            match self.dir_paths.get(node.zone, node.key()) {
+            match self.dir_paths.get(&node.path) {
                 Ok(vp) => return Some(vp),
                 Err(reading) => Some(reading),
             }
@@ -514,7 +518,7 @@ impl Zones {
         let rel = real.strip_prefix(z.root()).ok()?;
         let vp = VPath::new(node.zone, rel.to_str()?).ok()?;
         if let Some(reading) = reading {
-            self.dir_paths.put(node.zone, node.key(), reading, &vp);
+            self.dir_paths.put(&node.path, reading, &vp);
         }
         Some(vp)
     }
