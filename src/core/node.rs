@@ -115,6 +115,19 @@ impl AsFd for NodeFd<'_> {
     }
 }
 
+/// A looked-up file held open until its node is in the mount's inode table
+/// ([`Zones::node_lookup`]). A node held by name keeps no descriptor, and the table takes a
+/// live number it already holds for the same file (numbers go by backing inode): were the file
+/// replaced beside the mount between the lookup and the table (an API write renames a new file
+/// over its name), the backing filesystem could give its inode number to a file made meanwhile
+/// (ext4 does, at once), whose node the stale lookup would then move to the old name, every
+/// call on it failing with `ESTALE`. While this is open the number stays the looked-up file's.
+#[derive(Debug)]
+#[must_use = "held until the node is in the inode table"]
+pub struct Held {
+    _fd: Option<OwnedFd>,
+}
+
 /// Returns `/proc/self/fd/N`, which reopens the backing file with new flags.
 pub fn proc_path(fd: &impl AsFd) -> String {
     format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd())
@@ -669,21 +682,15 @@ impl Zones {
 
     /// Looks `name` up in `dir` as a new node (not following a final symlink): held by name
     /// when it is a regular file or a symlink with one link, or a regular file whose links the
-    /// zone breaks, else pinned (see [`Node`]).
+    /// zone breaks, else pinned (see [`Node`]). A node held by name comes with a descriptor of
+    /// its file ([`Held`]), which the caller keeps until the node is in the mount's inode table.
     pub fn node_lookup(
         &self,
         dir: &Arc<Node>,
         name: &OsStr,
         press: &dyn Fn(),
-    ) -> NodeResult<(Node, Stat)> {
+    ) -> NodeResult<(Node, Stat, Held)> {
         let dfd = dir.fd()?;
-        let st = rustix::fs::statat(&dfd, name, AtFlags::SYMLINK_NOFOLLOW)?;
-        let kind = FileType::from_raw_mode(st.st_mode);
-        let one_link =
-            matches!(kind, FileType::RegularFile | FileType::Symlink) && st.st_nlink == 1;
-        if one_link || self.breaks_links(dir.zone, &st) {
-            return Ok((Node::named(dir, name, &st), st));
-        }
         let fd = with_fds(press, || {
             rustix::fs::openat(
                 &dfd,
@@ -693,7 +700,13 @@ impl Zones {
             )
         })?;
         let st = rustix::fs::fstat(&fd)?;
-        Ok((Node::new(dir.zone, fd, &st), st))
+        let kind = FileType::from_raw_mode(st.st_mode);
+        let one_link =
+            matches!(kind, FileType::RegularFile | FileType::Symlink) && st.st_nlink == 1;
+        if one_link || self.breaks_links(dir.zone, &st) {
+            return Ok((Node::named(dir, name, &st), st, Held { _fd: Some(fd) }));
+        }
+        Ok((Node::new(dir.zone, fd, &st), st, Held { _fd: None }))
     }
 
     /// Opens the node's file with `flags` (through `/proc/self/fd`, so with the new flags).

@@ -119,11 +119,12 @@ impl LocalTree {
     pub fn lookup_inode(&self, parent: u64, name: &OsStr) -> Res<(Arc<Inode>, FileAttr)> {
         let p = self.inode(parent)?;
         let name = plain_name(name)?;
-        let (node, st) = self
+        let (node, st, held) = self
             .zones
             .node_lookup(&p.node, name, &self.press())
             .map_err(errno)?;
         let inode = self.inodes.remember(node, &st, parent, &p.node, name);
+        drop(held);
         Ok((inode.clone(), attr_of(inode.ino, &st)))
     }
 
