@@ -424,19 +424,27 @@ fn a_file_with_one_link_is_held_by_name_and_checked_so_a_reused_name_is_never_an
     assert_eq!(z.node_readlink(&l).unwrap(), b"target");
 }
 
+/// Zones in a new temporary directory whose workspace holds the directories `dirs`: the
+/// directory (kept until dropped), the workspace's backing path, the zones, its root node.
+fn workspace_with_dirs(dirs: &[&str]) -> (tempfile::TempDir, std::path::PathBuf, Zones, Arc<Node>) {
+    let dir = tempfile::tempdir().unwrap();
+    let ws_dir = dir.path().join("z/workspace");
+    for d in dirs {
+        std::fs::create_dir_all(ws_dir.join(d)).unwrap();
+    }
+    let z = zones_with(dir.path(), "");
+    let ws = root(&z);
+    (dir, ws_dir, z, ws)
+}
+
 /// A directory's path is remembered on its node, never by its inode number, which the next
 /// directory made gets once a removed one is forgotten: before, the symlink or mode change an
 /// agent made in a new directory was journaled under the removed one's path, and a checkpoint
 /// taken right after missed it (seen by the model test of restores, one run in ten).
 #[test]
 fn a_new_directory_given_a_removed_ones_inode_number_is_named_by_its_own_path() {
-    let dir = tempfile::tempdir().unwrap();
-    let ws_dir = dir.path().join("z/workspace");
-    std::fs::create_dir_all(ws_dir.join("old")).unwrap();
-    std::fs::create_dir(ws_dir.join("new")).unwrap();
-    let z = zones_with(dir.path(), "");
+    let (_dir, ws_dir, z, ws) = workspace_with_dirs(&["old", "new"]);
     z.renames_seen(true);
-    let ws = root(&z);
     let old = child(&z, &ws, "old");
     assert_eq!(z.node_vpath(&old).unwrap().to_string(), "/workspace/old");
     // The node of a new directory under the number the old one had (as after its removal).
@@ -462,13 +470,8 @@ fn a_new_directory_given_a_removed_ones_inode_number_is_named_by_its_own_path() 
 /// file's node to the old name (`ESTALE` on every read of it after; the load test, 2 runs in 27).
 #[test]
 fn a_looked_up_files_number_goes_to_no_other_file_until_the_lookup_lets_go() {
-    let dir = tempfile::tempdir().unwrap();
-    let ws_dir = dir.path().join("z/workspace");
-    std::fs::create_dir_all(ws_dir.join("c")).unwrap();
-    std::fs::create_dir_all(ws_dir.join("f")).unwrap();
+    let (_dir, ws_dir, z, ws) = workspace_with_dirs(&["c", "f"]);
     std::fs::write(ws_dir.join("c/w.txt"), "w\n").unwrap();
-    let z = zones_with(dir.path(), "");
-    let ws = root(&z);
     let c = child(&z, &ws, "c");
     let (node, st, held) = z.node_lookup(&c, OsStr::new("w.txt"), &|| {}).unwrap();
     assert!(!node.is_pinned(), "a file with one link is held by name");

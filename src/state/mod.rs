@@ -20,6 +20,7 @@ mod journal;
 mod lock;
 mod mirror;
 #[cfg(test)]
+#[path = "../../tests/support/page_cache.rs"]
 pub(crate) mod page_cache;
 mod run;
 mod sandbox;

@@ -911,7 +911,7 @@ fn a_file_written_through_a_cached_mount_stays_in_the_page_cache() {
     drop(f);
     // Past the watcher's settle time, so any invalidation it would send has been sent.
     std::thread::sleep(Duration::from_millis(600));
-    let (resident, pages) = crate::support::files::resident_pages(&fs::File::open(&path).unwrap());
+    let (resident, pages) = crate::support::page_cache::resident(&path);
     // The watcher's invalidations dropped nearly every page (0 of 65,536 after a 256 MiB
     // write). Without any, a few pages (under 1 %) were still seen gone in about one run in
     // seven, with no change beside the mount logged: the kernel's, cause not found.

@@ -711,7 +711,7 @@ fn the_echo_of_a_removal_leaves_alone_a_new_file_that_took_the_removed_ones_numb
         // Must stay: time for the removal's echo to come; the page it must not drop is all
         // there is to see.
         std::thread::sleep(Duration::from_millis(60));
-        let (resident, pages) = crate::support::files::resident_pages(&f);
+        let (resident, pages) = crate::support::page_cache::resident_pages(&f);
         assert_eq!(
             (resident, pages),
             (1, 1),

@@ -86,31 +86,3 @@ pub fn empty_dir(dir: &Path) {
         }
     }
 }
-
-/// Pages of `f` in the page cache, and pages in all (`mincore(2)` over a shared mapping).
-pub fn resident_pages(f: &std::fs::File) -> (usize, usize) {
-    use std::os::fd::AsRawFd;
-    let len = f.metadata().unwrap().len() as usize;
-    // SAFETY: sysconf takes no pointer.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
-    let pages = len.div_ceil(page);
-    let mut vec = vec![0u8; pages];
-    // SAFETY: a read-only shared mapping of an open file, unmapped below; mincore writes one
-    // byte per page into `vec`, which has that many.
-    unsafe {
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        );
-        assert_ne!(p, libc::MAP_FAILED, "{}", std::io::Error::last_os_error());
-        let r = libc::mincore(p, len, vec.as_mut_ptr());
-        let err = std::io::Error::last_os_error();
-        libc::munmap(p, len);
-        assert_eq!(r, 0, "mincore: {err}");
-    }
-    (vec.iter().filter(|b| **b & 1 != 0).count(), pages)
-}

@@ -16,6 +16,7 @@
 //! * [`gates`]: points where a debug daemon waits for the test (a race or a crash made exact).
 //! * [`rng`]: seeded randomness and noise.
 //! * [`files`]: snapshots and walks of what a daemon left on disk.
+//! * [`page_cache`]: which pages of a file the page cache holds (also the unit tests', by path).
 //! * [`tools`]: installed programs (`require_tool`, `which`), free ports, random tokens.
 //! * [`wait`]: waiting for a condition, polled until a deadline, instead of a fixed sleep.
 //!
@@ -34,6 +35,7 @@ pub mod git_servers;
 pub mod inotify;
 pub mod mcp;
 pub mod mount;
+pub mod page_cache;
 pub mod rng;
 pub mod sandbox_agent;
 pub mod tools;
