@@ -12,7 +12,8 @@
 //!
 //! Every directory is opened relative to the one above with `O_NOFOLLOW`, so a symlink swapped
 //! for a directory while the walk runs is never followed out of the zone. Entries that are
-//! neither file, directory nor symlink (sockets, pipes, devices) are skipped and named.
+//! neither file, directory nor symlink (sockets, pipes, devices) are skipped and named; the temp
+//! file of an atomic write under way (`.wardfs-tmp-*`) is left out.
 
 use std::ffi::{CString, OsStr};
 use std::os::fd::{BorrowedFd, OwnedFd};
@@ -21,6 +22,7 @@ use std::os::unix::ffi::OsStrExt;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
+use crate::core::retention::TMP_PREFIX;
 use crate::core::text;
 
 /// Names skipped at most (the count goes on).
@@ -88,7 +90,9 @@ fn fill_dir(
     for entry in rustix::fs::Dir::read_from(&dir)? {
         let entry = entry?;
         let name = entry.file_name();
-        if name == c"." || name == c".." {
+        // `.` and `..`, and an atomic write of the parent under way: its file arrives by the
+        // rename the journal names, which a spare fork's update applies.
+        if name == c"." || name == c".." || name.to_bytes().starts_with(TMP_PREFIX.as_bytes()) {
             continue;
         }
         let path = join(rel, name.to_bytes());
@@ -374,6 +378,8 @@ mod tests {
         std::fs::create_dir_all(src.join("a/b")).unwrap();
         std::fs::create_dir(&dst).unwrap();
         std::fs::write(src.join("a/b/f.txt"), b"hello").unwrap();
+        // An API write of the parent under way: not part of its tree yet.
+        std::fs::write(src.join("a/.wardfs-tmp-1-1"), b"half").unwrap();
         std::os::unix::fs::symlink("b/f.txt", src.join("a/l")).unwrap();
         rustix::fs::mknodat(
             rustix::fs::CWD,
@@ -397,6 +403,7 @@ mod tests {
             std::fs::metadata(dst.join("a/b/f.txt")).unwrap(),
         );
         assert_eq!((a.ino(), a.nlink()), (b.ino(), 2));
+        assert!(!dst.join("a/.wardfs-tmp-1-1").exists());
         assert_eq!(
             std::fs::read_link(dst.join("a/l")).unwrap().to_str(),
             Some("b/f.txt")
