@@ -194,11 +194,25 @@ pub struct FuseSection {
     /// trip each that an untar pays twice per file.
     #[serde(default = "yes")]
     pub xattrs: bool,
+    /// The mount's read-ahead window in KiB (the kernel's `read_ahead_kb` of the mount's
+    /// device): how far ahead of a sequential reader the kernel asks the daemon for a file's
+    /// pages not yet in its page cache. Default 1024 (one request of the largest size; the
+    /// kernel's own is 128); 0 leaves the kernel's. At most 65536.
+    #[serde(default = "read_ahead_kb")]
+    pub read_ahead_kb: u32,
 }
 
 fn yes() -> bool {
     true
 }
+
+/// `fuse.read_ahead_kb`'s default: as much as one `READ` carries (`max_pages`, 1 MiB).
+fn read_ahead_kb() -> u32 {
+    1024
+}
+
+/// The largest `fuse.read_ahead_kb` taken (64 MiB).
+pub const MAX_READ_AHEAD_KB: u32 = 65_536;
 
 impl Default for FuseSection {
     fn default() -> Self {
@@ -206,6 +220,7 @@ impl Default for FuseSection {
             transport: Transport::default(),
             prefetch: true,
             xattrs: true,
+            read_ahead_kb: read_ahead_kb(),
         }
     }
 }
@@ -1339,6 +1354,15 @@ fn resolve(
         r.zone(ZoneId::Workspace, &z.workspace, workspace, &sandboxes)?,
     ];
     let git = r.git(file.git, &file.api)?;
+    if file.fuse.read_ahead_kb > MAX_READ_AHEAD_KB {
+        return Err(r.bad(
+            "fuse.read_ahead_kb",
+            format!(
+                "{} must be at most {MAX_READ_AHEAD_KB} (64 MiB); 0 leaves the kernel's",
+                file.fuse.read_ahead_kb
+            ),
+        ));
+    }
     if file.journal.keep_days > 36_500 {
         return Err(r.bad(
             "journal.keep_days",
@@ -2098,6 +2122,22 @@ mod tests {
         assert!(!load("[fuse]\nxattrs = false\n").unwrap().fuse.xattrs);
         let e = load("[fuse]\nxattrs = 1\n").unwrap_err().to_string();
         assert!(e.contains("xattrs"), "{e}");
+    }
+
+    #[test]
+    fn the_read_ahead_window_is_a_mebibyte_by_default_and_bounded() {
+        assert_eq!(load("").unwrap().fuse.read_ahead_kb, 1024);
+        assert_eq!(load(DEFAULT_CONFIG).unwrap().fuse.read_ahead_kb, 1024);
+        let kb = |v: &str| load(&format!("[fuse]\nread_ahead_kb = {v}\n"));
+        assert_eq!(kb("0").unwrap().fuse.read_ahead_kb, 0);
+        assert_eq!(kb("65536").unwrap().fuse.read_ahead_kb, 65_536);
+        let e = kb("65537").unwrap_err().to_string();
+        assert!(
+            e.contains("fuse.read_ahead_kb") && e.contains("65536"),
+            "{e}"
+        );
+        let e = kb("-1").unwrap_err().to_string();
+        assert!(e.contains("read_ahead_kb"), "{e}");
     }
 
     #[test]

@@ -42,9 +42,9 @@ pub struct SandboxFile {
 }
 
 impl SandboxFile {
-    /// Reads up to `size` bytes at `offset` from the local copy.
-    pub fn read_at(&self, offset: u64, size: usize) -> std::io::Result<Vec<u8>> {
-        let mut buf = vec![0u8; size];
+    /// Reads into `buf` at `offset` from the local copy, as much as it holds (fewer bytes only
+    /// at the end of the file).
+    pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<usize> {
         let mut n = 0;
         while n < buf.len() {
             let r = self.file.read_at(&mut buf[n..], offset + n as u64)?;
@@ -53,8 +53,7 @@ impl SandboxFile {
             }
             n += r;
         }
-        buf.truncate(n);
-        Ok(buf)
+        Ok(n)
     }
 
     /// The local copy's metadata (its length is the file's size while it is open).

@@ -611,7 +611,7 @@ impl Tree for LocalTree {
         Ok((entry, opened))
     }
 
-    fn read(&self, who: &Caller, ino: u64, fh: u64, offset: u64, size: u32) -> Res<Vec<u8>> {
+    fn read(&self, who: &Caller, ino: u64, fh: u64, offset: u64, buf: &mut [u8]) -> Res<usize> {
         let h = self.io_handle(who, ino, fh, false)?;
         if offset == 0 {
             if let (Some(p), Some(dir)) = (&self.prefetch, h.inode.parent()) {
@@ -619,10 +619,7 @@ impl Tree for LocalTree {
                 p.files(&dir);
             }
         }
-        let mut buf = vec![0u8; size as usize];
-        let n = node_io::read_at(self.file_of(&h)?, &mut buf, offset).map_err(errno)?;
-        buf.truncate(n);
-        Ok(buf)
+        node_io::read_at(self.file_of(&h)?, buf, offset).map_err(errno)
     }
 
     fn write(

@@ -26,6 +26,7 @@ mod invalidate;
 mod local_tree;
 mod mode;
 mod probe;
+mod readahead;
 mod sandbox_tree;
 mod top;
 mod tree;
@@ -272,6 +273,7 @@ pub fn mount(
 ) -> Result<Mount, MountError> {
     prepare_mountpoint(mountpoint)?;
     let echo = echo::Echoes::new();
+    let read_ahead_kb = fuse.read_ahead_kb;
     let fs =
         fs::WardFs::new(zones.clone(), io, fuse, echo.clone()).map_err(|e| MountError::Mount {
             path: mountpoint.display().to_string(),
@@ -307,6 +309,7 @@ pub fn mount(
     }));
     let top = std::path::absolute(mountpoint).unwrap_or_else(|_| mountpoint.to_path_buf());
     probe.start(&top);
+    readahead::widen(&top, read_ahead_kb);
     if let Err(e) = echo::start(echo.clone(), top, Arc::downgrade(&zones)) {
         tracing::warn!(error = %e, "cannot start the echo thread; watchers on the mount (editors) hear only of changes made through it");
         echo.close();

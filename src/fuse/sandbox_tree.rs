@@ -657,12 +657,10 @@ impl SandboxTree {
     }
 
     /// Reads from the local copy.
-    pub fn read(&self, fh: u64, offset: u64, size: u32) -> Res<Vec<u8>> {
+    pub fn read(&self, fh: u64, offset: u64, buf: &mut [u8]) -> Res<usize> {
         let h = self.handle(fh)?;
         let c = h.content.lock().expect("not poisoned");
-        c.file
-            .read_at(offset, size as usize)
-            .map_err(|e| io_errno(&e))
+        c.file.read_at(offset, buf).map_err(|e| io_errno(&e))
     }
 
     /// Writes to the local copy (sent to the sandbox at flush, fsync or the last close).
@@ -857,8 +855,8 @@ impl Tree for SandboxTree {
         Ok((Entry::new(attr, self.ttl()), opened))
     }
 
-    fn read(&self, _who: &Caller, _ino: u64, fh: u64, offset: u64, size: u32) -> Res<Vec<u8>> {
-        SandboxTree::read(self, fh, offset, size)
+    fn read(&self, _who: &Caller, _ino: u64, fh: u64, offset: u64, buf: &mut [u8]) -> Res<usize> {
+        SandboxTree::read(self, fh, offset, buf)
     }
 
     fn write(

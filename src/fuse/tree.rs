@@ -216,7 +216,16 @@ pub trait Tree {
     }
     // The calls on an open file `fh` below reach only the tree that gave it (`WardFs::tree_fh`):
     // a tree that opens no file keeps the defaults, `EBADF`.
-    fn read(&self, _who: &Caller, _ino: u64, _fh: u64, _offset: u64, _size: u32) -> Res<Vec<u8>> {
+    /// Reads into `buf` from `offset`, as much as it holds (fewer bytes only at the end of the
+    /// file); `buf` is the reply's own buffer (`ReplyData::data_from`).
+    fn read(
+        &self,
+        _who: &Caller,
+        _ino: u64,
+        _fh: u64,
+        _offset: u64,
+        _buf: &mut [u8],
+    ) -> Res<usize> {
         Err(Errno::EBADF)
     }
     fn write(

@@ -1245,3 +1245,41 @@ fn unmount_detaches_a_dead_daemons_mount_and_leaves_a_live_one_alone() {
         "here"
     );
 }
+
+/// The read-ahead window of the mount's device (`/sys/class/bdi/MAJ:MIN/read_ahead_kb`), once
+/// the daemon has set it (it does so from a thread of its own after the mount's `INIT`).
+fn read_ahead_window(m: &Daemon, expect: u32) -> u32 {
+    let dev = fs::metadata(m.ws()).unwrap().dev();
+    let file = format!(
+        "/sys/class/bdi/{}:{}/read_ahead_kb",
+        rustix::fs::major(dev),
+        rustix::fs::minor(dev)
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let kb: u32 = fs::read_to_string(&file).unwrap().trim().parse().unwrap();
+        if kb == expect || Instant::now() > deadline {
+            return kb;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `[fuse] read_ahead_kb`: 1024 KiB by default (the kernel gives a FUSE mount 128), the value
+/// set when one is, and 0 leaves the kernel's; a large file read from start to end through the
+/// widened window reads back what the backing file holds.
+#[test]
+fn the_mounts_read_ahead_window_is_the_configured_one() {
+    let m = Daemon::mounted("");
+    assert_eq!(read_ahead_window(&m, 1024), 1024);
+    let data: Vec<u8> = (0..5u32 << 20).map(|i| (i % 251) as u8).collect();
+    fs::write(m.zone_dir("workspace").join("big.bin"), &data).unwrap();
+    assert!(fs::read(m.ws().join("big.bin")).unwrap() == data);
+    drop(m);
+    let m = Daemon::mounted("[fuse]\nread_ahead_kb = 512\n");
+    assert_eq!(read_ahead_window(&m, 512), 512);
+    drop(m);
+    let m = Daemon::mounted("[fuse]\nread_ahead_kb = 0\n");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(read_ahead_window(&m, 128), 128, "the kernel's own window");
+}

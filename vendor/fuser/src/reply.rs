@@ -167,6 +167,37 @@ impl ReplyRaw {
     pub(crate) fn error(self, err: ll::Errno) {
         self.send_ll(&ll::ResponseErrno(err));
     }
+
+    /// Reply with at most `max` bytes that `fill` writes and counts, or with its error. Over
+    /// io_uring `fill` writes into the ring entry's payload, which the kernel reads the reply
+    /// from, so the data is not copied once more; elsewhere into a buffer of `max` bytes.
+    pub(crate) fn send_filled<F>(mut self, max: usize, fill: F)
+    where
+        F: FnOnce(&mut [u8]) -> Result<usize, Errno>,
+    {
+        let sender = self.sender.take().expect("a reply is sent once");
+        #[cfg(target_os = "linux")]
+        let fill = match &sender {
+            ReplySender::Ring(ring) => match ring.send_filled(self.unique.0, max, fill) {
+                Ok(res) => return log_send(res),
+                Err(fill) => fill,
+            },
+            _ => fill,
+        };
+        let mut buf = vec![0u8; max];
+        let res = match fill(&mut buf) {
+            Ok(n) => ll::ResponseSlice(&buf[..n.min(max)])
+                .with_iovec(self.unique, |iov| sender.send(iov)),
+            Err(e) => ll::ResponseErrno(e).with_iovec(self.unique, |iov| sender.send(iov)),
+        };
+        log_send(res);
+    }
+}
+
+fn log_send(res: std::io::Result<()>) {
+    if let Err(err) = res {
+        error!("Failed to send FUSE reply: {err}");
+    }
 }
 
 impl Drop for ReplyRaw {
@@ -229,6 +260,18 @@ impl ReplyData {
     /// Reply to a request with the given data
     pub fn data(self, data: &[u8]) {
         self.reply.send_ll(&ll::ResponseSlice(data));
+    }
+
+    /// Reply with at most `max` bytes that `fill` writes into the reply's own buffer and
+    /// counts, or with the error it returns. Over io_uring that buffer is the ring entry's
+    /// payload, so a `READ`'s data is read straight into what the kernel copies it from, with
+    /// no buffer of the filesystem's and no copy out of it; through `/dev/fuse` it is a buffer
+    /// of `max` bytes.
+    pub fn data_from<F>(self, max: usize, fill: F)
+    where
+        F: FnOnce(&mut [u8]) -> Result<usize, Errno>,
+    {
+        self.reply.send_filled(max, fill);
     }
 
     /// Reply to a request with the given error code

@@ -190,6 +190,22 @@ impl RingReply {
         self.ring.commit(self.slot, data)
     }
 
+    /// Writes a reply of at most `max` bytes that `fill` puts straight into the entry's payload
+    /// (or `fill`'s error), and commits. `fill` comes back unused when the entry cannot take
+    /// the reply that way (its request is still read in place, or its payload is smaller than
+    /// `max`): the caller then builds the reply elsewhere and `send`s it.
+    pub(crate) fn send_filled<F>(
+        &self,
+        unique: u64,
+        max: usize,
+        fill: F,
+    ) -> Result<io::Result<()>, F>
+    where
+        F: FnOnce(&mut [u8]) -> Result<usize, crate::Errno>,
+    {
+        self.ring.commit_filled(self.slot, unique, max, fill)
+    }
+
     /// The `/dev/fuse` device of the connection (for backing-file ioctls).
     pub(crate) fn channel(&self) -> ChannelSender {
         ChannelSender(self.ring.dev.clone())
@@ -349,6 +365,39 @@ impl Ring {
         self.push(&[self.entry(slot, CMD_COMMIT_AND_FETCH)])
     }
 
+    /// `commit` for a reply whose data `fill` writes into the slot's payload (see
+    /// `RingReply::send_filled`).
+    fn commit_filled<F>(
+        &self,
+        slot: usize,
+        unique: u64,
+        max: usize,
+        fill: F,
+    ) -> Result<io::Result<()>, F>
+    where
+        F: FnOnce(&mut [u8]) -> Result<usize, crate::Errno>,
+    {
+        if !matches!(*self.lend[slot].lock(), Lend::No) {
+            return Err(fill);
+        }
+        {
+            // SAFETY: as in `commit`: the kernel completed the slot's command, the request is
+            // not read in place (checked above), and this is the request's one reply.
+            let s = unsafe { &mut *self.slots[slot].get() };
+            if max > s.payload_len {
+                return Err(fill);
+            }
+            let (len, error) = match fill(&mut s.payload()[..max]) {
+                Ok(n) => (n.min(max), 0),
+                Err(e) => (0, -e.code()),
+            };
+            s.header.in_out[..OUT_HEADER].copy_from_slice(&out_header(len, error, unique));
+            s.header.ent.payload_sz = len as u32;
+            s.last = CMD_COMMIT_AND_FETCH;
+        }
+        Ok(self.push(&[self.entry(slot, CMD_COMMIT_AND_FETCH)]))
+    }
+
     /// The request in `slot` as the classic transport would have read it: `fuse_in_header`, the
     /// op header, then the payload, and whether the slot is lent. A WRITE is laid out in the
     /// slot itself, in front of its data, and the slot is lent until `unlend`; any other request
@@ -417,13 +466,19 @@ fn fill_reply(data: &[IoSlice<'_>], header: &mut [u8; OUT_HEADER], payload: &mut
     written
 }
 
+/// The `fuse_out_header` of a reply to `unique` with `payload` bytes after it and `error` (0,
+/// or a negative errno).
+fn out_header(payload: usize, error: i32, unique: u64) -> [u8; OUT_HEADER] {
+    let mut out = [0u8; OUT_HEADER];
+    out[..4].copy_from_slice(&((OUT_HEADER + payload) as u32).to_ne_bytes());
+    out[4..8].copy_from_slice(&error.to_ne_bytes());
+    out[8..16].copy_from_slice(&unique.to_ne_bytes());
+    out
+}
+
 /// The reply EIO to the request `unique` (a `fuse_out_header` alone).
 fn eio_reply(unique: [u8; 8]) -> [u8; OUT_HEADER] {
-    let mut out = [0u8; OUT_HEADER];
-    out[..4].copy_from_slice(&(OUT_HEADER as u32).to_ne_bytes());
-    out[4..8].copy_from_slice(&(-libc::EIO).to_ne_bytes());
-    out[8..16].copy_from_slice(&unique);
-    out
+    out_header(0, -libc::EIO, u64::from_ne_bytes(unique))
 }
 
 /// The length of the op header of a request the kernel put in an entry, from the request's
@@ -725,7 +780,7 @@ mod tests {
     }
 
     /// A `fuse_out_header` of `len` bytes in all with `error`, for the request `unique`.
-    fn out_header(len: u32, error: i32, unique: u64) -> Vec<u8> {
+    fn header_bytes(len: u32, error: i32, unique: u64) -> Vec<u8> {
         [
             &len.to_ne_bytes()[..],
             &error.to_ne_bytes(),
@@ -736,7 +791,7 @@ mod tests {
 
     #[test]
     fn a_reply_is_split_into_header_and_payload_however_its_parts_fall() {
-        let header = out_header(16 + 10, 0, 42);
+        let header = header_bytes(16 + 10, 0, 42);
         let body = b"0123456789";
         let whole = [header.clone(), body.to_vec()].concat();
         // One part; the header split across parts; the header and the body in one part.
@@ -758,7 +813,7 @@ mod tests {
 
     #[test]
     fn a_reply_larger_than_the_entry_becomes_eio_without_payload() {
-        let reply = [out_header(16 + 9, 0, 5), vec![7u8; 9]].concat();
+        let reply = [header_bytes(16 + 9, 0, 5), vec![7u8; 9]].concat();
         let mut h = [0u8; OUT_HEADER];
         let mut payload = [0u8; 8];
         let written = fill_reply(&[IoSlice::new(&reply)], &mut h, &mut payload);
@@ -770,15 +825,24 @@ mod tests {
             "unique kept"
         );
         // Exactly the entry's size still fits.
-        let reply = [out_header(16 + 8, 0, 5), vec![7u8; 8]].concat();
+        let reply = [header_bytes(16 + 8, 0, 5), vec![7u8; 8]].concat();
         assert_eq!(fill_reply(&[IoSlice::new(&reply)], &mut h, &mut payload), 8);
+    }
+
+    #[test]
+    fn a_filled_replys_header_counts_its_payload_and_carries_its_error() {
+        assert_eq!(out_header(10, 0, 42)[..], header_bytes(16 + 10, 0, 42)[..]);
+        assert_eq!(
+            out_header(0, -libc::ENOENT, 7)[..],
+            header_bytes(16, -libc::ENOENT, 7)[..]
+        );
     }
 
     #[test]
     fn the_eio_reply_names_its_request() {
         assert_eq!(
             eio_reply(9u64.to_ne_bytes())[..],
-            out_header(16, -libc::EIO, 9)[..]
+            header_bytes(16, -libc::EIO, 9)[..]
         );
     }
 
