@@ -167,7 +167,10 @@ impl LocalTree {
             .and_then(|n| self.inodes.get(n))
             .filter(|i| !i.node.is_pinned())
         {
-            let _ = i.node.pin();
+            if let Err(e) = i.node.pin() {
+                // Unpinned, its number may pass to the next file ext4 makes once it is gone.
+                tracing::debug!(error = %e, ino = i.ino, "cannot hold open a file about to lose its name");
+            }
         }
     }
 
