@@ -10,7 +10,7 @@
 
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{AtFlags, StatxFlags, CWD};
+use rustix::fs::{AtFlags, Mode, OFlags, StatxFlags};
 
 /// The `read_ahead_kb` file of the device `major:minor`.
 fn window_file(major: u32, minor: u32) -> PathBuf {
@@ -36,16 +36,58 @@ pub fn widen(mountpoint: &Path, kb: u32) {
     }
 }
 
+/// `f_type` of a FUSE file system (`FUSE_SUPER_MAGIC`).
+const FUSE_MAGIC: i64 = 0x6573_5546;
+
 /// Waits for the kernel to have the mount's `INIT` answer (a forced `statx` of the mount's root
-/// is a `GETATTR`, which the kernel holds until then), then writes the window.
+/// is a `GETATTR`, which the kernel holds until then), then writes the window. The root is
+/// opened without following a link and must be a FUSE file system's, so a path swapped
+/// meanwhile changes no other device's window.
 fn set(mountpoint: &Path, kb: u32) -> std::io::Result<PathBuf> {
-    let st = rustix::fs::statx(
-        CWD,
+    let root = rustix::fs::open(
         mountpoint,
-        AtFlags::STATX_FORCE_SYNC,
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let st = rustix::fs::statx(
+        &root,
+        "",
+        AtFlags::EMPTY_PATH | AtFlags::STATX_FORCE_SYNC,
         StatxFlags::BASIC_STATS,
     )?;
+    if rustix::fs::fstatfs(&root)?.f_type as i64 != FUSE_MAGIC {
+        return Err(std::io::Error::other(format!(
+            "{} is not a FUSE mount",
+            mountpoint.display()
+        )));
+    }
     let file = window_file(st.stx_dev_major, st.stx_dev_minor);
     std::fs::write(&file, format!("{kb}\n"))?;
     Ok(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only a FUSE mount's window is written: a plain directory, or a symlink put in the
+    /// mount's place, is refused before anything is written.
+    #[test]
+    fn only_a_fuse_mounts_window_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = set(dir.path(), 1024).unwrap_err();
+        assert!(e.to_string().contains("not a FUSE mount"), "{e}");
+        let link = dir.path().join("mnt");
+        std::os::unix::fs::symlink(dir.path(), &link).unwrap();
+        let e = set(&link, 1024).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOTDIR), "{e}");
+    }
+
+    #[test]
+    fn the_window_file_is_the_devices_in_sysfs() {
+        assert_eq!(
+            window_file(0, 42),
+            Path::new("/sys/class/bdi/0:42/read_ahead_kb")
+        );
+    }
 }
