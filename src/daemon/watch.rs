@@ -45,6 +45,7 @@ use rustix::fs::{FileType, Mode, OFlags, Stat};
 
 use super::dir_watch::{Batch, DirWatch};
 use crate::core::own::OwnChanges;
+use crate::core::retention::TMP_PREFIX;
 use crate::core::{VPath, ZoneId, Zones};
 use crate::git::fsmonitor::{Beside as BesideSeen, BesideWatch};
 
@@ -52,8 +53,6 @@ use crate::git::fsmonitor::{Beside as BesideSeen, BesideWatch};
 const SETTLE: Duration = Duration::from_millis(250);
 /// Paths waiting to be journaled at most; more in one burst are counted, not journaled.
 const MAX_PENDING: usize = 100_000;
-/// The prefix of the temp names wardfs writes beside a file before renaming it into place.
-const TMP_PREFIX: &str = ".wardfs-tmp-";
 
 /// Directories that cannot be watched named in the log per [`UNWATCHED_WINDOW`]; the rest are
 /// counted and summed up in one line (a tree of 10,000 unreadable directories, or a mount

@@ -475,7 +475,7 @@ impl Git {
                     out.leave_out(path, why.into());
                     continue;
                 };
-                if name == ".git" || name.contains(".wardfs-tmp-") {
+                if name == ".git" || name.contains(crate::core::retention::TMP_PREFIX) {
                     continue;
                 }
                 let path = if rel.is_empty() {

@@ -168,7 +168,11 @@ fn changed(vp: &VPath) -> FsError {
 pub fn tmp_name() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!(".wardfs-tmp-{}-{n}", std::process::id())
+    format!(
+        "{}{}-{n}",
+        crate::core::retention::TMP_PREFIX,
+        std::process::id()
+    )
 }
 
 /// A zone's storage, by virtual path. Every method runs under the caller's rules (see the
