@@ -154,10 +154,7 @@ impl ReplyRaw {
     pub(crate) fn send_ll_mut(&mut self, response: &impl Response) {
         assert!(self.sender.is_some());
         let sender = self.sender.take().unwrap();
-        let res = response.with_iovec(self.unique, |iov| sender.send(iov));
-        if let Err(err) = res {
-            error!("Failed to send FUSE reply: {err}");
-        }
+        log_send(response.with_iovec(self.unique, |iov| sender.send(iov)));
     }
     pub(crate) fn send_ll(mut self, response: &impl Response) {
         self.send_ll_mut(response);

@@ -135,6 +135,14 @@ impl Slot {
         let len = self.payload_len;
         &mut self.bytes()[HEADROOM..HEADROOM + len]
     }
+
+    /// Sets the reply's header and the length of its payload (already in place), for the
+    /// commit that hands the entry back.
+    fn set_reply(&mut self, header: &[u8; OUT_HEADER], payload_len: usize) {
+        self.header.in_out[..OUT_HEADER].copy_from_slice(header);
+        self.header.ent.payload_sz = payload_len as u32;
+        self.last = CMD_COMMIT_AND_FETCH;
+    }
 }
 
 /// Whether a slot's request is being read in place by the filesystem.
@@ -358,9 +366,7 @@ impl Ring {
             let s = unsafe { &mut *self.slots[slot].get() };
             let mut header = [0u8; OUT_HEADER];
             let written = fill_reply(data, &mut header, s.payload());
-            s.header.in_out[..OUT_HEADER].copy_from_slice(&header);
-            s.header.ent.payload_sz = written as u32;
-            s.last = CMD_COMMIT_AND_FETCH;
+            s.set_reply(&header, written);
         }
         self.push(&[self.entry(slot, CMD_COMMIT_AND_FETCH)])
     }
@@ -391,9 +397,7 @@ impl Ring {
                 Ok(n) => (n.min(max), 0),
                 Err(e) => (0, -e.code()),
             };
-            s.header.in_out[..OUT_HEADER].copy_from_slice(&out_header(len, error, unique));
-            s.header.ent.payload_sz = len as u32;
-            s.last = CMD_COMMIT_AND_FETCH;
+            s.set_reply(&out_header(len, error, unique), len);
         }
         Ok(self.push(&[self.entry(slot, CMD_COMMIT_AND_FETCH)]))
     }
