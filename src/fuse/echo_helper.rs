@@ -41,9 +41,6 @@ pub const HELPER_ARG: &str = "--wardfs-mount-echo-helper";
 /// one a service manager or a terminal sends to every process of a group.
 const WATCHDOG_SIGNAL: i32 = libc::SIGUSR2;
 
-/// `f_type` of a FUSE filesystem (`FUSE_SUPER_MAGIC`).
-const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
-
 /// Longest path the helper takes (a mount-relative path).
 const MAX_PATH: u32 = 64 * 1024;
 
@@ -437,7 +434,7 @@ impl Performer {
                     OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
                     Mode::empty(),
                 )?;
-                if rustix::fs::fstatfs(&fd)?.f_type as i64 != FUSE_SUPER_MAGIC {
+                if rustix::fs::fstatfs(&fd)?.f_type as i64 != libc::FUSE_SUPER_MAGIC {
                     return Err(Errno::NODEV);
                 }
                 self.root = Some(fd);

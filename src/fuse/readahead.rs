@@ -36,9 +36,6 @@ pub fn widen(mountpoint: &Path, kb: u32) {
     }
 }
 
-/// `f_type` of a FUSE file system (`FUSE_SUPER_MAGIC`).
-const FUSE_MAGIC: i64 = 0x6573_5546;
-
 /// Waits for the kernel to have the mount's `INIT` answer (a forced `statx` of the mount's root
 /// is a `GETATTR`, which the kernel holds until then), then writes the window. The root is
 /// opened without following a link and must be a FUSE file system's, so a path swapped
@@ -55,7 +52,7 @@ fn set(mountpoint: &Path, kb: u32) -> std::io::Result<PathBuf> {
         AtFlags::EMPTY_PATH | AtFlags::STATX_FORCE_SYNC,
         StatxFlags::BASIC_STATS,
     )?;
-    if rustix::fs::fstatfs(&root)?.f_type as i64 != FUSE_MAGIC {
+    if rustix::fs::fstatfs(&root)?.f_type as i64 != libc::FUSE_SUPER_MAGIC {
         return Err(std::io::Error::other(format!(
             "{} is not a FUSE mount",
             mountpoint.display()

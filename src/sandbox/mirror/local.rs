@@ -14,9 +14,7 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 
 use crate::core::zone::openat2_beneath;
 
-/// The prefix of the temp files an atomic write leaves beside its destination until it renames
-/// (the one of every entry point: `core::retention`).
-pub use crate::core::retention::TMP_PREFIX;
+use crate::core::retention::TMP_PREFIX;
 
 static TMP_SEQ: AtomicU64 = AtomicU64::new(0);
 

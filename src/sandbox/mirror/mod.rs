@@ -31,10 +31,10 @@ use crate::core::foreign::{self, GitDir, LinkResolver};
 use crate::core::provider::{
     join_remote, BatchItem, HashAlgo, MetaUpdate, RemoteMeta, SandboxFs, SandboxFsError, WalkEntry,
 };
+use crate::core::retention::TMP_PREFIX;
 use crate::core::{EntryKind, FsError, Replacement, Seen, VPath, ZoneId, Zones};
 use crate::state::{Db, MirrorEntryRow, StateError};
 use crate::state::{Origin, Via};
-pub use local::TMP_PREFIX;
 use local::{LocalItem, LocalKind, LocalTree};
 
 const KIND_FILE: &str = "file";
